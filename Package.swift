@@ -1,0 +1,119 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+/// The eight executables. Each is a thin `main` over a library target of its own
+/// (`<Name>Service`), so integration tests link exactly the code production runs.
+let services: [(executable: String, library: String, folder: String, extra: [Target.Dependency])] = [
+    ("gateway", "GatewayService", "gateway", [
+        .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+    ]),
+    ("auth", "AuthService", "auth", []),
+    ("router", "RouterService", "router", []),
+    ("push-sender", "PushSenderService", "push-sender", [
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+    ]),
+    ("attachment-signer", "AttachmentSignerService", "attachment-signer", []),
+    ("turn-cred", "TurnCredService", "turn-cred", []),
+    ("admin", "AdminService", "admin", []),
+    ("gc-worker", "GCWorkerService", "gc-worker", []),
+]
+
+let sharedDependencies: [Target.Dependency] = [
+    "CHiredis",
+    "CSodium",
+    .product(name: "Hummingbird", package: "hummingbird"),
+    .product(name: "PostgresNIO", package: "postgres-nio"),
+    .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "NIOPosix", package: "swift-nio"),
+    .product(name: "Logging", package: "swift-log"),
+    .product(name: "Metrics", package: "swift-metrics"),
+    .product(name: "Prometheus", package: "swift-prometheus"),
+    .product(name: "Configuration", package: "swift-configuration"),
+    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+    .product(name: "Crypto", package: "swift-crypto"),
+]
+
+/// What every service library imports directly besides WhisperShared.
+let serviceDependencies: [Target.Dependency] = [
+    .product(name: "Hummingbird", package: "hummingbird"),
+    .product(name: "PostgresNIO", package: "postgres-nio"),
+    .product(name: "Logging", package: "swift-log"),
+    .product(name: "Prometheus", package: "swift-prometheus"),
+    .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+    .product(name: "NIOCore", package: "swift-nio"),
+]
+
+var targets: [Target] = [
+    .systemLibrary(
+        name: "CHiredis",
+        path: "Shared/CHiredis",
+        pkgConfig: "hiredis",
+        providers: [.apt(["libhiredis-dev"])]
+    ),
+    .systemLibrary(
+        name: "CSodium",
+        path: "Shared/CSodium",
+        pkgConfig: "libsodium",
+        providers: [.apt(["libsodium-dev"])]
+    ),
+    .target(
+        name: "WhisperShared",
+        dependencies: sharedDependencies,
+        path: "Shared/WhisperShared"
+    ),
+    .testTarget(
+        name: "WhisperSharedTests",
+        dependencies: ["WhisperShared"],
+        path: "Tests/WhisperSharedTests"
+    ),
+    .testTarget(
+        name: "ContractTests",
+        dependencies: ["WhisperShared"],
+        path: "Tests/ContractTests"
+    ),
+    .testTarget(
+        name: "IntegrationTests",
+        dependencies: [
+            "WhisperShared",
+            .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ] + services.map { .target(name: $0.library) },
+        path: "Tests/IntegrationTests"
+    ),
+]
+
+for service in services {
+    targets.append(.target(
+        name: service.library,
+        dependencies: ["WhisperShared"] + serviceDependencies + service.extra,
+        path: "Services/\(service.folder)/Service"
+    ))
+    targets.append(.executableTarget(
+        name: service.executable,
+        dependencies: [.target(name: service.library), "WhisperShared"],
+        path: "Services/\(service.folder)/Main"
+    ))
+}
+
+let package = Package(
+    name: "whisper-server",
+    platforms: [.macOS(.v15)],
+    products: services.map { .executable(name: $0.executable, targets: [$0.executable]) }
+        + [.library(name: "WhisperShared", targets: ["WhisperShared"])],
+    dependencies: [
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+    ],
+    targets: targets,
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,83 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import ServiceLifecycle
+import WhisperShared
+
+/// A running gateway instance as tests see it.
+public struct GatewayHandle: Sendable {
+    public let assembly: ServiceAssembly
+    public let environment: ServiceEnvironment
+    public let connections: ConnectionRegistry
+}
+
+/// Assembles a gateway: WebSocket endpoint at `/ws`, plus `/health`, `/ready` and
+/// `/metrics`, on one port.
+public func buildGateway(
+    settings: GatewaySettings,
+    logger: Logger,
+    onServerRunning: (@Sendable (Int) async -> Void)? = nil
+) -> GatewayHandle {
+    let environment = ServiceEnvironment(settings: settings.common, logger: logger)
+    let connections = ConnectionRegistry(metrics: environment.metrics)
+    let draining = DrainFlag()
+    let frames = FrameHandler(environment: environment)
+
+    let router = Router(context: BasicWebSocketRequestContext.self)
+    router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
+    OperationsRoutes(environment: environment, readiness: Readiness(checks: environment.standardReadinessChecks), draining: draining)
+        .register(on: router)
+
+    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+    webSocketRouter.ws("/ws") { _, _ in
+        draining.isDraining ? .dontUpgrade : .upgrade([:])
+    } onUpgrade: { inbound, outbound, context in
+        let connection = ClientConnection(outbound: outbound, logger: context.logger)
+        await connections.add(connection)
+        defer { Task { await connections.remove(connection.id) } }
+        try await withGracefulShutdownHandler {
+            for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
+                let bytes: [UInt8] = switch message {
+                case .text(let text): Array(text.utf8)
+                case .binary(let buffer): Array(buffer.readableBytesView)
+                }
+                await frames.handle(bytes, on: connection)
+            }
+        } onGracefulShutdown: {
+            // Tell the client to come back elsewhere; the WebSocket layer then closes the socket.
+            draining.startDraining()
+            Task {
+                try? await connection.send(Reconnect(reason: "server_shutdown", retryAfterMs: settings.reconnectDelayMs))
+            }
+        }
+    }
+
+    var app = Application(
+        router: router,
+        server: .http1WebSocketUpgrade(
+            webSocketRouter: webSocketRouter,
+            configuration: .init(
+                maxFrameSize: Limits.MAX_WS_FRAME_BYTES,
+                autoPing: .enabled(timePeriod: settings.pingInterval),
+                closeTimeout: settings.drainTimeout
+            )
+        ),
+        configuration: .init(
+            address: .hostname(settings.common.http.host, port: settings.common.http.port),
+            serverName: "whisper-gateway"
+        ),
+        onServerRunning: { channel in
+            await onServerRunning?(channel.localAddress?.port ?? 0)
+        },
+        logger: environment.logger
+    )
+    app.addServices(DrainSignal(flag: draining))
+    let assembly = ServiceAssembly(
+        services: environment.clientServices + [app],
+        logger: environment.logger,
+        gracePeriod: settings.common.shutdownGracePeriod
+    )
+    return GatewayHandle(assembly: assembly, environment: environment, connections: connections)
+}

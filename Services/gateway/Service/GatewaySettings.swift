@@ -1,0 +1,28 @@
+import WhisperShared
+
+/// Settings of the gateway (docs/configuration.md lists each variable).
+public struct GatewaySettings: ServiceSettings {
+    public static let serviceName = "gateway"
+    public static let defaultPort = 8080
+    public var common: CommonSettings
+    /// Interval of WebSocket pings from the server; a peer that misses one is dropped.
+    public var pingInterval: Duration
+    /// How long a draining gateway waits for sockets to close after telling clients to reconnect.
+    public var drainTimeout: Duration
+    /// What clients are told to wait before reconnecting when this instance drains.
+    public var reconnectDelayMs: Int
+
+    public init(common: CommonSettings, pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000) {
+        self.common = common
+        self.pingInterval = pingInterval
+        self.drainTimeout = drainTimeout
+        self.reconnectDelayMs = reconnectDelayMs
+    }
+
+    public init(from settings: SettingsReader) {
+        common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
+        pingInterval = .seconds(settings.int("gateway.ws.ping.interval.seconds", default: 30, range: 5...300))
+        drainTimeout = .seconds(settings.int("gateway.drain.timeout.seconds", default: 5, range: 0...120))
+        reconnectDelayMs = settings.int("gateway.reconnect.delay.ms", default: 1_000, range: 0...60_000)
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import Logging
+
+/// Where a service listens for HTTP (and, for the gateway, WebSocket) traffic.
+public struct HTTPSettings: Sendable {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+}
+
+/// Settings every service reads, whatever it does.
+public struct CommonSettings: Sendable {
+    /// Which executable this is (`gateway`, `auth`, ...): shown in every log line.
+    public var service: String
+    /// Distinguishes replicas of one service; defaults to `<service>-<random>`.
+    public var instanceID: String
+    public var http: HTTPSettings
+    public var postgres: PostgresSettings
+    public var redis: RedisConfiguration
+    public var logLevel: Logger.Level
+    /// How long SIGTERM waits for in-flight work before the process exits anyway.
+    public var shutdownGracePeriod: Duration
+
+    public init(
+        service: String,
+        instanceID: String,
+        http: HTTPSettings,
+        postgres: PostgresSettings,
+        redis: RedisConfiguration,
+        logLevel: Logger.Level = .info,
+        shutdownGracePeriod: Duration = .seconds(10)
+    ) {
+        self.service = service
+        self.instanceID = instanceID
+        self.http = http
+        self.postgres = postgres
+        self.redis = redis
+        self.logLevel = logLevel
+        self.shutdownGracePeriod = shutdownGracePeriod
+    }
+
+    /// Reads the shared settings: `WHISPER_POSTGRES_URL`, `WHISPER_REDIS_URL`,
+    /// `WHISPER_LOG_LEVEL`, `WHISPER_INSTANCE_ID`, `WHISPER_SHUTDOWN_GRACE_SECONDS`, and this
+    /// service's `<SERVICE>_HTTP_HOST` / `<SERVICE>_HTTP_PORT`.
+    public init(service: String, defaultPort: Int, from settings: SettingsReader) {
+        self.service = service
+        let prefix = service.replacingOccurrences(of: "-", with: ".")
+        self.instanceID = settings.string(
+            "whisper.instance.id",
+            default: "\(service)-\(String(UInt32.random(in: .min ... .max), radix: 36))"
+        )
+        self.http = HTTPSettings(
+            host: settings.string("\(prefix).http.host", default: "127.0.0.1"),
+            port: settings.int("\(prefix).http.port", default: defaultPort, range: 0...65535)
+        )
+        let postgresURL = settings.requiredString("whisper.postgres.url", secret: true)
+        if postgresURL.isEmpty {
+            self.postgres = PostgresSettings(host: "", port: 5432, username: "", password: nil, database: "")
+        } else if let parsed = PostgresSettings(url: postgresURL) {
+            self.postgres = parsed
+        } else {
+            settings.reject("whisper.postgres.url", because: "must look like postgres://user[:password]@host[:port]/database")
+            self.postgres = PostgresSettings(host: "", port: 5432, username: "", password: nil, database: "")
+        }
+        self.postgres.maximumConnections = settings.int("whisper.postgres.max.connections", default: 10, range: 1...500)
+        let redisURL = settings.requiredString("whisper.redis.url", secret: true)
+        if let parsed = RedisConfiguration(url: redisURL) {
+            self.redis = parsed
+        } else {
+            if !redisURL.isEmpty {
+                settings.reject("whisper.redis.url", because: "must look like redis://[:password@]host[:port][/db]")
+            }
+            self.redis = RedisConfiguration()
+        }
+        self.redis.clientName = "whisper-\(service)"
+        let level = settings.string("whisper.log.level", default: "info")
+        if let parsed = Logger.Level(rawValue: level.lowercased()) {
+            self.logLevel = parsed
+        } else {
+            settings.reject("whisper.log.level", because: "must be one of trace, debug, info, notice, warning, error, critical")
+            self.logLevel = .info
+        }
+        self.shutdownGracePeriod = .seconds(settings.int("whisper.shutdown.grace.seconds", default: 10, range: 0...600))
+    }
+}

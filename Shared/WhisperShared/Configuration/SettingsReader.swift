@@ -1,0 +1,129 @@
+import Foundation
+import Configuration
+
+/// Raised at start when settings are missing or malformed; names every offending
+/// environment variable at once so an operator can fix them in one go.
+public struct ConfigurationError: Error, CustomStringConvertible, Sendable {
+    public var missing: [String]
+    public var invalid: [String]
+
+    public var description: String {
+        var parts: [String] = []
+        if !missing.isEmpty { parts.append("missing required settings: " + missing.joined(separator: ", ")) }
+        if !invalid.isEmpty { parts.append("invalid settings: " + invalid.joined(separator: "; ")) }
+        return parts.joined(separator: "; ")
+    }
+}
+
+/// Reads settings through swift-configuration and collects every problem instead of
+/// stopping at the first one. Keys are dotted (`gateway.http.port`); with the
+/// environment provider they are read from upper-case variables (`GATEWAY_HTTP_PORT`).
+public final class SettingsReader {
+    private let reader: ConfigReader
+    private(set) var missing: [String] = []
+    private(set) var invalid: [String] = []
+
+    public init(reader: ConfigReader) {
+        self.reader = reader
+    }
+
+    /// Settings from the process environment (the production source).
+    public static func environment() -> SettingsReader {
+        SettingsReader(reader: ConfigReader(provider: EnvironmentVariablesProvider()))
+    }
+
+    /// Settings from a fixed set of environment-style variables (tests, tools).
+    public static func environment(_ variables: [String: String]) -> SettingsReader {
+        SettingsReader(reader: ConfigReader(provider: EnvironmentVariablesProvider(environmentVariables: variables)))
+    }
+
+    /// The environment variable a key is read from, for messages and docs.
+    public static func variableName(_ key: String) -> String {
+        var name = ""
+        var previousWasLower = false
+        for character in key {
+            if character == "." || character == "-" {
+                name.append("_")
+                previousWasLower = false
+            } else if character.isUppercase {
+                if previousWasLower { name.append("_") }
+                name.append(character)
+                previousWasLower = false
+            } else {
+                name.append(contentsOf: character.uppercased())
+                previousWasLower = character.isLowercase || character.isNumber
+            }
+        }
+        return name
+    }
+
+    private func raw(_ key: String, secret: Bool) -> String? {
+        guard let value = reader.string(forKey: ConfigKey(key), isSecret: secret) else { return nil }
+        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        return trimmed.isEmpty ? nil : trimmed
+    }
+
+    public func string(_ key: String, default defaultValue: String, secret: Bool = false) -> String {
+        raw(key, secret: secret) ?? defaultValue
+    }
+
+    public func optionalString(_ key: String, secret: Bool = false) -> String? {
+        raw(key, secret: secret)
+    }
+
+    /// A setting without which the service cannot run; recorded as missing when absent.
+    public func requiredString(_ key: String, secret: Bool = false) -> String {
+        guard let value = raw(key, secret: secret) else {
+            missing.append(Self.variableName(key))
+            return ""
+        }
+        return value
+    }
+
+    public func int(_ key: String, default defaultValue: Int, range: ClosedRange<Int>? = nil) -> Int {
+        guard let text = raw(key, secret: false) else { return defaultValue }
+        guard let value = Int(text), range.map({ $0.contains(value) }) ?? true else {
+            let bounds = range.map { " (\($0.lowerBound)...\($0.upperBound))" } ?? ""
+            invalid.append("\(Self.variableName(key)) must be a whole number\(bounds)")
+            return defaultValue
+        }
+        return value
+    }
+
+    public func double(_ key: String, default defaultValue: Double, range: ClosedRange<Double>? = nil) -> Double {
+        guard let text = raw(key, secret: false) else { return defaultValue }
+        guard let value = Double(text), value.isFinite, range.map({ $0.contains(value) }) ?? true else {
+            invalid.append("\(Self.variableName(key)) must be a number")
+            return defaultValue
+        }
+        return value
+    }
+
+    public func bool(_ key: String, default defaultValue: Bool) -> Bool {
+        guard let text = raw(key, secret: false)?.lowercased() else { return defaultValue }
+        switch text {
+        case "1", "true", "yes", "on": return true
+        case "0", "false", "no", "off": return false
+        default:
+            invalid.append("\(Self.variableName(key)) must be true or false")
+            return defaultValue
+        }
+    }
+
+    public func list(_ key: String, default defaultValue: [String], secret: Bool = false) -> [String] {
+        guard let text = raw(key, secret: secret) else { return defaultValue }
+        return text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    /// Records a problem found while interpreting a value (a bad URL, say).
+    public func reject(_ key: String, because reason: String) {
+        invalid.append("\(Self.variableName(key)) \(reason)")
+    }
+
+    /// Throws when anything was missing or invalid.
+    public func validate() throws {
+        if !missing.isEmpty || !invalid.isEmpty {
+            throw ConfigurationError(missing: missing, invalid: invalid)
+        }
+    }
+}

@@ -1,0 +1,75 @@
+import Prometheus
+
+/// The Prometheus registry of one service instance and the metrics every service has.
+/// Each instance gets its own registry, so tests can run several services in one
+/// process and read each one's `/metrics` on its own.
+public final class ServiceMetrics: Sendable {
+    public let registry: PrometheusCollectorRegistry
+    public let service: String
+
+    public init(service: String, instanceID: String, registry: PrometheusCollectorRegistry = .init()) {
+        self.registry = registry
+        self.service = service
+        registry.makeGauge(
+            descriptor: .init(namespace: "whisper", metricName: "service", unitName: "info", helpText: "Which Whisper service this process is; always 1."),
+            labels: [("service", service), ("instance", instanceID)]
+        ).set(Double(1))
+    }
+
+    /// Counts an error answered to a client, by frozen error code.
+    public func recordError(_ code: ErrorCode) {
+        registry.makeCounter(
+            descriptor: .init(namespace: "whisper", metricName: "errors", unitName: "total", helpText: "Errors answered to clients, by frozen error code."),
+            labels: [("code", code.rawValue)]
+        ).increment()
+    }
+
+    /// Counts an HTTP request and observes how long it took.
+    public func recordHTTPRequest(method: String, status: Int, duration: Duration) {
+        registry.makeCounter(
+            descriptor: .init(namespace: "whisper", metricName: "http_requests", unitName: "total", helpText: "HTTP requests served, by method and status class."),
+            labels: [("method", method), ("status", "\(status / 100)xx")]
+        ).increment()
+        registry.makeDurationHistogram(
+            descriptor: .init(namespace: "whisper", metricName: "http_request_duration", unitName: "seconds", helpText: "Time to answer an HTTP request."),
+            labels: [("method", method)],
+            buckets: Self.latencyBuckets
+        ).recordNanoseconds(duration.nanoseconds)
+    }
+
+    /// Whether a dependency answered at the last readiness check or scrape (1) or not (0).
+    public func recordDependency(_ name: String, up: Bool) {
+        registry.makeGauge(
+            descriptor: .init(namespace: "whisper", metricName: "dependency_up", unitName: "", helpText: "1 when the dependency answered at the last check, else 0."),
+            labels: [("dependency", name)]
+        ).set(up ? Double(1) : Double(0))
+    }
+
+    public func gauge(_ name: String, help: String, labels: [(String, String)] = []) -> Gauge {
+        registry.makeGauge(descriptor: .init(namespace: "whisper", metricName: name, unitName: "", helpText: help), labels: labels)
+    }
+
+    public func counter(_ name: String, help: String, labels: [(String, String)] = []) -> Counter {
+        registry.makeCounter(descriptor: .init(namespace: "whisper", metricName: name, unitName: "total", helpText: help), labels: labels)
+    }
+
+    public func histogram(_ name: String, help: String, labels: [(String, String)] = [], buckets: [Duration] = ServiceMetrics.latencyBuckets) -> DurationHistogram {
+        registry.makeDurationHistogram(
+            descriptor: .init(namespace: "whisper", metricName: name, unitName: "seconds", helpText: help),
+            labels: labels,
+            buckets: buckets
+        )
+    }
+
+    /// Buckets from half a millisecond to ten seconds.
+    public static let latencyBuckets: [Duration] = [
+        .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10),
+        .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+        .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
+    ]
+
+    /// The exposition text served at `/metrics`.
+    public func render() -> [UInt8] {
+        registry.emitToBuffer()
+    }
+}

@@ -1,0 +1,147 @@
+/// One versioned schema change: a list of SQL statements applied in one transaction.
+public struct Migration: Sendable {
+    public var version: Int
+    public var name: String
+    public var statements: [String]
+}
+
+/// The schema, in order. Never edit an applied migration: add a new one. The migrator
+/// records a checksum of each one and refuses to run against a database whose history
+/// differs from this list.
+public enum Migrations {
+    public static let all: [Migration] = [
+        Migration(version: 1, name: "core_schema", statements: [
+            """
+            CREATE TABLE users (
+                whisper_id      text PRIMARY KEY CHECK (whisper_id ~ '^WSP-[A-Z2-7]{4}-[A-Z2-7]{4}-[A-Z2-7]{4}$'),
+                enc_public_key  bytea NOT NULL CHECK (octet_length(enc_public_key) = 32),
+                sign_public_key bytea NOT NULL CHECK (octet_length(sign_public_key) = 32),
+                status          text NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'banned')),
+                created_at      timestamptz NOT NULL DEFAULT now(),
+                updated_at      timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            // Recovery looks an identity up by its signing key; one key, one identity.
+            "CREATE UNIQUE INDEX users_sign_public_key_key ON users (sign_public_key)",
+            """
+            CREATE TABLE devices (
+                device_id    uuid PRIMARY KEY,
+                whisper_id   text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                platform     text NOT NULL CHECK (platform IN ('ios', 'android')),
+                push_token   text,
+                voip_token   text,
+                active       boolean NOT NULL DEFAULT true,
+                created_at   timestamptz NOT NULL DEFAULT now(),
+                updated_at   timestamptz NOT NULL DEFAULT now(),
+                last_seen_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX devices_whisper_id_idx ON devices (whisper_id)",
+            // Single active device: at most one active row per identity.
+            "CREATE UNIQUE INDEX devices_one_active_per_user ON devices (whisper_id) WHERE active",
+            """
+            CREATE TABLE groups (
+                group_id   text PRIMARY KEY CHECK (group_id ~ '^grp-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'),
+                title      text NOT NULL CHECK (char_length(title) BETWEEN 1 AND 128),
+                created_by text NOT NULL REFERENCES users (whisper_id),
+                created_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE group_members (
+                group_id   text NOT NULL REFERENCES groups (group_id) ON DELETE CASCADE,
+                whisper_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                role       text NOT NULL DEFAULT 'member' CHECK (role IN ('owner', 'admin', 'member')),
+                added_by   text REFERENCES users (whisper_id) ON DELETE SET NULL,
+                added_at   timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (group_id, whisper_id)
+            )
+            """,
+            "CREATE INDEX group_members_whisper_id_idx ON group_members (whisper_id)",
+            """
+            CREATE TABLE bans (
+                id         bigserial PRIMARY KEY,
+                whisper_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                reason     text NOT NULL,
+                banned_by  text NOT NULL,
+                created_at timestamptz NOT NULL DEFAULT now(),
+                expires_at timestamptz,
+                lifted_at  timestamptz,
+                lifted_by  text
+            )
+            """,
+            // One ban in force per identity; lifted bans stay as history.
+            "CREATE UNIQUE INDEX bans_one_active_per_user ON bans (whisper_id) WHERE lifted_at IS NULL",
+            "CREATE INDEX bans_created_at_idx ON bans (created_at)",
+            """
+            CREATE TABLE reports (
+                id          uuid PRIMARY KEY,
+                reporter_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                reported_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                reason      text NOT NULL CHECK (reason IN ('spam', 'abuse', 'impersonation', 'illegal', 'other')),
+                details     text CHECK (char_length(details) <= 2000),
+                message_id  uuid,
+                status      text NOT NULL DEFAULT 'open' CHECK (status IN ('open', 'dismissed', 'actioned')),
+                created_at  timestamptz NOT NULL DEFAULT now(),
+                reviewed_at timestamptz,
+                reviewed_by text,
+                review_note text
+            )
+            """,
+            "CREATE INDEX reports_status_created_at_idx ON reports (status, created_at)",
+            "CREATE INDEX reports_reported_id_idx ON reports (reported_id)",
+            """
+            CREATE TABLE audit_events (
+                id          bigserial PRIMARY KEY,
+                occurred_at timestamptz NOT NULL DEFAULT now(),
+                actor       text NOT NULL,
+                action      text NOT NULL,
+                target      text,
+                details     jsonb NOT NULL DEFAULT '{}'::jsonb,
+                remote_addr text
+            )
+            """,
+            "CREATE INDEX audit_events_occurred_at_idx ON audit_events (occurred_at)",
+            "CREATE INDEX audit_events_target_idx ON audit_events (target, occurred_at)",
+            """
+            CREATE TABLE attachments (
+                object_key   text PRIMARY KEY,
+                uploader_id  text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                content_type text NOT NULL,
+                size_bytes   bigint NOT NULL CHECK (size_bytes > 0),
+                purpose      text NOT NULL,
+                created_at   timestamptz NOT NULL DEFAULT now(),
+                expires_at   timestamptz NOT NULL,
+                deleted_at   timestamptz
+            )
+            """,
+            "CREATE INDEX attachments_expires_at_idx ON attachments (expires_at) WHERE deleted_at IS NULL",
+            "CREATE INDEX attachments_uploader_id_idx ON attachments (uploader_id)",
+            // Who an attachment was sent to: GC deletes the blob once every one has acknowledged.
+            """
+            CREATE TABLE attachment_recipients (
+                object_key   text NOT NULL REFERENCES attachments (object_key) ON DELETE CASCADE,
+                recipient_id text NOT NULL,
+                message_id   uuid NOT NULL,
+                acked_at     timestamptz,
+                PRIMARY KEY (object_key, recipient_id, message_id)
+            )
+            """,
+            "CREATE INDEX attachment_recipients_unacked_idx ON attachment_recipients (object_key) WHERE acked_at IS NULL",
+            "CREATE INDEX attachment_recipients_message_idx ON attachment_recipients (recipient_id, message_id)",
+            """
+            CREATE TABLE contact_backups (
+                whisper_id     text PRIMARY KEY REFERENCES users (whisper_id) ON DELETE CASCADE,
+                nonce_b64      text NOT NULL,
+                ciphertext_b64 text NOT NULL,
+                updated_at     timestamptz NOT NULL DEFAULT now(),
+                size_bytes     integer NOT NULL CHECK (size_bytes >= 0)
+            )
+            """,
+        ]),
+    ]
+
+    /// The version a service needs before it reports ready.
+    public static var latestVersion: Int { all.last?.version ?? 0 }
+}

@@ -1,0 +1,241 @@
+import Foundation
+
+/// Every frame `type` a client may send.
+public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
+    case registerBegin = "register_begin"
+    case registerProof = "register_proof"
+    case sessionRefresh = "session_refresh"
+    case logout
+    case updateTokens = "update_tokens"
+    case ping
+    case sendMessage = "send_message"
+    case deliveryReceipt = "delivery_receipt"
+    case fetchPending = "fetch_pending"
+    case groupCreate = "group_create"
+    case groupUpdate = "group_update"
+    case groupSendMessage = "group_send_message"
+    case callInitiate = "call_initiate"
+    case callAnswer = "call_answer"
+    case callIceCandidate = "call_ice_candidate"
+    case callEnd = "call_end"
+    case getTurnCredentials = "get_turn_credentials"
+    case typing
+    case presenceSubscribe = "presence_subscribe"
+    case reportUser = "report_user"
+
+    /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
+    public var isPrivileged: Bool {
+        switch self {
+        case .registerBegin, .registerProof, .ping: false
+        default: true
+        }
+    }
+
+    var payloadType: any ClientPayload.Type {
+        switch self {
+        case .registerBegin: RegisterBegin.self
+        case .registerProof: RegisterProof.self
+        case .sessionRefresh: SessionRefresh.self
+        case .logout: Logout.self
+        case .updateTokens: UpdateTokens.self
+        case .ping: Ping.self
+        case .sendMessage: SendMessage.self
+        case .deliveryReceipt: DeliveryReceipt.self
+        case .fetchPending: FetchPending.self
+        case .groupCreate: GroupCreate.self
+        case .groupUpdate: GroupUpdate.self
+        case .groupSendMessage: GroupSendMessage.self
+        case .callInitiate: CallInitiate.self
+        case .callAnswer: CallAnswer.self
+        case .callIceCandidate: CallIceCandidate.self
+        case .callEnd: CallEnd.self
+        case .getTurnCredentials: GetTurnCredentials.self
+        case .typing: Typing.self
+        case .presenceSubscribe: PresenceSubscribe.self
+        case .reportUser: ReportUser.self
+        }
+    }
+}
+
+/// A client frame that passed every check of docs/schemas/: envelope, type, versions
+/// and payload.
+public struct InboundFrame: Sendable {
+    public var type: ClientFrameType
+    public var requestId: String?
+    public var payload: any ClientPayload
+
+    /// The session token, for privileged frames.
+    public var sessionToken: String? {
+        (payload as? any PrivilegedPayload)?.sessionToken
+    }
+}
+
+/// Why a frame was refused before any business logic ran.
+public struct FrameRejection: Error, Sendable, Equatable {
+    public var code: ErrorCode
+    public var message: String
+    /// Echoed in the error frame when the frame carried a readable one.
+    public var requestId: String?
+
+    public init(_ code: ErrorCode, _ message: String, requestId: String? = nil) {
+        self.code = code
+        self.message = message
+        self.requestId = requestId
+    }
+}
+
+/// Decodes and checks client frames, once each, straight from the bytes received.
+public struct ClientFrameDecoder: Sendable {
+    public init() {}
+
+    public func decode(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
+        let data = bytes as? Data ?? Data(bytes)
+        do {
+            let envelope = try JSONDecoder().decode(Envelope.self, from: data)
+            return .success(envelope.frame)
+        } catch let rejection as FrameRejection {
+            return .failure(rejection)
+        } catch DecodingError.dataCorrupted(let context) where context.codingPath.isEmpty {
+            return .failure(FrameRejection(.invalidPayload, "frame is not valid JSON"))
+        } catch DecodingError.typeMismatch(_, let context) where context.codingPath.isEmpty {
+            return .failure(FrameRejection(.invalidPayload, "frame must be a JSON object"))
+        } catch {
+            return .failure(FrameRejection(.invalidPayload, "frame is not valid JSON"))
+        }
+    }
+}
+
+/// `^[A-Za-z0-9._:-]{1,128}$`: a UUID is recommended; anything of this shape is echoed.
+extension Format {
+    public static func isRequestID(_ value: String) -> Bool {
+        let count = value.utf8.count
+        return (1...128).contains(count) && value.utf8.allSatisfy {
+            isLowerAlnum($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0)
+                || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: "-")
+        }
+    }
+}
+
+struct AnyCodingKey: CodingKey {
+    var stringValue: String
+    var intValue: Int?
+    init(stringValue: String) { self.stringValue = stringValue }
+    init?(intValue: Int) {
+        self.stringValue = String(intValue)
+        self.intValue = intValue
+    }
+}
+
+private struct Envelope: Decodable {
+    let frame: InboundFrame
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyCodingKey.self)
+        var requestId: String?
+        let requestKey = AnyCodingKey(stringValue: "requestId")
+        if container.contains(requestKey), !(try container.decodeNil(forKey: requestKey)) {
+            guard let value = try? container.decode(String.self, forKey: requestKey), Format.isRequestID(value) else {
+                throw FrameRejection(.invalidPayload, "requestId must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+            }
+            requestId = value
+        }
+        func reject(_ message: String) -> FrameRejection {
+            FrameRejection(.invalidPayload, message, requestId: requestId)
+        }
+        if let extra = container.allKeys.first(where: { !["type", "requestId", "payload"].contains($0.stringValue) }) {
+            throw reject("unknown top-level field \"\(extra.stringValue)\"")
+        }
+        guard let typeName = try? container.decode(String.self, forKey: AnyCodingKey(stringValue: "type")) else {
+            throw reject("type is required and must be a string")
+        }
+        guard let type = ClientFrameType(rawValue: typeName) else {
+            throw reject("unknown frame type")
+        }
+        let payloadKey = AnyCodingKey(stringValue: "payload")
+        guard container.contains(payloadKey),
+              let probe = try? container.decode(VersionProbe.self, forKey: payloadKey) else {
+            throw reject("payload is required and must be an object")
+        }
+        if let version = probe.protocolVersion, !Limits.SUPPORTED_PROTOCOL_VERSIONS.contains(version) {
+            throw reject("unsupported protocolVersion \(version); supported: \(Limits.SUPPORTED_PROTOCOL_VERSIONS.sorted())")
+        }
+        if let version = probe.cryptoVersion, !Limits.SUPPORTED_CRYPTO_VERSIONS.contains(version) {
+            throw reject("unsupported cryptoVersion \(version); supported: \(Limits.SUPPORTED_CRYPTO_VERSIONS.sorted())")
+        }
+        do {
+            let payload = try Self.decodePayload(type.payloadType, from: container, key: payloadKey)
+            frame = InboundFrame(type: type, requestId: requestId, payload: payload)
+        } catch let violation as FieldViolation {
+            throw reject("payload.\(violation.field) \(violation.rule)")
+        } catch let error as DecodingError {
+            throw reject(Self.describe(error))
+        }
+    }
+
+    private static func decodePayload<P: ClientPayload>(
+        _ type: P.Type, from container: KeyedDecodingContainer<AnyCodingKey>, key: AnyCodingKey
+    ) throws -> P {
+        try container.decode(StrictPayload<P>.self, forKey: key).value
+    }
+
+    /// A readable account of a schema mismatch: the field path and what was wrong.
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ codingPath: [any CodingKey]) -> String {
+            codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
+                .joined(separator: ".")
+                .replacingOccurrences(of: ".[", with: "[")
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "\(path(context.codingPath + [key])) is required"
+        case .valueNotFound(_, let context):
+            return "\(path(context.codingPath)) must not be null"
+        case .typeMismatch(let expected, let context):
+            return "\(path(context.codingPath)) must be \(describe(expected))"
+        case .dataCorrupted(let context):
+            return "\(path(context.codingPath)) has a value that is not allowed"
+        @unknown default:
+            return "payload does not match its schema"
+        }
+    }
+
+    static func describe(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: "a string"
+        case is Int.Type, is Int64.Type: "an integer"
+        case is Bool.Type: "true or false"
+        case is [String].Type, is [Any].Type: "an array"
+        default: String(describing: type).contains("Array") ? "an array" : "an object"
+        }
+    }
+}
+
+/// The version fields, read leniently before anything else so that a frame from a
+/// newer client is refused for its version, not for fields it may have added.
+private struct VersionProbe: Decodable {
+    var protocolVersion: Int?
+    var cryptoVersion: Int?
+
+    enum CodingKeys: String, CodingKey { case protocolVersion, cryptoVersion }
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        protocolVersion = try? container.decodeIfPresent(Int.self, forKey: .protocolVersion)
+        cryptoVersion = try? container.decodeIfPresent(Int.self, forKey: .cryptoVersion)
+    }
+}
+
+/// Refuses keys the payload's schema does not list, then decodes and validates.
+private struct StrictPayload<P: ClientPayload>: Decodable {
+    let value: P
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyCodingKey.self)
+        let allowed = Set(P.Keys.allCases.map(\.rawValue))
+        if let extra = container.allKeys.first(where: { !allowed.contains($0.stringValue) }) {
+            throw FieldViolation(extra.stringValue, "is not a field of \(P.frameType.rawValue)")
+        }
+        value = try P(from: decoder)
+        try value.validate()
+    }
+}

@@ -1,0 +1,357 @@
+/// A payload a client sends. Each one decodes strictly: unknown keys are refused, and
+/// `validate()` applies the rules of its schema in docs/schemas/ that `Codable`'s types
+/// alone cannot express.
+public protocol ClientPayload: Codable, Sendable {
+    associatedtype Keys: CodingKey & CaseIterable & RawRepresentable<String>
+    /// The frame `type` this payload travels under.
+    static var frameType: ClientFrameType { get }
+    func validate() throws(FieldViolation)
+}
+
+/// Payloads that name the versions they were built for (spec 3.1).
+public protocol VersionedPayload: ClientPayload {
+    var protocolVersion: Int { get }
+    var cryptoVersion: Int { get }
+}
+
+/// Payloads that act for a signed-in identity and so carry its session token.
+public protocol PrivilegedPayload: VersionedPayload {
+    var sessionToken: String { get }
+}
+
+public enum Platform: String, Codable, Sendable, CaseIterable {
+    case ios
+    case android
+}
+
+public enum MessageType: String, Codable, Sendable, CaseIterable {
+    case text
+    case image
+    case voice
+    case file
+    case system
+}
+
+public enum ReceiptStatus: String, Codable, Sendable, CaseIterable {
+    case delivered
+    case read
+}
+
+public enum CallMedia: String, Codable, Sendable, CaseIterable {
+    case audio
+    case video
+}
+
+public enum CallEndReason: String, Codable, Sendable, CaseIterable {
+    case hangup
+    case declined
+    case busy
+    case timeout
+    case failed
+}
+
+public enum ReportReason: String, Codable, Sendable, CaseIterable {
+    case spam
+    case abuse
+    case impersonation
+    case illegal
+    case other
+}
+
+/// A secretbox'd file key boxed to the recipient (spec 6.3).
+public struct FileKeyBox: Codable, Sendable, Equatable {
+    public var nonce: String
+    public var ciphertext: String
+
+    public init(nonce: String, ciphertext: String) {
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+    }
+
+    private enum CodingKeys: String, CodingKey, CaseIterable { case nonce, ciphertext }
+
+    public init(from decoder: any Decoder) throws {
+        try rejectUnknownKeys(decoder, CodingKeys.self, in: "attachment.fileKeyBox")
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        nonce = try container.decode(String.self, forKey: .nonce)
+        ciphertext = try container.decode(String.self, forKey: .ciphertext)
+    }
+}
+
+/// Nested objects of client frames are as strict as the payload itself.
+func rejectUnknownKeys<K: CodingKey & CaseIterable & RawRepresentable<String>>(
+    _ decoder: any Decoder, _ keys: K.Type, in field: String
+) throws {
+    let container = try decoder.container(keyedBy: AnyCodingKey.self)
+    let allowed = Set(K.allCases.map(\.rawValue))
+    if let extra = container.allKeys.first(where: { !allowed.contains($0.stringValue) }) {
+        throw FieldViolation("\(field).\(extra.stringValue)", "is not an allowed field")
+    }
+}
+
+/// The pointer to an encrypted blob in object storage (spec 6.3).
+public struct AttachmentPointer: Codable, Sendable, Equatable {
+    public var objectKey: String
+    public var contentType: String
+    public var ciphertextSize: Int64
+    public var fileNonce: String
+    public var fileKeyBox: FileKeyBox
+
+    public init(objectKey: String, contentType: String, ciphertextSize: Int64, fileNonce: String, fileKeyBox: FileKeyBox) {
+        self.objectKey = objectKey
+        self.contentType = contentType
+        self.ciphertextSize = ciphertextSize
+        self.fileNonce = fileNonce
+        self.fileKeyBox = fileKeyBox
+    }
+
+    private enum CodingKeys: String, CodingKey, CaseIterable { case objectKey, contentType, ciphertextSize, fileNonce, fileKeyBox }
+
+    public init(from decoder: any Decoder) throws {
+        try rejectUnknownKeys(decoder, CodingKeys.self, in: "attachment")
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        objectKey = try container.decode(String.self, forKey: .objectKey)
+        contentType = try container.decode(String.self, forKey: .contentType)
+        ciphertextSize = try container.decode(Int64.self, forKey: .ciphertextSize)
+        fileNonce = try container.decode(String.self, forKey: .fileNonce)
+        fileKeyBox = try container.decode(FileKeyBox.self, forKey: .fileKeyBox)
+    }
+
+    func validate(_ check: Checker) throws(FieldViolation) {
+        try check.require(Format.isObjectKey(objectKey), "attachment.objectKey", "must be an object key issued by /attachments/presign")
+        try check.require(Format.isContentType(contentType), "attachment.contentType", "must be a MIME type")
+        try check.require(ciphertextSize >= 1 && ciphertextSize <= Int64(Limits.MAX_FILE_BYTES), "attachment.ciphertextSize", "must be 1 to \(Limits.MAX_FILE_BYTES)")
+        try check.base64(fileNonce, "attachment.fileNonce", bytes: 24)
+        try check.base64(fileKeyBox.nonce, "attachment.fileKeyBox.nonce", bytes: 24)
+        // A boxed 32-byte key is 48 bytes: the key and the 16-byte tag.
+        try check.base64(fileKeyBox.ciphertext, "attachment.fileKeyBox.ciphertext", bytes: 48)
+    }
+}
+
+extension Format {
+    /// `^att/[0-9]{4}/[0-9]{2}/<uuid>\.bin$`, the shape attachment-signer issues.
+    public static func isObjectKey(_ value: String) -> Bool {
+        let bytes = Array(value.utf8)
+        guard bytes.count == 4 + 5 + 3 + 36 + 4, value.hasPrefix("att/"), value.hasSuffix(".bin") else { return false }
+        let digits = { (range: Range<Int>) in bytes[range].allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) } }
+        guard digits(4..<8), bytes[8] == UInt8(ascii: "/"), digits(9..<11), bytes[11] == UInt8(ascii: "/") else { return false }
+        return isUUID(String(decoding: bytes[12..<48], as: UTF8.self))
+    }
+
+    /// `^[a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*$`, at most 127 characters.
+    public static func isContentType(_ value: String) -> Bool {
+        let bytes = Array(value.utf8)
+        guard bytes.count <= 127, let slash = bytes.firstIndex(of: UInt8(ascii: "/")) else { return false }
+        func part(_ slice: ArraySlice<UInt8>) -> Bool {
+            guard let first = slice.first, isLowerAlnum(first) else { return false }
+            return slice.allSatisfy { isLowerAlnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "-") }
+        }
+        return part(bytes[..<slash]) && part(bytes[(slash + 1)...])
+    }
+
+    static func isLowerAlnum(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+    }
+
+    /// `^[A-Za-z0-9_-]{1,128}$`: a `fetch_pending` cursor as the server issued it.
+    public static func isCursor(_ value: String) -> Bool {
+        let count = value.utf8.count
+        return (1...128).contains(count) && value.utf8.allSatisfy {
+            isLowerAlnum($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-")
+        }
+    }
+}
+
+// MARK: - Identity and sessions
+
+public struct RegisterBegin: VersionedPayload {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, whisperId, deviceId, platform }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.registerBegin
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var whisperId: String?
+    public var deviceId: String
+    public var platform: Platform
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, whisperId: String? = nil, deviceId: String, platform: Platform) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.whisperId = whisperId
+        self.deviceId = deviceId
+        self.platform = platform
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        if let whisperId { try check.whisperID(whisperId, "whisperId") }
+        try check.uuid(deviceId, "deviceId")
+    }
+}
+
+public struct RegisterProof: VersionedPayload {
+    public enum Keys: String, CodingKey, CaseIterable {
+        case protocolVersion, cryptoVersion, challengeId, deviceId, platform, whisperId
+        case encPublicKey, signPublicKey, signature, pushToken, voipToken
+    }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.registerProof
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var challengeId: String
+    public var deviceId: String
+    public var platform: Platform
+    public var whisperId: String?
+    public var encPublicKey: String
+    public var signPublicKey: String
+    public var signature: String
+    public var pushToken: String?
+    public var voipToken: String?
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, challengeId: String, deviceId: String, platform: Platform,
+        whisperId: String? = nil, encPublicKey: String, signPublicKey: String, signature: String,
+        pushToken: String? = nil, voipToken: String? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.challengeId = challengeId
+        self.deviceId = deviceId
+        self.platform = platform
+        self.whisperId = whisperId
+        self.encPublicKey = encPublicKey
+        self.signPublicKey = signPublicKey
+        self.signature = signature
+        self.pushToken = pushToken
+        self.voipToken = voipToken
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(challengeId, "challengeId")
+        try check.uuid(deviceId, "deviceId")
+        if let whisperId { try check.whisperID(whisperId, "whisperId") }
+        try check.base64(encPublicKey, "encPublicKey", bytes: 32)
+        try check.base64(signPublicKey, "signPublicKey", bytes: 32)
+        try check.base64(signature, "signature", bytes: 64)
+        try check.pushToken(pushToken, "pushToken")
+        try check.pushToken(voipToken, "voipToken")
+    }
+}
+
+/// `session_refresh`, `logout` and `get_turn_credentials` carry nothing but the session.
+public struct SessionOnlyPayload<Marker: SessionOnlyFrame>: PrivilegedPayload {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken }
+    public typealias CodingKeys = Keys
+    public static var frameType: ClientFrameType { Marker.frameType }
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+    }
+
+    public func validate() throws(FieldViolation) {
+        try Checker().sessionToken(sessionToken)
+    }
+}
+
+public protocol SessionOnlyFrame: Sendable {
+    static var frameType: ClientFrameType { get }
+}
+
+public enum SessionRefreshFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.sessionRefresh }
+public enum LogoutFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.logout }
+public enum GetTurnCredentialsFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.getTurnCredentials }
+
+public typealias SessionRefresh = SessionOnlyPayload<SessionRefreshFrame>
+public typealias Logout = SessionOnlyPayload<LogoutFrame>
+public typealias GetTurnCredentials = SessionOnlyPayload<GetTurnCredentialsFrame>
+
+public struct UpdateTokens: PrivilegedPayload {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, pushToken, voipToken }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.updateTokens
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    /// Absent: unchanged. `null`: cleared. A string: replaced.
+    public var pushToken: TokenUpdate
+    public var voipToken: TokenUpdate
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, pushToken: TokenUpdate = .unchanged, voipToken: TokenUpdate = .unchanged) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.pushToken = pushToken
+        self.voipToken = voipToken
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Keys.self)
+        protocolVersion = try container.decode(Int.self, forKey: .protocolVersion)
+        cryptoVersion = try container.decode(Int.self, forKey: .cryptoVersion)
+        sessionToken = try container.decode(String.self, forKey: .sessionToken)
+        pushToken = try TokenUpdate(container, .pushToken)
+        voipToken = try TokenUpdate(container, .voipToken)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(protocolVersion, forKey: .protocolVersion)
+        try container.encode(cryptoVersion, forKey: .cryptoVersion)
+        try container.encode(sessionToken, forKey: .sessionToken)
+        try pushToken.encode(into: &container, .pushToken)
+        try voipToken.encode(into: &container, .voipToken)
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.sessionToken(sessionToken)
+        if case .set(let token) = pushToken { try check.pushToken(token, "pushToken") }
+        if case .set(let token) = voipToken { try check.pushToken(token, "voipToken") }
+    }
+}
+
+/// A change to a push token: left alone, cleared, or replaced.
+public enum TokenUpdate: Sendable, Equatable {
+    case unchanged
+    case clear
+    case set(String)
+
+    init<K: CodingKey>(_ container: KeyedDecodingContainer<K>, _ key: K) throws {
+        if !container.contains(key) {
+            self = .unchanged
+        } else if try container.decodeNil(forKey: key) {
+            self = .clear
+        } else {
+            self = .set(try container.decode(String.self, forKey: key))
+        }
+    }
+
+    func encode<K: CodingKey>(into container: inout KeyedEncodingContainer<K>, _ key: K) throws {
+        switch self {
+        case .unchanged: break
+        case .clear: try container.encodeNil(forKey: key)
+        case .set(let token): try container.encode(token, forKey: key)
+        }
+    }
+}
+
+public struct Ping: ClientPayload {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.ping
+    public var protocolVersion: Int?
+    public var cryptoVersion: Int?
+
+    public init(protocolVersion: Int? = nil, cryptoVersion: Int? = nil) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+    }
+
+    public func validate() throws(FieldViolation) {}
+}

@@ -1,0 +1,29 @@
+/// The limits of spec 11, by their spec names, plus the bounds this project adds
+/// where the spec is silent (each documented in docs/protocol.md).
+public enum Limits {
+    public static let MAX_WS_FRAME_BYTES = 512_000
+    public static let MAX_TEXT_BYTES = 8_000
+    public static let MAX_IMAGE_BYTES = 15_000_000
+    public static let MAX_VOICE_BYTES = 25_000_000
+    public static let MAX_FILE_BYTES = 50_000_000
+    public static let PENDING_TTL_HOURS = 72
+    public static let FETCH_PENDING_LIMIT_DEFAULT = 50
+    public static let SESSION_TTL_DAYS = 7
+    public static let CHALLENGE_TTL_SECONDS = 60
+    public static let TIMESTAMP_SKEW_MS = 600_000
+
+    /// The largest page `fetch_pending` returns, whatever `limit` asks for.
+    public static let FETCH_PENDING_LIMIT_MAX = 200
+    /// Members of one group, the creator included.
+    public static let MAX_GROUP_MEMBERS = 256
+    public static let MAX_GROUP_TITLE_CHARS = 128
+    /// Peers one connection may watch for presence.
+    public static let MAX_PRESENCE_PEERS = 500
+    public static let MAX_PUSH_TOKEN_CHARS = 4_096
+    public static let MAX_REPORT_DETAILS_CHARS = 2_000
+    /// Box overhead (Poly1305 tag) added to a text message's plaintext.
+    public static let BOX_OVERHEAD_BYTES = 16
+
+    public static let SUPPORTED_PROTOCOL_VERSIONS: Set<Int> = [1]
+    public static let SUPPORTED_CRYPTO_VERSIONS: Set<Int> = [1]
+}

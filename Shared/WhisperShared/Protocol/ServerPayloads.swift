@@ -1,0 +1,384 @@
+import Foundation
+
+/// Every frame `type` the server sends.
+public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
+    case error
+    case registerChallenge = "register_challenge"
+    case registerAck = "register_ack"
+    case sessionRefreshed = "session_refreshed"
+    case loggedOut = "logged_out"
+    case tokensUpdated = "tokens_updated"
+    case sessionRevoked = "session_revoked"
+    case pong
+    case messageAccepted = "message_accepted"
+    case messageReceived = "message_received"
+    case messageDelivered = "message_delivered"
+    case pendingMessages = "pending_messages"
+    case groupCreated = "group_created"
+    case groupUpdated = "group_updated"
+    case callIncoming = "call_incoming"
+    case callRinging = "call_ringing"
+    case callAnswered = "call_answered"
+    case callRemoteCandidate = "call_remote_candidate"
+    case callEnded = "call_ended"
+    case turnCredentials = "turn_credentials"
+    case peerTyping = "peer_typing"
+    case presence
+    case presenceSnapshot = "presence_snapshot"
+    case reportAccepted = "report_accepted"
+    case reconnect
+
+    var payloadType: any ServerPayload.Type {
+        switch self {
+        case .error: ErrorPayload.self
+        case .registerChallenge: RegisterChallenge.self
+        case .registerAck: RegisterAck.self
+        case .sessionRefreshed: SessionRefreshed.self
+        case .loggedOut: LoggedOut.self
+        case .tokensUpdated: TokensUpdated.self
+        case .sessionRevoked: SessionRevoked.self
+        case .pong: Pong.self
+        case .messageAccepted: MessageAccepted.self
+        case .messageReceived: MessageReceived.self
+        case .messageDelivered: MessageDelivered.self
+        case .pendingMessages: PendingMessages.self
+        case .groupCreated: GroupCreated.self
+        case .groupUpdated: GroupUpdated.self
+        case .callIncoming: CallIncoming.self
+        case .callRinging: CallRinging.self
+        case .callAnswered: CallAnswered.self
+        case .callRemoteCandidate: CallRemoteCandidate.self
+        case .callEnded: CallEnded.self
+        case .turnCredentials: TurnCredentials.self
+        case .peerTyping: PeerTyping.self
+        case .presence: PresenceUpdate.self
+        case .presenceSnapshot: PresenceSnapshot.self
+        case .reportAccepted: ReportAccepted.self
+        case .reconnect: Reconnect.self
+        }
+    }
+}
+
+/// A payload the server sends. Clients must ignore fields they do not know.
+public protocol ServerPayload: Codable, Sendable {
+    static var frameType: ServerFrameType { get }
+}
+
+public struct ErrorPayload: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.error
+    public var code: ErrorCode
+    public var message: String
+    public var requestId: String?
+
+    public init(code: ErrorCode, message: String, requestId: String? = nil) {
+        self.code = code
+        self.message = message
+        self.requestId = requestId
+    }
+}
+
+public struct RegisterChallenge: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.registerChallenge
+    public var challengeId: String
+    /// base64 of 32 random bytes, to be signed with the identity's Ed25519 key.
+    public var challenge: String
+    public var expiresAt: Int64
+
+    public init(challengeId: String, challenge: String, expiresAt: Int64) {
+        self.challengeId = challengeId
+        self.challenge = challenge
+        self.expiresAt = expiresAt
+    }
+}
+
+public struct RegisterAck: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.registerAck
+    public var success: Bool
+    public var whisperId: String
+    public var sessionToken: String
+    public var sessionExpiresAt: Int64
+    public var serverTime: Int64
+
+    public init(success: Bool = true, whisperId: String, sessionToken: String, sessionExpiresAt: Int64, serverTime: Int64) {
+        self.success = success
+        self.whisperId = whisperId
+        self.sessionToken = sessionToken
+        self.sessionExpiresAt = sessionExpiresAt
+        self.serverTime = serverTime
+    }
+}
+
+public struct SessionRefreshed: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.sessionRefreshed
+    public var sessionToken: String
+    public var sessionExpiresAt: Int64
+    public var serverTime: Int64
+
+    public init(sessionToken: String, sessionExpiresAt: Int64, serverTime: Int64) {
+        self.sessionToken = sessionToken
+        self.sessionExpiresAt = sessionExpiresAt
+        self.serverTime = serverTime
+    }
+}
+
+public struct LoggedOut: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.loggedOut
+    public var success: Bool
+
+    public init(success: Bool = true) { self.success = success }
+}
+
+public struct TokensUpdated: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.tokensUpdated
+    public var success: Bool
+
+    public init(success: Bool = true) { self.success = success }
+}
+
+/// Sent just before the server closes a socket whose session ended elsewhere.
+public struct SessionRevoked: ServerPayload, Equatable {
+    public enum Reason: String, Codable, Sendable { case replacedByNewDevice = "replaced_by_new_device", loggedOut = "logged_out", banned }
+    public static let frameType = ServerFrameType.sessionRevoked
+    public var reason: Reason
+
+    public init(reason: Reason) { self.reason = reason }
+}
+
+public struct Pong: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.pong
+    public var serverTime: Int64
+
+    public init(serverTime: Int64) { self.serverTime = serverTime }
+}
+
+public struct MessageAccepted: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.messageAccepted
+    public var messageId: String
+    public var status: String
+
+    public init(messageId: String, status: String = "sent") {
+        self.messageId = messageId
+        self.status = status
+    }
+}
+
+/// A message for its recipient (spec 4.2); `groupId` is set for group messages.
+public struct MessageReceived: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.messageReceived
+    public var messageId: String
+    public var groupId: String?
+    public var from: String
+    public var to: String
+    public var msgType: MessageType
+    public var timestamp: Int64
+    public var nonce: String
+    public var ciphertext: String
+    public var sig: String
+    public var replyTo: String?
+    public var reactions: [String: [String]]?
+    public var attachment: AttachmentPointer?
+
+    public init(
+        messageId: String, groupId: String? = nil, from: String, to: String, msgType: MessageType, timestamp: Int64,
+        nonce: String, ciphertext: String, sig: String, replyTo: String? = nil,
+        reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
+    ) {
+        self.messageId = messageId
+        self.groupId = groupId
+        self.from = from
+        self.to = to
+        self.msgType = msgType
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+        self.replyTo = replyTo
+        self.reactions = reactions
+        self.attachment = attachment
+    }
+}
+
+public struct MessageDelivered: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.messageDelivered
+    public var messageId: String
+    public var status: ReceiptStatus
+    public var timestamp: Int64
+
+    public init(messageId: String, status: ReceiptStatus, timestamp: Int64) {
+        self.messageId = messageId
+        self.status = status
+        self.timestamp = timestamp
+    }
+}
+
+public struct PendingMessages: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.pendingMessages
+    public var messages: [MessageReceived]
+    public var nextCursor: String?
+
+    public init(messages: [MessageReceived], nextCursor: String?) {
+        self.messages = messages
+        self.nextCursor = nextCursor
+    }
+}
+
+public struct GroupCreated: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.groupCreated
+    public var groupId: String
+    public var title: String
+    public var memberIds: [String]
+    public var createdBy: String
+    public var createdAt: Int64
+}
+
+public struct GroupUpdated: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.groupUpdated
+    public var groupId: String
+    public var title: String
+    public var memberIds: [String]
+    public var added: [String]
+    public var removed: [String]
+    public var updatedBy: String
+    public var updatedAt: Int64
+}
+
+/// The signed fields of a call signaling frame as the peer receives them.
+public struct CallSignalDelivery<Marker: CallDeliveryFrame>: ServerPayload, Equatable {
+    public static var frameType: ServerFrameType { Marker.frameType }
+    public var callId: String
+    public var from: String
+    public var to: String
+    public var timestamp: Int64
+    public var nonce: String
+    public var ciphertext: String
+    public var sig: String
+    public var media: CallMedia?
+    public var reason: CallEndReason?
+}
+
+public protocol CallDeliveryFrame: Sendable {
+    static var frameType: ServerFrameType { get }
+}
+
+public enum CallIncomingFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callIncoming }
+public enum CallAnsweredFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callAnswered }
+public enum CallRemoteCandidateFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callRemoteCandidate }
+public enum CallEndedFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callEnded }
+
+public typealias CallIncoming = CallSignalDelivery<CallIncomingFrame>
+public typealias CallAnswered = CallSignalDelivery<CallAnsweredFrame>
+public typealias CallRemoteCandidate = CallSignalDelivery<CallRemoteCandidateFrame>
+public typealias CallEnded = CallSignalDelivery<CallEndedFrame>
+
+/// Tells the caller the callee's device has been reached (live socket or VoIP push).
+public struct CallRinging: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.callRinging
+    public var callId: String
+    public var to: String
+    public var timestamp: Int64
+}
+
+public struct TurnCredentials: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.turnCredentials
+    public var urls: [String]
+    public var username: String
+    public var credential: String
+    public var ttlSeconds: Int
+    public var expiresAt: Int64
+}
+
+public struct PeerTyping: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.peerTyping
+    public var from: String
+    public var isTyping: Bool
+    public var timestamp: Int64
+}
+
+public enum PresenceStatus: String, Codable, Sendable { case online, offline }
+
+public struct PresenceUpdate: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.presence
+    public var whisperId: String
+    public var status: PresenceStatus
+    public var timestamp: Int64
+}
+
+public struct PresenceSnapshot: ServerPayload, Equatable {
+    public struct Peer: Codable, Sendable, Equatable {
+        public var whisperId: String
+        public var status: PresenceStatus
+    }
+    public static let frameType = ServerFrameType.presenceSnapshot
+    public var peers: [Peer]
+}
+
+public struct ReportAccepted: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.reportAccepted
+    public var reportId: String
+}
+
+/// The server is going away (deploy, drain): connect again, to any instance, after the delay.
+public struct Reconnect: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.reconnect
+    public var reason: String
+    public var retryAfterMs: Int
+
+    public init(reason: String, retryAfterMs: Int) {
+        self.reason = reason
+        self.retryAfterMs = retryAfterMs
+    }
+}
+
+/// A decoded server frame (what clients and tests read).
+public struct ServerFrame: Sendable {
+    public var type: ServerFrameType
+    public var requestId: String?
+    public var payload: any ServerPayload
+
+    public func payload<P: ServerPayload>(as type: P.Type) -> P? {
+        payload as? P
+    }
+}
+
+/// Encodes server frames as `{"type", "requestId"?, "payload"}` and decodes them back.
+public enum ServerFrameCodec {
+    public static func encode<P: ServerPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        // Encoding our own value types cannot fail.
+        return Array((try? encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
+    }
+
+    public static func encodeError(_ code: ErrorCode, _ message: String, requestId: String?) -> [UInt8] {
+        encode(ErrorPayload(code: code, message: message, requestId: requestId), requestId: requestId)
+    }
+
+    public static func decode(_ bytes: some DataProtocol) throws -> ServerFrame {
+        let data = bytes as? Data ?? Data(bytes)
+        return try JSONDecoder().decode(Inbound.self, from: data).frame
+    }
+
+    private struct Outbound<P: ServerPayload>: Encodable {
+        var type: ServerFrameType
+        var requestId: String?
+        var payload: P
+    }
+
+    private struct Inbound: Decodable {
+        let frame: ServerFrame
+
+        enum CodingKeys: String, CodingKey { case type, requestId, payload }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let type = try container.decode(ServerFrameType.self, forKey: .type)
+            let requestId = try container.decodeIfPresent(String.self, forKey: .requestId)
+            let payload = try Self.decode(type.payloadType, container)
+            frame = ServerFrame(type: type, requestId: requestId, payload: payload)
+        }
+
+        static func decode<P: ServerPayload>(_ type: P.Type, _ container: KeyedDecodingContainer<CodingKeys>) throws -> P {
+            try container.decode(P.self, forKey: .payload)
+        }
+    }
+}

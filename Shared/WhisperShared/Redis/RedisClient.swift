@@ -1,0 +1,145 @@
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import Synchronization
+
+/// The Redis client every service uses: one pipelined connection that is re-opened
+/// with backoff whenever it drops, so a Redis restart is survived without restarting
+/// the service. While the connection is down, commands fail at once with
+/// `RedisError.unavailable` instead of piling up.
+///
+/// Run it in the service's `ServiceGroup` before anything that uses it.
+public final class RedisClient: Service, Sendable {
+    private enum State {
+        case idle
+        case connected(RedisConnection)
+        case disconnected
+        case shutdown
+    }
+
+    public let configuration: RedisConfiguration
+    private let eventLoopGroup: any EventLoopGroup
+    private let logger: Logger
+    private let state = Mutex<State>(.idle)
+    private let scripts = Mutex<Set<String>>([])
+
+    public init(
+        configuration: RedisConfiguration,
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        logger: Logger
+    ) {
+        self.configuration = configuration
+        self.eventLoopGroup = eventLoopGroup
+        self.logger = logger
+    }
+
+    /// True while a connection is open.
+    public var isConnected: Bool {
+        state.withLock { if case .connected(let c) = $0 { c.isActive } else { false } }
+    }
+
+    public func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            var backoff = Backoff(policy: self.configuration.reconnectBackoff)
+            while !Task.isCancelled {
+                do {
+                    let connection = try await RedisConnection.connect(to: self.configuration, eventLoopGroup: self.eventLoopGroup)
+                    let accepted = self.state.withLock { state -> Bool in
+                        if case .shutdown = state { return false }
+                        state = .connected(connection)
+                        return true
+                    }
+                    guard accepted else {
+                        await connection.close()
+                        return
+                    }
+                    if backoff.attempt > 0 {
+                        self.logger.info("redis_reconnected", metadata: ["attempts": "\(backoff.attempt)"])
+                    } else {
+                        self.logger.debug("redis_connected")
+                    }
+                    backoff.reset()
+                    await withTaskCancellationHandler {
+                        try? await connection.channel.closeFuture.get()
+                    } onCancel: {
+                        connection.channel.close(promise: nil)
+                    }
+                    self.state.withLock { state in
+                        if case .connected = state { state = .disconnected }
+                    }
+                    if !Task.isCancelled {
+                        self.logger.warning("redis_connection_lost")
+                    }
+                } catch {
+                    self.state.withLock { state in
+                        if case .idle = state { state = .disconnected }
+                    }
+                    let delay = backoff.next()
+                    self.logger.warning(
+                        "redis_connect_failed",
+                        metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"]
+                    )
+                    try? await Task.sleep(for: delay)
+                }
+            }
+        }
+        let last = state.withLock { state -> RedisConnection? in
+            defer { state = .shutdown }
+            if case .connected(let connection) = state { return connection }
+            return nil
+        }
+        await last?.close()
+    }
+
+    private func connection() throws -> RedisConnection {
+        try state.withLock { state in
+            switch state {
+            case .connected(let connection) where connection.isActive: return connection
+            case .shutdown: throw RedisError.shutdown
+            default: throw RedisError.unavailable
+            }
+        }
+    }
+
+    /// Sends one command; an error reply is thrown as `RedisError.server`.
+    @discardableResult
+    public func send(_ command: RedisCommand) async throws -> RESPValue {
+        try await connection().send(command)
+    }
+
+    @discardableResult
+    public func send(_ name: String, _ arguments: any RedisArgument...) async throws -> RESPValue {
+        try await connection().send(RedisCommand(name, arguments))
+    }
+
+    /// Sends several commands in one write; error replies are returned in place.
+    public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
+        try await connection().pipeline(commands)
+    }
+
+    /// Runs a Lua script by its SHA1 (EVALSHA), loading it first when Redis does not
+    /// know it yet (after a restart, for example).
+    @discardableResult
+    public func evaluate(_ script: RedisScript, keys: [String], arguments: [any RedisArgument] = []) async throws -> RESPValue {
+        let connection = try connection()
+        let evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count] + keys + arguments)
+        let known = scripts.withLock { $0.contains(script.sha1) }
+        if known {
+            let reply = try await connection.pipeline([evalsha])[0]
+            switch reply {
+            case .error(let message) where message.hasPrefix("NOSCRIPT"):
+                break
+            case .error(let message):
+                throw RedisError.server(message)
+            default:
+                return reply
+            }
+        }
+        let replies = try await connection.pipeline([RedisCommand("SCRIPT", "LOAD", script.source), evalsha])
+        if case .error(let message) = replies[0] { throw RedisError.server(message) }
+        scripts.withLock { _ = $0.insert(script.sha1) }
+        if case .error(let message) = replies[1] { throw RedisError.server(message) }
+        return replies[1]
+    }
+}

@@ -1,0 +1,105 @@
+import Logging
+import NIOCore
+import NIOPosix
+
+/// One pipelined connection to Redis. Many commands may be in flight at once; replies
+/// come back in order. Safe to use from any task.
+public final class RedisConnection: Sendable {
+    let channel: any Channel
+
+    private init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Opens a connection, authenticates and selects the database.
+    static func connect(
+        to configuration: RedisConfiguration,
+        eventLoopGroup: any EventLoopGroup,
+        onUnsolicited: (@Sendable (RESPValue) -> Void)? = nil
+    ) async throws -> RedisConnection {
+        let channel = try await ClientBootstrap(group: eventLoopGroup)
+            .connectTimeout(.nanoseconds(configuration.connectTimeout.nanoseconds))
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(RedisReplyDecoder()))
+                    try channel.pipeline.syncOperations.addHandler(RedisCommandHandler(onUnsolicited: onUnsolicited))
+                }
+            }
+            .connect(host: configuration.host, port: configuration.port)
+            .get()
+        let connection = RedisConnection(channel: channel)
+        do {
+            for command in configuration.handshake {
+                _ = try await connection.send(command)
+            }
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+        return connection
+    }
+
+    public var isActive: Bool { channel.isActive }
+
+    /// Sends one command; an error reply is thrown as `RedisError.server`.
+    @discardableResult
+    public func send(_ command: RedisCommand) async throws -> RESPValue {
+        let reply = try await pipeline([command])[0]
+        if case .error(let message) = reply { throw RedisError.server(message) }
+        return reply
+    }
+
+    /// Sends several commands in one write. Error replies are returned, not thrown,
+    /// so that each result can be looked at on its own.
+    public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
+        guard !commands.isEmpty else { return [] }
+        var bytes = channel.allocator.buffer(capacity: 64 * commands.count)
+        for command in commands {
+            command.encode(into: &bytes)
+        }
+        let eventLoop = channel.eventLoop
+        let promises = commands.map { _ in eventLoop.makePromise(of: RESPValue.self) }
+        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises), promise: nil)
+        var replies: [RESPValue] = []
+        replies.reserveCapacity(promises.count)
+        for promise in promises {
+            replies.append(try await promise.futureResult.get())
+        }
+        return replies
+    }
+
+    /// Writes commands whose replies nobody waits for (SUBSCRIBE on a push connection).
+    func writeUnanswered(_ commands: [RedisCommand]) async throws {
+        var bytes = channel.allocator.buffer(capacity: 64)
+        for command in commands {
+            command.encode(into: &bytes)
+        }
+        try await channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: []))
+    }
+
+    public func close() async {
+        try? await channel.close()
+    }
+}
+
+extension RedisConfiguration {
+    /// AUTH, SELECT and CLIENT SETNAME as this configuration asks.
+    var handshake: [RedisCommand] {
+        var commands: [RedisCommand] = []
+        if let password {
+            if let username {
+                commands.append(RedisCommand("AUTH", username, password))
+            } else {
+                commands.append(RedisCommand("AUTH", password))
+            }
+        }
+        if database != 0 {
+            commands.append(RedisCommand("SELECT", database))
+        }
+        if let clientName {
+            commands.append(RedisCommand("CLIENT", "SETNAME", clientName))
+        }
+        return commands
+    }
+}

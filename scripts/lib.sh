@@ -1,0 +1,126 @@
+# Shared helpers for scripts/up, scripts/down and scripts/test. Source, do not run.
+# Everything lives under .data/ in the project (ignored by git) and listens on loopback only.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DATA="$ROOT/.data"
+
+log() { printf '[whisper] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Installs the Debian packages the build and the stack need, only when something is missing.
+ensure_packages() {
+    local missing=()
+    command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+    pkg-config --exists hiredis 2>/dev/null || missing+=(libhiredis-dev)
+    pkg-config --exists libsodium 2>/dev/null || missing+=(libsodium-dev)
+    command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    [ -n "$(pg_bindir 2>/dev/null)" ] || missing+=(postgresql)
+    if [ "${WHISPER_NEED_PROMTOOL:-0}" = 1 ]; then
+        command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+    fi
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "installing: ${missing[*]}"
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# Where Debian keeps the PostgreSQL server binaries (not on PATH).
+pg_bindir() {
+    local dir
+    for dir in /usr/lib/postgresql/*/bin; do
+        [ -x "$dir/initdb" ] && { echo "$dir"; return 0; }
+    done
+    if command -v pg_config >/dev/null 2>&1; then
+        dir="$(pg_config --bindir)"
+        [ -x "$dir/initdb" ] && { echo "$dir"; return 0; }
+    fi
+    return 1
+}
+
+# PostgreSQL refuses to run as root: run its tools as the postgres user when we are root.
+as_pg() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# start_postgres NAME PORT: a cluster in .data/NAME with role and database "whisper".
+start_postgres() {
+    local name="$1" port="$2" bindir dir run
+    bindir="$(pg_bindir)" || die "PostgreSQL server binaries not found"
+    dir="$DATA/$name"
+    run="$DATA/$name-run"
+    mkdir -p "$DATA"
+    chmod 755 "$DATA"
+    if [ ! -f "$dir/PG_VERSION" ]; then
+        log "creating PostgreSQL cluster in $dir"
+        mkdir -p "$dir"
+        [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir"
+        chmod 700 "$dir"
+        as_pg "$bindir/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 >/dev/null
+    fi
+    mkdir -p "$run"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$run"
+    if ! as_pg "$bindir/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
+        as_pg "$bindir/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 \
+            -o "-p $port -k $run -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${WHISPER_PG_FSYNC:-on}" \
+            start >/dev/null || { tail -20 "$dir/server.log" >&2; die "PostgreSQL did not start"; }
+    fi
+    local psql=(as_pg psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1)
+    if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname = 'whisper'")" != 1 ]; then
+        "${psql[@]}" -c "CREATE ROLE whisper LOGIN CREATEDB" >/dev/null
+    fi
+    if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname = 'whisper'")" != 1 ]; then
+        "${psql[@]}" -c "CREATE DATABASE whisper OWNER whisper" >/dev/null
+    fi
+}
+
+stop_postgres() {
+    local name="$1" bindir
+    bindir="$(pg_bindir)" || return 0
+    [ -f "$DATA/$name/PG_VERSION" ] || return 0
+    as_pg "$bindir/pg_ctl" -D "$DATA/$name" -m fast -w stop >/dev/null 2>&1 || true
+}
+
+# start_redis NAME PORT: append-only Redis in .data/NAME.
+start_redis() {
+    local name="$1" port="$2" dir
+    dir="$DATA/$name"
+    mkdir -p "$dir"
+    if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+        return 0
+    fi
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
+        --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+        --appendonly yes --appendfsync everysec --save "" >/dev/null
+    local i
+    for i in $(seq 1 50); do
+        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    die "Redis did not start on port $port (see $dir/redis.log)"
+}
+
+stop_redis() {
+    local port="$2"
+    redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+}
+
+SERVICES=(gateway auth router push-sender attachment-signer turn-cred admin gc-worker)
+
+# The HTTP port of each service when run by scripts/up.
+service_port() {
+    case "$1" in
+        gateway) echo 8080 ;; auth) echo 8081 ;; router) echo 8082 ;; push-sender) echo 8083 ;;
+        attachment-signer) echo 8084 ;; turn-cred) echo 8085 ;; admin) echo 8086 ;; gc-worker) echo 8087 ;;
+    esac
+}
+
+# The environment variable prefix of a service (push-sender -> PUSH_SENDER).
+service_prefix() {
+    echo "$1" | tr 'a-z-' 'A-Z_'
+}
