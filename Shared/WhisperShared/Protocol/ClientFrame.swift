@@ -239,3 +239,18 @@ private struct StrictPayload<P: ClientPayload>: Decodable {
         try value.validate()
     }
 }
+
+/// Encodes client frames (what the SDK and tools send).
+public enum ClientFrameCodec {
+    public static func encode<P: ClientPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return Array((try? encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
+    }
+
+    private struct Outbound<P: ClientPayload>: Encodable {
+        var type: ClientFrameType
+        var requestId: String?
+        var payload: P
+    }
+}
