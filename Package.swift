@@ -64,7 +64,7 @@ var targets: [Target] = [
     ),
     .testTarget(
         name: "WhisperSharedTests",
-        dependencies: ["WhisperShared"],
+        dependencies: ["WhisperShared", .product(name: "NIOEmbedded", package: "swift-nio")],
         path: "Tests/WhisperSharedTests"
     ),
     .testTarget(
