@@ -48,4 +48,6 @@ public actor ConnectionRegistry {
     }
 
     public var count: Int { connections.count }
+
+    func all() -> [ClientConnection] { Array(connections.values) }
 }

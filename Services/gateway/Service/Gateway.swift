@@ -37,20 +37,12 @@ public func buildGateway(
         let connection = ClientConnection(outbound: outbound, logger: context.logger)
         await connections.add(connection)
         defer { Task { await connections.remove(connection.id) } }
-        try await withGracefulShutdownHandler {
-            for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
-                let bytes: [UInt8] = switch message {
-                case .text(let text): Array(text.utf8)
-                case .binary(let buffer): Array(buffer.readableBytesView)
-                }
-                await frames.handle(bytes, on: connection)
+        for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
+            let bytes: [UInt8] = switch message {
+            case .text(let text): Array(text.utf8)
+            case .binary(let buffer): Array(buffer.readableBytesView)
             }
-        } onGracefulShutdown: {
-            // Tell the client to come back elsewhere; the WebSocket layer then closes the socket.
-            draining.startDraining()
-            Task {
-                try? await connection.send(Reconnect(reason: "server_shutdown", retryAfterMs: settings.reconnectDelayMs))
-            }
+            await frames.handle(bytes, on: connection)
         }
     }
 
@@ -73,9 +65,14 @@ public func buildGateway(
         },
         logger: environment.logger
     )
-    app.addServices(DrainSignal(flag: draining))
+    // Listed after the server, so it is told to stop first: it drains the sockets
+    // while the server still runs, then the server stops.
+    let drainer = ConnectionDrainer(
+        flag: draining, connections: connections, timeout: settings.drainTimeout,
+        reconnectDelayMs: settings.reconnectDelayMs, logger: environment.logger
+    )
     let assembly = ServiceAssembly(
-        services: environment.clientServices + [app],
+        services: environment.clientServices + [app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

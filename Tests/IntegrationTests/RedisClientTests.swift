@@ -1,0 +1,128 @@
+import Foundation
+import ServiceLifecycle
+import Testing
+import WhisperShared
+
+/// The hiredis-based client against a real redis-server.
+@Suite struct RedisClientTests {
+    /// Runs a client for the duration of `body`.
+    func withClient<T: Sendable>(_ configuration: RedisConfiguration = TestServers.redis, _ body: (RedisClient) async throws -> T) async throws -> T {
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let task = Task { try await client.run() }
+        defer { task.cancel() }
+        try await waitUntil { client.isConnected }
+        return try await body(client)
+    }
+
+    @Test func commandsRoundTripBinarySafeValues() async throws {
+        try await withClient { redis in
+            let key = "test:\(UUID().uuidString)"
+            let value: [UInt8] = [0, 1, 13, 10, 255, 36, 42]
+            try await redis.send("SET", key, value, "EX", 60)
+            #expect(try await redis.send("GET", key) == .bulkString(value))
+            #expect(try await redis.send("GET", key + ":missing") == .null)
+            #expect(try await redis.send("DEL", key) == .integer(1))
+        }
+    }
+
+    @Test func errorRepliesAreThrown() async throws {
+        try await withClient { redis in
+            let key = "test:\(UUID().uuidString)"
+            try await redis.send("SET", key, "text")
+            await #expect(throws: RedisError.self) { try await redis.send("INCR", key) }
+            // The connection is still usable afterwards.
+            #expect(try await redis.send("PING") == .simpleString("PONG"))
+        }
+    }
+
+    @Test func aThousandPipelinedCommandsAnswerInOrder() async throws {
+        try await withClient { redis in
+            let key = "test:\(UUID().uuidString)"
+            let replies = try await redis.pipeline((0..<1000).map { _ in RedisCommand("INCR", key) })
+            #expect(replies == (1...1000).map { RESPValue.integer(Int64($0)) })
+        }
+    }
+
+    @Test func concurrentCallersEachGetTheirOwnReply() async throws {
+        try await withClient { redis in
+            let prefix = "test:\(UUID().uuidString)"
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<200 {
+                    group.addTask {
+                        try await redis.send("SET", "\(prefix):\(index)", "\(index)")
+                        let value = try await redis.send("GET", "\(prefix):\(index)")
+                        #expect(value.string == "\(index)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+    }
+
+    @Test func scriptsRunByHashAndReloadAfterAFlush() async throws {
+        try await withClient { redis in
+            let script = RedisScript("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+            let key = "test:\(UUID().uuidString)"
+            #expect(try await redis.evaluate(script, keys: [key], arguments: [5]) == .integer(5))
+            #expect(try await redis.evaluate(script, keys: [key], arguments: [5]) == .integer(10))
+            // Redis forgets scripts on restart or SCRIPT FLUSH; the client must load it again.
+            try await redis.send("SCRIPT", "FLUSH")
+            #expect(try await redis.evaluate(script, keys: [key], arguments: [1]) == .integer(11))
+        }
+    }
+
+    @Test func subscribersReceivePublishedMessages() async throws {
+        try await withClient { redis in
+            let channel = "test:channel:\(UUID().uuidString)"
+            let subscriber = RedisSubscriber(configuration: TestServers.redis, channels: [channel], logger: TestServers.logger)
+            let task = Task { try await subscriber.run() }
+            defer { task.cancel() }
+            try await waitUntil { subscriber.isSubscribed }
+            let payload: [UInt8] = Array("hello\r\n\u{0}".utf8)
+            #expect(try await redis.send("PUBLISH", channel, payload) == .integer(1))
+            var iterator = subscriber.messages.makeAsyncIterator()
+            let message = await iterator.next()
+            #expect(message?.channel == channel)
+            #expect(message?.payload == payload)
+        }
+    }
+
+    @Test func aRedisRestartIsSurvivedByClientAndSubscriber() async throws {
+        let server = try RedisProcess()
+        try server.start()
+        let configuration = RedisConfiguration(url: server.url)!
+        let channel = "restart:\(UUID().uuidString)"
+        let subscriber = RedisSubscriber(configuration: configuration, channels: [channel], logger: TestServers.logger)
+        let subscriberTask = Task { try await subscriber.run() }
+        defer { subscriberTask.cancel() }
+        try await withClient(configuration) { redis in
+            try await waitUntil { subscriber.isSubscribed }
+            try await redis.send("SET", "k", "before")
+
+            server.kill()
+            try await waitUntil { !redis.isConnected }
+            await #expect(throws: RedisError.self) { try await redis.send("GET", "k") }
+
+            try server.start()
+            try await waitUntil(timeout: .seconds(10)) { redis.isConnected }
+            try await redis.send("SET", "k", "after")
+            #expect(try await redis.send("GET", "k").string == "after")
+
+            // The subscriber re-subscribed on its own and hears new messages.
+            try await waitUntil(timeout: .seconds(10)) { subscriber.isSubscribed }
+            try await redis.send("PUBLISH", channel, "again")
+            var iterator = subscriber.messages.makeAsyncIterator()
+            #expect(await iterator.next()?.payload == Array("again".utf8))
+        }
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
+func waitUntil(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    throw TestSetupError("condition not met within \(timeout)")
+}

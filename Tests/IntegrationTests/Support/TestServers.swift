@@ -1,0 +1,194 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import PostgresNIO
+import ServiceLifecycle
+import Testing
+import WhisperShared
+
+/// Where the real servers started by scripts/test listen.
+enum TestServers {
+    static let environment = ProcessInfo.processInfo.environment
+    static let postgresURL = environment["WHISPER_TEST_POSTGRES_URL"] ?? "postgres://whisper@127.0.0.1:55433/whisper"
+    static let redisURL = environment["WHISPER_TEST_REDIS_URL"] ?? "redis://127.0.0.1:56380"
+    static let redisServerBinary = environment["WHISPER_TEST_REDIS_SERVER"] ?? "/usr/bin/redis-server"
+    static let promtool = environment["WHISPER_TEST_PROMTOOL"] ?? "/usr/bin/promtool"
+    static let repoRoot = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    static var logger: Logger {
+        var logger = Logger(label: "test")
+        logger.logLevel = .error
+        return logger
+    }
+
+    static var redis: RedisConfiguration {
+        RedisConfiguration(url: redisURL)!
+    }
+
+    /// Common settings for a service under test: port 0 (any free port), the test servers.
+    static func common(service: String, postgres: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> CommonSettings {
+        CommonSettings(
+            service: service,
+            instanceID: "\(service)-\(UUID().uuidString.prefix(8).lowercased())",
+            http: HTTPSettings(host: "127.0.0.1", port: 0),
+            postgres: postgres,
+            redis: redis,
+            logLevel: .error,
+            shutdownGracePeriod: .seconds(5)
+        )
+    }
+
+    /// A free TCP port on loopback.
+    static func freePort() throws -> Int {
+        let channel = try ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(host: "127.0.0.1", port: 0).wait()
+        let port = channel.localAddress!.port!
+        try channel.close().wait()
+        return port
+    }
+}
+
+/// Fresh databases for tests, each a copy of a migrated template (or empty), on the
+/// local test server only.
+actor TestDatabases {
+    static let shared = TestDatabases()
+    private var template: Task<String, any Error>?
+
+    private func adminSettings() throws -> PostgresSettings {
+        let settings = try #require(PostgresSettings(url: TestServers.postgresURL))
+        guard ["127.0.0.1", "localhost", "::1"].contains(settings.host) else {
+            throw TestSetupError("refusing to create test databases on non-local host \(settings.host)")
+        }
+        return settings
+    }
+
+    private func execute(_ sql: String) async throws {
+        let client = PostgresClient(configuration: try adminSettings().clientConfiguration, backgroundLogger: TestServers.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            try await client.query(PostgresQuery(unsafeSQL: sql), logger: TestServers.logger)
+            group.cancelAll()
+        }
+    }
+
+    /// A new database; migrated to the latest schema unless `migrated` is false.
+    func make(migrated: Bool = true) async throws -> PostgresSettings {
+        let name = "whisper_t_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
+        if migrated {
+            let template = try await migratedTemplate()
+            // The template's last connection may still be closing; Postgres refuses to
+            // copy a database someone is connected to.
+            var attempt = 0
+            while true {
+                do {
+                    try await execute("CREATE DATABASE \(name) TEMPLATE \(template)")
+                    break
+                } catch {
+                    attempt += 1
+                    if attempt > 50 { throw TestSetupError("could not copy the template: \(String(reflecting: error))") }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+        } else {
+            try await execute("CREATE DATABASE \(name)")
+        }
+        return try adminSettings().with(database: name)
+    }
+
+    private func migratedTemplate() async throws -> String {
+        if let template { return try await template.value }
+        let task = Task { try await self.createTemplate() }
+        template = task
+        return try await task.value
+    }
+
+    private func createTemplate() async throws -> String {
+        let name = "whisper_template_\(ProcessInfo.processInfo.processIdentifier)"
+        try await execute("DROP DATABASE IF EXISTS \(name)")
+        try await execute("CREATE DATABASE \(name)")
+        let settings = try adminSettings().with(database: name)
+        let client = PostgresClient(configuration: settings.clientConfiguration, backgroundLogger: TestServers.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            try await Migrator().migrate(client: client, logger: TestServers.logger)
+            group.cancelAll()
+        }
+        return name
+    }
+}
+
+struct TestSetupError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// A service assembly running in this process, stopped gracefully by `stop()`.
+struct RunningService: Sendable {
+    let port: Int
+    let group: ServiceGroup
+    let task: Task<Void, any Error>
+
+    var baseURL: String { "http://127.0.0.1:\(port)" }
+
+    /// Builds with an `onServerRunning` hook, runs, and waits for the listening port.
+    static func start(_ build: (@escaping @Sendable (Int) async -> Void) -> ServiceAssembly) async throws -> RunningService {
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let assembly = build { port in continuation.yield(port) }
+        let group = assembly.makeGroup(handleSignals: false)
+        let task = Task { try await group.run() }
+        let port = try await withThrowingTaskGroup(of: Int?.self) { tasks in
+            tasks.addTask { await ports.first { _ in true } }
+            tasks.addTask {
+                try await Task.sleep(for: .seconds(20))
+                return nil
+            }
+            let first = try await tasks.next() ?? nil
+            tasks.cancelAll()
+            return first
+        }
+        guard let port else {
+            task.cancel()
+            throw TestSetupError("service did not start listening within 20 s")
+        }
+        return RunningService(port: port, group: group, task: task)
+    }
+
+    func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await task.value
+    }
+}
+
+/// Small HTTP helpers over AsyncHTTPClient.
+enum HTTP {
+    struct Reply {
+        var status: Int
+        var body: String
+        var json: [String: Any]? {
+            (try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any]
+        }
+    }
+
+    static func get(_ url: String) async throws -> Reply {
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 4 << 20)
+        return Reply(status: Int(response.status.code), body: String(buffer: body))
+    }
+
+    /// Polls until `condition` holds for the reply at `url`, or fails after `timeout`.
+    static func waitFor(_ url: String, timeout: Duration = .seconds(20), _ condition: (Reply) -> Bool) async throws -> Reply {
+        let deadline = ContinuousClock.now + timeout
+        var last: Reply?
+        while ContinuousClock.now < deadline {
+            if let reply = try? await get(url) {
+                last = reply
+                if condition(reply) { return reply }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw TestSetupError("condition on \(url) not met within \(timeout); last reply: \(last.map { "\($0.status) \($0.body)" } ?? "none")")
+    }
+}
