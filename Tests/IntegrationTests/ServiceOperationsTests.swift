@@ -1,0 +1,136 @@
+import AdminService
+import AttachmentSignerService
+import AuthService
+import Foundation
+import GatewayService
+import GCWorkerService
+import PostgresNIO
+import PushSenderService
+import RouterService
+import Testing
+import TurnCredService
+import WhisperShared
+
+/// The operations endpoints every service has, on real Redis and Postgres.
+@Suite struct ServiceOperationsTests {
+    typealias Builder = @Sendable (CommonSettings, @escaping @Sendable (Int) async -> Void) -> ServiceAssembly
+
+    static let builders: [(String, Builder)] = [
+        ("gateway", { buildGateway(settings: GatewaySettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("auth", { buildAuth(settings: AuthSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("router", { buildRouter(settings: RouterSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("push-sender", { buildPushSender(settings: PushSenderSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("turn-cred", { buildTurnCred(settings: TurnCredSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("admin", { buildAdmin(settings: AdminSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("gc-worker", { buildGCWorker(settings: GCWorkerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+    ]
+
+    @Test func allEightServicesAnswerHealthReadyAndPromtoolCleanMetrics() async throws {
+        let database = try await TestDatabases.shared.make()
+        var running: [(String, RunningService)] = []
+        for (name, build) in Self.builders {
+            let common = TestServers.common(service: name, postgres: database)
+            running.append((name, try await RunningService.start { build(common, $0) }))
+        }
+        for (name, service) in running {
+            let health = try await HTTP.get("\(service.baseURL)/health")
+            #expect(health.status == 200)
+            #expect(health.json?["service"] as? String == name)
+
+            let ready = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+            #expect(ready.json?["status"] as? String == "ready")
+            #expect(ready.json?["checks"] as? [String: String] == ["postgres": "ok", "redis": "ok"])
+
+            let metrics = try await HTTP.get("\(service.baseURL)/metrics")
+            #expect(metrics.status == 200)
+            #expect(metrics.body.contains("whisper_service_info{service=\"\(name)\""))
+            let (status, output) = try runPromtool(metrics.body)
+            #expect(status == 0, "promtool rejects \(name)'s metrics: \(output)")
+        }
+        for (_, service) in running {
+            try await service.stop()
+        }
+    }
+
+    @Test func readinessWaitsForTheSchema() async throws {
+        let database = try await TestDatabases.shared.make(migrated: false)
+        let service = try await RunningService.start { running in
+            buildAuth(settings: AuthSettings(common: TestServers.common(service: "auth", postgres: database)), logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        let before = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 503 }
+        #expect(before.json?["status"] as? String == "not_ready")
+        let checks = before.json?["checks"] as? [String: String]
+        #expect(checks?["postgres"]?.contains("admin migrate") == true)
+        #expect(checks?["redis"] == "ok")
+
+        let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            try await Migrator().migrate(client: client, logger: TestServers.logger)
+            group.cancelAll()
+        }
+        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        try await service.stop()
+    }
+
+    @Test func aRedisRestartMidRunIsSurvivedWithoutRestartingTheService() async throws {
+        let redis = try RedisProcess()
+        try redis.start()
+        let database = try await TestDatabases.shared.make()
+        let common = TestServers.common(service: "gateway", postgres: database, redis: RedisConfiguration(url: redis.url)!)
+        let handle = LockedBox<GatewayHandle?>(nil)
+        let service = try await RunningService.start { running in
+            let gateway = buildGateway(settings: GatewaySettings(common: common), logger: TestServers.logger, onServerRunning: running)
+            handle.value = gateway
+            return gateway.assembly
+        }
+        let environment = try #require(handle.value).environment
+        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        try await environment.redis.send("SET", "survivor", "1")
+
+        redis.kill()
+        let down = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 503 }
+        #expect((down.json?["checks"] as? [String: String])?["redis"] != "ok")
+
+        try redis.start()
+        let up = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        #expect((up.json?["checks"] as? [String: String])?["redis"] == "ok")
+        // The same client object, never restarted, works again.
+        try await environment.redis.send("SET", "survivor", "2")
+        #expect(try await environment.redis.send("GET", "survivor").string == "2")
+        let metrics = try await HTTP.get("\(service.baseURL)/metrics").body
+        #expect(metrics.contains(#"whisper_dependency_up{dependency="redis"} 1.0"#))
+        try await service.stop()
+    }
+
+    func runPromtool(_ text: String) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: TestServers.promtool)
+        process.arguments = ["check", "metrics"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        input.fileHandleForWriting.write(Data(text.utf8))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// A value shared with a `@Sendable` closure in tests.
+final class LockedBox<Value: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value
+
+    init(_ value: Value) { stored = value }
+
+    var value: Value {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
