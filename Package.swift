@@ -42,6 +42,7 @@ let serviceDependencies: [Target.Dependency] = [
     .product(name: "Prometheus", package: "swift-prometheus"),
     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
     .product(name: "NIOCore", package: "swift-nio"),
+    .product(name: "HTTPTypes", package: "swift-http-types"),
 ]
 
 var targets: [Target] = [
@@ -113,6 +114,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
     ],
     targets: targets,
     swiftLanguageModes: [.v6]

@@ -46,6 +46,7 @@ import WhisperShared
         var environment = [
             "WHISPER_POSTGRES_URL": "postgres://\(database.username)@\(database.host):\(database.port)/\(database.database)",
             "WHISPER_REDIS_URL": TestServers.redisURL,
+            "WHISPER_INTERNAL_TOKEN": TestServers.internalToken,
         ]
         for _ in 0..<2 {
             let (migrate, migrateOutput) = try launch("admin", arguments: ["migrate"], environment: environment)

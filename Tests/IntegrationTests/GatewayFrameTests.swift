@@ -23,10 +23,10 @@ import WhisperShared
     func startStack() async throws -> Stack {
         let database = try await TestDatabases.shared.make()
         let auth = try await RunningService.start { running in
-            buildAuth(settings: AuthSettings(common: TestServers.common(service: "auth", postgres: database)), logger: TestServers.logger, onServerRunning: running).assembly
+            buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
         }
         let gateway = try await RunningService.start { running in
-            buildGateway(settings: GatewaySettings(common: TestServers.common(service: "gateway", postgres: database)), logger: TestServers.logger, onServerRunning: running).assembly
+            buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.port), logger: TestServers.logger, onServerRunning: running).assembly
         }
         _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
         _ = try await HTTP.waitFor("\(auth.baseURL)/ready") { $0.status == 200 }

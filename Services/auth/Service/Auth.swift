@@ -1,15 +1,26 @@
 import Logging
 import WhisperShared
 
-/// Challenges, registration and recovery, sessions, device push tokens, key lookup and contacts backup.
-public enum AuthIdentity: ServiceIdentity {
-    public static let serviceName = "auth"
-    public static let defaultPort = 8081
-}
-
-public typealias AuthSettings = CommonServiceSettings<AuthIdentity>
-
-/// Assembles one auth instance.
+/// Assembles one auth instance: challenges, registration and recovery, sessions,
+/// push tokens and key lookup.
 public func buildAuth(settings: AuthSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
-    buildHTTPService(settings: settings.common, logger: logger, onServerRunning: onServerRunning)
+    buildHTTPService(
+        settings: settings.common,
+        logger: logger,
+        routes: { router, environment in
+            let identities = IdentityRepository(postgres: environment.postgres, logger: environment.logger)
+            let sessions = SessionStore(redis: environment.redis)
+            let limiter = RateLimiter(redis: environment.redis)
+            let registration = Registration(
+                redis: environment.redis, identities: identities, sessions: sessions,
+                presence: PresenceStore(redis: environment.redis), limiter: limiter,
+                settings: settings, metrics: environment.metrics, logger: environment.logger
+            )
+            AuthRoutes(
+                registration: registration, sessions: sessions, identities: identities, limiter: limiter,
+                settings: settings, metrics: environment.metrics, logger: environment.logger
+            ).register(on: router)
+        },
+        onServerRunning: onServerRunning
+    )
 }

@@ -1,22 +1,45 @@
 import Foundation
-import Prometheus
 import HummingbirdWebSocket
 import Logging
+import Prometheus
+import Synchronization
 import WhisperShared
 
 /// One client's WebSocket on this gateway instance.
 public final class ClientConnection: Sendable {
     /// Unique per connection, across instances (`connId` in logs).
     public let id: String
+    let remoteAddress: String?
     let outbound: WebSocketOutboundWriter
     let logger: Logger
+    /// The identity this socket acts for, once a session was used or created on it.
+    private let binding = Mutex<String?>(nil)
 
-    init(outbound: WebSocketOutboundWriter, logger: Logger) {
+    init(outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
         self.id = UUID().uuidString.lowercased()
         self.outbound = outbound
+        self.remoteAddress = remoteAddress
         var logger = logger
         logger[metadataKey: "connId"] = .string(id)
         self.logger = logger
+    }
+
+    var whisperId: String? { binding.withLock { $0 } }
+
+    /// Binds the socket to an identity; returns false when it is bound to another one.
+    func bind(to whisperId: String) -> (accepted: Bool, isNew: Bool) {
+        binding.withLock { current in
+            if let current { return (current == whisperId, false) }
+            current = whisperId
+            return (true, true)
+        }
+    }
+
+    func unbind() -> String? {
+        binding.withLock { current in
+            defer { current = nil }
+            return current
+        }
     }
 
     func send<P: ServerPayload>(_ payload: P, requestId: String? = nil) async throws {
@@ -26,6 +49,18 @@ public final class ClientConnection: Sendable {
     func sendRaw(_ bytes: [UInt8]) async throws {
         try await outbound.write(.text(String(decoding: bytes, as: UTF8.self)))
     }
+
+    func close(code: UInt16, reason: String) async {
+        try? await outbound.close(.unknown(code), reason: reason)
+    }
+}
+
+/// WebSocket close codes the gateway uses besides the standard ones.
+enum CloseCode {
+    /// The session ended (`session_revoked` came just before): do not reconnect with it.
+    static let sessionRevoked: UInt16 = 4001
+    /// The same session now uses a newer socket; this one is no longer needed.
+    static let superseded: UInt16 = 4002
 }
 
 /// The sockets open on this instance, by connection id.
@@ -50,4 +85,11 @@ public actor ConnectionRegistry {
     public var count: Int { connections.count }
 
     func all() -> [ClientConnection] { Array(connections.values) }
+
+    func connection(_ id: String) -> ClientConnection? { connections[id] }
+
+    /// Every bound socket with the identity it acts for (presence refresh).
+    func bound() -> [(whisperId: String, connection: ClientConnection)] {
+        connections.values.compactMap { connection in connection.whisperId.map { ($0, connection) } }
+    }
 }

@@ -7,7 +7,12 @@ import WhisperShared
 /// then the frame's own handler.
 struct FrameHandler: Sendable {
     let environment: ServiceEnvironment
+    let auth: ServiceClient
+    let sessions: SessionStore
+    let presence: PresenceStore
     let decoder = ClientFrameDecoder()
+
+    var instanceID: String { environment.settings.instanceID }
 
     func handle(_ bytes: [UInt8], on connection: ClientConnection) async {
         let frame: InboundFrame
@@ -21,36 +26,97 @@ struct FrameHandler: Sendable {
             await reply(error: rejection.code, rejection.message, requestId: rejection.requestId, on: connection)
             return
         }
-        if frame.type.isPrivileged {
-            guard let token = frame.sessionToken, await sessionExists(token) else {
-                await reply(error: .notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
-                return
+        do {
+            if frame.type.isPrivileged {
+                guard let token = frame.sessionToken, try await authorize(token, on: connection) else {
+                    await reply(error: .notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                    return
+                }
             }
+            try await dispatch(frame, on: connection)
+        } catch {
+            environment.logger.error("frame_failed", metadata: ["type": "\(frame.type.rawValue)", "connId": "\(connection.id)", "error": "\(error)"])
+            await reply(error: .internalError, "the server failed; try again", requestId: frame.requestId, on: connection)
         }
+    }
+
+    private func dispatch(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         switch frame.payload {
         case is Ping:
             try? await connection.send(Pong(serverTime: Clock.millisecondsNow()), requestId: frame.requestId)
+        case let payload as RegisterBegin:
+            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as RegisterProof:
+            let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
+            if let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self) {
+                await rebind(connection, to: ack.whisperId)
+            }
+            try await connection.sendRaw(answer)
+        case let payload as SessionRefresh:
+            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as Logout:
+            let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
+            if (try? ServerFrameCodec.decode(answer))?.type == .loggedOut {
+                await release(connection)
+            }
+            try await connection.sendRaw(answer)
+        case let payload as UpdateTokens:
+            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         default:
             connection.logger.warning("frame_not_served", metadata: ["type": "\(frame.type.rawValue)"])
             await reply(error: .internalError, "\(frame.type.rawValue) is not served by this server yet", requestId: frame.requestId, on: connection)
         }
     }
 
-    private func sessionExists(_ token: String) async -> Bool {
-        do {
-            return try await !environment.redis.send("EXISTS", RedisKeys.session(token)).isIntegerZero
-        } catch {
-            environment.logger.error("session_lookup_failed", metadata: ["error": "\(error)"])
+    /// A privileged frame may act only with a live session, and only for the identity
+    /// the socket acts for. A socket's first valid session binds it (a reconnect).
+    private func authorize(_ token: String, on connection: ClientConnection) async throws -> Bool {
+        guard let record = try await sessions.lookup(token) else { return false }
+        let (accepted, isNew) = connection.bind(to: record.whisperId)
+        guard accepted else {
+            connection.logger.info("session_for_other_identity")
             return false
         }
+        if isNew {
+            await claimPresence(record.whisperId, for: connection)
+        }
+        return true
+    }
+
+    /// After a registration on this socket: act for the new identity.
+    private func rebind(_ connection: ClientConnection, to whisperId: String) async {
+        if let previous = connection.unbind(), previous != whisperId {
+            try? await presence.clear(previous, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))
+        }
+        _ = connection.bind(to: whisperId)
+        await claimPresence(whisperId, for: connection)
+    }
+
+    /// Records this socket as the identity's live one. An older socket of the same
+    /// session (a reconnect on a new network) is closed.
+    private func claimPresence(_ whisperId: String, for connection: ClientConnection) async {
+        let mine = PresenceRecord(gateway: instanceID, connId: connection.id)
+        do {
+            if let previous = try await presence.set(whisperId, to: mine), previous != mine {
+                try await GatewayCommand(kind: .supersede, connId: previous.connId).publish(to: previous.gateway, on: environment.redis)
+            }
+        } catch {
+            connection.logger.warning("presence_update_failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// When the socket logs out or closes: it no longer stands for its identity.
+    func release(_ connection: ClientConnection) async {
+        guard let whisperId = connection.unbind() else { return }
+        try? await presence.clear(whisperId, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))
+    }
+
+    private func context(of connection: ClientConnection) -> ConnectionContext {
+        ConnectionContext(gateway: instanceID, connId: connection.id, remoteAddress: connection.remoteAddress, whisperId: connection.whisperId)
     }
 
     private func reply(error code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
         environment.metrics.recordError(code)
         try? await connection.sendRaw(ServerFrameCodec.encodeError(code, message, requestId: requestId))
     }
-}
-
-extension RESPValue {
-    var isIntegerZero: Bool { self == .integer(0) }
 }

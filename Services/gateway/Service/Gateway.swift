@@ -23,20 +23,39 @@ public func buildGateway(
     let environment = ServiceEnvironment(settings: settings.common, logger: logger)
     let connections = ConnectionRegistry(metrics: environment.metrics)
     let draining = DrainFlag()
-    let frames = FrameHandler(environment: environment)
+    let presence = PresenceStore(redis: environment.redis)
+    let frames = FrameHandler(
+        environment: environment,
+        auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
+        sessions: SessionStore(redis: environment.redis),
+        presence: presence
+    )
+    let subscriber = RedisSubscriber(
+        configuration: settings.common.redis,
+        channels: [RedisKeys.gatewayChannel(settings.common.instanceID)],
+        logger: environment.logger
+    )
 
-    let router = Router(context: BasicWebSocketRequestContext.self)
+    let router = Router(context: GatewayRequestContext.self)
     router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
-    OperationsRoutes(environment: environment, readiness: Readiness(checks: environment.standardReadinessChecks), draining: draining)
+    let subscribed = ReadinessCheck(name: "redis_subscriber") {
+        subscriber.isSubscribed ? .ok : .failed("not subscribed to this instance's channel")
+    }
+    OperationsRoutes(environment: environment, readiness: Readiness(checks: environment.standardReadinessChecks + [subscribed]), draining: draining)
         .register(on: router)
 
-    let webSocketRouter = Router(context: BasicWebSocketRequestContext.self)
+    let webSocketRouter = Router(context: GatewayRequestContext.self)
     webSocketRouter.ws("/ws") { _, _ in
         draining.isDraining ? .dontUpgrade : .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
-        let connection = ClientConnection(outbound: outbound, logger: context.logger)
+        let connection = ClientConnection(outbound: outbound, remoteAddress: context.requestContext.remoteAddress, logger: context.logger)
         await connections.add(connection)
-        defer { Task { await connections.remove(connection.id) } }
+        defer {
+            Task {
+                await connections.remove(connection.id)
+                await frames.release(connection)
+            }
+        }
         for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
             let bytes: [UInt8] = switch message {
             case .text(let text): Array(text.utf8)
@@ -71,8 +90,13 @@ public func buildGateway(
         flag: draining, connections: connections, timeout: settings.drainTimeout,
         reconnectDelayMs: settings.reconnectDelayMs, logger: environment.logger
     )
+    let control = ControlChannel(subscriber: subscriber, connections: connections, logger: environment.logger)
+    let keeper = PresenceKeeper(
+        presence: presence, connections: connections, instanceID: settings.common.instanceID,
+        interval: PresenceStore.ttl / 3, logger: environment.logger
+    )
     let assembly = ServiceAssembly(
-        services: environment.clientServices + [app, drainer],
+        services: environment.clientServices + [subscriber, control, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

@@ -11,9 +11,18 @@ public struct GatewaySettings: ServiceSettings {
     public var drainTimeout: Duration
     /// What clients are told to wait before reconnecting when this instance drains.
     public var reconnectDelayMs: Int
+    /// Base URL of the auth service (its load-balanced address).
+    public var authURL: String
+    /// Shared with the services the gateway calls; guards their internal endpoints.
+    public var internalToken: String
 
-    public init(common: CommonSettings, pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000) {
+    public init(
+        common: CommonSettings, authURL: String, internalToken: String,
+        pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000
+    ) {
         self.common = common
+        self.authURL = authURL
+        self.internalToken = internalToken
         self.pingInterval = pingInterval
         self.drainTimeout = drainTimeout
         self.reconnectDelayMs = reconnectDelayMs
@@ -24,5 +33,10 @@ public struct GatewaySettings: ServiceSettings {
         pingInterval = .seconds(settings.int("gateway.ws.ping.interval.seconds", default: 30, range: 5...300))
         drainTimeout = .seconds(settings.int("gateway.drain.timeout.seconds", default: 5, range: 0...120))
         reconnectDelayMs = settings.int("gateway.reconnect.delay.ms", default: 1_000, range: 0...60_000)
+        authURL = settings.string("gateway.auth.url", default: "http://127.0.0.1:8081")
+        if !(authURL.hasPrefix("http://") || authURL.hasPrefix("https://")) {
+            settings.reject("gateway.auth.url", because: "must be an http:// or https:// URL")
+        }
+        internalToken = settings.requiredString("whisper.internal.token", secret: true)
     }
 }

@@ -24,6 +24,9 @@ enum TestServers {
         return logger
     }
 
+    /// The internal token test gateways and services share.
+    static let internalToken = "test-internal-token-" + String(repeating: "0", count: 24)
+
     static var redis: RedisConfiguration {
         RedisConfiguration(url: redisURL)!
     }
@@ -190,5 +193,21 @@ enum HTTP {
             try await Task.sleep(for: .milliseconds(100))
         }
         throw TestSetupError("condition on \(url) not met within \(timeout); last reply: \(last.map { "\($0.status) \($0.body)" } ?? "none")")
+    }
+}
+
+import AuthService
+import GatewayService
+
+extension TestServers {
+    static func authSettings(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> AuthSettings {
+        AuthSettings(common: common(service: "auth", postgres: database, redis: redis), internalToken: internalToken)
+    }
+
+    static func gatewaySettings(_ database: PostgresSettings, authPort: Int, redis: RedisConfiguration = TestServers.redis) -> GatewaySettings {
+        GatewaySettings(
+            common: common(service: "gateway", postgres: database, redis: redis),
+            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken
+        )
     }
 }

@@ -1,0 +1,97 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import WhisperShared
+
+/// The internal frame endpoints the gateway calls, and the client endpoints of auth.
+struct AuthRoutes: Sendable {
+    let registration: Registration
+    let sessions: SessionStore
+    let identities: IdentityRepository
+    let limiter: RateLimiter
+    let settings: AuthSettings
+    let metrics: ServiceMetrics
+    let logger: Logger
+
+    func register(on router: Router<BasicRequestContext>) {
+        frame(RegisterBegin.self, on: router) { try await registration.begin($0, context: $1) }
+        frame(RegisterProof.self, on: router) { try await registration.proof($0, context: $1) }
+        frame(SessionRefresh.self, on: router) { try await registration.refresh($0, context: $1) }
+        frame(Logout.self, on: router) { try await registration.logout($0, context: $1) }
+        frame(UpdateTokens.self, on: router) { try await registration.updateTokens($0, context: $1) }
+        router.get("/users/:whisperId/keys") { request, context in
+            try await keys(request, context)
+        }
+    }
+
+    /// `POST /internal/v1/frames/<type>`: always 200 with the server frame to write back.
+    private func frame<P: ClientPayload, R: ServerPayload>(
+        _ type: P.Type, on router: Router<BasicRequestContext>,
+        _ handle: @escaping @Sendable (P, ConnectionContext) async throws -> R
+    ) {
+        let expected = Array(settings.internalToken.utf8)
+        router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, context -> Response in
+            let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
+            guard Sodium.constantTimeEqual(presented, expected) else {
+                throw WhisperHTTPError(.authFailed, "internal endpoint")
+            }
+            let body = try await request.body.collect(upTo: Limits.MAX_WS_FRAME_BYTES * 2)
+            let forwarded: InternalFrameRequest<P>
+            do {
+                forwarded = try JSONDecoder().decode(InternalFrameRequest<P>.self, from: Data(buffer: body))
+                try forwarded.payload.validate()
+            } catch {
+                throw WhisperHTTPError(.invalidPayload, "malformed internal request")
+            }
+            let bytes: [UInt8]
+            do {
+                bytes = ServerFrameCodec.encode(try await handle(forwarded.payload, forwarded.context), requestId: forwarded.requestId)
+            } catch let error as WhisperError {
+                metrics.recordError(error.code)
+                bytes = ServerFrameCodec.encodeError(error.code, error.message, requestId: forwarded.requestId)
+            } catch {
+                metrics.recordError(.internalError)
+                logger.error("frame_failed", metadata: ["type": "\(P.frameType.rawValue)", "error": "\(error)", "connId": "\(forwarded.context.connId)"])
+                bytes = ServerFrameCodec.encodeError(.internalError, "the server failed; try again", requestId: forwarded.requestId)
+            }
+            var headers = HTTPFields()
+            headers[.contentType] = "application/json"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+        }
+    }
+
+    /// `GET /users/{whisperId}/keys` (spec 3.6).
+    private func keys(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let caller = try await authenticate(request)
+        guard let whisperId = context.parameters.get("whisperId"), Format.isWhisperID(whisperId) else {
+            throw WhisperHTTPError(.invalidPayload, "whisperId must be a Whisper ID (WSP-XXXX-XXXX-XXXX)")
+        }
+        if case .limited(let retry) = try await limiter.take("key_lookup", key: caller.whisperId, rule: settings.keyLookupPerIdentity) {
+            throw WhisperHTTPError(.rateLimited, "too many key lookups; retry in \(retry) ms", headers: [.retryAfter: "\(max(1, retry / 1000))"])
+        }
+        guard let identity = try await identities.find(whisperId: whisperId) else {
+            throw WhisperHTTPError(.notFound, "no such identity")
+        }
+        let body: [String: String] = [
+            "whisperId": identity.whisperId,
+            "encPublicKey": Data(identity.encPublicKey).base64EncodedString(),
+            "signPublicKey": Data(identity.signPublicKey).base64EncodedString(),
+            "status": identity.banned ? "banned" : "active",
+        ]
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        headers[.cacheControl] = "private, max-age=300"
+        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    /// The session behind `Authorization: Bearer <sessionToken>`, or 401.
+    private func authenticate(_ request: Request) async throws -> SessionRecord {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
+              let record = try await sessions.lookup(String(header.dropFirst("Bearer ".count))) else {
+            throw WhisperHTTPError(.notRegistered, "a valid session token is required", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        return record
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import WhisperShared
+
+/// An identity as stored: its Whisper ID, public keys and standing.
+struct Identity: Sendable, Equatable {
+    var whisperId: String
+    var encPublicKey: [UInt8]
+    var signPublicKey: [UInt8]
+    var banned: Bool
+}
+
+/// Identities and devices in Postgres.
+struct IdentityRepository: Sendable {
+    let postgres: PostgresClient
+    let logger: Logger
+
+    /// A ban is in force when the user row says so or an unlifted, unexpired ban exists.
+    private static let columns = """
+        u.whisper_id, u.enc_public_key, u.sign_public_key,
+        (u.status = 'banned' OR EXISTS (
+            SELECT 1 FROM bans b WHERE b.whisper_id = u.whisper_id AND b.lifted_at IS NULL
+              AND (b.expires_at IS NULL OR b.expires_at > now()))) AS banned
+        """
+
+    func find(whisperId: String) async throws -> Identity? {
+        let rows = try await postgres.query(
+            "SELECT \(unescaped: Self.columns) FROM users u WHERE u.whisper_id = \(whisperId)", logger: logger
+        )
+        return try await Self.first(rows)
+    }
+
+    func find(signPublicKey: [UInt8]) async throws -> Identity? {
+        let rows = try await postgres.query(
+            "SELECT \(unescaped: Self.columns) FROM users u WHERE u.sign_public_key = \(ByteBuffer(bytes: signPublicKey))", logger: logger
+        )
+        return try await Self.first(rows)
+    }
+
+    private static func first(_ rows: PostgresRowSequence) async throws -> Identity? {
+        for try await (id, enc, sign, banned) in rows.decode((String, ByteBuffer, ByteBuffer, Bool).self) {
+            return Identity(whisperId: id, encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView), banned: banned)
+        }
+        return nil
+    }
+
+    /// Creates an identity under a fresh Whisper ID, trying again on the (rare) collision.
+    /// When the signing key was registered concurrently, returns that identity instead.
+    func create(encPublicKey: [UInt8], signPublicKey: [UInt8]) async throws -> Identity {
+        for _ in 0..<8 {
+            let whisperId = WhisperID.generate()
+            let inserted = try await postgres.query(
+                """
+                INSERT INTO users (whisper_id, enc_public_key, sign_public_key)
+                VALUES (\(whisperId), \(ByteBuffer(bytes: encPublicKey)), \(ByteBuffer(bytes: signPublicKey)))
+                ON CONFLICT DO NOTHING
+                RETURNING whisper_id
+                """,
+                logger: logger
+            ).decode(String.self).first { _ in true }
+            if inserted != nil {
+                return Identity(whisperId: whisperId, encPublicKey: encPublicKey, signPublicKey: signPublicKey, banned: false)
+            }
+            if let existing = try await find(signPublicKey: signPublicKey) {
+                return existing
+            }
+        }
+        throw WhisperError(.internalError, "could not allocate a Whisper ID")
+    }
+
+    /// Makes `deviceId` the identity's one active device, with its platform and tokens.
+    func activateDevice(_ deviceId: String, whisperId: String, platform: Platform, pushToken: String?, voipToken: String?) async throws {
+        try await postgres.withTransaction(logger: logger) { connection in
+            _ = try await connection.query(
+                "UPDATE devices SET active = false, updated_at = now() WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid AND active",
+                logger: logger
+            )
+            _ = try await connection.query(
+                """
+                INSERT INTO devices (device_id, whisper_id, platform, push_token, voip_token, active)
+                VALUES (\(deviceId)::uuid, \(whisperId), \(platform.rawValue), \(pushToken), \(voipToken), true)
+                ON CONFLICT (device_id) DO UPDATE SET
+                    whisper_id = EXCLUDED.whisper_id, platform = EXCLUDED.platform,
+                    push_token = EXCLUDED.push_token, voip_token = EXCLUDED.voip_token,
+                    active = true, updated_at = now(), last_seen_at = now()
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    /// Applies a token change to the session's device; false when the device is gone.
+    func updateTokens(deviceId: String, whisperId: String, push: TokenUpdate, voip: TokenUpdate) async throws -> Bool {
+        func value(_ update: TokenUpdate) -> (keep: Bool, token: String?) {
+            switch update {
+            case .unchanged: (true, nil)
+            case .clear: (false, nil)
+            case .set(let token): (false, token)
+            }
+        }
+        let (keepPush, pushToken) = value(push)
+        let (keepVoip, voipToken) = value(voip)
+        let updated = try await postgres.query(
+            """
+            UPDATE devices SET
+                push_token = CASE WHEN \(keepPush) THEN push_token ELSE \(pushToken) END,
+                voip_token = CASE WHEN \(keepVoip) THEN voip_token ELSE \(voipToken) END,
+                updated_at = now()
+            WHERE device_id = \(deviceId)::uuid AND whisper_id = \(whisperId)
+            RETURNING device_id
+            """,
+            logger: logger
+        ).decode(UUID.self).first { _ in true }
+        return updated != nil
+    }
+}

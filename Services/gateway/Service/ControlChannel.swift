@@ -1,0 +1,61 @@
+import Logging
+import ServiceLifecycle
+import WhisperShared
+
+/// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
+/// on `gateway:<instance>`): revoke a session, close a superseded socket, deliver a frame.
+struct ControlChannel: Service {
+    let subscriber: RedisSubscriber
+    let connections: ConnectionRegistry
+    let logger: Logger
+
+    func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            for await message in subscriber.messages {
+                guard let command = GatewayCommand.decode(message.payload) else {
+                    logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
+                    continue
+                }
+                guard let connection = await connections.connection(command.connId) else { continue }
+                switch command.kind {
+                case .revoke:
+                    _ = connection.unbind()
+                    try? await connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
+                    await connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
+                    connection.logger.info("session_revoked", metadata: ["reason": "\(command.reason?.rawValue ?? "")"])
+                case .supersede:
+                    _ = connection.unbind()
+                    await connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
+                case .deliver:
+                    if let frame = command.frame {
+                        try? await connection.sendRaw(Array(frame.utf8))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps the presence entries of this instance's sockets alive while they are open.
+struct PresenceKeeper: Service {
+    let presence: PresenceStore
+    let connections: ConnectionRegistry
+    let instanceID: String
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                let bound = await connections.bound()
+                do {
+                    try await presence.prepare()
+                    try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+                } catch {
+                    logger.warning("presence_refresh_failed", metadata: ["error": "\(error)", "connections": "\(bound.count)"])
+                }
+            }
+        }
+    }
+}

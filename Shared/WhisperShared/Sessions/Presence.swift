@@ -1,0 +1,74 @@
+/// Where an identity's live socket is: `presence:{whisperId}` = `<gateway instance> <connId>`.
+/// Gateways refresh the key while the socket is open; it expires on its own when a
+/// gateway dies without cleaning up.
+public struct PresenceRecord: Sendable, Equatable {
+    public var gateway: String
+    public var connId: String
+
+    public init(gateway: String, connId: String) {
+        self.gateway = gateway
+        self.connId = connId
+    }
+
+    var encoded: String { "\(gateway) \(connId)" }
+
+    init?(encoded: String) {
+        let parts = encoded.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        self.init(gateway: String(parts[0]), connId: String(parts[1]))
+    }
+}
+
+public struct PresenceStore: Sendable {
+    /// How long a presence entry lives without a refresh.
+    public static let ttl: Duration = .seconds(90)
+    let redis: RedisClient
+
+    public init(redis: RedisClient) {
+        self.redis = redis
+    }
+
+    public func lookup(_ whisperId: String) async throws -> PresenceRecord? {
+        try await redis.send("GET", RedisKeys.presence(whisperId)).string.flatMap(PresenceRecord.init(encoded:))
+    }
+
+    /// Records this socket as the identity's live one; returns the one it replaced.
+    @discardableResult
+    public func set(_ whisperId: String, to record: PresenceRecord) async throws -> PresenceRecord? {
+        try await redis.send("SET", RedisKeys.presence(whisperId), record.encoded, "PX", Int(Self.ttl.milliseconds), "GET")
+            .string.flatMap(PresenceRecord.init(encoded:))
+    }
+
+    /// Extends the entries of sockets that are still open, in one round trip.
+    public func refresh(_ entries: [(whisperId: String, record: PresenceRecord)]) async throws {
+        guard !entries.isEmpty else { return }
+        _ = try await redis.pipeline(entries.map {
+            RedisCommand("EVALSHA", [Self.refreshIfOwned.sha1, 1, RedisKeys.presence($0.whisperId), $0.record.encoded, Int(Self.ttl.milliseconds)])
+        })
+    }
+
+    /// Loads the scripts this store runs with EVALSHA inside pipelines.
+    public func prepare() async throws {
+        try await redis.send("SCRIPT", "LOAD", Self.refreshIfOwned.source)
+        try await redis.send("SCRIPT", "LOAD", Self.deleteIfOwned.source)
+    }
+
+    /// Removes the entry if it still names this socket (a newer socket may have taken over).
+    public func clear(_ whisperId: String, ifOwnedBy record: PresenceRecord) async throws {
+        try await redis.evaluate(Self.deleteIfOwned, keys: [RedisKeys.presence(whisperId)], arguments: [record.encoded])
+    }
+
+    static let refreshIfOwned = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        end
+        return 0
+        """)
+
+    static let deleteIfOwned = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('DEL', KEYS[1])
+        end
+        return 0
+        """)
+}

@@ -1,0 +1,92 @@
+/// A token bucket: `capacity` requests at once, refilled at `capacity` per `period`.
+public struct RateLimitRule: Sendable, Equatable, CustomStringConvertible {
+    public var capacity: Int
+    public var period: Duration
+
+    public init(capacity: Int, period: Duration) {
+        self.capacity = capacity
+        self.period = period
+    }
+
+    /// Parses `<count>/<number><s|m|h>`, e.g. `20/60s`, `10/1m`, `1000/1h`.
+    public init?(_ text: String) {
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let count = Int(parts[0]), count > 0, let unit = parts[1].last,
+              let amount = Int(parts[1].dropLast()), amount > 0 else { return nil }
+        let seconds: Int
+        switch unit {
+        case "s": seconds = amount
+        case "m": seconds = amount * 60
+        case "h": seconds = amount * 3600
+        default: return nil
+        }
+        self.init(capacity: count, period: .seconds(seconds))
+    }
+
+    public var description: String { "\(capacity)/\(Int(period.milliseconds / 1000))s" }
+}
+
+/// Token buckets in Redis (`ratelimit:{key}:{action}`), refilled continuously,
+/// evaluated atomically by one Lua script on the server's clock.
+public struct RateLimiter: Sendable {
+    let redis: RedisClient
+
+    public init(redis: RedisClient) {
+        self.redis = redis
+    }
+
+    public enum Decision: Sendable, Equatable {
+        case allowed
+        case limited(retryAfterMs: Int)
+    }
+
+    /// Takes one token from the bucket of `key` for `action`.
+    public func take(_ action: String, key: String, rule: RateLimitRule) async throws -> Decision {
+        let refillPerMs = Double(rule.capacity) / rule.period.milliseconds
+        let reply = try await redis.evaluate(
+            Self.script, keys: [RedisKeys.rateLimit(key, action)],
+            arguments: [rule.capacity, String(refillPerMs), 1]
+        )
+        guard let values = reply.array, values.count == 2, let allowed = values[0].int, let retry = values[1].int else {
+            throw RedisError.unexpectedReply("rate limit script")
+        }
+        return allowed == 1 ? .allowed : .limited(retryAfterMs: Int(retry))
+    }
+
+    /// Takes a token from every bucket; limited if any refuses (later buckets are not charged).
+    public func takeAll(_ checks: [(action: String, key: String, rule: RateLimitRule)]) async throws -> Decision {
+        for check in checks {
+            if case .limited(let retry) = try await take(check.action, key: check.key, rule: check.rule) {
+                return .limited(retryAfterMs: retry)
+            }
+        }
+        return .allowed
+    }
+
+    static let script = RedisScript("""
+        local now = redis.call('TIME')
+        now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        local capacity = tonumber(ARGV[1])
+        local rate = tonumber(ARGV[2])
+        local cost = tonumber(ARGV[3])
+        local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+        local tokens = tonumber(state[1])
+        local ts = tonumber(state[2])
+        if tokens == nil or ts == nil then
+            tokens = capacity
+            ts = now
+        end
+        tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+        local allowed = 0
+        local retry = 0
+        if tokens >= cost then
+            tokens = tokens - cost
+            allowed = 1
+        else
+            retry = math.ceil((cost - tokens) / rate)
+        end
+        redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', now)
+        redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate) + 1000)
+        return {allowed, retry}
+        """)
+}

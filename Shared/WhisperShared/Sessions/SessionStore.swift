@@ -1,0 +1,125 @@
+import Foundation
+
+/// What a session token stands for (`session:{token}` in Redis, spec 3.3).
+public struct SessionRecord: Codable, Sendable, Equatable {
+    public var whisperId: String
+    public var deviceId: String
+    public var platform: Platform
+    public var createdAt: Int64
+    public var expiresAt: Int64
+
+    public init(whisperId: String, deviceId: String, platform: Platform, createdAt: Int64, expiresAt: Int64) {
+        self.whisperId = whisperId
+        self.deviceId = deviceId
+        self.platform = platform
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Sessions in Redis. `session:{token}` holds the record for 7 days; `user:{whisperId}:session`
+/// names the identity's one live token, which is how a new login ends the old one.
+///
+/// The two keys live in different hash slots, so each step is a single-key operation;
+/// concurrent logins still converge on exactly one live session: the one the user key
+/// names last, because every login deletes the token it replaced there.
+public struct SessionStore: Sendable {
+    public static let ttl: Duration = .seconds(Limits.SESSION_TTL_DAYS * 86_400)
+    let redis: RedisClient
+
+    public init(redis: RedisClient) {
+        self.redis = redis
+    }
+
+    static func userKey(_ whisperId: String) -> String { "user:{\(whisperId)}:session" }
+
+    /// A new opaque token: 256 random bits, base64url without padding (43 characters).
+    public static func newToken() -> String {
+        Base64URL.encode(Sodium.randomBytes(32))
+    }
+
+    /// Starts a session, ending every earlier one of the identity. Returns the new
+    /// token and the token it replaced, if any.
+    public func create(for record: SessionRecord) async throws -> (token: String, replaced: String?) {
+        let token = Self.newToken()
+        try await redis.send("SET", RedisKeys.session(token), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
+        let previous = try await redis.send("SET", Self.userKey(record.whisperId), token, "PX", Int(Self.ttl.milliseconds), "GET").string
+        if let previous, previous != token {
+            try await redis.send("DEL", RedisKeys.session(previous))
+        }
+        return (token, previous)
+    }
+
+    /// The session a token stands for, if it is live.
+    public func lookup(_ token: String) async throws -> SessionRecord? {
+        guard Format.isSessionToken(token), let bytes = try await redis.send("GET", RedisKeys.session(token)).bytes else {
+            return nil
+        }
+        return try? JSONDecoder().decode(SessionRecord.self, from: Data(bytes))
+    }
+
+    /// Swaps a live token for a new one with a fresh 7-day expiry; the old token stops
+    /// working. Nil when the old token is not live (or was replaced meanwhile).
+    public func refresh(_ token: String, now: Int64) async throws -> (token: String, record: SessionRecord)? {
+        guard var record = try await lookup(token) else { return nil }
+        record.expiresAt = now + Int64(Self.ttl.milliseconds)
+        let newToken = Self.newToken()
+        try await redis.send("SET", RedisKeys.session(newToken), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
+        let swapped = try await redis.evaluate(
+            Self.compareAndSwap, keys: [Self.userKey(record.whisperId)], arguments: [token, newToken, Int(Self.ttl.milliseconds)]
+        )
+        guard swapped == .integer(1) else {
+            try await redis.send("DEL", RedisKeys.session(newToken))
+            return nil
+        }
+        try await redis.send("DEL", RedisKeys.session(token))
+        return (newToken, record)
+    }
+
+    /// Ends a session. Returns the record it ended, if the token was live.
+    @discardableResult
+    public func revoke(_ token: String) async throws -> SessionRecord? {
+        guard let record = try await lookup(token) else { return nil }
+        try await redis.send("DEL", RedisKeys.session(token))
+        try await redis.evaluate(Self.compareAndDelete, keys: [Self.userKey(record.whisperId)], arguments: [token])
+        return record
+    }
+
+    /// Ends whatever session an identity has (bans).
+    public func revokeAll(of whisperId: String) async throws {
+        if let token = try await redis.send("GETDEL", Self.userKey(whisperId)).string {
+            try await redis.send("DEL", RedisKeys.session(token))
+        }
+    }
+
+    static func encode(_ record: SessionRecord) -> [UInt8] {
+        Array((try? JSONEncoder().encode(record)) ?? Data())
+    }
+
+    /// Sets KEYS[1] to ARGV[2] only while it still holds ARGV[1].
+    static let compareAndSwap = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+            return 1
+        end
+        return 0
+        """)
+
+    /// Deletes KEYS[1] only while it holds ARGV[1].
+    static let compareAndDelete = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('DEL', KEYS[1])
+        end
+        return 0
+        """)
+}
+
+/// base64url without padding (RFC 4648 section 5), for tokens.
+public enum Base64URL {
+    public static func encode(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
