@@ -63,6 +63,23 @@ var targets: [Target] = [
         dependencies: sharedDependencies,
         path: "Shared/WhisperShared"
     ),
+    .target(
+        name: "WhisperClient",
+        dependencies: [
+            "WhisperShared",
+            .product(name: "WSClient", package: "swift-websocket"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
+        ],
+        path: "Shared/WhisperClient"
+    ),
+    .testTarget(
+        name: "WhisperClientTests",
+        dependencies: ["WhisperClient", "WhisperShared"],
+        path: "Tests/WhisperClientTests"
+    ),
     .testTarget(
         name: "WhisperSharedTests",
         dependencies: ["WhisperShared", .product(name: "NIOEmbedded", package: "swift-nio")],
@@ -77,6 +94,7 @@ var targets: [Target] = [
         name: "IntegrationTests",
         dependencies: [
             "WhisperShared",
+            "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ] + services.map { .target(name: $0.library) },
@@ -101,7 +119,10 @@ let package = Package(
     name: "whisper-server",
     platforms: [.macOS(.v15)],
     products: services.map { .executable(name: $0.executable, targets: [$0.executable]) }
-        + [.library(name: "WhisperShared", targets: ["WhisperShared"])],
+        + [
+            .library(name: "WhisperShared", targets: ["WhisperShared"]),
+            .library(name: "WhisperClient", targets: ["WhisperClient"]),
+        ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.8.1"),

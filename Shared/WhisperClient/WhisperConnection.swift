@@ -1,0 +1,232 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOWebSocket
+import WSClient
+import WhisperShared
+
+/// Why a request over the WebSocket did not get its answer.
+public enum WhisperClientError: Error, Equatable, Sendable {
+    /// The server refused the frame with a frozen code.
+    case refused(ErrorCode, String)
+    /// The socket closed first; `code` is the WebSocket close code, if one came.
+    case closed(code: UInt16?)
+    case timedOut
+    case notConnected
+    case unexpectedReply(String)
+}
+
+/// One WebSocket to a Whisper gateway: requests matched to answers by `requestId`,
+/// everything else (messages, revocations, reconnect notices) on `events`.
+public actor WhisperConnection {
+    public let url: String
+    /// Frames the server sends unasked, in order; finishes when the socket closes.
+    public nonisolated let events: AsyncStream<ServerFrame>
+    private let eventContinuation: AsyncStream<ServerFrame>.Continuation
+    private var outbound: WebSocketOutboundWriter?
+    private var waiting: [String: CheckedContinuation<ServerFrame, any Error>] = [:]
+    private var connectWaiters: [CheckedContinuation<Void, any Error>] = []
+    private var task: Task<Void, Never>?
+    private var closedCode: UInt16??
+    private let logger: Logger
+
+    /// The session in use after `register`/`refresh`.
+    public private(set) var whisperId: String?
+    public private(set) var sessionToken: String?
+    public private(set) var sessionExpiresAt: Int64?
+
+    public init(url: String, logger: Logger = Logger(label: "whisper-client")) {
+        self.url = url
+        self.logger = logger
+        (events, eventContinuation) = AsyncStream.makeStream()
+    }
+
+    /// Opens the socket; returns once it is open.
+    public func connect() async throws {
+        guard task == nil else { return }
+        let url = self.url
+        let logger = self.logger
+        task = Task {
+            do {
+                let close = try await WebSocketClient.connect(
+                    url: url,
+                    configuration: .init(maxFrameSize: 1 << 22),
+                    logger: logger
+                ) { inbound, outbound, _ in
+                    await self.opened(outbound)
+                    for try await message in inbound.messages(maxSize: 1 << 22) {
+                        guard case .text(let text) = message else { continue }
+                        await self.received(text)
+                    }
+                }
+                await self.closed(code: close.map { Self.code($0.closeCode) }, error: nil)
+            } catch {
+                await self.closed(code: nil, error: error)
+            }
+        }
+        try await withCheckedThrowingContinuation { continuation in
+            if outbound != nil {
+                continuation.resume()
+            } else if closedCode != nil {
+                continuation.resume(throwing: WhisperClientError.closed(code: closedCode ?? nil))
+            } else {
+                connectWaiters.append(continuation)
+            }
+        }
+    }
+
+    /// Closes the socket (normal closure).
+    public func close() async {
+        try? await outbound?.close(.normalClosure, reason: nil)
+        await task?.value
+    }
+
+    /// The close code once the socket has closed (nil inside when none was sent).
+    public var closeCode: UInt16?? { closedCode }
+
+    /// Sends a frame and waits for the frame that answers it.
+    public func request<P: ClientPayload>(_ payload: P, timeout: Duration = .seconds(10)) async throws -> ServerFrame {
+        guard let outbound else { throw closedCode != nil ? WhisperClientError.closed(code: closedCode ?? nil) : .notConnected }
+        let requestId = UUID().uuidString.lowercased()
+        let text = String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self)
+        let timer = Task {
+            try await Task.sleep(for: timeout)
+            self.expire(requestId)
+        }
+        defer { timer.cancel() }
+        let frame = try await withCheckedThrowingContinuation { continuation in
+            waiting[requestId] = continuation
+            Task {
+                do {
+                    try await outbound.write(.text(text))
+                } catch {
+                    self.fail(requestId, error: WhisperClientError.closed(code: nil))
+                }
+            }
+        }
+        if let error = frame.payload(as: ErrorPayload.self) {
+            throw WhisperClientError.refused(error.code, error.message)
+        }
+        return frame
+    }
+
+    /// Creates or recovers the identity of `keys` on this socket (spec 3.3).
+    @discardableResult
+    public func register(
+        keys: WhisperKeys, deviceId: String, platform: Platform, whisperId: String? = nil,
+        pushToken: String? = nil, voipToken: String? = nil
+    ) async throws -> RegisterAck {
+        let challengeFrame = try await request(RegisterBegin(whisperId: whisperId, deviceId: deviceId, platform: platform))
+        guard let challenge = challengeFrame.payload(as: RegisterChallenge.self),
+              let challengeBytes = Data(base64Encoded: challenge.challenge) else {
+            throw WhisperClientError.unexpectedReply(challengeFrame.type.rawValue)
+        }
+        let proof = RegisterProof(
+            challengeId: challenge.challengeId, deviceId: deviceId, platform: platform, whisperId: whisperId,
+            encPublicKey: Data(keys.encPublicKey).base64EncodedString(),
+            signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
+            signature: Data(keys.proveChallenge(Array(challengeBytes))).base64EncodedString(),
+            pushToken: pushToken, voipToken: voipToken
+        )
+        let ackFrame = try await request(proof)
+        guard let ack = ackFrame.payload(as: RegisterAck.self) else { throw WhisperClientError.unexpectedReply(ackFrame.type.rawValue) }
+        self.whisperId = ack.whisperId
+        sessionToken = ack.sessionToken
+        sessionExpiresAt = ack.sessionExpiresAt
+        return ack
+    }
+
+    /// Swaps the session token for a new one (send when less than 24 h remain).
+    @discardableResult
+    public func refreshSession() async throws -> SessionRefreshed {
+        let frame = try await request(SessionRefresh(sessionToken: try token()))
+        guard let refreshed = frame.payload(as: SessionRefreshed.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        sessionToken = refreshed.sessionToken
+        sessionExpiresAt = refreshed.sessionExpiresAt
+        return refreshed
+    }
+
+    /// Ends the session on the server.
+    public func logout() async throws {
+        _ = try await request(Logout(sessionToken: try token()))
+        sessionToken = nil
+        sessionExpiresAt = nil
+    }
+
+    public func updateTokens(pushToken: TokenUpdate, voipToken: TokenUpdate = .unchanged) async throws {
+        _ = try await request(UpdateTokens(sessionToken: try token(), pushToken: pushToken, voipToken: voipToken))
+    }
+
+    /// The server's clock, in milliseconds.
+    public func ping() async throws -> Int64 {
+        let frame = try await request(Ping())
+        guard let pong = frame.payload(as: Pong.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return pong.serverTime
+    }
+
+    /// Uses a session obtained earlier (after an app restart, on a new socket).
+    public func resume(whisperId: String, sessionToken: String) {
+        self.whisperId = whisperId
+        self.sessionToken = sessionToken
+    }
+
+    private func token() throws -> String {
+        guard let sessionToken else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
+        return sessionToken
+    }
+
+    // MARK: - Socket events
+
+    private func opened(_ writer: WebSocketOutboundWriter) {
+        outbound = writer
+        connectWaiters.forEach { $0.resume() }
+        connectWaiters.removeAll()
+    }
+
+    private func received(_ text: String) {
+        guard let frame = try? ServerFrameCodec.decode(Array(text.utf8)) else {
+            logger.warning("unreadable_frame", metadata: ["sizeBytes": "\(text.utf8.count)"])
+            return
+        }
+        if let requestId = frame.requestId, let continuation = waiting.removeValue(forKey: requestId) {
+            continuation.resume(returning: frame)
+        } else {
+            eventContinuation.yield(frame)
+        }
+    }
+
+    private func closed(code: UInt16?, error: (any Error)?) {
+        closedCode = .some(code)
+        outbound = nil
+        for continuation in waiting.values {
+            continuation.resume(throwing: WhisperClientError.closed(code: code))
+        }
+        waiting.removeAll()
+        connectWaiters.forEach { $0.resume(throwing: error ?? WhisperClientError.closed(code: code)) }
+        connectWaiters.removeAll()
+        eventContinuation.finish()
+    }
+
+    private func expire(_ requestId: String) {
+        waiting.removeValue(forKey: requestId)?.resume(throwing: WhisperClientError.timedOut)
+    }
+
+    private func fail(_ requestId: String, error: any Error) {
+        waiting.removeValue(forKey: requestId)?.resume(throwing: error)
+    }
+
+    private static func code(_ code: WebSocketErrorCode) -> UInt16 {
+        switch code {
+        case .normalClosure: 1000
+        case .goingAway: 1001
+        case .protocolError: 1002
+        case .unacceptableData: 1003
+        case .dataInconsistentWithMessage: 1007
+        case .policyViolation: 1008
+        case .messageTooLarge: 1009
+        case .missingExtension: 1010
+        case .unexpectedServerError: 1011
+        case .unknown(let value): value
+        }
+    }
+}

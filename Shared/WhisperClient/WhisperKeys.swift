@@ -1,0 +1,72 @@
+import Crypto
+import Foundation
+import WhisperShared
+
+/// The keys of an identity, all derived from its seed phrase (spec 3.4, 14.1):
+///
+/// - seed = BIP39 seed of the mnemonic (and optional passphrase)
+/// - encSeed = HKDF-SHA256(seed, salt "whisper", info "whisper/enc", 32): the X25519 private key
+/// - signSeed = HKDF-SHA256(seed, salt "whisper", info "whisper/sign", 32): the Ed25519 secret key (RFC 8032 seed)
+/// - contactsKey = HKDF-SHA256(seed, salt "whisper", info "whisper/contacts", 32): the contacts backup key
+public struct WhisperKeys: Sendable {
+    public let encPrivateKey: [UInt8]
+    public let encPublicKey: [UInt8]
+    public let signing: Ed25519.KeyPair
+    public let contactsKey: [UInt8]
+
+    public var signPublicKey: [UInt8] { signing.publicKey }
+
+    public init(seed: [UInt8]) {
+        encPrivateKey = Self.derive(seed, info: "whisper/enc")
+        encPublicKey = X25519Box.publicKey(privateKey: encPrivateKey)
+        signing = Ed25519.KeyPair(seed: Self.derive(seed, info: "whisper/sign"))
+        contactsKey = Self.derive(seed, info: "whisper/contacts")
+    }
+
+    public init(mnemonic: String, passphrase: String = "") throws(BIP39.Failure) {
+        _ = try BIP39.entropy(of: mnemonic)
+        // What a person typed (case, extra spaces) must give the same identity.
+        let canonical = BIP39.normalizedWords(mnemonic).joined(separator: " ")
+        self.init(seed: BIP39.seed(mnemonic: canonical, passphrase: passphrase))
+    }
+
+    /// HKDF-SHA256 with Whisper's salt.
+    public static func derive(_ seed: [UInt8], info: String) -> [UInt8] {
+        hkdf(ikm: seed, salt: Array("whisper".utf8), info: Array(info.utf8), length: 32)
+    }
+
+    public static func hkdf(ikm: [UInt8], salt: [UInt8], info: [UInt8], length: Int) -> [UInt8] {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: ikm), salt: salt, info: info, outputByteCount: length
+        ).withUnsafeBytes { Array($0) }
+    }
+
+    /// The proof for `register_proof`: Ed25519 over the raw challenge bytes.
+    public func proveChallenge(_ challenge: [UInt8]) -> [UInt8] {
+        signing.sign(challenge)
+    }
+}
+
+/// The canonical signing bytes of spec 3.5 and the signature over them.
+public enum CanonicalSigning {
+    /// The frames that are signed, by their `type`.
+    public static let signedTypes: Set<String> = [
+        "send_message", "group_send_message", "call_initiate", "call_answer", "call_ice_candidate", "call_end",
+    ]
+
+    public static func bytes(
+        messageType: String, messageId: String, from: String, toOrGroupId: String,
+        timestamp: Int64, nonce: String, ciphertext: String
+    ) -> [UInt8] {
+        Array("v1\n\(messageType)\n\(messageId)\n\(from)\n\(toOrGroupId)\n\(timestamp)\n\(nonce)\n\(ciphertext)\n".utf8)
+    }
+
+    /// sig = Ed25519_Sign(SHA256(signed_bytes)).
+    public static func sign(_ signedBytes: [UInt8], with keys: Ed25519.KeyPair) -> [UInt8] {
+        keys.sign(Array(SHA256.hash(data: signedBytes)))
+    }
+
+    public static func verify(_ signature: [UInt8], over signedBytes: [UInt8], publicKey: [UInt8]) -> Bool {
+        Ed25519.verify(signature: signature, message: Array(SHA256.hash(data: signedBytes)), publicKey: publicKey)
+    }
+}

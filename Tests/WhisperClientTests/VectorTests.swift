@@ -1,0 +1,146 @@
+import Foundation
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// The SDK against every vector in docs/test-vectors/ (made by independent implementations).
+@Suite struct VectorTests {
+    static let directory = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("docs/test-vectors")
+
+    static func load(_ name: String) throws -> [String: Any] {
+        let data = try Data(contentsOf: directory.appendingPathComponent(name))
+        return try JSONSerialization.jsonObject(with: data) as! [String: Any]
+    }
+
+    static func hex(_ text: String) -> [UInt8] {
+        var bytes: [UInt8] = []
+        var index = text.startIndex
+        while index < text.endIndex {
+            let next = text.index(index, offsetBy: 2)
+            bytes.append(UInt8(text[index..<next], radix: 16)!)
+            index = next
+        }
+        return bytes
+    }
+
+    static func base64(_ text: String) -> [UInt8] { [UInt8](Data(base64Encoded: text)!) }
+
+    @Test func bip39EnglishVectors() throws {
+        let cases = try Self.load("bip39-english.json")["cases"] as! [[String: String]]
+        #expect(cases.count == 24)
+        for vector in cases {
+            let entropy = Self.hex(vector["entropy"]!)
+            let mnemonic = vector["mnemonic"]!
+            #expect(try BIP39.mnemonic(entropy: entropy) == mnemonic)
+            #expect(try BIP39.entropy(of: mnemonic) == entropy)
+            #expect(BIP39.seed(mnemonic: mnemonic, passphrase: vector["passphrase"]!).hexString == vector["seed"]!)
+        }
+    }
+
+    @Test func bip39RefusesBadMnemonics() {
+        let good = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about"
+        #expect(BIP39.isValid(good))
+        #expect(BIP39.isValid("  Abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon ABOUT "))
+        #expect(throws: BIP39.Failure.checksum) { try BIP39.entropy(of: good.replacingOccurrences(of: "about", with: "abandon")) }
+        #expect(throws: BIP39.Failure.unknownWord("whisper!")) {
+            try BIP39.entropy(of: good.replacingOccurrences(of: "about", with: "whisper!"))
+        }
+        #expect(throws: BIP39.Failure.wordCount(11)) { try BIP39.entropy(of: "abandon " + String(repeating: "abandon ", count: 9) + "about") }
+        let generated = BIP39.generateMnemonic()
+        #expect(generated.split(separator: " ").count == 12)
+        #expect(BIP39.isValid(generated))
+    }
+
+    @Test func hkdfRFC5869Vectors() throws {
+        let cases = try Self.load("hkdf-sha256-rfc5869.json")["cases"] as! [[String: Any]]
+        #expect(cases.count == 3)
+        for vector in cases {
+            let okm = WhisperKeys.hkdf(
+                ikm: Self.hex(vector["ikm"] as! String), salt: Self.hex(vector["salt"] as! String),
+                info: Self.hex(vector["info"] as! String), length: vector["length"] as! Int
+            )
+            #expect(okm.hexString == vector["okm"] as! String, "\(vector["name"]!)")
+        }
+    }
+
+    @Test func ed25519RFC8032Vectors() throws {
+        let cases = try Self.load("ed25519-rfc8032.json")["cases"] as! [[String: String]]
+        for vector in cases {
+            let keys = Ed25519.KeyPair(seed: Self.hex(vector["secretKey"]!))
+            let message = Self.hex(vector["message"]!)
+            #expect(keys.publicKey.hexString == vector["publicKey"]!, "\(vector["name"]!)")
+            let signature = keys.sign(message)
+            #expect(signature.hexString == vector["signature"]!, "\(vector["name"]!)")
+            #expect(Ed25519.verify(signature: signature, message: message, publicKey: keys.publicKey))
+            var forged = signature
+            forged[0] ^= 1
+            #expect(!Ed25519.verify(signature: forged, message: message, publicKey: keys.publicKey))
+        }
+    }
+
+    @Test func whisperChainFromMnemonicToSignature() throws {
+        let chain = try Self.load("whisper-chain.json")
+        let identities = chain["identities"] as! [[String: String]]
+        var derived: [WhisperKeys] = []
+        for vector in identities {
+            let seed = BIP39.seed(mnemonic: vector["mnemonic"]!, passphrase: vector["passphrase"]!)
+            #expect(seed.hexString == vector["seed"]!)
+            #expect(WhisperKeys.derive(seed, info: "whisper/enc").hexString == vector["encSeed"]!)
+            #expect(WhisperKeys.derive(seed, info: "whisper/sign").hexString == vector["signSeed"]!)
+            let keys = try WhisperKeys(mnemonic: vector["mnemonic"]!, passphrase: vector["passphrase"]!)
+            #expect(keys.contactsKey.hexString == vector["contactsKey"]!)
+            #expect(Data(keys.encPublicKey).base64EncodedString() == vector["encPublicKey"]!)
+            #expect(Data(keys.signPublicKey).base64EncodedString() == vector["signPublicKey"]!)
+            derived.append(keys)
+        }
+
+        let signatures = chain["signatures"] as! [String: Any]
+        let signer = derived[signatures["signer"] as! Int]
+        for vector in signatures["cases"] as! [[String: Any]] {
+            let bytes = CanonicalSigning.bytes(
+                messageType: vector["messageType"] as! String, messageId: vector["messageId"] as! String,
+                from: vector["from"] as! String, toOrGroupId: vector["toOrGroupId"] as! String,
+                timestamp: (vector["timestamp"] as! NSNumber).int64Value,
+                nonce: vector["nonce"] as! String, ciphertext: vector["ciphertext"] as! String
+            )
+            #expect(String(decoding: bytes, as: UTF8.self) == vector["signedBytes"] as! String)
+            let signature = CanonicalSigning.sign(bytes, with: signer.signing)
+            #expect(Data(signature).base64EncodedString() == vector["sig"] as! String)
+            #expect(CanonicalSigning.verify(signature, over: bytes, publicKey: signer.signPublicKey))
+            #expect(!CanonicalSigning.verify(signature, over: bytes + [0], publicKey: signer.signPublicKey))
+        }
+
+        let proof = chain["registrationProof"] as! [String: Any]
+        let challenge = Self.base64(proof["challenge"] as! String)
+        #expect(Data(derived[proof["signer"] as! Int].proveChallenge(challenge)).base64EncodedString() == proof["signature"] as! String)
+
+        for vector in chain["whisperIds"] as! [[String: Any]] {
+            #expect(WhisperID.isValid(vector["whisperId"] as! String) == vector["valid"] as! Bool, "\(vector["whisperId"]!)")
+        }
+    }
+
+    @Test func generatedWhisperIDsCarryAValidChecksum() {
+        for _ in 0..<200 {
+            let id = WhisperID.generate()
+            #expect(Format.isWhisperID(id))
+            #expect(WhisperID.isValid(id))
+        }
+        let id = WhisperID.generate()
+        #expect(WhisperID.normalize(id.lowercased().replacingOccurrences(of: "-", with: " ")) == id)
+    }
+
+    @Test func boxAndSecretBoxRoundTrip() {
+        let alice = WhisperKeys(seed: Sodium.randomBytes(64))
+        let bob = WhisperKeys(seed: Sodium.randomBytes(64))
+        let nonce = Sodium.randomBytes(24)
+        let sealed = X25519Box.seal(Array("hi bob".utf8), nonce: nonce, recipientPublicKey: bob.encPublicKey, senderPrivateKey: alice.encPrivateKey)
+        #expect(X25519Box.open(sealed, nonce: nonce, senderPublicKey: alice.encPublicKey, recipientPrivateKey: bob.encPrivateKey) == Array("hi bob".utf8))
+        #expect(X25519Box.open(sealed, nonce: nonce, senderPublicKey: bob.encPublicKey, recipientPrivateKey: bob.encPrivateKey) == nil)
+        let key = Sodium.randomBytes(32)
+        let boxed = SecretBox.seal(Array("contacts".utf8), nonce: nonce, key: key)
+        #expect(SecretBox.open(boxed, nonce: nonce, key: key) == Array("contacts".utf8))
+        #expect(SecretBox.open(boxed, nonce: nonce, key: Sodium.randomBytes(32)) == nil)
+    }
+}

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Writes docs/test-vectors/ with implementations independent of the Swift SDK
+(Python's hashlib and the `cryptography` package), so that every client, the
+Swift SDK included, is checked against something other than itself.
+
+  scripts/gen-test-vectors.py BIP39_VECTORS_JSON
+
+BIP39_VECTORS_JSON is the reference BIP39 vector file (its "english" list of
+[entropy, mnemonic, seed, xprv], passphrase "TREZOR"), e.g. vectors.json from the
+`mnemonic` package on PyPI. The script checks each published value it copies.
+"""
+import base64
+import hashlib
+import hmac
+import json
+import pathlib
+import sys
+import unicodedata
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives import serialization
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "docs" / "test-vectors"
+RAW = serialization.Encoding.Raw, serialization.PublicFormat.Raw
+B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+
+def hkdf(ikm, salt, info, length):
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=salt, info=info).derive(ikm)
+
+
+def bip39_seed(mnemonic, passphrase=""):
+    m = unicodedata.normalize("NFKD", mnemonic).encode()
+    s = unicodedata.normalize("NFKD", "mnemonic" + passphrase).encode()
+    return hashlib.pbkdf2_hmac("sha512", m, s, 2048, 64)
+
+
+def write(name, document):
+    (OUT / name).write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def bip39(path):
+    english = json.load(open(path))["english"]
+    cases = []
+    for entropy, mnemonic, seed, _xprv in english:
+        assert bip39_seed(mnemonic, "TREZOR").hex() == seed, mnemonic
+        cases.append({"entropy": entropy, "mnemonic": mnemonic, "passphrase": "TREZOR", "seed": seed})
+    write("bip39-english.json", {
+        "description": "BIP39 reference vectors (English wordlist): entropy -> mnemonic, and "
+                       "seed = PBKDF2-HMAC-SHA512(NFKD(mnemonic), NFKD('mnemonic' + passphrase), 2048, 64).",
+        "source": "BIP-0039 reference vectors (python-mnemonic vectors.json, 'english')",
+        "cases": cases,
+    })
+
+
+def rfc5869():
+    cases = [
+        {"name": "RFC 5869 A.1", "ikm": "0b" * 22, "salt": bytes(range(0x00, 0x0d)).hex(),
+         "info": bytes(range(0xf0, 0xfa)).hex(), "length": 42},
+        {"name": "RFC 5869 A.2", "ikm": bytes(range(0x00, 0x50)).hex(), "salt": bytes(range(0x60, 0xb0)).hex(),
+         "info": bytes(range(0xb0, 0x100)).hex(), "length": 82},
+        {"name": "RFC 5869 A.3", "ikm": "0b" * 22, "salt": "", "info": "", "length": 42},
+    ]
+    published = {
+        "RFC 5869 A.1": "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865",
+        "RFC 5869 A.3": "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8",
+    }
+    for case in cases:
+        okm = hkdf(bytes.fromhex(case["ikm"]), bytes.fromhex(case["salt"]) or None, bytes.fromhex(case["info"]), case["length"])
+        case["okm"] = okm.hex()
+        if case["name"] in published:
+            assert published[case["name"]] == case["okm"], case["name"]
+    write("hkdf-sha256-rfc5869.json", {
+        "description": "HKDF-SHA256 (RFC 5869 appendix A.1 to A.3). An empty salt means a salt of 32 zero bytes.",
+        "cases": cases,
+    })
+
+
+def rfc8032():
+    cases = [
+        {"name": "RFC 8032 7.1 TEST 1", "secretKey": "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "message": ""},
+        {"name": "RFC 8032 7.1 TEST 2", "secretKey": "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "message": "72"},
+        {"name": "RFC 8032 7.1 TEST 3", "secretKey": "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7", "message": "af82"},
+    ]
+    published = {
+        "RFC 8032 7.1 TEST 1": ("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+                                "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b"),
+    }
+    for case in cases:
+        key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(case["secretKey"]))
+        case["publicKey"] = key.public_key().public_bytes(*RAW).hex()
+        case["signature"] = key.sign(bytes.fromhex(case["message"])).hex()
+        if case["name"] in published:
+            assert published[case["name"]] == (case["publicKey"], case["signature"]), case["name"]
+    write("ed25519-rfc8032.json", {
+        "description": "Ed25519 (RFC 8032 section 7.1): the 32-byte secret key is the seed; signatures are deterministic.",
+        "cases": cases,
+    })
+
+
+def whisper_id(body):
+    digest = hashlib.sha256(body.encode()).digest()
+    bits = (digest[0] << 2) | (digest[1] >> 6)
+    full = body + B32[bits >> 5] + B32[bits & 31]
+    return "WSP-%s-%s-%s" % (full[0:4], full[4:8], full[8:12])
+
+
+def canonical(message_type, message_id, sender, to, timestamp, nonce_b64, ciphertext_b64):
+    return ("v1\n" + message_type + "\n" + message_id + "\n" + sender + "\n" + to + "\n" + str(timestamp) + "\n"
+            + nonce_b64 + "\n" + ciphertext_b64 + "\n").encode()
+
+
+def chain():
+    identities = []
+    for mnemonic, passphrase in [
+        ("abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about", ""),
+        ("legal winner thank year wave sausage worth useful legal winner thank yellow", ""),
+        ("letter advice cage absurd amount doctor acoustic avoid letter advice cage above", "TREZOR"),
+    ]:
+        seed = bip39_seed(mnemonic, passphrase)
+        enc_seed = hkdf(seed, b"whisper", b"whisper/enc", 32)
+        sign_seed = hkdf(seed, b"whisper", b"whisper/sign", 32)
+        contacts_key = hkdf(seed, b"whisper", b"whisper/contacts", 32)
+        enc_public = X25519PrivateKey.from_private_bytes(enc_seed).public_key().public_bytes(*RAW)
+        sign_key = Ed25519PrivateKey.from_private_bytes(sign_seed)
+        sign_public = sign_key.public_key().public_bytes(*RAW)
+        identities.append({
+            "mnemonic": mnemonic, "passphrase": passphrase, "seed": seed.hex(),
+            "encSeed": enc_seed.hex(), "signSeed": sign_seed.hex(), "contactsKey": contacts_key.hex(),
+            "encPublicKey": base64.b64encode(enc_public).decode(), "signPublicKey": base64.b64encode(sign_public).decode(),
+            "_signKey": sign_key,
+        })
+    sender, recipient = identities[0], identities[1]
+    signatures = []
+    for message_type, to in [("send_message", "WSP-MN6P-QR7S-TVX4"), ("group_send_message", "grp-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"),
+                             ("call_initiate", "WSP-MN6P-QR7S-TVX4")]:
+        fields = {
+            "messageType": message_type, "messageId": "6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c",
+            "from": "WSP-AB3D-EF4G-HJQ3", "toOrGroupId": to, "timestamp": 1767268800000,
+            "nonce": base64.b64encode(bytes(range(24))).decode(),
+            "ciphertext": base64.b64encode(b"not really a ciphertext, just bytes").decode(),
+        }
+        signed = canonical(fields["messageType"], fields["messageId"], fields["from"], fields["toOrGroupId"],
+                           fields["timestamp"], fields["nonce"], fields["ciphertext"])
+        digest = hashlib.sha256(signed).digest()
+        signatures.append(dict(fields, signedBytes=signed.decode(), sha256=digest.hex(),
+                               sig=base64.b64encode(sender["_signKey"].sign(digest)).decode()))
+    challenge = bytes(range(32))
+    for identity in identities:
+        identity.pop("_signKey")
+    ids = []
+    for body in ["AB3DEF4GHJ", "MN6PQR7STV", "AAAAAAAAAA", "7777777777"]:
+        ids.append({"whisperId": whisper_id(body), "valid": True})
+    good = ids[0]["whisperId"]
+    ids.append({"whisperId": good[:-1] + ("A" if good[-1] != "A" else "B"), "valid": False})
+    ids.append({"whisperId": good[:5] + ("Z" if good[5] != "Z" else "Y") + good[6:], "valid": False})
+    sign_key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(sender["signSeed"]))
+    write("whisper-chain.json", {
+        "description": "Whisper's own chain (spec 3.4, 3.5, 14.1): mnemonic -> BIP39 seed -> HKDF-SHA256(seed, salt='whisper', "
+                       "info='whisper/enc'|'whisper/sign'|'whisper/contacts', 32) -> X25519 public key (encSeed is the private "
+                       "scalar) and Ed25519 public key (signSeed is the RFC 8032 secret key); canonical signing bytes and "
+                       "sig = Ed25519(SHA256(signed_bytes)) by identities[0]; the registration proof = Ed25519(challenge bytes); "
+                       "Whisper ID checksums.",
+        "identities": identities,
+        "signatures": {"signer": 0, "cases": signatures},
+        "registrationProof": {"signer": 0, "challenge": base64.b64encode(challenge).decode(),
+                              "signature": base64.b64encode(sign_key.sign(challenge)).decode()},
+        "whisperIds": ids,
+    })
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    bip39(sys.argv[1])
+    rfc5869()
+    rfc8032()
+    chain()
+
+
+if __name__ == "__main__":
+    main()
