@@ -200,14 +200,24 @@ import AuthService
 import GatewayService
 
 extension TestServers {
+    /// Auth with limits no test reaches by accident: every test connects from 127.0.0.1
+    /// to the same Redis, so per-address buckets are shared. Tests of the limits
+    /// themselves tighten them and use a Redis of their own.
     static func authSettings(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> AuthSettings {
-        AuthSettings(common: common(service: "auth", postgres: database, redis: redis), internalToken: internalToken)
+        let generous = RateLimitRule("100000/60s")!
+        return AuthSettings(
+            common: common(service: "auth", postgres: database, redis: redis), internalToken: internalToken,
+            registerPerIP: generous, registerPerIdentity: generous, updateTokensPerIdentity: generous,
+            updateTokensPerIP: generous, keyLookupPerIdentity: generous
+        )
     }
 
     static func gatewaySettings(_ database: PostgresSettings, authPort: Int, redis: RedisConfiguration = TestServers.redis) -> GatewaySettings {
         GatewaySettings(
             common: common(service: "gateway", postgres: database, redis: redis),
-            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken
+            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken,
+            // Tests leave sockets open at the end; do not wait long for them.
+            drainTimeout: .milliseconds(300)
         )
     }
 }
