@@ -49,7 +49,7 @@ import Testing
     @Test func nestedFieldsAreNamedWithTheirPath() {
         let frame = #"""
         {"type":"send_message","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)",
-        "messageId":"6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c","from":"WSP-AB3D-EF4G-HJ5K","to":"WSP-MN6P-QR7S-TV2W",
+        "messageId":"6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c","from":"WSP-AB3D-EF4G-HJKE","to":"WSP-MN6P-QR7S-TVTG",
         "msgType":"image","timestamp":1,"nonce":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYX","ciphertext":"AAAA",
         "sig":"\#(String(repeating: "A", count: 86))==",
         "attachment":{"objectKey":"att/2026/01/7c6b5a49-3827-4d16-a5f4-e3d2c1b0a998.bin","contentType":"image/jpeg",
@@ -91,7 +91,7 @@ import Testing
 
 @Suite struct FormatTests {
     @Test func whisperIDs() {
-        #expect(Format.isWhisperID("WSP-AB3D-EF4G-HJ5K"))
+        #expect(Format.isWhisperID("WSP-AB3D-EF4G-HJKE"))
         #expect(!Format.isWhisperID("WSP-AB3D-EF4G-HJ5"))
         #expect(!Format.isWhisperID("WSP-AB3D-EF4G-HJ1K"), "1 is not in the Base32 alphabet")
         #expect(!Format.isWhisperID("wsp-ab3d-ef4g-hj5k"))
