@@ -59,9 +59,9 @@ public actor WhisperConnection {
                         await self.received(text)
                     }
                 }
-                await self.closed(code: close.map { Self.code($0.closeCode) }, error: nil)
+                self.closed(code: close.map { Self.code($0.closeCode) }, error: nil)
             } catch {
-                await self.closed(code: nil, error: error)
+                self.closed(code: nil, error: error)
             }
         }
         try await withCheckedThrowingContinuation { continuation in
@@ -155,6 +155,37 @@ public actor WhisperConnection {
 
     public func updateTokens(pushToken: TokenUpdate, voipToken: TokenUpdate = .unchanged) async throws {
         _ = try await request(UpdateTokens(sessionToken: try token(), pushToken: pushToken, voipToken: voipToken))
+    }
+
+    /// Sends a message; returns when the server has stored it (`message_accepted`).
+    @discardableResult
+    public func send(_ message: SendMessage, timeout: Duration = .seconds(10)) async throws -> MessageAccepted {
+        let frame = try await request(message, timeout: timeout)
+        guard let accepted = frame.payload(as: MessageAccepted.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return accepted
+    }
+
+    /// Acknowledges a received message to its sender (and, when delivered, clears it from the queue).
+    public func acknowledge(_ message: MessageReceived, status: ReceiptStatus = .delivered) async throws {
+        guard let whisperId else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
+        let receipt = DeliveryReceipt(
+            protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), messageId: message.messageId,
+            from: whisperId, to: message.from, status: status, timestamp: Clock.millisecondsNow()
+        )
+        try await sendOnly(receipt)
+    }
+
+    /// One page of the pending queue.
+    public func fetchPending(cursor: String? = nil, limit: Int? = nil) async throws -> PendingMessages {
+        let frame = try await request(FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), cursor: cursor, limit: limit))
+        guard let page = frame.payload(as: PendingMessages.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return page
+    }
+
+    /// Sends a frame that gets no answer (receipts).
+    public func sendOnly<P: ClientPayload>(_ payload: P) async throws {
+        guard let outbound else { throw WhisperClientError.notConnected }
+        try await outbound.write(.text(String(decoding: ClientFrameCodec.encode(payload), as: UTF8.self)))
     }
 
     /// The server's clock, in milliseconds.

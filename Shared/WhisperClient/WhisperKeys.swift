@@ -46,27 +46,3 @@ public struct WhisperKeys: Sendable {
         signing.sign(challenge)
     }
 }
-
-/// The canonical signing bytes of spec 3.5 and the signature over them.
-public enum CanonicalSigning {
-    /// The frames that are signed, by their `type`.
-    public static let signedTypes: Set<String> = [
-        "send_message", "group_send_message", "call_initiate", "call_answer", "call_ice_candidate", "call_end",
-    ]
-
-    public static func bytes(
-        messageType: String, messageId: String, from: String, toOrGroupId: String,
-        timestamp: Int64, nonce: String, ciphertext: String
-    ) -> [UInt8] {
-        Array("v1\n\(messageType)\n\(messageId)\n\(from)\n\(toOrGroupId)\n\(timestamp)\n\(nonce)\n\(ciphertext)\n".utf8)
-    }
-
-    /// sig = Ed25519_Sign(SHA256(signed_bytes)).
-    public static func sign(_ signedBytes: [UInt8], with keys: Ed25519.KeyPair) -> [UInt8] {
-        keys.sign(Array(SHA256.hash(data: signedBytes)))
-    }
-
-    public static func verify(_ signature: [UInt8], over signedBytes: [UInt8], publicKey: [UInt8]) -> Bool {
-        Ed25519.verify(signature: signature, message: Array(SHA256.hash(data: signedBytes)), publicKey: publicKey)
-    }
-}

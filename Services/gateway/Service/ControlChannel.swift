@@ -1,4 +1,5 @@
 import Logging
+import Prometheus
 import ServiceLifecycle
 import WhisperShared
 
@@ -7,9 +8,15 @@ import WhisperShared
 struct ControlChannel: Service {
     let subscriber: RedisSubscriber
     let connections: ConnectionRegistry
+    let metrics: ServiceMetrics
     let logger: Logger
 
+    var latency: DurationHistogram {
+        metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
+    }
+
     func run() async throws {
+        let latency = self.latency
         try await cancelWhenGracefulShutdown {
             for await message in subscriber.messages {
                 guard let command = GatewayCommand.decode(message.payload) else {
@@ -29,6 +36,9 @@ struct ControlChannel: Service {
                 case .deliver:
                     if let frame = command.frame {
                         try? await connection.sendRaw(Array(frame.utf8))
+                        if let acceptedAt = command.acceptedAt {
+                            latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
+                        }
                     }
                 }
             }

@@ -62,10 +62,30 @@ struct FrameHandler: Sendable {
             try await connection.sendRaw(answer)
         case let payload as UpdateTokens:
             try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case _ where RouterStream.frameTypes.contains(frame.type):
+            try await enqueueForRouter(frame, on: connection)
         default:
             connection.logger.warning("frame_not_served", metadata: ["type": "\(frame.type.rawValue)"])
             await reply(error: .internalError, "\(frame.type.rawValue) is not served by this server yet", requestId: frame.requestId, on: connection)
         }
+    }
+
+    /// Messages, receipts and pending-queue pages go to the routers through the router
+    /// stream; a router answers through this instance's channel.
+    private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+        guard let whisperId = connection.whisperId else {
+            await reply(error: .notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+            return
+        }
+        let entry = RouterStream.Entry(
+            gateway: instanceID, connId: connection.id, whisperId: whisperId, type: frame.type,
+            requestId: frame.requestId, payload: try Self.encode(frame.payload), receivedAt: Clock.millisecondsNow()
+        )
+        try await environment.redis.send(entry.addCommand)
+    }
+
+    private static func encode(_ payload: any ClientPayload) throws -> [UInt8] {
+        Array(try JSONEncoder().encode(payload))
     }
 
     /// A privileged frame may act only with a live session, and only for the identity

@@ -90,7 +90,7 @@ public func buildGateway(
         flag: draining, connections: connections, timeout: settings.drainTimeout,
         reconnectDelayMs: settings.reconnectDelayMs, logger: environment.logger
     )
-    let control = ControlChannel(subscriber: subscriber, connections: connections, logger: environment.logger)
+    let control = ControlChannel(subscriber: subscriber, connections: connections, metrics: environment.metrics, logger: environment.logger)
     let keeper = PresenceKeeper(
         presence: presence, connections: connections, instanceID: settings.common.instanceID,
         interval: PresenceStore.ttl / 3, logger: environment.logger

@@ -1,15 +1,33 @@
 import Logging
 import WhisperShared
 
-/// Routes messages, receipts, groups and call signaling from the router stream; owns the pending queue.
-public enum RouterIdentity: ServiceIdentity {
-    public static let serviceName = "router"
-    public static let defaultPort = 8082
-}
-
-public typealias RouterSettings = CommonServiceSettings<RouterIdentity>
-
-/// Assembles one router instance.
+/// Assembles one router instance: a consumer of the router stream that routes
+/// messages, receipts and pending-queue pages.
 public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
-    buildHTTPService(settings: settings.common, logger: logger, onServerRunning: onServerRunning)
+    buildHTTPService(
+        settings: settings.common,
+        logger: logger,
+        workers: { environment in
+            var readerConfiguration = settings.common.redis
+            readerConfiguration.clientName = "whisper-router-reader"
+            let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
+            let router = MessageRouter(
+                redis: environment.redis,
+                identities: IdentityCache(postgres: environment.postgres, logger: environment.logger, ttl: settings.identityCacheTTL),
+                pending: PendingQueue(redis: environment.redis),
+                receipts: ReceiptQueue(redis: environment.redis),
+                presence: PresenceStore(redis: environment.redis),
+                limiter: RateLimiter(redis: environment.redis),
+                settings: settings,
+                metrics: RouterMetrics(metrics: environment.metrics),
+                logger: environment.logger
+            )
+            let consumer = StreamConsumer(
+                reader: reader, redis: environment.redis, router: router,
+                consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
+            )
+            return [reader, consumer]
+        },
+        onServerRunning: onServerRunning
+    )
 }

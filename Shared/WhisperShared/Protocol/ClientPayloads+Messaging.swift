@@ -122,6 +122,20 @@ public struct DeliveryReceipt: PrivilegedPayload, Equatable {
     public var status: ReceiptStatus
     public var timestamp: Int64
 
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, messageId: String,
+        from: String, to: String, status: ReceiptStatus, timestamp: Int64
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.messageId = messageId
+        self.from = from
+        self.to = to
+        self.status = status
+        self.timestamp = timestamp
+    }
+
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.sessionToken(sessionToken)
@@ -141,6 +155,14 @@ public struct FetchPending: PrivilegedPayload, Equatable {
     public var sessionToken: String
     public var cursor: String?
     public var limit: Int?
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, cursor: String? = nil, limit: Int? = nil) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.cursor = cursor
+        self.limit = limit
+    }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()

@@ -16,17 +16,24 @@ public struct GatewayCommand: Codable, Sendable, Equatable {
     public var connId: String
     public var reason: SessionRevoked.Reason?
     public var frame: String?
+    /// For `message_received`: when the sender's frame reached its gateway (ms), so the
+    /// recipient's gateway can measure routing latency.
+    public var acceptedAt: Int64?
 
-    public init(kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: String? = nil) {
+    public init(kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: String? = nil, acceptedAt: Int64? = nil) {
         self.kind = kind
         self.connId = connId
         self.reason = reason
         self.frame = frame
+        self.acceptedAt = acceptedAt
     }
 
-    public func publish(to gateway: String, on redis: RedisClient) async throws {
+    /// Publishes to the gateway's channel; returns how many subscribers got it (0 when
+    /// that gateway is gone).
+    @discardableResult
+    public func publish(to gateway: String, on redis: RedisClient) async throws -> Int {
         let bytes = Array((try? JSONEncoder().encode(self)) ?? Data())
-        try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), bytes)
+        return Int(try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), bytes).int ?? 0)
     }
 
     public static func decode(_ bytes: [UInt8]) -> GatewayCommand? {

@@ -1,0 +1,236 @@
+import Foundation
+import Logging
+import WhisperShared
+
+/// What routing a frame produced, for metrics and tests.
+enum RoutingOutcome: String, Sendable {
+    case delivered, queued, duplicate, receipt, ignored, page, refused
+}
+
+/// Serves `send_message`, `delivery_receipt` and `fetch_pending` from the router stream
+/// (spec 4 and 5; ARCHITECTURE.md section 3). Every step is idempotent: an entry that is
+/// processed twice (a router died before acknowledging it) changes nothing twice.
+struct MessageRouter: Sendable {
+    let redis: RedisClient
+    let identities: IdentityCache
+    let pending: PendingQueue
+    let receipts: ReceiptQueue
+    let presence: PresenceStore
+    let limiter: RateLimiter
+    let settings: RouterSettings
+    let metrics: RouterMetrics
+    let logger: Logger
+
+    /// Handles one entry. Throws only when the infrastructure failed (the entry is then
+    /// left unacknowledged, to be claimed again); refusals go back to the client.
+    @discardableResult
+    func handle(_ entry: RouterStream.Entry, redelivery: Bool = false) async throws -> RoutingOutcome {
+        do {
+            switch entry.type {
+            case .sendMessage:
+                return try await send(try decode(SendMessage.self, entry), entry: entry, redelivery: redelivery)
+            case .deliveryReceipt:
+                return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry)
+            case .fetchPending:
+                return try await fetch(try decode(FetchPending.self, entry), entry: entry)
+            default:
+                throw WhisperError(.invalidPayload, "\(entry.type.rawValue) is not routed")
+            }
+        } catch let refusal as WhisperError {
+            metrics.refused(refusal.code)
+            try await reply(ServerFrameCodec.encodeError(refusal.code, refusal.message, requestId: entry.requestId), to: entry)
+            logger.info("frame_refused", metadata: [
+                "type": "\(entry.type.rawValue)", "code": "\(refusal.code.rawValue)", "whisperId": "\(entry.whisperId)", "connId": "\(entry.connId)",
+            ])
+            return .refused
+        }
+    }
+
+    private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
+        guard let payload = try? JSONDecoder().decode(P.self, from: Data(entry.payload)) else {
+            throw WhisperError(.invalidPayload, "payload does not match its schema")
+        }
+        return payload
+    }
+
+    // MARK: - send_message
+
+    private func send(_ message: SendMessage, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
+        let now = Clock.millisecondsNow()
+        guard message.from == entry.whisperId else {
+            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
+        }
+        try checkSize(message)
+        guard abs(message.timestamp - now) <= Int64(Limits.TIMESTAMP_SKEW_MS) else {
+            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
+        }
+        guard let sender = try await identities.lookup(message.from) else {
+            throw WhisperError(.notRegistered, "the sending identity does not exist")
+        }
+        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
+        guard let recipient = try await identities.lookup(message.to) else {
+            throw WhisperError(.notFound, "no such recipient")
+        }
+        guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
+        let decision = try await limiter.takeAll([
+            ("send", message.from, settings.sendPerSender),
+            ("send:\(message.to)", message.from, settings.sendPerPair),
+        ])
+        if case .limited(let retry) = decision {
+            throw WhisperError(.rateLimited, "too many messages; retry in \(retry) ms")
+        }
+        let signedBytes = CanonicalSigning.bytes(
+            messageType: ClientFrameType.sendMessage.rawValue, messageId: message.messageId, from: message.from,
+            toOrGroupId: message.to, timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext
+        )
+        guard let signature = Data(base64Encoded: message.sig),
+              CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
+            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
+        }
+
+        let received = MessageReceived(
+            messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType,
+            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
+            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
+        )
+        let body = try Self.encoder.encode(received)
+        let stored = try await pending.store(recipient: message.to, messageId: message.messageId, sender: message.from, body: Array(body))
+        let outcome: RoutingOutcome
+        switch stored {
+        case .conflict:
+            throw WhisperError(.invalidPayload, "messageId is already used by another message")
+        case .duplicate:
+            // A client resend: answer as before, queue nothing. A stream entry handled a
+            // second time (its router died) also delivers, in case the first run did not.
+            try await reply(Self.accepted(message.messageId, requestId: entry.requestId), to: entry)
+            if redelivery {
+                _ = try await deliverOrWake(message.to, messageId: message.messageId, body: Array(body), acceptedAt: entry.receivedAt)
+            }
+            metrics.routed(.duplicate)
+            return .duplicate
+        case .stored(_, let depth):
+            metrics.queueDepth(depth)
+            // Stored first: only now is the message acknowledged to its sender.
+            try await reply(Self.accepted(message.messageId, requestId: entry.requestId), to: entry)
+            outcome = try await deliverOrWake(message.to, messageId: message.messageId, body: Array(body), acceptedAt: entry.receivedAt)
+        }
+        metrics.routed(outcome)
+        logger.debug("message_routed", metadata: [
+            "messageId": "\(message.messageId)", "whisperId": "\(message.from)", "outcome": "\(outcome.rawValue)",
+            "sizeBytes": "\(message.ciphertext.utf8.count)",
+        ])
+        return outcome
+    }
+
+    /// The inline ciphertext holds at most MAX_TEXT_BYTES of plaintext; media travel
+    /// as attachments, each kind within its limit.
+    private func checkSize(_ message: SendMessage) throws {
+        let inline = Format.decodedLength(ofBase64: message.ciphertext)
+        guard inline <= Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES else {
+            throw WhisperError(.invalidPayload, "ciphertext is \(inline) bytes; at most \(Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES) inline")
+        }
+        let limit: Int? = switch message.msgType {
+        case .image: Limits.MAX_IMAGE_BYTES
+        case .voice: Limits.MAX_VOICE_BYTES
+        case .file: Limits.MAX_FILE_BYTES
+        case .text, .system: nil
+        }
+        if let limit {
+            guard let attachment = message.attachment else {
+                throw WhisperError(.invalidPayload, "\(message.msgType.rawValue) messages carry an attachment")
+            }
+            guard attachment.ciphertextSize <= Int64(limit) else {
+                throw WhisperError(.invalidPayload, "attachment.ciphertextSize over the \(message.msgType.rawValue) limit of \(limit) bytes")
+            }
+        }
+    }
+
+    /// Hands the message to the recipient's live socket, or asks push-sender to wake the device.
+    private func deliverOrWake(_ recipient: String, messageId: String, body: [UInt8], acceptedAt: Int64) async throws -> RoutingOutcome {
+        if let socket = try await presence.lookup(recipient) {
+            let frame = Self.frame(type: .messageReceived, payload: body)
+            let listeners = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame, acceptedAt: acceptedAt)
+                .publish(to: socket.gateway, on: redis)
+            if listeners > 0 { return .delivered }
+        }
+        try await redis.send(PushStream.job(to: recipient, kind: .message, id: messageId, at: Clock.millisecondsNow()))
+        return .queued
+    }
+
+    // MARK: - delivery_receipt
+
+    private func receipt(_ receipt: DeliveryReceipt, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        guard receipt.from == entry.whisperId else {
+            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
+        }
+        let result = try await pending.acknowledge(recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered)
+        // Not this recipient's message, or not from the named sender: nothing to do, nothing to tell.
+        guard case .acknowledged(let sender) = result, sender == receipt.to else {
+            metrics.routed(.ignored)
+            return .ignored
+        }
+        let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp)
+        let frame = ServerFrameCodec.encode(delivered)
+        var handed = false
+        if let socket = try await presence.lookup(sender) {
+            handed = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: String(decoding: frame, as: UTF8.self))
+                .publish(to: socket.gateway, on: redis) > 0
+        }
+        if !handed {
+            try await receipts.keep(frame, for: sender)
+        }
+        metrics.routed(.receipt)
+        return .receipt
+    }
+
+    // MARK: - fetch_pending
+
+    private func fetch(_ request: FetchPending, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        if case .limited(let retry) = try await limiter.take("fetch", key: entry.whisperId, rule: settings.fetchPerIdentity) {
+            throw WhisperError(.rateLimited, "too many fetches; retry in \(retry) ms")
+        }
+        // Receipts that waited for this sender go first.
+        for kept in try await receipts.take(for: entry.whisperId) {
+            try await reply(kept, to: entry)
+        }
+        let limit = min(request.limit ?? Limits.FETCH_PENDING_LIMIT_DEFAULT, Limits.FETCH_PENDING_LIMIT_MAX)
+        let page = try await pending.page(recipient: entry.whisperId, after: request.cursor, limit: limit)
+        var payload = Array(#"{"messages":["#.utf8)
+        for (index, message) in page.messages.enumerated() {
+            if index > 0 { payload.append(UInt8(ascii: ",")) }
+            payload += message
+        }
+        payload += Array("]".utf8)
+        if let next = page.nextCursor {
+            payload += Array(#","nextCursor":"\#(next)""#.utf8)
+        }
+        payload.append(UInt8(ascii: "}"))
+        try await reply(Array(Self.frame(type: .pendingMessages, payload: payload, requestId: entry.requestId).utf8), to: entry)
+        metrics.routed(.page)
+        return .page
+    }
+
+    // MARK: - Frames
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return encoder
+    }()
+
+    static func accepted(_ messageId: String, requestId: String?) -> [UInt8] {
+        ServerFrameCodec.encode(MessageAccepted(messageId: messageId), requestId: requestId)
+    }
+
+    /// A frame around a payload that is already JSON. `requestId` has a restricted
+    /// alphabet (no quotes or backslashes), so it goes in as it is.
+    static func frame(type: ServerFrameType, payload: [UInt8], requestId: String? = nil) -> String {
+        let head = requestId.map { #"{"type":"\#(type.rawValue)","requestId":"\#($0)","payload":"# } ?? #"{"type":"\#(type.rawValue)","payload":"#
+        return head + String(decoding: payload, as: UTF8.self) + "}"
+    }
+
+    private func reply(_ frame: [UInt8], to entry: RouterStream.Entry) async throws {
+        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: String(decoding: frame, as: UTF8.self))
+            .publish(to: entry.gateway, on: redis)
+    }
+}

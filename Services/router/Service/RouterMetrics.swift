@@ -1,0 +1,32 @@
+import Prometheus
+import WhisperShared
+
+/// The router's metrics (spec 13): messages routed by outcome, refusals by code, and
+/// the depth of recipients' pending queues as messages arrive.
+struct RouterMetrics: Sendable {
+    let metrics: ServiceMetrics
+    let depth: ValueHistogram
+
+    init(metrics: ServiceMetrics) {
+        self.metrics = metrics
+        self.depth = metrics.registry.makeValueHistogram(
+            descriptor: .init(namespace: "whisper", metricName: "pending_queue", unitName: "depth",
+                              helpText: "Messages waiting in a recipient's pending queue, observed as each message is stored."),
+            labels: [],
+            buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 5000]
+        )
+    }
+
+    func routed(_ outcome: RoutingOutcome) {
+        metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]).increment()
+    }
+
+    func refused(_ code: ErrorCode) {
+        metrics.recordError(code)
+        routed(.refused)
+    }
+
+    func queueDepth(_ depth: Int) {
+        self.depth.record(Double(depth))
+    }
+}

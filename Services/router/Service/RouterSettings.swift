@@ -1,0 +1,52 @@
+import WhisperShared
+
+/// Settings of router (docs/configuration.md lists each variable).
+public struct RouterSettings: ServiceSettings {
+    public static let serviceName = "router"
+    public static let defaultPort = 8082
+    public var common: CommonSettings
+    public var sendPerSender: RateLimitRule
+    public var sendPerPair: RateLimitRule
+    public var fetchPerIdentity: RateLimitRule
+    /// Entries read from the stream at a time.
+    public var batchSize: Int
+    /// How long an entry may stay unacknowledged by its consumer before another router claims it.
+    public var claimAfter: Duration
+    /// How long a cached identity's ban status is trusted.
+    public var identityCacheTTL: Duration
+
+    public init(
+        common: CommonSettings,
+        sendPerSender: RateLimitRule = RateLimitRule("600/60s")!,
+        sendPerPair: RateLimitRule = RateLimitRule("300/60s")!,
+        fetchPerIdentity: RateLimitRule = RateLimitRule("600/60s")!,
+        batchSize: Int = 200,
+        claimAfter: Duration = .seconds(10),
+        identityCacheTTL: Duration = .seconds(30)
+    ) {
+        self.common = common
+        self.sendPerSender = sendPerSender
+        self.sendPerPair = sendPerPair
+        self.fetchPerIdentity = fetchPerIdentity
+        self.batchSize = batchSize
+        self.claimAfter = claimAfter
+        self.identityCacheTTL = identityCacheTTL
+    }
+
+    public init(from settings: SettingsReader) {
+        common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
+        func rule(_ key: String, _ fallback: String) -> RateLimitRule {
+            guard let rule = RateLimitRule(settings.string(key, default: fallback)) else {
+                settings.reject(key, because: "must look like 20/60s (count/period with s, m or h)")
+                return RateLimitRule(fallback)!
+            }
+            return rule
+        }
+        sendPerSender = rule("router.rate.limit.send.per.sender", "600/60s")
+        sendPerPair = rule("router.rate.limit.send.per.pair", "300/60s")
+        fetchPerIdentity = rule("router.rate.limit.fetch.per.identity", "600/60s")
+        batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
+        claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
+        identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import WhisperShared
+
+/// A peer's public keys, as `GET /users/{id}/keys` returns them.
+public struct PeerKeys: Sendable, Equatable {
+    public var whisperId: String
+    public var encPublicKey: [UInt8]
+    public var signPublicKey: [UInt8]
+
+    public init(whisperId: String, encPublicKey: [UInt8], signPublicKey: [UInt8]) {
+        self.whisperId = whisperId
+        self.encPublicKey = encPublicKey
+        self.signPublicKey = signPublicKey
+    }
+}
+
+public enum MessageCryptoError: Error, Equatable, Sendable {
+    case badSignature
+    case cannotDecrypt
+    case notForMe
+}
+
+/// Encrypting, signing, verifying and decrypting 1:1 messages (spec 3.5, 4).
+public enum MessageCrypto {
+    /// A signed `send_message` carrying `plaintext` boxed to the recipient.
+    public static func makeMessage(
+        _ plaintext: [UInt8], from sender: (whisperId: String, keys: WhisperKeys), to recipient: PeerKeys,
+        sessionToken: String, msgType: MessageType = .text, messageId: String = UUID().uuidString.lowercased(),
+        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil
+    ) -> SendMessage {
+        let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let ciphertext = X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: recipient.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
+        let nonceText = Data(nonce).base64EncodedString()
+        let ciphertextText = Data(ciphertext).base64EncodedString()
+        let signed = CanonicalSigning.bytes(
+            messageType: ClientFrameType.sendMessage.rawValue, messageId: messageId, from: sender.whisperId,
+            toOrGroupId: recipient.whisperId, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
+        )
+        let sig = CanonicalSigning.sign(signed, with: sender.keys.signing)
+        return SendMessage(
+            sessionToken: sessionToken, messageId: messageId, from: sender.whisperId, to: recipient.whisperId,
+            msgType: msgType, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText,
+            sig: Data(sig).base64EncodedString(), replyTo: replyTo, attachment: attachment
+        )
+    }
+
+    /// Verifies the sender's signature, then decrypts. Spec 4.2: verify, decrypt, store,
+    /// and only then send the delivery receipt.
+    public static func open(_ message: MessageReceived, by recipient: (whisperId: String, keys: WhisperKeys), sender: PeerKeys) throws(MessageCryptoError) -> [UInt8] {
+        guard message.to == recipient.whisperId, message.from == sender.whisperId else { throw .notForMe }
+        let signed = CanonicalSigning.bytes(
+            messageType: message.groupId == nil ? ClientFrameType.sendMessage.rawValue : ClientFrameType.groupSendMessage.rawValue,
+            messageId: message.messageId, from: message.from, toOrGroupId: message.groupId ?? message.to,
+            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext
+        )
+        guard let sig = Data(base64Encoded: message.sig),
+              CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else { throw .badSignature }
+        guard let nonce = Data(base64Encoded: message.nonce), let ciphertext = Data(base64Encoded: message.ciphertext),
+              let plaintext = X25519Box.open([UInt8](ciphertext), nonce: [UInt8](nonce), senderPublicKey: sender.encPublicKey, recipientPrivateKey: recipient.keys.encPrivateKey) else {
+            throw .cannotDecrypt
+        }
+        return plaintext
+    }
+}
+
+/// Remembers the last `capacity` message IDs per conversation, so a message that arrives
+/// twice (a resend, a redelivery after a server crash) is processed once (spec 5.5).
+public struct MessageDeduplicator: Sendable {
+    public let capacity: Int
+    private var seen: [String: Set<String>] = [:]
+    private var order: [String: [String]] = [:]
+    private var head: [String: Int] = [:]
+
+    public init(capacity: Int = 10_000) {
+        self.capacity = capacity
+    }
+
+    /// True the first time a messageId is seen in a conversation (keyed by the peer or group).
+    public mutating func firstSighting(_ messageId: String, in conversation: String) -> Bool {
+        let id = messageId.lowercased()
+        if seen[conversation, default: []].contains(id) { return false }
+        seen[conversation, default: []].insert(id)
+        var ring = order[conversation, default: []]
+        if ring.count < capacity {
+            ring.append(id)
+        } else {
+            let slot = head[conversation, default: 0]
+            seen[conversation]?.remove(ring[slot])
+            ring[slot] = id
+            head[conversation] = (slot + 1) % capacity
+        }
+        order[conversation] = ring
+        return true
+    }
+}

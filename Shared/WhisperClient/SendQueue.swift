@@ -1,0 +1,166 @@
+import Foundation
+import WhisperShared
+
+/// Where an outgoing message is in its life (spec 5.3):
+/// queued (persisted) → sending → sent (server ACK) → delivered (peer receipt) → read.
+public enum OutgoingState: String, Codable, Sendable, Comparable {
+    case queued, sending, sent, delivered, read, failed
+
+    var rank: Int {
+        switch self {
+        case .queued: 0
+        case .sending: 1
+        case .sent: 2
+        case .delivered: 3
+        case .read: 4
+        case .failed: 5
+        }
+    }
+
+    public static func < (a: OutgoingState, b: OutgoingState) -> Bool { a.rank < b.rank }
+}
+
+/// One outgoing message and its delivery state.
+public struct OutgoingMessage: Codable, Sendable, Equatable {
+    public var message: SendMessage
+    public var state: OutgoingState
+    public var attempts: Int
+    /// When the next attempt may start (ms since 1970).
+    public var nextAttemptAt: Int64
+    public var lastError: String?
+}
+
+/// Keeps the outbox across app restarts (spec 5.4). Apps back it with their database;
+/// `FileOutboxStore` and `MemoryOutboxStore` are provided.
+public protocol OutboxStore: Sendable {
+    func load() async throws -> [OutgoingMessage]
+    func save(_ messages: [OutgoingMessage]) async throws
+}
+
+public actor MemoryOutboxStore: OutboxStore {
+    private var messages: [OutgoingMessage] = []
+    public init() {}
+    public func load() async throws -> [OutgoingMessage] { messages }
+    public func save(_ messages: [OutgoingMessage]) async throws { self.messages = messages }
+}
+
+/// The outbox as one JSON file, replaced atomically on every change.
+public struct FileOutboxStore: OutboxStore {
+    public let url: URL
+    public init(url: URL) { self.url = url }
+
+    public func load() async throws -> [OutgoingMessage] {
+        guard FileManager.default.fileExists(atPath: url.path) else { return [] }
+        return try JSONDecoder().decode([OutgoingMessage].self, from: Data(contentsOf: url))
+    }
+
+    public func save(_ messages: [OutgoingMessage]) async throws {
+        try JSONEncoder().encode(messages).write(to: url, options: .atomic)
+    }
+}
+
+/// The retry policy of spec 5.4: exponential backoff with full jitter, at most 10 attempts.
+public struct RetryPolicy: Sendable, Equatable {
+    public var maxAttempts: Int
+    public var initial: Duration
+    public var maximum: Duration
+
+    public init(maxAttempts: Int = 10, initial: Duration = .milliseconds(500), maximum: Duration = .seconds(60)) {
+        self.maxAttempts = maxAttempts
+        self.initial = initial
+        self.maximum = maximum
+    }
+
+    /// The delay before attempt `attempt + 1`, random in (0, min(maximum, initial * 2^attempt)].
+    public func delay(afterAttempt attempt: Int) -> Duration {
+        var backoff = Backoff(policy: .init(initial: initial, maximum: maximum))
+        for _ in 0..<attempt { _ = backoff.next() }
+        return backoff.next()
+    }
+}
+
+/// The client's outbox: persists every message before sending, sends in order, retries
+/// with backoff (sends are idempotent by messageId, so a retry never duplicates), and
+/// moves each message through its states as the ACK and receipts arrive.
+public actor SendQueue {
+    public typealias Transport = @Sendable (SendMessage) async throws -> Void
+
+    private let store: any OutboxStore
+    private let policy: RetryPolicy
+    private var messages: [OutgoingMessage] = []
+    private var loaded = false
+
+    public init(store: any OutboxStore, policy: RetryPolicy = RetryPolicy()) {
+        self.store = store
+        self.policy = policy
+    }
+
+    /// Puts a message in the outbox (state `queued`), persisted before anything is sent.
+    public func enqueue(_ message: SendMessage) async throws {
+        try await load()
+        guard !messages.contains(where: { $0.message.messageId == message.messageId }) else { return }
+        messages.append(OutgoingMessage(message: message, state: .queued, attempts: 0, nextAttemptAt: 0, lastError: nil))
+        try await store.save(messages)
+    }
+
+    /// Tries every message that is due, oldest first. `transport` sends one frame and
+    /// returns when the server accepted it (`message_accepted`), or throws.
+    public func flush(now: Int64 = Clock.millisecondsNow(), using transport: Transport) async throws {
+        try await load()
+        for index in messages.indices where (messages[index].state == .queued || messages[index].state == .sending)
+            && messages[index].nextAttemptAt <= now {
+            messages[index].state = .sending
+            messages[index].attempts += 1
+            try await store.save(messages)
+            do {
+                try await transport(messages[index].message)
+                messages[index].state = .sent
+                messages[index].lastError = nil
+            } catch {
+                messages[index].lastError = String(describing: error)
+                if messages[index].attempts >= policy.maxAttempts {
+                    messages[index].state = .failed
+                } else {
+                    messages[index].state = .queued
+                    let delay = policy.delay(afterAttempt: messages[index].attempts - 1)
+                    messages[index].nextAttemptAt = now + Int64(delay.milliseconds)
+                }
+            }
+            try await store.save(messages)
+        }
+    }
+
+    /// Applies a `message_delivered` receipt: states only move forward.
+    public func receipt(messageId: String, status: ReceiptStatus) async throws {
+        try await load()
+        guard let index = messages.firstIndex(where: { $0.message.messageId == messageId }) else { return }
+        let next: OutgoingState = status == .read ? .read : .delivered
+        if messages[index].state < next {
+            messages[index].state = next
+            try await store.save(messages)
+        }
+    }
+
+    public func state(of messageId: String) async throws -> OutgoingState? {
+        try await load()
+        return messages.first { $0.message.messageId == messageId }?.state
+    }
+
+    public func all() async throws -> [OutgoingMessage] {
+        try await load()
+        return messages
+    }
+
+    /// Drops delivered and read messages from the outbox.
+    public func pruneFinished() async throws {
+        try await load()
+        messages.removeAll { $0.state == .delivered || $0.state == .read }
+        try await store.save(messages)
+    }
+
+    private func load() async throws {
+        guard !loaded else { return }
+        messages = try await store.load()
+        loaded = true
+    }
+}

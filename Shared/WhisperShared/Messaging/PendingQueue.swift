@@ -1,0 +1,134 @@
+import Foundation
+
+/// A recipient's pending queue (spec 5): messages stored before they are acknowledged
+/// to the sender, kept until the recipient's `delivered` receipt or 72 hours.
+///
+/// `pending:{whisperId}` is a Redis Stream: entry IDs are arrival times, so paging with
+/// an exclusive cursor is stable while new messages arrive, and `XTRIM MINID` drops
+/// whatever is older than 72 hours. `pending:{whisperId}:msg:<messageId>` remembers each
+/// message's entry, sender and state for 72 hours, which makes sends idempotent (a
+/// repeat finds it) and receipts checkable (only the recipient's own messages). All
+/// keys of one recipient share a hash slot, so each step is one atomic script.
+public struct PendingQueue: Sendable {
+    public static let ttl: Duration = .seconds(Limits.PENDING_TTL_HOURS * 3600)
+    let redis: RedisClient
+
+    public init(redis: RedisClient) {
+        self.redis = redis
+    }
+
+    public enum StoreResult: Sendable, Equatable {
+        /// Stored now, under this entry ID, with the queue this long afterwards.
+        case stored(entryId: String, depth: Int)
+        /// The same sender sent this messageId before: nothing was queued again.
+        case duplicate
+        /// Another sender used this messageId for this recipient.
+        case conflict
+    }
+
+    /// Stores a message unless its messageId is already known for this recipient.
+    public func store(recipient: String, messageId: String, sender: String, body: [UInt8]) async throws -> StoreResult {
+        let reply = try await redis.evaluate(
+            Self.storeScript,
+            keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
+            arguments: [sender, body, Int(Self.ttl.milliseconds), messageId]
+        )
+        guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
+        switch status {
+        case "stored":
+            return .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0))
+        case "duplicate":
+            return .duplicate
+        default:
+            return .conflict
+        }
+    }
+
+    public struct Page: Sendable {
+        public var messages: [[UInt8]]
+        public var nextCursor: String?
+    }
+
+    /// Up to `limit` messages after `cursor` (exclusive), oldest first.
+    public func page(recipient: String, after cursor: String?, limit: Int) async throws -> Page {
+        let reply = try await redis.evaluate(
+            Self.pageScript, keys: [RedisKeys.pending(recipient)],
+            arguments: [cursor.map { "(" + $0 } ?? "-", limit + 1, Int(Self.ttl.milliseconds)]
+        )
+        guard let entries = reply.array else { throw RedisError.unexpectedReply("pending page") }
+        var messages: [[UInt8]] = []
+        var lastId: String?
+        for entry in entries.prefix(limit) {
+            guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array else { continue }
+            var index = 0
+            while index + 1 < fields.count {
+                if fields[index].string == "body", let body = fields[index + 1].bytes { messages.append(body) }
+                index += 2
+            }
+            lastId = id
+        }
+        return Page(messages: messages, nextCursor: entries.count > limit ? lastId : nil)
+    }
+
+    public enum ReceiptResult: Sendable, Equatable {
+        /// The message was the recipient's, from `sender`; removed from the queue when delivered.
+        case acknowledged(sender: String)
+        /// No such message for this recipient (never sent to it, or older than 72 h).
+        case unknown
+    }
+
+    /// Applies the recipient's receipt: `delivered` removes the message from the queue.
+    public func acknowledge(recipient: String, messageId: String, delivered: Bool) async throws -> ReceiptResult {
+        let reply = try await redis.evaluate(
+            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
+            arguments: [delivered ? 1 : 0]
+        )
+        if let sender = reply.string, !sender.isEmpty { return .acknowledged(sender: sender) }
+        return .unknown
+    }
+
+    /// Messages waiting for a recipient (after dropping expired ones).
+    public func depth(recipient: String) async throws -> Int {
+        Int(try await redis.send("XLEN", RedisKeys.pending(recipient)).int ?? 0)
+    }
+
+    static func messageKey(_ recipient: String, _ messageId: String) -> String {
+        "pending:{\(recipient)}:msg:\(messageId.lowercased())"
+    }
+
+    /// KEYS: queue, message key. ARGV: sender, body, ttl ms, messageId.
+    static let storeScript = RedisScript("""
+        local known = redis.call('HGET', KEYS[2], 'from')
+        if known then
+            if known == ARGV[1] then return {'duplicate'} end
+            return {'conflict'}
+        end
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))
+        local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
+        redis.call('PEXPIRE', KEYS[1], ARGV[3])
+        redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending')
+        redis.call('PEXPIRE', KEYS[2], ARGV[3])
+        return {'stored', id, redis.call('XLEN', KEYS[1])}
+        """)
+
+    /// KEYS: queue. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
+    static let pageScript = RedisScript("""
+        local t = redis.call('TIME')
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))
+        return redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
+        """)
+
+    /// KEYS: queue, message key. ARGV: 1 when delivered. Returns the sender, or "".
+    static let ackScript = RedisScript("""
+        local from = redis.call('HGET', KEYS[2], 'from')
+        if not from then return '' end
+        if ARGV[1] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
+            redis.call('XDEL', KEYS[1], redis.call('HGET', KEYS[2], 'entry'))
+            redis.call('HSET', KEYS[2], 'state', 'delivered')
+        end
+        return from
+        """)
+}

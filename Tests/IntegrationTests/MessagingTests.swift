@@ -1,0 +1,189 @@
+import Foundation
+import RouterService
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// 1:1 messaging end to end (spec 4, 5): two gateways, two routers, real Redis and Postgres.
+@Suite struct MessagingTests {
+    @Test func aMessageCrossesGatewaysAndRoutersAndItsReceiptComesBack() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+
+        let message = alice.message("hello bob", to: bob)
+        let accepted = try await alice.connection.send(message)
+        #expect(accepted == MessageAccepted(messageId: message.messageId, status: "sent"))
+
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        #expect(received.messageId == message.messageId)
+        #expect(received.from == alice.whisperId && received.to == bob.whisperId)
+        let plaintext = try MessageCrypto.open(received, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
+        #expect(String(decoding: plaintext, as: UTF8.self) == "hello bob")
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+
+        try await bob.connection.acknowledge(received, status: .delivered)
+        let delivered = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(delivered.messageId == message.messageId && delivered.status == .delivered)
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+
+        try await bob.connection.acknowledge(received, status: .read)
+        let receipts = try await alice.events(.messageDelivered, count: 2)
+        #expect(receipts.last?.payload(as: MessageDelivered.self)?.status == .read)
+        try await stack.stop()
+    }
+
+    @Test func theSameMessageIdSentThreeTimesIsDeliveredOnce() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let message = alice.message("only once", to: bob)
+        for _ in 0..<3 {
+            #expect(try await alice.connection.send(message).messageId == message.messageId)
+        }
+        try await bob.events(.messageReceived)
+        // Give any duplicate time to show up.
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(await bob.events.all(.messageReceived).count == 1)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        try await stack.stop()
+    }
+
+    @Test func anOfflineRecipientPagesThroughEveryMessageExactlyOnce() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bobFirst = try await stack.user(on: 1)
+        await bobFirst.connection.close()
+        try await Task.sleep(for: .milliseconds(200))
+
+        var sent: Set<String> = []
+        for index in 0..<120 {
+            let message = alice.message("message \(index)", to: bobFirst)
+            try await alice.connection.send(message)
+            sent.insert(message.messageId)
+        }
+        #expect(try await stack.pendingDepth(bobFirst.whisperId) == 120)
+
+        let bob = try await stack.reconnect(bobFirst, on: 0)
+        var seen: [String] = []
+        var cursor: String?
+        var pages = 0
+        repeat {
+            let page = try await bob.connection.fetchPending(cursor: cursor, limit: 50)
+            pages += 1
+            for message in page.messages {
+                _ = try MessageCrypto.open(message, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
+                seen.append(message.messageId)
+                try await bob.connection.acknowledge(message)
+            }
+            cursor = page.nextCursor
+        } while cursor != nil
+        #expect(pages == 3)
+        #expect(seen.count == 120)
+        #expect(Set(seen) == sent)
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        #expect(try await bob.connection.fetchPending().messages.isEmpty)
+        // Alice was online: she got every receipt live.
+        try await alice.events(.messageDelivered, count: 120)
+        try await stack.stop()
+    }
+
+    @Test func receiptsForAnOfflineSenderWaitForItsNextFetch() async throws {
+        let stack = try await MessagingStack.start()
+        let aliceFirst = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let message = aliceFirst.message("are you there?", to: bob)
+        try await aliceFirst.connection.send(message)
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        await aliceFirst.connection.close()
+        try await Task.sleep(for: .milliseconds(200))
+        try await bob.connection.acknowledge(received)
+        try await Task.sleep(for: .milliseconds(300))
+
+        let alice = try await stack.reconnect(aliceFirst, on: 1)
+        _ = try await alice.connection.fetchPending()
+        let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(receipt.messageId == message.messageId)
+        try await stack.stop()
+    }
+
+    @Test func aReceiptForSomeoneElsesMessageIsIgnored() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let carol = try await stack.user(on: 0)
+        let message = alice.message("for bob only", to: bob)
+        try await alice.connection.send(message)
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        // Carol claims to have received Bob's message.
+        try await carol.connection.acknowledge(received)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(await alice.events.all(.messageDelivered).isEmpty)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        _ = try await carol.connection.ping()
+        try await stack.stop()
+    }
+
+    @Test func badMessagesAreRefusedAndNothingIsQueued() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let mallory = try await stack.user(on: 0)
+
+        func refused(_ message: SendMessage, _ code: ErrorCode, _ what: String) async {
+            do {
+                try await alice.connection.send(message)
+                Issue.record("\(what): accepted")
+            } catch WhisperClientError.refused(let actual, _) {
+                #expect(actual == code, "\(what)")
+            } catch {
+                Issue.record("\(what): \(error)")
+            }
+        }
+
+        var forged = alice.message("forged", to: bob)
+        forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
+        await refused(forged, .authFailed, "forged signature")
+
+        var tampered = alice.message("tampered", to: bob)
+        tampered.ciphertext = alice.message("other", to: bob).ciphertext
+        await refused(tampered, .authFailed, "ciphertext changed after signing")
+
+        let wrongFrom = MessageCrypto.makeMessage(Array("hi".utf8), from: (mallory.whisperId, mallory.keys), to: bob.peerKeys, sessionToken: alice.token)
+        await refused(wrongFrom, .forbidden, "from is not the session's identity")
+
+        await refused(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000), .invalidTimestamp, "stale timestamp")
+        await refused(alice.message("early", to: bob, timestamp: Clock.millisecondsNow() + 11 * 60_000), .invalidTimestamp, "future timestamp")
+
+        let oversize = alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob)
+        await refused(oversize, .invalidPayload, "ciphertext over MAX_TEXT_BYTES")
+
+        let ghost = TestUser(whisperId: WhisperID.generate(), keys: bob.keys, token: bob.token, connection: bob.connection, events: bob.events)
+        await refused(alice.message("anyone?", to: ghost), .notFound, "unknown recipient")
+
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        #expect(await bob.events.all(.messageReceived).isEmpty)
+        // The socket is still usable.
+        try await alice.connection.send(alice.message("a good one", to: bob))
+        try await bob.events(.messageReceived)
+        try await stack.stop()
+    }
+
+    @Test func sendersAreRateLimited() async throws {
+        let stack = try await MessagingStack.start(routers: 1) {
+            $0.sendPerPair = RateLimitRule("5/60s")!
+        }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        for index in 0..<5 {
+            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        }
+        do {
+            try await alice.connection.send(alice.message("one too many", to: bob))
+            Issue.record("sixth message accepted")
+        } catch WhisperClientError.refused(let code, _) {
+            #expect(code == .rateLimited)
+        }
+        try await stack.stop()
+    }
+}

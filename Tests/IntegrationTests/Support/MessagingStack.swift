@@ -1,0 +1,142 @@
+import AuthService
+import Foundation
+import GatewayService
+import RouterService
+import WhisperClient
+import WhisperShared
+
+/// Auth, two gateways and two routers on real Redis and Postgres. Each stack has a
+/// redis-server of its own: routers of one stack must not consume another's stream.
+struct MessagingStack {
+    let database: PostgresSettings
+    let redisServer: RedisProcess
+    let redis: RedisConfiguration
+    let auth: RunningService
+    let gateways: [RunningService]
+    let routers: [RunningService]
+
+    static func start(routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in }) async throws -> MessagingStack {
+        let redisServer = try RedisProcess()
+        try redisServer.start()
+        let redis = RedisConfiguration(url: redisServer.url)!
+        let database = try await TestDatabases.shared.make()
+        let auth = try await RunningService.start { running in
+            buildAuth(settings: TestServers.authSettings(database, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        var gateways: [RunningService] = []
+        for _ in 0..<2 {
+            let gateway = try await RunningService.start { running in
+                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.port, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+            }
+            _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+            gateways.append(gateway)
+        }
+        var routers: [RunningService] = []
+        for _ in 0..<routerCount {
+            var settings = TestServers.routerSettings(database, redis: redis)
+            configure(&settings)
+            let routerSettings = settings
+            routers.append(try await RunningService.start { running in
+                buildRouter(settings: routerSettings, logger: TestServers.logger, onServerRunning: running).assembly
+            })
+        }
+        return MessagingStack(database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers)
+    }
+
+    /// Messages waiting in a recipient's pending queue.
+    func pendingDepth(_ whisperId: String) async throws -> Int {
+        let client = RedisClient(configuration: redis, logger: TestServers.logger)
+        let task = Task { try await client.run() }
+        defer { task.cancel() }
+        try await waitUntil { client.isConnected }
+        return try await PendingQueue(redis: client).depth(recipient: whisperId)
+    }
+
+    func stop() async throws {
+        for router in routers { try await router.stop() }
+        for gateway in gateways { try await gateway.stop() }
+        try await auth.stop()
+    }
+
+    /// A registered user on gateway `index`.
+    func user(on index: Int) async throws -> TestUser {
+        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let connection = WhisperConnection(url: "ws://127.0.0.1:\(gateways[index].port)/ws", logger: TestServers.logger)
+        try await connection.connect()
+        let ack = try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .ios)
+        return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
+    }
+
+    /// A new socket for an existing user's session (a reconnect).
+    func reconnect(_ user: TestUser, on index: Int) async throws -> TestUser {
+        let connection = WhisperConnection(url: "ws://127.0.0.1:\(gateways[index].port)/ws", logger: TestServers.logger)
+        try await connection.connect()
+        await connection.resume(whisperId: user.whisperId, sessionToken: user.token)
+        return TestUser(whisperId: user.whisperId, keys: user.keys, token: user.token, connection: connection, events: EventLog(connection))
+    }
+}
+
+struct TestUser {
+    let whisperId: String
+    let keys: WhisperKeys
+    let token: String
+    let connection: WhisperConnection
+    let events: EventLog
+
+    var peerKeys: PeerKeys {
+        PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
+    }
+
+    func message(_ text: String, to peer: TestUser, messageId: String = UUID().uuidString.lowercased(), timestamp: Int64 = Clock.millisecondsNow()) -> SendMessage {
+        MessageCrypto.makeMessage(Array(text.utf8), from: (whisperId, keys), to: peer.peerKeys, sessionToken: token, messageId: messageId, timestamp: timestamp)
+    }
+
+    /// Waits until at least `count` events of `type` arrived; returns all of them.
+    @discardableResult
+    func events(_ type: ServerFrameType, count: Int = 1, timeout: Duration = .seconds(5)) async throws -> [ServerFrame] {
+        try await events.wait(for: type, count: count, timeout: timeout)
+    }
+}
+
+/// Every unsolicited frame a test connection received, in order.
+actor EventLog {
+    private var frames: [ServerFrame] = []
+    private var task: Task<Void, Never>?
+
+    init(_ connection: WhisperConnection) {
+        let events = connection.events
+        task = nil
+        Task { await self.start(events) }
+    }
+
+    private func start(_ events: AsyncStream<ServerFrame>) {
+        task = Task {
+            for await event in events { self.append(event) }
+        }
+    }
+
+    private func append(_ frame: ServerFrame) { frames.append(frame) }
+
+    func all(_ type: ServerFrameType) -> [ServerFrame] { frames.filter { $0.type == type } }
+
+    func wait(for type: ServerFrameType, count: Int, timeout: Duration) async throws -> [ServerFrame] {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let found = all(type)
+            if found.count >= count { return found }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TestSetupError("\(all(type).count) of \(count) \(type.rawValue) events within \(timeout)")
+    }
+}
+
+extension TestServers {
+    static func routerSettings(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> RouterSettings {
+        let generous = RateLimitRule("100000/60s")!
+        return RouterSettings(
+            common: common(service: "router", postgres: database, redis: redis),
+            sendPerSender: generous, sendPerPair: generous, fetchPerIdentity: generous,
+            claimAfter: .seconds(1)
+        )
+    }
+}
