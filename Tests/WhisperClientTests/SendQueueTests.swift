@@ -1,0 +1,114 @@
+import Foundation
+import Testing
+import WhisperClient
+import WhisperShared
+
+@Suite struct SendQueueTests {
+    func message(_ id: String = UUID().uuidString.lowercased()) -> SendMessage {
+        SendMessage(
+            sessionToken: String(repeating: "t", count: 43), messageId: id, from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF",
+            msgType: .text, timestamp: 1, nonce: String(repeating: "A", count: 32), ciphertext: "AAAA", sig: String(repeating: "A", count: 86) + "=="
+        )
+    }
+
+    struct Offline: Error {}
+
+    @Test func statesMoveForwardFromQueuedToRead() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let outgoing = message()
+        try await queue.enqueue(outgoing)
+        #expect(try await queue.state(of: outgoing.messageId) == .queued)
+        try await queue.flush { _ in }
+        #expect(try await queue.state(of: outgoing.messageId) == .sent)
+        try await queue.receipt(messageId: outgoing.messageId, status: .read)
+        #expect(try await queue.state(of: outgoing.messageId) == .read)
+        // A late "delivered" does not move it back.
+        try await queue.receipt(messageId: outgoing.messageId, status: .delivered)
+        #expect(try await queue.state(of: outgoing.messageId) == .read)
+        try await queue.pruneFinished()
+        #expect(try await queue.all().isEmpty)
+    }
+
+    @Test func failuresBackOffAndGiveUpAfterTenAttempts() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore(), policy: RetryPolicy(maxAttempts: 10, initial: .milliseconds(100), maximum: .seconds(5)))
+        let outgoing = message()
+        try await queue.enqueue(outgoing)
+        var now: Int64 = 1_000_000
+        var previousDue: Int64 = 0
+        for attempt in 1...10 {
+            try await queue.flush(now: now) { _ in throw Offline() }
+            let state = try #require(try await queue.all().first)
+            #expect(state.attempts == attempt)
+            if attempt < 10 {
+                #expect(state.state == .queued)
+                let ceiling = Int64(Backoff.ceiling(policy: .init(initial: .milliseconds(100), maximum: .seconds(5)), attempt: attempt - 1).milliseconds)
+                #expect(state.nextAttemptAt > now && state.nextAttemptAt <= now + ceiling)
+                // Not due yet: flushing before the time sends nothing.
+                try await queue.flush(now: state.nextAttemptAt - 1) { _ in Issue.record("sent before its time") }
+                previousDue = state.nextAttemptAt
+                now = previousDue
+            } else {
+                #expect(state.state == .failed)
+            }
+        }
+    }
+
+    @Test func theOutboxSurvivesARestart() async throws {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-\(UUID().uuidString).json")
+        defer { try? FileManager.default.removeItem(at: url) }
+        let first = SendQueue(store: FileOutboxStore(url: url))
+        let a = message()
+        let b = message()
+        try await first.enqueue(a)
+        try await first.enqueue(b)
+        try await first.flush { sent in if sent.messageId == b.messageId { throw Offline() } }
+
+        let restarted = SendQueue(store: FileOutboxStore(url: url))
+        #expect(try await restarted.state(of: a.messageId) == .sent)
+        #expect(try await restarted.state(of: b.messageId) == .queued)
+        let resent = Recorder()
+        try await restarted.flush(now: Clock.millisecondsNow() + 3_600_000) { await resent.add($0.messageId) }
+        #expect(await resent.ids == [b.messageId])
+    }
+
+    @Test func enqueuingTheSameMessageTwiceKeepsOne() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let outgoing = message()
+        try await queue.enqueue(outgoing)
+        try await queue.enqueue(outgoing)
+        #expect(try await queue.all().count == 1)
+    }
+}
+
+actor Recorder {
+    var ids: [String] = []
+    func add(_ id: String) { ids.append(id) }
+}
+
+@Suite struct DeduplicatorTests {
+    @Test func duplicatesAreSeenOncePerConversation() {
+        var dedupe = MessageDeduplicator(capacity: 3)
+        do { let seen = dedupe.firstSighting("A", in: "alice"); #expect(seen) }
+        do { let seen = dedupe.firstSighting("a", in: "alice"); #expect(!seen, "message IDs compare without case") }
+        do { let seen = dedupe.firstSighting("A", in: "bob"); #expect(seen, "conversations are separate") }
+    }
+
+    @Test func onlyTheLastCapacityIDsAreRemembered() {
+        var dedupe = MessageDeduplicator(capacity: 3)
+        for id in ["1", "2", "3", "4"] {
+            let seen = dedupe.firstSighting(id, in: "c")
+            #expect(seen)
+        }
+        do { let seen = dedupe.firstSighting("1", in: "c"); #expect(seen, "the oldest was forgotten") }
+        do { let seen = dedupe.firstSighting("4", in: "c"); #expect(!seen) }
+        do { let seen = dedupe.firstSighting("3", in: "c"); #expect(!seen) }
+    }
+
+    @Test func tenThousandByDefault() {
+        var dedupe = MessageDeduplicator()
+        for index in 0..<10_000 { _ = dedupe.firstSighting("\(index)", in: "c") }
+        do { let seen = dedupe.firstSighting("0", in: "c"); #expect(!seen) }
+        _ = dedupe.firstSighting("10000", in: "c")
+        do { let seen = dedupe.firstSighting("0", in: "c"); #expect(seen) }
+    }
+}
