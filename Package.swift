@@ -102,6 +102,16 @@ var targets: [Target] = [
     ),
 ]
 
+targets.append(.executableTarget(
+    name: "whisper-load",
+    dependencies: [
+        "WhisperClient", "WhisperShared",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+    ],
+    path: "Tools/whisper-load"
+))
+
 for service in services {
     targets.append(.target(
         name: service.library,
@@ -136,6 +146,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
     ],
     targets: targets,

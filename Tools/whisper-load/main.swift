@@ -1,0 +1,186 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Synchronization
+import WhisperClient
+import WhisperShared
+
+/// Load generator: N pairs of identities, each sender sending to its recipient at a
+/// fixed rate through the whole path (gateway, router stream, router, pending queue,
+/// pub/sub, recipient's gateway), recipients decrypting, verifying and acknowledging.
+/// Reports messages/second received and end-to-end latency percentiles.
+@main
+struct WhisperLoad: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "whisper-load", abstract: "End-to-end messaging load test.")
+
+    @Option(name: .customLong("gateway"), help: "Gateway WebSocket URL; repeat to spread users over several gateways.")
+    var gateways: [String] = ["ws://127.0.0.1:8080/ws"]
+
+    @Option(help: "Sender/recipient pairs.")
+    var pairs = 50
+
+    @Option(help: "Messages per second over all pairs; 0 sends as fast as the server accepts.")
+    var rate = 1_000.0
+
+    @Option(help: "Seconds of measurement.")
+    var duration = 20.0
+
+    @Option(help: "Seconds of warm-up before measuring.")
+    var warmup = 3.0
+
+    @Option(help: "Messages a sender may have waiting for message_accepted.")
+    var window = 8
+
+    mutating func run() async throws {
+        var logger = Logger(label: "whisper-load")
+        logger.logLevel = .error
+        let gateways = self.gateways
+        print("registering \(pairs * 2) identities over \(gateways.count) gateway(s)...")
+        var senders: [Party] = []
+        var recipients: [Party] = []
+        for index in 0..<pairs {
+            senders.append(try await Party.register(url: gateways[index % gateways.count], logger: logger))
+            recipients.append(try await Party.register(url: gateways[(index + 1) % gateways.count], logger: logger))
+        }
+        let clock = ContinuousClock()
+        let start = clock.now
+        let measureFrom = start + .milliseconds(Int64(warmup * 1000))
+        let end = measureFrom + .milliseconds(Int64(duration * 1000))
+        let stats = Stats()
+
+        let perSender = rate / Double(pairs)
+        let window = self.window
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<pairs {
+                let sender = senders[index]
+                let recipient = recipients[index]
+                group.addTask {
+                    try await recipient.receive(from: sender, stats: stats, measureFrom: measureFrom, until: end + .seconds(2))
+                }
+                group.addTask {
+                    try await sender.send(to: recipient, perSecond: perSender, window: window, stats: stats, until: end)
+                }
+            }
+            try await group.waitForAll()
+        }
+        let report = stats.report(seconds: duration)
+        print(report)
+    }
+}
+
+/// Sent-at instants by messageId, and the latencies measured.
+final class Stats: Sendable {
+    private struct State {
+        var sentAt: [String: ContinuousClock.Instant] = [:]
+        var latenciesMs: [Double] = []
+        var received = 0
+        var sent = 0
+        var errors = 0
+    }
+
+    private let state = Mutex(State())
+
+    func sending(_ messageId: String) {
+        let now = ContinuousClock.now
+        state.withLock {
+            $0.sentAt[messageId] = now
+            $0.sent += 1
+        }
+    }
+
+    func failed() { state.withLock { $0.errors += 1 } }
+
+    func received(_ messageId: String, measure: Bool) {
+        let now = ContinuousClock.now
+        state.withLock { state in
+            guard let sentAt = state.sentAt.removeValue(forKey: messageId) else { return }
+            if measure {
+                state.received += 1
+                state.latenciesMs.append(Double((now - sentAt).nanoseconds) / 1_000_000)
+            }
+        }
+    }
+
+    func report(seconds: Double) -> String {
+        state.withLock { state in
+            let sorted = state.latenciesMs.sorted()
+            func percentile(_ p: Double) -> Double {
+                guard !sorted.isEmpty else { return .nan }
+                return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
+            }
+            let throughput = Double(state.received) / seconds
+            return String(
+                format: "received %d messages in %.0f s: %.0f messages/s; latency ms p50 %.2f p95 %.2f p99 %.2f max %.2f; sent %d, errors %d",
+                state.received, seconds, throughput, percentile(0.50), percentile(0.95), percentile(0.99), sorted.last ?? .nan,
+                state.sent, state.errors
+            )
+        }
+    }
+}
+
+/// One identity with its socket.
+struct Party: Sendable {
+    let whisperId: String
+    let keys: WhisperKeys
+    let token: String
+    let connection: WhisperConnection
+
+    var peer: PeerKeys { PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey) }
+
+    static func register(url: String, logger: Logger) async throws -> Party {
+        let keys = WhisperKeys(seed: Sodium.randomBytes(64))
+        let connection = WhisperConnection(url: url, logger: logger)
+        try await connection.connect()
+        let ack = try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .android)
+        return Party(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection)
+    }
+
+    func send(to recipient: Party, perSecond: Double, window: Int, stats: Stats, until end: ContinuousClock.Instant) async throws {
+        let interval: Duration = perSecond > 0 ? .nanoseconds(Int64(1_000_000_000 / perSecond)) : .zero
+        var next = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var inFlight = 0
+            while ContinuousClock.now < end {
+                if interval > .zero {
+                    next += interval
+                    let wait = next - ContinuousClock.now
+                    if wait > .zero { try await Task.sleep(for: wait) }
+                }
+                if inFlight >= window {
+                    try await group.next()
+                    inFlight -= 1
+                }
+                let message = MessageCrypto.makeMessage(Array("load test message payload".utf8), from: (whisperId, keys), to: recipient.peer, sessionToken: token)
+                stats.sending(message.messageId)
+                inFlight += 1
+                group.addTask {
+                    do {
+                        try await connection.send(message, timeout: .seconds(10))
+                    } catch {
+                        stats.failed()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    func receive(from sender: Party, stats: Stats, measureFrom: ContinuousClock.Instant, until end: ContinuousClock.Instant) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await event in connection.events {
+                    guard let message = event.payload(as: MessageReceived.self) else { continue }
+                    let measure = ContinuousClock.now >= measureFrom
+                    _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer)
+                    stats.received(message.messageId, measure: measure)
+                    try await connection.acknowledge(message)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(until: end)
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+}
