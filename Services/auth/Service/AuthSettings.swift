@@ -37,18 +37,10 @@ public struct AuthSettings: ServiceSettings {
         if !internalToken.isEmpty, internalToken.utf8.count < 32 {
             settings.reject("whisper.internal.token", because: "must be at least 32 characters")
         }
-        func rule(_ key: String, _ fallback: String) -> RateLimitRule {
-            let text = settings.string(key, default: fallback)
-            guard let rule = RateLimitRule(text) else {
-                settings.reject(key, because: "must look like 20/60s (count/period with s, m or h)")
-                return RateLimitRule(fallback)!
-            }
-            return rule
-        }
-        registerPerIP = rule("auth.rate.limit.register.per.ip", "30/60s")
-        registerPerIdentity = rule("auth.rate.limit.register.per.identity", "10/60s")
-        updateTokensPerIdentity = rule("auth.rate.limit.update.tokens.per.identity", "10/60s")
-        updateTokensPerIP = rule("auth.rate.limit.update.tokens.per.ip", "60/60s")
-        keyLookupPerIdentity = rule("auth.rate.limit.key.lookup.per.identity", "120/60s")
+        registerPerIP = settings.rateLimit("auth.rate.limit.register.per.ip", default: "30/60s")
+        registerPerIdentity = settings.rateLimit("auth.rate.limit.register.per.identity", default: "10/60s")
+        updateTokensPerIdentity = settings.rateLimit("auth.rate.limit.update.tokens.per.identity", default: "10/60s")
+        updateTokensPerIP = settings.rateLimit("auth.rate.limit.update.tokens.per.ip", default: "60/60s")
+        keyLookupPerIdentity = settings.rateLimit("auth.rate.limit.key.lookup.per.identity", default: "120/60s")
     }
 }

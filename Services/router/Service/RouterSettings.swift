@@ -35,16 +35,9 @@ public struct RouterSettings: ServiceSettings {
 
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        func rule(_ key: String, _ fallback: String) -> RateLimitRule {
-            guard let rule = RateLimitRule(settings.string(key, default: fallback)) else {
-                settings.reject(key, because: "must look like 20/60s (count/period with s, m or h)")
-                return RateLimitRule(fallback)!
-            }
-            return rule
-        }
-        sendPerSender = rule("router.rate.limit.send.per.sender", "600/60s")
-        sendPerPair = rule("router.rate.limit.send.per.pair", "300/60s")
-        fetchPerIdentity = rule("router.rate.limit.fetch.per.identity", "600/60s")
+        sendPerSender = settings.rateLimit("router.rate.limit.send.per.sender", default: "600/60s")
+        sendPerPair = settings.rateLimit("router.rate.limit.send.per.pair", default: "300/60s")
+        fetchPerIdentity = settings.rateLimit("router.rate.limit.fetch.per.identity", default: "600/60s")
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))

@@ -115,6 +115,15 @@ public final class SettingsReader {
         return text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
+    /// A rate limit written `<count>/<period>` (`20/60s`, `10/1m`, `1000/1h`).
+    public func rateLimit(_ key: String, default defaultValue: String) -> RateLimitRule {
+        guard let rule = RateLimitRule(string(key, default: defaultValue)) else {
+            reject(key, because: "must look like 20/60s (count/period with s, m or h)")
+            return RateLimitRule(defaultValue)!
+        }
+        return rule
+    }
+
     /// Records a problem found while interpreting a value (a bad URL, say).
     public func reject(_ key: String, because reason: String) {
         invalid.append("\(Self.variableName(key)) \(reason)")

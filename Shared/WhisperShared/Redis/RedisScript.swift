@@ -10,3 +10,13 @@ public struct RedisScript: Sendable {
         self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).hexString
     }
 }
+
+extension RedisScript {
+    /// Deletes KEYS[1] only while it holds ARGV[1] (a lock, a pointer someone else may have replaced).
+    public static let deleteIfEquals = RedisScript("""
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+            return redis.call('DEL', KEYS[1])
+        end
+        return 0
+        """)
+}

@@ -50,24 +50,16 @@ public struct PresenceStore: Sendable {
     /// Loads the scripts this store runs with EVALSHA inside pipelines.
     public func prepare() async throws {
         try await redis.send("SCRIPT", "LOAD", Self.refreshIfOwned.source)
-        try await redis.send("SCRIPT", "LOAD", Self.deleteIfOwned.source)
     }
 
     /// Removes the entry if it still names this socket (a newer socket may have taken over).
     public func clear(_ whisperId: String, ifOwnedBy record: PresenceRecord) async throws {
-        try await redis.evaluate(Self.deleteIfOwned, keys: [RedisKeys.presence(whisperId)], arguments: [record.encoded])
+        try await redis.evaluate(RedisScript.deleteIfEquals, keys: [RedisKeys.presence(whisperId)], arguments: [record.encoded])
     }
 
     static let refreshIfOwned = RedisScript("""
         if redis.call('GET', KEYS[1]) == ARGV[1] then
             return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        end
-        return 0
-        """)
-
-    static let deleteIfOwned = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('DEL', KEYS[1])
         end
         return 0
         """)

@@ -81,7 +81,7 @@ public struct SessionStore: Sendable {
     public func revoke(_ token: String) async throws -> SessionRecord? {
         guard let record = try await lookup(token) else { return nil }
         try await redis.send("DEL", RedisKeys.session(token))
-        try await redis.evaluate(Self.compareAndDelete, keys: [Self.userKey(record.whisperId)], arguments: [token])
+        try await redis.evaluate(RedisScript.deleteIfEquals, keys: [Self.userKey(record.whisperId)], arguments: [token])
         return record
     }
 
@@ -101,14 +101,6 @@ public struct SessionStore: Sendable {
         if redis.call('GET', KEYS[1]) == ARGV[1] then
             redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
             return 1
-        end
-        return 0
-        """)
-
-    /// Deletes KEYS[1] only while it holds ARGV[1].
-    static let compareAndDelete = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('DEL', KEYS[1])
         end
         return 0
         """)
