@@ -63,9 +63,10 @@ enum CloseCode {
     static let superseded: UInt16 = 4002
 }
 
-/// The sockets open on this instance, by connection id.
-public actor ConnectionRegistry {
-    private var connections: [String: ClientConnection] = [:]
+/// The sockets open on this instance, by connection id. A lock, not an actor: every
+/// delivered frame looks its socket up here.
+public final class ConnectionRegistry: Sendable {
+    private let connections = Mutex<[String: ClientConnection]>([:])
     private let active: Gauge
 
     init(metrics: ServiceMetrics) {
@@ -73,23 +74,29 @@ public actor ConnectionRegistry {
     }
 
     func add(_ connection: ClientConnection) {
-        connections[connection.id] = connection
-        active.set(Double(connections.count))
+        let count = connections.withLock {
+            $0[connection.id] = connection
+            return $0.count
+        }
+        active.set(Double(count))
     }
 
     func remove(_ id: String) {
-        connections[id] = nil
-        active.set(Double(connections.count))
+        let count = connections.withLock {
+            $0[id] = nil
+            return $0.count
+        }
+        active.set(Double(count))
     }
 
-    public var count: Int { connections.count }
+    public var count: Int { connections.withLock { $0.count } }
 
-    func all() -> [ClientConnection] { Array(connections.values) }
+    func all() -> [ClientConnection] { connections.withLock { Array($0.values) } }
 
-    func connection(_ id: String) -> ClientConnection? { connections[id] }
+    func connection(_ id: String) -> ClientConnection? { connections.withLock { $0[id] } }
 
     /// Every bound socket with the identity it acts for (presence refresh).
     func bound() -> [(whisperId: String, connection: ClientConnection)] {
-        connections.values.compactMap { connection in connection.whisperId.map { ($0, connection) } }
+        connections.withLock { $0.values.compactMap { connection in connection.whisperId.map { ($0, connection) } } }
     }
 }

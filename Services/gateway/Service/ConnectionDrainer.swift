@@ -19,7 +19,7 @@ struct ConnectionDrainer: Service {
             return
         }
         flag.startDraining()
-        let open = await connections.all()
+        let open = connections.all()
         logger.info("gateway_draining", metadata: ["connections": "\(open.count)"])
         let notice = Reconnect(reason: "server_shutdown", retryAfterMs: reconnectDelayMs)
         await withTaskGroup(of: Void.self) { group in
@@ -28,10 +28,10 @@ struct ConnectionDrainer: Service {
             }
         }
         let deadline = ContinuousClock.now + timeout
-        var remaining = await connections.count
+        var remaining = connections.count
         while ContinuousClock.now < deadline, remaining > 0 {
             try? await Task.sleep(for: .milliseconds(50))
-            remaining = await connections.count
+            remaining = connections.count
         }
         logger.info("gateway_drained", metadata: ["remaining": "\(remaining)"])
     }

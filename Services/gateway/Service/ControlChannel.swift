@@ -23,7 +23,7 @@ struct ControlChannel: Service {
                     logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
                     continue
                 }
-                guard let connection = await connections.connection(command.connId) else { continue }
+                guard let connection = connections.connection(command.connId) else { continue }
                 switch command.kind {
                 case .revoke:
                     _ = connection.unbind()
@@ -35,7 +35,7 @@ struct ControlChannel: Service {
                     await connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
                 case .deliver:
                     if let frame = command.frame {
-                        try? await connection.sendRaw(Array(frame.utf8))
+                        try? await connection.sendRaw(frame)
                         if let acceptedAt = command.acceptedAt {
                             latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
                         }
@@ -58,7 +58,7 @@ struct PresenceKeeper: Service {
         try await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
-                let bound = await connections.bound()
+                let bound = connections.bound()
                 do {
                     try await presence.prepare()
                     try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })

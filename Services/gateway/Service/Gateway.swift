@@ -49,10 +49,10 @@ public func buildGateway(
         draining.isDraining ? .dontUpgrade : .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
         let connection = ClientConnection(outbound: outbound, remoteAddress: context.requestContext.remoteAddress, logger: context.logger)
-        await connections.add(connection)
+        connections.add(connection)
         defer {
             Task {
-                await connections.remove(connection.id)
+                connections.remove(connection.id)
                 await frames.release(connection)
             }
         }

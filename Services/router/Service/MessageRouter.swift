@@ -72,10 +72,8 @@ struct MessageRouter: Sendable {
             throw WhisperError(.notFound, "no such recipient")
         }
         guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
-        let decision = try await limiter.takeAll([
-            ("send", message.from, settings.sendPerSender),
-            ("send:\(message.to)", message.from, settings.sendPerPair),
-        ])
+        // Both buckets are the sender's (one hash slot): one round trip, all or none charged.
+        let decision = try await limiter.take([("send", settings.sendPerSender), ("send:\(message.to)", settings.sendPerPair)], key: message.from)
         if case .limited(let retry) = decision {
             throw WhisperError(.rateLimited, "too many messages; retry in \(retry) ms")
         }
@@ -93,26 +91,29 @@ struct MessageRouter: Sendable {
             timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
             replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
         )
-        let body = try Self.encoder.encode(received)
-        let stored = try await pending.store(recipient: message.to, messageId: message.messageId, sender: message.from, body: Array(body))
+        let body = Array(try Self.encoder.encode(received))
+        let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
+        let (stored, live) = try await pending.store(
+            recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
+            accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery
+        )
         let outcome: RoutingOutcome
         switch stored {
         case .conflict:
             throw WhisperError(.invalidPayload, "messageId is already used by another message")
         case .duplicate:
-            // A client resend: answer as before, queue nothing. A stream entry handled a
-            // second time (its router died) also delivers, in case the first run did not.
-            try await reply(Self.accepted(message.messageId, requestId: entry.requestId), to: entry)
-            if redelivery {
-                _ = try await deliverOrWake(message.to, messageId: message.messageId, body: Array(body), acceptedAt: entry.receivedAt)
-            }
+            // A client resend: answered as before, nothing queued. A stream entry handled
+            // a second time (its router died) was also delivered again, if still pending.
             metrics.routed(.duplicate)
             return .duplicate
         case .stored(_, let depth):
             metrics.queueDepth(depth)
-            // Stored first: only now is the message acknowledged to its sender.
-            try await reply(Self.accepted(message.messageId, requestId: entry.requestId), to: entry)
-            outcome = try await deliverOrWake(message.to, messageId: message.messageId, body: Array(body), acceptedAt: entry.receivedAt)
+            if live {
+                outcome = .delivered
+            } else {
+                try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
+                outcome = .queued
+            }
         }
         metrics.routed(outcome)
         logger.debug("message_routed", metadata: [
@@ -145,18 +146,6 @@ struct MessageRouter: Sendable {
         }
     }
 
-    /// Hands the message to the recipient's live socket, or asks push-sender to wake the device.
-    private func deliverOrWake(_ recipient: String, messageId: String, body: [UInt8], acceptedAt: Int64) async throws -> RoutingOutcome {
-        if let socket = try await presence.lookup(recipient) {
-            let frame = Self.frame(type: .messageReceived, payload: body)
-            let listeners = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame, acceptedAt: acceptedAt)
-                .publish(to: socket.gateway, on: redis)
-            if listeners > 0 { return .delivered }
-        }
-        try await redis.send(PushStream.job(to: recipient, kind: .message, id: messageId, at: Clock.millisecondsNow()))
-        return .queued
-    }
-
     // MARK: - delivery_receipt
 
     private func receipt(_ receipt: DeliveryReceipt, entry: RouterStream.Entry) async throws -> RoutingOutcome {
@@ -173,7 +162,7 @@ struct MessageRouter: Sendable {
         let frame = ServerFrameCodec.encode(delivered)
         var handed = false
         if let socket = try await presence.lookup(sender) {
-            handed = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: String(decoding: frame, as: UTF8.self))
+            handed = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame)
                 .publish(to: socket.gateway, on: redis) > 0
         }
         if !handed {
@@ -205,7 +194,7 @@ struct MessageRouter: Sendable {
             payload += Array(#","nextCursor":"\#(next)""#.utf8)
         }
         payload.append(UInt8(ascii: "}"))
-        try await reply(Array(Self.frame(type: .pendingMessages, payload: payload, requestId: entry.requestId).utf8), to: entry)
+        try await reply(Self.frame(type: .pendingMessages, payload: payload, requestId: entry.requestId), to: entry)
         metrics.routed(.page)
         return .page
     }
@@ -224,13 +213,12 @@ struct MessageRouter: Sendable {
 
     /// A frame around a payload that is already JSON. `requestId` has a restricted
     /// alphabet (no quotes or backslashes), so it goes in as it is.
-    static func frame(type: ServerFrameType, payload: [UInt8], requestId: String? = nil) -> String {
+    static func frame(type: ServerFrameType, payload: [UInt8], requestId: String? = nil) -> [UInt8] {
         let head = requestId.map { #"{"type":"\#(type.rawValue)","requestId":"\#($0)","payload":"# } ?? #"{"type":"\#(type.rawValue)","payload":"#
-        return head + String(decoding: payload, as: UTF8.self) + "}"
+        return Array(head.utf8) + payload + [UInt8(ascii: "}")]
     }
 
     private func reply(_ frame: [UInt8], to entry: RouterStream.Entry) async throws {
-        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: String(decoding: frame, as: UTF8.self))
-            .publish(to: entry.gateway, on: redis)
+        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publish(to: entry.gateway, on: redis)
     }
 }

@@ -26,21 +26,34 @@ public struct PendingQueue: Sendable {
         case conflict
     }
 
-    /// Stores a message unless its messageId is already known for this recipient.
-    public func store(recipient: String, messageId: String, sender: String, body: [UInt8]) async throws -> StoreResult {
+    /// Stores a message unless its messageId is already known for this recipient, then,
+    /// in the same script: publishes `accepted` (the sender's `message_accepted`, a
+    /// complete `GatewayCommand`) to the sender's gateway, and `message_received` to the
+    /// gateway named in `presence:{recipient}`, if any. One round trip; the store always
+    /// comes first. For a duplicate, `accepted` is published again, and the message is
+    /// delivered again only when `redeliver` is set and it is still pending.
+    /// Returns what happened and whether a live socket was handed the message.
+    public func store(
+        recipient: String, messageId: String, sender: String, body: [UInt8],
+        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool
+    ) async throws -> (result: StoreResult, deliveredLive: Bool) {
         let reply = try await redis.evaluate(
             Self.storeScript,
-            keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
-            arguments: [sender, body, Int(Self.ttl.milliseconds), messageId]
+            keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient)],
+            arguments: [
+                sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
+                accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
+            ]
         )
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
+        let live = parts.count > 3 && (parts[3].int ?? 0) > 0
         switch status {
         case "stored":
-            return .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0))
+            return (.stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0)), live)
         case "duplicate":
-            return .duplicate
+            return (.duplicate, live)
         default:
-            return .conflict
+            return (.conflict, false)
         }
     }
 
@@ -96,12 +109,30 @@ public struct PendingQueue: Sendable {
         "pending:{\(recipient)}:msg:\(messageId.lowercased())"
     }
 
-    /// KEYS: queue, message key. ARGV: sender, body, ttl ms, messageId.
+    /// KEYS: queue, message key, presence key (all in the recipient's slot).
+    /// ARGV: sender, body, ttl ms, messageId, sender's gateway channel, accepted command,
+    /// acceptedAt, redeliver flag. The presence value is `<gateway> <connId>`
+    /// (`PresenceRecord`); the command format is `GatewayCommand`'s.
     static let storeScript = RedisScript("""
+        local function deliver()
+            local holder = redis.call('GET', KEYS[3])
+            if not holder then return 0 end
+            local space = string.find(holder, ' ', 1, true)
+            if not space then return 0 end
+            local gateway = string.sub(holder, 1, space - 1)
+            local conn = string.sub(holder, space + 1)
+            return redis.call('PUBLISH', 'gateway:' .. gateway,
+                'deliver\\n' .. conn .. '\\n\\n' .. ARGV[7] .. '\\n{"type":"message_received","payload":' .. ARGV[2] .. '}')
+        end
         local known = redis.call('HGET', KEYS[2], 'from')
         if known then
-            if known == ARGV[1] then return {'duplicate'} end
-            return {'conflict'}
+            if known ~= ARGV[1] then return {'conflict'} end
+            redis.call('PUBLISH', ARGV[5], ARGV[6])
+            local delivered = 0
+            if ARGV[8] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
+                delivered = deliver()
+            end
+            return {'duplicate', '', 0, delivered}
         end
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -110,7 +141,8 @@ public struct PendingQueue: Sendable {
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
         redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending')
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        return {'stored', id, redis.call('XLEN', KEYS[1])}
+        redis.call('PUBLISH', ARGV[5], ARGV[6])
+        return {'stored', id, redis.call('XLEN', KEYS[1]), deliver()}
         """)
 
     /// KEYS: queue. ARGV: start (exclusive "(id" or "-"), count, ttl ms.

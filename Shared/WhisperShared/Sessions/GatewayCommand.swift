@@ -1,9 +1,10 @@
-import Foundation
-
 /// What other services tell a gateway instance about its sockets, published on the
 /// instance's channel (`gateway:<instance>`).
-public struct GatewayCommand: Codable, Sendable, Equatable {
-    public enum Kind: String, Codable, Sendable {
+///
+/// Wire format (cheap to build, also from Lua, and to read; the frame is carried as it is):
+/// `<kind>\n<connId>\n<reason>\n<acceptedAt>\n<frame>`, empty where a field does not apply.
+public struct GatewayCommand: Sendable, Equatable {
+    public enum Kind: String, Sendable {
         /// Send `session_revoked` with `reason`, then close the socket.
         case revoke
         /// Close the socket quietly: the same session continues on a newer socket.
@@ -15,12 +16,12 @@ public struct GatewayCommand: Codable, Sendable, Equatable {
     public var kind: Kind
     public var connId: String
     public var reason: SessionRevoked.Reason?
-    public var frame: String?
+    public var frame: [UInt8]?
     /// For `message_received`: when the sender's frame reached its gateway (ms), so the
     /// recipient's gateway can measure routing latency.
     public var acceptedAt: Int64?
 
-    public init(kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: String? = nil, acceptedAt: Int64? = nil) {
+    public init(kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil) {
         self.kind = kind
         self.connId = connId
         self.reason = reason
@@ -28,15 +29,36 @@ public struct GatewayCommand: Codable, Sendable, Equatable {
         self.acceptedAt = acceptedAt
     }
 
+    public var encoded: [UInt8] {
+        var bytes = Array("\(kind.rawValue)\n\(connId)\n\(reason?.rawValue ?? "")\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
+        if let frame { bytes += frame }
+        return bytes
+    }
+
+    public static func decode(_ bytes: [UInt8]) -> GatewayCommand? {
+        var fields: [String] = []
+        var start = 0
+        var index = 0
+        while fields.count < 4, index < bytes.count {
+            if bytes[index] == UInt8(ascii: "\n") {
+                fields.append(String(decoding: bytes[start..<index], as: UTF8.self))
+                start = index + 1
+            }
+            index += 1
+        }
+        guard fields.count == 4, let kind = Kind(rawValue: fields[0]), !fields[1].isEmpty else { return nil }
+        let frame = start < bytes.count ? Array(bytes[start...]) : nil
+        return GatewayCommand(
+            kind: kind, connId: fields[1],
+            reason: fields[2].isEmpty ? nil : SessionRevoked.Reason(rawValue: fields[2]),
+            frame: frame, acceptedAt: Int64(fields[3])
+        )
+    }
+
     /// Publishes to the gateway's channel; returns how many subscribers got it (0 when
     /// that gateway is gone).
     @discardableResult
     public func publish(to gateway: String, on redis: RedisClient) async throws -> Int {
-        let bytes = Array((try? JSONEncoder().encode(self)) ?? Data())
-        return Int(try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), bytes).int ?? 0)
-    }
-
-    public static func decode(_ bytes: [UInt8]) -> GatewayCommand? {
-        try? JSONDecoder().decode(GatewayCommand.self, from: Data(bytes))
+        Int(try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), encoded).int ?? 0)
     }
 }

@@ -53,6 +53,21 @@ public struct RateLimiter: Sendable {
         return allowed == 1 ? .allowed : .limited(retryAfterMs: Int(retry))
     }
 
+    /// Takes one token from each of several buckets of the same key (one hash slot), in
+    /// one round trip: all are charged, or, when any is empty, none.
+    public func take(_ rules: [(action: String, rule: RateLimitRule)], key: String) async throws -> Decision {
+        var arguments: [any RedisArgument] = []
+        for (_, rule) in rules {
+            arguments.append(rule.capacity)
+            arguments.append(String(Double(rule.capacity) / rule.period.milliseconds))
+        }
+        let reply = try await redis.evaluate(Self.allOrNone, keys: rules.map { RedisKeys.rateLimit(key, $0.action) }, arguments: arguments)
+        guard let values = reply.array, values.count == 2, let allowed = values[0].int, let retry = values[1].int else {
+            throw RedisError.unexpectedReply("rate limit script")
+        }
+        return allowed == 1 ? .allowed : .limited(retryAfterMs: Int(retry))
+    }
+
     /// Takes a token from every bucket; limited if any refuses (later buckets are not charged).
     public func takeAll(_ checks: [(action: String, key: String, rule: RateLimitRule)]) async throws -> Decision {
         for check in checks {
@@ -62,6 +77,38 @@ public struct RateLimiter: Sendable {
         }
         return .allowed
     }
+
+    /// KEYS: buckets. ARGV: capacity and refill per ms, per bucket. Charges all or none.
+    static let allOrNone = RedisScript("""
+        local now = redis.call('TIME')
+        now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        local levels = {}
+        local retry = 0
+        for i, key in ipairs(KEYS) do
+            local capacity = tonumber(ARGV[2 * i - 1])
+            local rate = tonumber(ARGV[2 * i])
+            local state = redis.call('HMGET', key, 'tokens', 'ts')
+            local tokens = tonumber(state[1])
+            local ts = tonumber(state[2])
+            if tokens == nil or ts == nil then
+                tokens = capacity
+                ts = now
+            end
+            tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+            levels[i] = tokens
+            if tokens < 1 then
+                retry = math.max(retry, math.ceil((1 - tokens) / rate))
+            end
+        end
+        if retry > 0 then return {0, retry} end
+        for i, key in ipairs(KEYS) do
+            local capacity = tonumber(ARGV[2 * i - 1])
+            local rate = tonumber(ARGV[2 * i])
+            redis.call('HSET', key, 'tokens', string.format('%.6f', levels[i] - 1), 'ts', now)
+            redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
+        end
+        return {1, 0}
+        """)
 
     static let script = RedisScript("""
         local now = redis.call('TIME')
