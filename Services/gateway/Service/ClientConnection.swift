@@ -14,6 +14,18 @@ public final class ClientConnection: Sendable {
     let logger: Logger
     /// The identity this socket acts for, once a session was used or created on it.
     private let binding = Mutex<String?>(nil)
+    /// Frames waiting to be written, in order. One writer task per socket drains it, so
+    /// whoever hands a frame over never waits for this socket's network.
+    private let outbox: AsyncStream<Outgoing>
+    private let outboxInput: AsyncStream<Outgoing>.Continuation
+
+    /// Frames a socket may have waiting before it counts as too slow and is closed.
+    static let outboxLimit = 4_096
+
+    enum Outgoing: Sendable {
+        case frame([UInt8])
+        case close(code: UInt16, reason: String)
+    }
 
     init(outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
         self.id = UUID().uuidString.lowercased()
@@ -22,6 +34,29 @@ public final class ClientConnection: Sendable {
         var logger = logger
         logger[metadataKey: "connId"] = .string(id)
         self.logger = logger
+        (outbox, outboxInput) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.outboxLimit))
+    }
+
+    /// Writes queued frames until the socket closes or `finish()` is called.
+    func runWriter() async {
+        for await item in outbox {
+            switch item {
+            case .frame(let bytes):
+                do {
+                    try await outbound.write(.text(String(decoding: bytes, as: UTF8.self)))
+                } catch {
+                    return
+                }
+            case .close(let code, let reason):
+                try? await outbound.close(.unknown(code), reason: reason)
+                return
+            }
+        }
+    }
+
+    /// No more frames: the writer ends once the queue is empty.
+    func finish() {
+        outboxInput.finish()
     }
 
     var whisperId: String? { binding.withLock { $0 } }
@@ -42,16 +77,25 @@ public final class ClientConnection: Sendable {
         }
     }
 
-    func send<P: ServerPayload>(_ payload: P, requestId: String? = nil) async throws {
-        try await sendRaw(ServerFrameCodec.encode(payload, requestId: requestId))
+    func send<P: ServerPayload>(_ payload: P, requestId: String? = nil) {
+        sendRaw(ServerFrameCodec.encode(payload, requestId: requestId))
     }
 
-    func sendRaw(_ bytes: [UInt8]) async throws {
-        try await outbound.write(.text(String(decoding: bytes, as: UTF8.self)))
+    /// Queues a complete frame for this socket.
+    func sendRaw(_ bytes: [UInt8]) {
+        if case .dropped = outboxInput.yield(.frame(bytes)) {
+            // The client does not read: close rather than hold its frames without bound.
+            // What it missed stays in its pending queue.
+            logger.warning("socket_too_slow", metadata: ["queued": "\(Self.outboxLimit)"])
+            outboxInput.finish()
+            Task { try? await outbound.close(.unknown(1008), reason: "too slow") }
+        }
     }
 
-    func close(code: UInt16, reason: String) async {
-        try? await outbound.close(.unknown(code), reason: reason)
+    /// Queues a close, after the frames already queued.
+    func close(code: UInt16, reason: String) {
+        outboxInput.yield(.close(code: code, reason: reason))
+        outboxInput.finish()
     }
 }
 

@@ -22,10 +22,8 @@ struct ConnectionDrainer: Service {
         let open = connections.all()
         logger.info("gateway_draining", metadata: ["connections": "\(open.count)"])
         let notice = Reconnect(reason: "server_shutdown", retryAfterMs: reconnectDelayMs)
-        await withTaskGroup(of: Void.self) { group in
-            for connection in open {
-                group.addTask { try? await connection.send(notice) }
-            }
+        for connection in open {
+            connection.send(notice)
         }
         let deadline = ContinuousClock.now + timeout
         var remaining = connections.count

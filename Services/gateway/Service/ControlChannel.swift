@@ -27,15 +27,15 @@ struct ControlChannel: Service {
                 switch command.kind {
                 case .revoke:
                     _ = connection.unbind()
-                    try? await connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
-                    await connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
+                    connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
+                    connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
                     connection.logger.info("session_revoked", metadata: ["reason": "\(command.reason?.rawValue ?? "")"])
                 case .supersede:
                     _ = connection.unbind()
-                    await connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
+                    connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
                 case .deliver:
                     if let frame = command.frame {
-                        try? await connection.sendRaw(frame)
+                        connection.sendRaw(frame)
                         if let acceptedAt = command.acceptedAt {
                             latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
                         }

@@ -43,25 +43,25 @@ struct FrameHandler: Sendable {
     private func dispatch(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         switch frame.payload {
         case is Ping:
-            try? await connection.send(Pong(serverTime: Clock.millisecondsNow()), requestId: frame.requestId)
+            connection.send(Pong(serverTime: Clock.millisecondsNow()), requestId: frame.requestId)
         case let payload as RegisterBegin:
-            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as RegisterProof:
             let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
             if let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self) {
                 await rebind(connection, to: ack.whisperId)
             }
-            try await connection.sendRaw(answer)
+            connection.sendRaw(answer)
         case let payload as SessionRefresh:
-            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as Logout:
             let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
             if (try? ServerFrameCodec.decode(answer))?.type == .loggedOut {
                 await release(connection)
             }
-            try await connection.sendRaw(answer)
+            connection.sendRaw(answer)
         case let payload as UpdateTokens:
-            try await connection.sendRaw(auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case _ where RouterStream.frameTypes.contains(frame.type):
             try await enqueueForRouter(frame, on: connection)
         default:
@@ -137,6 +137,6 @@ struct FrameHandler: Sendable {
 
     private func reply(error code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
         environment.metrics.recordError(code)
-        try? await connection.sendRaw(ServerFrameCodec.encodeError(code, message, requestId: requestId))
+        connection.sendRaw(ServerFrameCodec.encodeError(code, message, requestId: requestId))
     }
 }

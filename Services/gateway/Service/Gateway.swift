@@ -56,12 +56,24 @@ public func buildGateway(
                 await frames.release(connection)
             }
         }
-        for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
-            let bytes: [UInt8] = switch message {
-            case .text(let text): Array(text.utf8)
-            case .binary(let buffer): Array(buffer.readableBytesView)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await connection.runWriter() }
+            do {
+                for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
+                    let bytes: [UInt8] = switch message {
+                    case .text(let text): Array(text.utf8)
+                    case .binary(let buffer): Array(buffer.readableBytesView)
+                    }
+                    await frames.handle(bytes, on: connection)
+                }
+                connection.finish()
+                try await group.waitForAll()
+            } catch {
+                // Oversize frames and the like: stop writing, let the WebSocket layer close with its code.
+                connection.finish()
+                group.cancelAll()
+                throw error
             }
-            await frames.handle(bytes, on: connection)
         }
     }
 
