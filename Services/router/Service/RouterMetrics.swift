@@ -17,6 +17,16 @@ struct RouterMetrics: Sendable {
         )
     }
 
+    /// Time from the gateway taking the frame to a router starting on it (stream lag).
+    func pickedUp(afterMs milliseconds: Int64) {
+        metrics.histogram("router_pickup_latency", help: "From a frame entering the router stream to a router starting on it.")
+            .recordNanoseconds(max(0, milliseconds) * 1_000_000)
+    }
+
+    func handled(in duration: Duration) {
+        metrics.histogram("router_handle_duration", help: "Time a router spends on one stream entry.").recordNanoseconds(duration.nanoseconds)
+    }
+
     func routed(_ outcome: RoutingOutcome) {
         metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]).increment()
     }

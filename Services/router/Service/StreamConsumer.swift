@@ -95,7 +95,10 @@ struct StreamConsumer: Service {
                     var ok: [String] = []
                     for (id, entry) in queue {
                         do {
+                            let start = ContinuousClock.now
+                            router.metrics.pickedUp(afterMs: Clock.millisecondsNow() - entry.receivedAt)
                             try await router.handle(entry, redelivery: redelivery)
+                            router.metrics.handled(in: .now - start)
                             ok.append(id)
                         } catch {
                             logger.warning("router_entry_failed", metadata: ["entryId": "\(id)", "type": "\(entry.type.rawValue)", "error": "\(error)"])
