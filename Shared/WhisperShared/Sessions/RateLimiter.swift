@@ -42,15 +42,7 @@ public struct RateLimiter: Sendable {
 
     /// Takes one token from the bucket of `key` for `action`.
     public func take(_ action: String, key: String, rule: RateLimitRule) async throws -> Decision {
-        let refillPerMs = Double(rule.capacity) / rule.period.milliseconds
-        let reply = try await redis.evaluate(
-            Self.script, keys: [RedisKeys.rateLimit(key, action)],
-            arguments: [rule.capacity, String(refillPerMs), 1]
-        )
-        guard let values = reply.array, values.count == 2, let allowed = values[0].int, let retry = values[1].int else {
-            throw RedisError.unexpectedReply("rate limit script")
-        }
-        return allowed == 1 ? .allowed : .limited(retryAfterMs: Int(retry))
+        try await take([(action, rule)], key: key)
     }
 
     /// Takes one token from each of several buckets of the same key (one hash slot), in
@@ -108,32 +100,5 @@ public struct RateLimiter: Sendable {
             redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
         end
         return {1, 0}
-        """)
-
-    static let script = RedisScript("""
-        local now = redis.call('TIME')
-        now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        local capacity = tonumber(ARGV[1])
-        local rate = tonumber(ARGV[2])
-        local cost = tonumber(ARGV[3])
-        local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
-        local tokens = tonumber(state[1])
-        local ts = tonumber(state[2])
-        if tokens == nil or ts == nil then
-            tokens = capacity
-            ts = now
-        end
-        tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-        local allowed = 0
-        local retry = 0
-        if tokens >= cost then
-            tokens = tokens - cost
-            allowed = 1
-        else
-            retry = math.ceil((cost - tokens) / rate)
-        end
-        redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'ts', now)
-        redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / rate) + 1000)
-        return {allowed, retry}
         """)
 }
