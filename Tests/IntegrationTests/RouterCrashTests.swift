@@ -118,3 +118,30 @@ import WhisperShared
         try await stack.stop()
     }
 }
+
+/// A frame whose handling fails every time is given up after ten tries, and its sender told.
+@Suite struct PoisonEntryTests {
+    @Test func anEntryThatAlwaysFailsIsAbandonedAndItsSenderTold() async throws {
+        let stack = try await MessagingStack.start(routers: 1) { $0.claimAfter = .milliseconds(500) }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        // Postgres answers errors from now on for identity lookups: a failure no retry fixes.
+        let rows = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
+            .query("ALTER TABLE users RENAME TO users_gone")
+        #expect(rows.isEmpty)
+        do {
+            try await alice.connection.send(alice.message("doomed", to: bob), timeout: .seconds(30))
+            Issue.record("a message that cannot be handled was accepted")
+        } catch WhisperClientError.refused(let code, _) {
+            #expect(code == .internalError)
+        }
+        // Nothing stays pending in the group.
+        let client = RedisClient(configuration: stack.redis, logger: TestServers.logger)
+        let task = Task { try await client.run() }
+        defer { task.cancel() }
+        try await waitUntil { client.isConnected }
+        let pending = try await client.send("XPENDING", RouterStream.key, RouterStream.group)
+        #expect(pending.array?.first == .integer(0))
+        try await stack.stop()
+    }
+}

@@ -66,15 +66,50 @@ struct StreamConsumer: Service {
                 "COUNT", settings.batchSize,
             ]))
             guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { return }
-            let entries = Self.entries(parts[1])
+            var entries = Self.entries(parts[1])
             if !entries.isEmpty {
                 logger.info("router_claimed_entries", metadata: ["count": "\(entries.count)"])
+                entries = try await dropPoisoned(entries)
                 await handle(entries, redelivery: true)
             }
             if next == "0-0" { return }
             start = next
         }
     }
+
+    /// An entry that failed `maxDeliveries` times will not succeed by trying again (its
+    /// failure is not an outage): its client gets INTERNAL_ERROR, the entry is logged
+    /// and acknowledged. A resend by the client starts afresh.
+    private func dropPoisoned(_ entries: [(id: String, entry: RouterStream.Entry?)]) async throws -> [(id: String, entry: RouterStream.Entry?)] {
+        guard let first = entries.first?.id, let last = entries.last?.id else { return entries }
+        let reply = try await redis.send(RedisCommand("XPENDING", [RouterStream.key, RouterStream.group, first, last, entries.count * 2]))
+        var deliveries: [String: Int64] = [:]
+        for item in reply.array ?? [] {
+            if let fields = item.array, fields.count == 4, let id = fields[0].string, let count = fields[3].int {
+                deliveries[id] = count
+            }
+        }
+        var kept: [(id: String, entry: RouterStream.Entry?)] = []
+        var dropped: [String] = []
+        for item in entries {
+            guard (deliveries[item.id] ?? 0) > Self.maxDeliveries else {
+                kept.append(item)
+                continue
+            }
+            dropped.append(item.id)
+            logger.error("router_entry_abandoned", metadata: ["entryId": "\(item.id)", "deliveries": "\(deliveries[item.id] ?? 0)"])
+            if let entry = item.entry {
+                let frame = ServerFrameCodec.encodeError(.internalError, "the server could not handle this frame; send it again", requestId: entry.requestId)
+                try? await GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publish(to: entry.gateway, on: redis)
+            }
+        }
+        if !dropped.isEmpty {
+            try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + dropped))
+        }
+        return kept
+    }
+
+    static let maxDeliveries: Int64 = 10
 
     /// Handles a batch: one sender's entries in order, different senders at once; then
     /// acknowledges every entry that was handled (refusals included).
