@@ -14,6 +14,12 @@ public final class ClientConnection: Sendable {
     let logger: Logger
     /// The identity this socket acts for, once a session was used or created on it.
     private let binding = Mutex<String?>(nil)
+    /// The token last found live for this socket, trusted for a few seconds so that a
+    /// busy socket does not cost a Redis lookup per frame. Dropped whenever the session
+    /// may have changed through this socket (refresh, logout) or was ended elsewhere
+    /// (revoke, supersede: both unbind).
+    private let verified = Mutex<(token: String, until: ContinuousClock.Instant)?>(nil)
+    static let verifiedFor: Duration = .seconds(5)
     /// Frames waiting to be written, in order. One writer task per socket drains it, so
     /// whoever hands a frame over never waits for this socket's network.
     private let outbox: AsyncStream<Outgoing>
@@ -71,10 +77,26 @@ public final class ClientConnection: Sendable {
     }
 
     func unbind() -> String? {
-        binding.withLock { current in
+        forgetVerifiedSession()
+        return binding.withLock { current in
             defer { current = nil }
             return current
         }
+    }
+
+    func hasVerified(_ token: String) -> Bool {
+        verified.withLock { entry in
+            guard let current = entry, current.token == token, ContinuousClock.now < current.until else { return false }
+            return true
+        }
+    }
+
+    func rememberVerified(_ token: String) {
+        verified.withLock { $0 = (token, ContinuousClock.now + Self.verifiedFor) }
+    }
+
+    func forgetVerifiedSession() {
+        verified.withLock { $0 = nil }
     }
 
     func send<P: ServerPayload>(_ payload: P, requestId: String? = nil) {

@@ -53,8 +53,11 @@ struct FrameHandler: Sendable {
             }
             connection.sendRaw(answer)
         case let payload as SessionRefresh:
+            // The old token stops working: look the next one up afresh.
+            connection.forgetVerifiedSession()
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as Logout:
+            connection.forgetVerifiedSession()
             let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
             if (try? ServerFrameCodec.decode(answer))?.type == .loggedOut {
                 await release(connection)
@@ -91,6 +94,7 @@ struct FrameHandler: Sendable {
     /// A privileged frame may act only with a live session, and only for the identity
     /// the socket acts for. A socket's first valid session binds it (a reconnect).
     private func authorize(_ token: String, on connection: ClientConnection) async throws -> Bool {
+        if connection.hasVerified(token), connection.whisperId != nil { return true }
         guard let record = try await sessions.lookup(token) else { return false }
         let (accepted, isNew) = connection.bind(to: record.whisperId)
         guard accepted else {
@@ -100,6 +104,7 @@ struct FrameHandler: Sendable {
         if isNew {
             await claimPresence(record.whisperId, for: connection)
         }
+        connection.rememberVerified(token)
         return true
     }
 
