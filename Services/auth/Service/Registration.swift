@@ -64,11 +64,12 @@ struct Registration: Sendable {
             }
             identity = existing
         } else {
+            // `create` returns the identity a concurrent registration made for this signing key, if any.
             identity = try await identities.create(encPublicKey: encPublicKey, signPublicKey: signPublicKey)
-            created = identity.encPublicKey == encPublicKey
             guard identity.encPublicKey == encPublicKey else {
                 throw refuse(.authFailed, "keys do not match the identity of this signing key", outcome: "key_mismatch")
             }
+            created = true
         }
         guard !identity.banned else {
             throw refuse(.userBanned, "this identity is banned", outcome: "banned")

@@ -88,7 +88,7 @@ struct FrameHandler: Sendable {
     }
 
     private static func encode(_ payload: any ClientPayload) throws -> [UInt8] {
-        Array(try JSONEncoder().encode(payload))
+        Array(try ProtocolJSON.encoder.encode(payload))
     }
 
     /// A privileged frame may act only with a live session, and only for the identity

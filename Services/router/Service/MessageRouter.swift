@@ -47,7 +47,7 @@ struct MessageRouter: Sendable {
     }
 
     private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
-        guard let payload = try? JSONDecoder().decode(P.self, from: Data(entry.payload)) else {
+        guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(entry.payload)) else {
             throw WhisperError(.invalidPayload, "payload does not match its schema")
         }
         return payload
@@ -91,7 +91,7 @@ struct MessageRouter: Sendable {
             timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
             replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
         )
-        let body = Array(try Self.encoder.encode(received))
+        let body = Array(try ProtocolJSON.encoder.encode(received))
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
         let (stored, live) = try await pending.store(
             recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
@@ -200,12 +200,6 @@ struct MessageRouter: Sendable {
     }
 
     // MARK: - Frames
-
-    static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return encoder
-    }()
 
     static func accepted(_ messageId: String, requestId: String?) -> [UInt8] {
         ServerFrameCodec.encode(MessageAccepted(messageId: messageId), requestId: requestId)

@@ -91,7 +91,7 @@ public struct ClientFrameDecoder: Sendable {
     public func decode(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
         let data = bytes as? Data ?? Data(bytes)
         do {
-            let envelope = try JSONDecoder().decode(Envelope.self, from: data)
+            let envelope = try ProtocolJSON.decoder.decode(Envelope.self, from: data)
             return .success(envelope.frame)
         } catch let rejection as FrameRejection {
             return .failure(rejection)
@@ -243,9 +243,7 @@ private struct StrictPayload<P: ClientPayload>: Decodable {
 /// Encodes client frames (what the SDK and tools send).
 public enum ClientFrameCodec {
     public static func encode<P: ClientPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
-        return Array((try? encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
+        Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
     }
 
     private struct Outbound<P: ClientPayload>: Encodable {

@@ -343,10 +343,8 @@ public struct ServerFrame: Sendable {
 /// Encodes server frames as `{"type", "requestId"?, "payload"}` and decodes them back.
 public enum ServerFrameCodec {
     public static func encode<P: ServerPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.withoutEscapingSlashes]
         // Encoding our own value types cannot fail.
-        return Array((try? encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
+        return Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
     }
 
     public static func encodeError(_ code: ErrorCode, _ message: String, requestId: String?) -> [UInt8] {
@@ -355,7 +353,7 @@ public enum ServerFrameCodec {
 
     public static func decode(_ bytes: some DataProtocol) throws -> ServerFrame {
         let data = bytes as? Data ?? Data(bytes)
-        return try JSONDecoder().decode(Inbound.self, from: data).frame
+        return try ProtocolJSON.decoder.decode(Inbound.self, from: data).frame
     }
 
     private struct Outbound<P: ServerPayload>: Encodable {
