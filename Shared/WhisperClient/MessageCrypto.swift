@@ -14,6 +14,18 @@ public struct PeerKeys: Sendable, Equatable {
     }
 }
 
+/// The `crypto_box` key between one's own keys and one peer's, worked out once per
+/// conversation instead of once per message (an X25519 multiplication each way).
+public struct ConversationKey: Sendable {
+    let bytes: [UInt8]
+
+    /// Nil for a peer key that cannot be used (an all-zero shared secret).
+    public init?(mine: WhisperKeys, peer: PeerKeys) {
+        guard let bytes = X25519Box.sharedKey(publicKey: peer.encPublicKey, privateKey: mine.encPrivateKey) else { return nil }
+        self.bytes = bytes
+    }
+}
+
 public enum MessageCryptoError: Error, Equatable, Sendable {
     case badSignature
     case cannotDecrypt
@@ -26,10 +38,15 @@ public enum MessageCrypto {
     public static func makeMessage(
         _ plaintext: [UInt8], from sender: (whisperId: String, keys: WhisperKeys), to recipient: PeerKeys,
         sessionToken: String, msgType: MessageType = .text, messageId: String = UUID().uuidString.lowercased(),
-        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil
+        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil,
+        key: ConversationKey? = nil
     ) -> SendMessage {
         let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
-        let ciphertext = X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: recipient.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
+        let ciphertext = if let key {
+            X25519Box.seal(plaintext, nonce: nonce, sharedKey: key.bytes)
+        } else {
+            X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: recipient.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
+        }
         let nonceText = Data(nonce).base64EncodedString()
         let ciphertextText = Data(ciphertext).base64EncodedString()
         let signed = CanonicalSigning.bytes(
@@ -46,7 +63,9 @@ public enum MessageCrypto {
 
     /// Verifies the sender's signature, then decrypts. Spec 4.2: verify, decrypt, store,
     /// and only then send the delivery receipt.
-    public static func open(_ message: MessageReceived, by recipient: (whisperId: String, keys: WhisperKeys), sender: PeerKeys) throws(MessageCryptoError) -> [UInt8] {
+    public static func open(
+        _ message: MessageReceived, by recipient: (whisperId: String, keys: WhisperKeys), sender: PeerKeys, key: ConversationKey? = nil
+    ) throws(MessageCryptoError) -> [UInt8] {
         guard message.to == recipient.whisperId, message.from == sender.whisperId else { throw .notForMe }
         let signed = CanonicalSigning.bytes(
             messageType: message.groupId == nil ? ClientFrameType.sendMessage.rawValue : ClientFrameType.groupSendMessage.rawValue,
@@ -55,10 +74,15 @@ public enum MessageCrypto {
         )
         guard let sig = Data(base64Encoded: message.sig),
               CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else { throw .badSignature }
-        guard let nonce = Data(base64Encoded: message.nonce), let ciphertext = Data(base64Encoded: message.ciphertext),
-              let plaintext = X25519Box.open([UInt8](ciphertext), nonce: [UInt8](nonce), senderPublicKey: sender.encPublicKey, recipientPrivateKey: recipient.keys.encPrivateKey) else {
+        guard let nonce = Data(base64Encoded: message.nonce), let ciphertext = Data(base64Encoded: message.ciphertext) else {
             throw .cannotDecrypt
         }
+        let plaintext = if let key {
+            X25519Box.open([UInt8](ciphertext), nonce: [UInt8](nonce), sharedKey: key.bytes)
+        } else {
+            X25519Box.open([UInt8](ciphertext), nonce: [UInt8](nonce), senderPublicKey: sender.encPublicKey, recipientPrivateKey: recipient.keys.encPrivateKey)
+        }
+        guard let plaintext else { throw .cannotDecrypt }
         return plaintext
     }
 }

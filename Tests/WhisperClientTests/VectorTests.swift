@@ -143,4 +143,28 @@ import WhisperShared
         #expect(SecretBox.open(boxed, nonce: nonce, key: key) == Array("contacts".utf8))
         #expect(SecretBox.open(boxed, nonce: nonce, key: Sodium.randomBytes(32)) == nil)
     }
+
+    @Test func aConversationKeySealsAndOpensWhatThePerMessageBoxDoes() throws {
+        let alice = WhisperKeys(seed: Sodium.randomBytes(64))
+        let bob = WhisperKeys(seed: Sodium.randomBytes(64))
+        let alicePeer = PeerKeys(whisperId: "WSP-AAAA-BBBB-CCCC", encPublicKey: alice.encPublicKey, signPublicKey: alice.signPublicKey)
+        let bobPeer = PeerKeys(whisperId: "WSP-DDDD-EEEE-FFFF", encPublicKey: bob.encPublicKey, signPublicKey: bob.signPublicKey)
+        let aliceKey = try #require(ConversationKey(mine: alice, peer: bobPeer))
+        let bobKey = try #require(ConversationKey(mine: bob, peer: alicePeer))
+        let strangerKey = try #require(ConversationKey(mine: WhisperKeys(seed: Sodium.randomBytes(64)), peer: alicePeer))
+        // Sealed with the conversation key, opened per message, and the other way round.
+        for (sealKey, openKey) in [(aliceKey, nil), (nil, bobKey), (aliceKey, bobKey)] as [(ConversationKey?, ConversationKey?)] {
+            let message = MessageCrypto.makeMessage(Array("hi bob".utf8), from: (alicePeer.whisperId, alice), to: bobPeer, sessionToken: String(repeating: "s", count: 43), key: sealKey)
+            let received = MessageReceived(
+                messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType, timestamp: message.timestamp,
+                nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig
+            )
+            #expect(try MessageCrypto.open(received, by: (bobPeer.whisperId, bob), sender: alicePeer, key: openKey) == Array("hi bob".utf8))
+            #expect(throws: MessageCryptoError.cannotDecrypt) {
+                try MessageCrypto.open(received, by: (bobPeer.whisperId, bob), sender: alicePeer, key: strangerKey)
+            }
+        }
+        // An all-zero public key gives no usable key.
+        #expect(ConversationKey(mine: alice, peer: PeerKeys(whisperId: "WSP-ZZZZ-ZZZZ-ZZZZ", encPublicKey: [UInt8](repeating: 0, count: 32), signPublicKey: [])) == nil)
+    }
 }

@@ -65,6 +65,10 @@ struct WhisperLoad: AsyncParsableCommand {
         }
         let report = stats.report(seconds: duration)
         print(report)
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        let cpuSeconds = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
+        print(String(format: "load generator CPU: %.1f s, %.3f ms per message sent", cpuSeconds, cpuSeconds * 1000 / Double(max(stats.sentCount, 1))))
     }
 }
 
@@ -89,6 +93,8 @@ final class Stats: Sendable {
     }
 
     func failed() { state.withLock { $0.errors += 1 } }
+
+    var sentCount: Int { state.withLock { $0.sent } }
 
     func received(_ messageId: String, measure: Bool) {
         let now = ContinuousClock.now
@@ -138,6 +144,7 @@ struct Party: Sendable {
     func send(to recipient: Party, perSecond: Double, window: Int, stats: Stats, until end: ContinuousClock.Instant) async throws {
         let interval: Duration = perSecond > 0 ? .nanoseconds(Int64(1_000_000_000 / perSecond)) : .zero
         var next = ContinuousClock.now
+        let key = ConversationKey(mine: keys, peer: recipient.peer)
         try await withThrowingTaskGroup(of: Void.self) { group in
             var inFlight = 0
             while ContinuousClock.now < end {
@@ -150,7 +157,9 @@ struct Party: Sendable {
                     try await group.next()
                     inFlight -= 1
                 }
-                let message = MessageCrypto.makeMessage(Array("load test message payload".utf8), from: (whisperId, keys), to: recipient.peer, sessionToken: token)
+                let message = MessageCrypto.makeMessage(
+                    Array("load test message payload".utf8), from: (whisperId, keys), to: recipient.peer, sessionToken: token, key: key
+                )
                 stats.sending(message.messageId)
                 inFlight += 1
                 group.addTask {
@@ -166,12 +175,13 @@ struct Party: Sendable {
     }
 
     func receive(from sender: Party, stats: Stats, measureFrom: ContinuousClock.Instant, until end: ContinuousClock.Instant) async throws {
+        let key = ConversationKey(mine: keys, peer: sender.peer)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await event in connection.events {
                     guard let message = event.payload(as: MessageReceived.self) else { continue }
                     let measure = ContinuousClock.now >= measureFrom
-                    _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer)
+                    _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer, key: key)
                     stats.received(message.messageId, measure: measure)
                     try await connection.acknowledge(message)
                 }

@@ -3,6 +3,8 @@ import Foundation
 import Logging
 import WhisperShared
 
+ServiceMain.useEventLoopsForConcurrency()
+
 if CommandLine.arguments.dropFirst().first == "migrate" {
     let reader = SettingsReader.environment()
     let settings = AdminSettings(from: reader)

@@ -1,6 +1,8 @@
 import GatewayService
 import WhisperShared
 
+ServiceMain.useEventLoopsForConcurrency()
+
 await ServiceMain.run(GatewaySettings.self) { settings, logger in
     buildGateway(settings: settings, logger: logger).assembly
 }

@@ -82,7 +82,7 @@ struct FrameHandler: Sendable {
         }
         let entry = RouterStream.Entry(
             gateway: instanceID, connId: connection.id, whisperId: whisperId, type: frame.type,
-            requestId: frame.requestId, payload: try Self.encode(frame.payload), receivedAt: Clock.millisecondsNow()
+            requestId: frame.requestId, payload: try frame.payloadJSON ?? Self.encode(frame.payload), receivedAt: Clock.millisecondsNow()
         )
         try await environment.redis.send(entry.addCommand)
     }

@@ -47,6 +47,10 @@ struct MessageRouter: Sendable {
     }
 
     private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
+        if let hot = P.self as? any HotPayload.Type, let object = FastJSON.object(entry.payload),
+           let payload = hot.init(fast: object) as? P {
+            return payload
+        }
         guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(entry.payload)) else {
             throw WhisperError(.invalidPayload, "payload does not match its schema")
         }
@@ -91,7 +95,7 @@ struct MessageRouter: Sendable {
             timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
             replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
         )
-        let body = Array(try ProtocolJSON.encoder.encode(received))
+        let body = received.payloadJSON
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
         let (stored, live) = try await pending.store(
             recipient: message.to, messageId: message.messageId, sender: message.from, body: body,

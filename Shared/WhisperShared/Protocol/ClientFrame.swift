@@ -63,6 +63,16 @@ public struct InboundFrame: Sendable {
     public var type: ClientFrameType
     public var requestId: String?
     public var payload: any ClientPayload
+    /// The payload's JSON text as the client sent it, when the frame was read by the
+    /// fast path (`HotFrames`); it passed the same checks, so it can be passed on as is.
+    public var payloadJSON: [UInt8]?
+
+    public init(type: ClientFrameType, requestId: String?, payload: any ClientPayload, payloadJSON: [UInt8]? = nil) {
+        self.type = type
+        self.requestId = requestId
+        self.payload = payload
+        self.payloadJSON = payloadJSON
+    }
 
     /// The session token, for privileged frames.
     public var sessionToken: String? {
@@ -89,6 +99,15 @@ public struct ClientFrameDecoder: Sendable {
     public init() {}
 
     public func decode(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
+        if let contiguous = bytes as? any ContiguousBytes, let frame = HotFrames.clientFrame(contiguous) {
+            return .success(frame)
+        }
+        return decodeGeneral(bytes)
+    }
+
+    /// Foundation's decoder and the strict checks alone: the answer for every frame the
+    /// fast path leaves, and the one the fast path must agree with.
+    public func decodeGeneral(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
         let data = bytes as? Data ?? Data(bytes)
         do {
             let envelope = try ProtocolJSON.decoder.decode(Envelope.self, from: data)
@@ -243,7 +262,10 @@ private struct StrictPayload<P: ClientPayload>: Decodable {
 /// Encodes client frames (what the SDK and tools send).
 public enum ClientFrameCodec {
     public static func encode<P: ClientPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
-        Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
+        if let hot = payload as? any HotPayload {
+            return HotFrames.frame(type: P.frameType.rawValue, requestId: requestId, payload: hot)
+        }
+        return Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
     }
 
     private struct Outbound<P: ClientPayload>: Encodable {

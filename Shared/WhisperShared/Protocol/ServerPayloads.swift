@@ -343,6 +343,9 @@ public struct ServerFrame: Sendable {
 /// Encodes server frames as `{"type", "requestId"?, "payload"}` and decodes them back.
 public enum ServerFrameCodec {
     public static func encode<P: ServerPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
+        if let hot = payload as? any HotPayload {
+            return HotFrames.frame(type: P.frameType.rawValue, requestId: requestId, payload: hot)
+        }
         // Encoding our own value types cannot fail.
         return Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
     }
@@ -352,6 +355,14 @@ public enum ServerFrameCodec {
     }
 
     public static func decode(_ bytes: some DataProtocol) throws -> ServerFrame {
+        if let contiguous = bytes as? any ContiguousBytes, let frame = HotFrames.serverFrame(contiguous) {
+            return frame
+        }
+        return try decodeGeneral(bytes)
+    }
+
+    /// Foundation's decoder alone (what the fast path must agree with).
+    public static func decodeGeneral(_ bytes: some DataProtocol) throws -> ServerFrame {
         let data = bytes as? Data ?? Data(bytes)
         return try ProtocolJSON.decoder.decode(Inbound.self, from: data).frame
     }

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import ServiceLifecycle
 
 /// The settings of one executable: the common part and its own.
@@ -40,6 +42,14 @@ public struct ServiceAssembly: Sendable {
 }
 
 public enum ServiceMain {
+    /// Runs Swift Concurrency's tasks on SwiftNIO's event loop threads instead of a
+    /// separate pool, so that awaiting a Redis, Postgres or socket operation does not
+    /// hop between threads (and wake one) twice per call. Call first thing in `main`,
+    /// before any task starts; the services never block inside a task.
+    public static func useEventLoopsForConcurrency() {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    }
+
     /// Reads the settings from the environment, sets up JSON logging, and runs the
     /// service until it is told to stop. Exits with status 1 when settings are missing
     /// or invalid, naming each one.

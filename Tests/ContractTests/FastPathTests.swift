@@ -1,0 +1,191 @@
+import Foundation
+import Testing
+@testable import WhisperShared
+
+/// The fast path for the busiest frames (`HotFrames`, `FastJSON`) must never answer
+/// differently from the general path: whatever it accepts, the general decoder accepts
+/// as the same value; what it writes, the general decoder reads back unchanged and the
+/// schemas accept.
+@Suite struct FastPathTests {
+    static let session = String(repeating: "t", count: 43)
+    static let sendMessage = #"{"type":"send_message","requestId":"req-1","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)","messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-AAAA-BBBB-CCCC","to":"WSP-DDDD-EEEE-FFFF","msgType":"text","timestamp":1767268800000,"nonce":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","ciphertext":"SGVsbG8sIHdvcmxkIQ==","sig":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==","replyTo":"0b7a1c52-3f4e-4b8a-9d1e-2a7c5b9e0f11"}}"#
+    static let receipt = #"{"type":"delivery_receipt","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)","messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-DDDD-EEEE-FFFF","to":"WSP-AAAA-BBBB-CCCC","status":"delivered","timestamp":1767268800000}}"#
+    static let received = #"{"type":"message_received","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-AAAA-BBBB-CCCC","to":"WSP-DDDD-EEEE-FFFF","msgType":"text","timestamp":1767268800000,"nonce":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","ciphertext":"SGVsbG8sIHdvcmxkIQ==","sig":"AAAA","replyTo":null}}"#
+    static let accepted = #"{"type":"message_accepted","requestId":"r","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","status":"sent"}}"#
+    static let delivered = #"{"type":"message_delivered","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","status":"read","timestamp":5}}"#
+
+    /// Records a difference between the two paths for one client frame; true when the
+    /// fast path took the frame.
+    @discardableResult
+    static func agree(_ bytes: [UInt8], _ label: @autoclosure () -> String) -> Bool {
+        guard let fast = HotFrames.clientFrame(bytes) else { return false }
+        switch ClientFrameDecoder().decodeGeneral(bytes) {
+        case .failure(let rejection):
+            Issue.record("fast path accepts what the general path refuses (\(rejection.message)): \(label())")
+        case .success(let general):
+            #expect(fast.type == general.type && fast.requestId == general.requestId, "\(label())")
+            let same = switch fast.payload {
+            case let payload as SendMessage: payload == general.payload as? SendMessage
+            case let payload as DeliveryReceipt: payload == general.payload as? DeliveryReceipt
+            default: false
+            }
+            #expect(same, "fast and general payloads differ: \(label())")
+            // What the gateway passes on decodes, generally, to the same payload too.
+            let forwarded = fast.payloadJSON.flatMap { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+            #expect(forwarded != nil, "payload text is not the payload object: \(label())")
+        }
+        return true
+    }
+
+    @discardableResult
+    static func agreeOnServerFrame(_ bytes: [UInt8], _ label: @autoclosure () -> String) -> Bool {
+        guard let fast = HotFrames.serverFrame(bytes) else { return false }
+        guard let general = try? ServerFrameCodec.decodeGeneral(bytes) else {
+            Issue.record("fast path reads a server frame the general path cannot: \(label())")
+            return true
+        }
+        #expect(fast.type == general.type && fast.requestId == general.requestId, "\(label())")
+        let same = switch fast.payload {
+        case let payload as MessageReceived: payload == general.payload as? MessageReceived
+        case let payload as MessageAccepted: payload == general.payload as? MessageAccepted
+        case let payload as MessageDelivered: payload == general.payload as? MessageDelivered
+        default: false
+        }
+        #expect(same, "fast and general server payloads differ: \(label())")
+        return true
+    }
+
+    @Test func theCommonFramesTakeTheFastPath() {
+        #expect(Self.agree(Array(Self.sendMessage.utf8), "send_message"))
+        #expect(Self.agree(Array(Self.receipt.utf8), "delivery_receipt"))
+        for frame in [Self.received, Self.accepted, Self.delivered] {
+            #expect(Self.agreeOnServerFrame(Array(frame.utf8), frame))
+        }
+        // White space between tokens is still the common shape.
+        let spaced = Self.receipt.replacingOccurrences(of: ",", with: " ,\n\t").replacingOccurrences(of: ":", with: " : ")
+        #expect(Self.agree(Array(spaced.utf8), "spaced receipt"))
+    }
+
+    @Test func everythingOutsideTheSubsetIsLeftToTheGeneralDecoder() {
+        let cases: [String] = [
+            Self.sendMessage.replacingOccurrences(of: "SGVsbG8", with: #"SGV\u0073bG8"#),      // an escape
+            Self.sendMessage.replacingOccurrences(of: "\"text\"", with: "\"t\u{e9}xt\""),      // non-ASCII
+            Self.sendMessage.replacingOccurrences(of: "1767268800000", with: "1767268800000.0"), // a fraction
+            Self.sendMessage.replacingOccurrences(of: "1767268800000", with: "17672688e5"),     // an exponent
+            Self.sendMessage.replacingOccurrences(of: "1767268800000", with: "01767268800000"), // a leading zero
+            Self.sendMessage.replacingOccurrences(of: "\"cryptoVersion\":1", with: "\"cryptoVersion\":1,\"cryptoVersion\":1"), // a repeated key
+            Self.sendMessage.replacingOccurrences(of: "\"replyTo\"", with: "\"reactions\":{\"x\":[]},\"replyTo\""), // a nested value
+            Self.sendMessage.replacingOccurrences(of: "\"protocolVersion\":1", with: "\"protocolVersion\":2"), // unsupported version
+            Self.sendMessage.replacingOccurrences(of: "WSP-AAAA", with: "WSP-aaaa"),           // breaks a rule
+            Self.sendMessage + " x",                                                           // trailing text
+            Self.sendMessage.replacingOccurrences(of: "\"req-1\"", with: "\"req 1\""),         // a requestId off its alphabet
+        ]
+        for (index, text) in cases.enumerated() {
+            #expect(HotFrames.clientFrame(Array(text.utf8)) == nil, "case \(index) took the fast path")
+            // And the general decoder still has the last word, the same as before.
+            _ = ClientFrameDecoder().decode(Array(text.utf8))
+        }
+        #expect(FastJSON.object(Array(#"{"a":{"b":{"c":1}}}"#.utf8)) == nil, "three levels deep")
+        #expect(FastJSON.object(Array(#"{"a":1234567890123456789}"#.utf8)) == nil, "19 digits")
+        #expect(FastJSON.object(Array(#"{"a":nul}"#.utf8)) == nil)
+        #expect(FastJSON.object(Array(#"{"a":"b""#.utf8)) == nil)
+        #expect(FastJSON.object(Array(#" {"a" : "b" , "c" : 0 } "#.utf8))?.fields.count == 2)
+    }
+
+    @Test func everyExampleAndInvalidFixtureGetsTheSameAnswerBothWays() throws {
+        var taken = 0
+        for example in try ContractTests.examples() where Self.agree(Array(example.json.utf8), "example \(example.index)") {
+            taken += 1
+        }
+        for example in try ContractTests.examples() {
+            Self.agreeOnServerFrame(Array(example.json.utf8), "example \(example.index)")
+        }
+        #expect(taken >= 2, "the examples of send_message and delivery_receipt should take the fast path")
+        for fixture in try ContractTests.invalidFixtures() {
+            let bytes = Array(try JSONEncoder().encode(fixture.frame))
+            #expect(HotFrames.clientFrame(bytes) == nil, "fast path accepts invalid fixture \(fixture.name)")
+        }
+    }
+
+    /// Random edits of valid frames (a fixed seed, so a failure can be replayed): the
+    /// fast path may refuse to answer, but never answers differently.
+    @Test func randomEditsNeverMakeThePathsDisagree() {
+        var random = SplitMix(seed: 0x5EED_F00D)
+        let alphabet = Array(#"{}[],:"\ 0123456789-.eE+nulltruefalseWSPABCDEFZ=/"#.utf8) + [0x00, 0x0A, 0x7F, 0x80, 0xC3, 0xFF]
+        var clientTaken = 0
+        var serverTaken = 0
+        for round in 0..<12_000 {
+            let bases = [Self.sendMessage, Self.receipt, Self.received, Self.accepted, Self.delivered]
+            var bytes = Array(bases[round % bases.count].utf8)
+            for _ in 0..<(1 + Int(random.next() % 3)) {
+                let position = Int(random.next() % UInt64(bytes.count))
+                switch random.next() % 4 {
+                case 0: bytes[position] = alphabet[Int(random.next() % UInt64(alphabet.count))]
+                case 1: bytes.remove(at: position)
+                case 2: bytes.insert(alphabet[Int(random.next() % UInt64(alphabet.count))], at: position)
+                default:
+                    let end = min(bytes.count, position + 1 + Int(random.next() % 12))
+                    bytes.insert(contentsOf: bytes[position..<end], at: position)
+                }
+                if bytes.isEmpty { bytes = [UInt8(ascii: "{")] }
+            }
+            if Self.agree(bytes, "round \(round): \(String(decoding: bytes, as: UTF8.self))") { clientTaken += 1 }
+            if Self.agreeOnServerFrame(bytes, "round \(round): \(String(decoding: bytes, as: UTF8.self))") { serverTaken += 1 }
+        }
+        // Edits inside string values often leave a valid frame: both kinds are exercised.
+        #expect(clientTaken > 100 && serverTaken > 100, "client \(clientTaken), server \(serverTaken)")
+    }
+
+    @Test func writtenFramesReadBackTheSameAndPassTheirSchemas() throws {
+        var random = SplitMix(seed: 42)
+        let awkward = ["plain", "quote \" here", "back\\slash", "new\nline\ttab\r", "\u{01}\u{1F}\u{7F}", "caf\u{e9} \u{1F600}", "a/b", ""]
+        var frames: [(String, String)] = []
+        for round in 0..<200 {
+            func text() -> String { awkward[Int(random.next() % UInt64(awkward.count))] + String(random.next() % 1000) }
+            let message = MessageReceived(
+                messageId: text(), groupId: round % 3 == 0 ? text() : nil, from: text(), to: text(),
+                msgType: MessageType.allCases[round % MessageType.allCases.count], timestamp: Int64(random.next() % 9_007_199_254_740_991),
+                nonce: text(), ciphertext: text(), sig: text(), replyTo: round % 2 == 0 ? text() : nil,
+                reactions: round % 5 == 0 ? [text(): [text()]] : nil,
+                attachment: round % 7 == 0 ? AttachmentPointer(
+                    objectKey: text(), contentType: text(), ciphertextSize: Int64(round), fileNonce: text(),
+                    fileKeyBox: FileKeyBox(nonce: text(), ciphertext: text())
+                ) : nil
+            )
+            let bytes = ServerFrameCodec.encode(message, requestId: round % 2 == 0 ? "r-\(round)" : nil)
+            let general = try ServerFrameCodec.decodeGeneral(bytes)
+            #expect(general.payload(as: MessageReceived.self) == message)
+            #expect(general.requestId == (round % 2 == 0 ? "r-\(round)" : nil))
+            #expect(try ProtocolJSON.decoder.decode(MessageReceived.self, from: Data(message.payloadJSON)) == message)
+        }
+        // Frames as the server sends them, checked by the JSON Schemas.
+        let message = MessageReceived(
+            messageId: UUID().uuidString.lowercased(), from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF", msgType: .text,
+            timestamp: 1_767_268_800_000, nonce: Data(count: 24).base64EncodedString(), ciphertext: Data(count: 40).base64EncodedString(),
+            sig: Data(count: 64).base64EncodedString(), replyTo: UUID().uuidString.lowercased(), reactions: ["\u{1F44D}": ["WSP-AAAA-BBBB-CCCC"]]
+        )
+        frames.append(("message_received", String(decoding: ServerFrameCodec.encode(message), as: UTF8.self)))
+        frames.append(("message_accepted", String(decoding: ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: "r-1"), as: UTF8.self)))
+        frames.append(("message_delivered", String(decoding: ServerFrameCodec.encode(MessageDelivered(messageId: message.messageId, status: .read, timestamp: 1)), as: UTF8.self)))
+        frames.append(("delivery_receipt", String(decoding: ClientFrameCodec.encode(DeliveryReceipt(
+            sessionToken: Self.session, messageId: message.messageId, from: message.to, to: message.from, status: .delivered, timestamp: 7
+        ), requestId: "r-2"), as: UTF8.self)))
+        let verdicts = try ContractTests.schemaVerdicts(frames)
+        for (name, _) in frames {
+            #expect(verdicts[name]?.valid == true, "\(name): \(verdicts[name]?.error ?? "missing")")
+        }
+    }
+}
+
+/// A small fixed-seed generator (SplitMix64), so random tests replay exactly.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
