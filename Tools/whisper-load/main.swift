@@ -31,6 +31,22 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "Messages a sender may have waiting for message_accepted.")
     var window = 8
 
+    static func main() async {
+        // Before any task starts: the generator's tasks run on NIO's event loops, as the
+        // services' do, instead of hopping to a second thread pool per socket event.
+        ServiceMain.useEventLoopsForConcurrency()
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+
     mutating func run() async throws {
         var logger = Logger(label: "whisper-load")
         logger.logLevel = .error

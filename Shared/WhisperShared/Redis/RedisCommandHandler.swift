@@ -34,6 +34,20 @@ final class RedisCommandHandler: ChannelDuplexHandler {
         context.write(wrapOutboundOut(request.bytes), promise: promise)
     }
 
+    /// Flushes wait for the event loop's current batch of tasks: commands written by
+    /// many tasks at about the same time leave in one `write(2)` instead of one each.
+    private var flushScheduled = false
+
+    func flush(context: ChannelHandlerContext) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            bound.value.handler.flushScheduled = false
+            bound.value.context.flush()
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let value = unwrapInboundIn(data)
         guard let promise = waiting.popFirst() else {
