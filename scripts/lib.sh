@@ -96,7 +96,7 @@ start_redis() {
     fi
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
         --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-        --appendonly yes --appendfsync everysec --save "" >/dev/null
+        --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync everysec --save "" >/dev/null
     local i
     for i in $(seq 1 50); do
         redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0

@@ -24,7 +24,18 @@ public actor WhisperConnection {
     public nonisolated let events: AsyncStream<ServerFrame>
     private let eventContinuation: AsyncStream<ServerFrame>.Continuation
     private var outbound: WebSocketOutboundWriter?
-    private var waiting: [String: CheckedContinuation<ServerFrame, any Error>] = [:]
+    /// Requests waiting for their answer, by requestId.
+    private var waiting: [String: PendingRequest] = [:]
+    /// Ends requests whose time is up; one per socket (not a timer per request).
+    private var sweeper: Task<Void, Never>?
+
+    private enum PendingRequest {
+        /// Sent; the caller is about to wait.
+        case sent(deadline: ContinuousClock.Instant)
+        /// The answer came before the caller started waiting.
+        case answered(ServerFrame)
+        case awaiting(CheckedContinuation<ServerFrame, any Error>, deadline: ContinuousClock.Instant)
+    }
     private var connectWaiters: [CheckedContinuation<Void, any Error>] = []
     private var task: Task<Void, Never>?
     private var closedCode: UInt16??
@@ -89,25 +100,60 @@ public actor WhisperConnection {
         guard let outbound else { throw closedCode != nil ? WhisperClientError.closed(code: closedCode ?? nil) : .notConnected }
         let requestId = UUID().uuidString.lowercased()
         let text = String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self)
-        let timer = Task {
-            try await Task.sleep(for: timeout)
-            self.expire(requestId)
+        // Registered before the write: the answer may come while the write is awaited.
+        waiting[requestId] = .sent(deadline: .now + timeout)
+        startSweeper()
+        do {
+            try await outbound.write(.text(text))
+        } catch {
+            waiting[requestId] = nil
+            throw WhisperClientError.closed(code: nil)
         }
-        defer { timer.cancel() }
         let frame = try await withCheckedThrowingContinuation { continuation in
-            waiting[requestId] = continuation
-            Task {
-                do {
-                    try await outbound.write(.text(text))
-                } catch {
-                    self.fail(requestId, error: WhisperClientError.closed(code: nil))
-                }
+            switch waiting[requestId] {
+            case .answered(let frame):
+                waiting[requestId] = nil
+                continuation.resume(returning: frame)
+            case .sent(let deadline):
+                waiting[requestId] = .awaiting(continuation, deadline: deadline)
+            case .awaiting, nil:
+                // Timed out or closed while the write was awaited.
+                waiting[requestId] = nil
+                continuation.resume(throwing: closedCode != nil ? WhisperClientError.closed(code: closedCode ?? nil) : WhisperClientError.timedOut)
             }
         }
         if let error = frame.payload(as: ErrorPayload.self) {
             throw WhisperClientError.refused(error.code, error.message)
         }
         return frame
+    }
+
+    private func startSweeper() {
+        guard sweeper == nil else { return }
+        sweeper = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                guard let self, await self.expireOverdue() else { return }
+            }
+        }
+    }
+
+    /// Fails requests past their deadline; false once the socket is closed.
+    private func expireOverdue() -> Bool {
+        guard closedCode == nil else { return false }
+        let now = ContinuousClock.now
+        for (requestId, pending) in waiting {
+            switch pending {
+            case .awaiting(let continuation, let deadline) where deadline <= now:
+                waiting[requestId] = nil
+                continuation.resume(throwing: WhisperClientError.timedOut)
+            case .sent(let deadline) where deadline <= now:
+                waiting[requestId] = nil
+            default:
+                continue
+            }
+        }
+        return true
     }
 
     /// Creates or recovers the identity of `keys` on this socket (spec 3.3).
@@ -219,9 +265,13 @@ public actor WhisperConnection {
             logger.warning("unreadable_frame", metadata: ["sizeBytes": "\(text.utf8.count)"])
             return
         }
-        if let requestId = frame.requestId, let continuation = waiting.removeValue(forKey: requestId) {
+        switch frame.requestId.flatMap({ waiting[$0] }) {
+        case .awaiting(let continuation, _):
+            waiting[frame.requestId!] = nil
             continuation.resume(returning: frame)
-        } else {
+        case .sent:
+            waiting[frame.requestId!] = .answered(frame)
+        case .answered, nil:
             eventContinuation.yield(frame)
         }
     }
@@ -229,21 +279,15 @@ public actor WhisperConnection {
     private func closed(code: UInt16?, error: (any Error)?) {
         closedCode = .some(code)
         outbound = nil
-        for continuation in waiting.values {
+        for case .awaiting(let continuation, _) in waiting.values {
             continuation.resume(throwing: WhisperClientError.closed(code: code))
         }
         waiting.removeAll()
+        sweeper?.cancel()
+        sweeper = nil
         connectWaiters.forEach { $0.resume(throwing: error ?? WhisperClientError.closed(code: code)) }
         connectWaiters.removeAll()
         eventContinuation.finish()
-    }
-
-    private func expire(_ requestId: String) {
-        waiting.removeValue(forKey: requestId)?.resume(throwing: WhisperClientError.timedOut)
-    }
-
-    private func fail(_ requestId: String, error: any Error) {
-        waiting.removeValue(forKey: requestId)?.resume(throwing: error)
     }
 
     private static func code(_ code: WebSocketErrorCode) -> UInt16 {

@@ -31,6 +31,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "Messages a sender may have waiting for message_accepted.")
     var window = 8
 
+    @Flag(help: "Print latency percentiles for each second of the run.")
+    var timeline = false
+
     static func main() async {
         // Before any task starts: the generator's tasks run on NIO's event loops, as the
         // services' do, instead of hopping to a second thread pool per socket event.
@@ -80,6 +83,7 @@ struct WhisperLoad: AsyncParsableCommand {
             try await group.waitForAll()
         }
         let report = stats.report(seconds: duration)
+        if timeline { print(stats.timeline()) }
         print(report)
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
@@ -93,12 +97,35 @@ final class Stats: Sendable {
     private struct State {
         var sentAt: [String: ContinuousClock.Instant] = [:]
         var latenciesMs: [Double] = []
+        /// (seconds since the start, latency) per measured message, for `--timeline`.
+        var samples: [(second: Int, latencyMs: Double)] = []
+        var acceptSamples: [(second: Int, latencyMs: Double)] = []
         var received = 0
         var sent = 0
         var errors = 0
     }
 
     private let state = Mutex(State())
+    private let start = ContinuousClock.now
+
+    /// p50, p99 and max per second of the run: shows whether slow messages come in bursts.
+    func timeline() -> String {
+        state.withLock { state in
+            var lines: [String] = []
+            let accepts = Dictionary(grouping: state.acceptSamples, by: \.second).mapValues { $0.map(\.latencyMs).sorted() }
+            for (second, group) in Dictionary(grouping: state.samples, by: \.second).sorted(by: { $0.key < $1.key }) {
+                let sorted = group.map(\.latencyMs).sorted()
+                let p50 = sorted[sorted.count / 2]
+                let p99 = sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
+                let accepted = accepts[second] ?? [0]
+                lines.append(String(
+                    format: "  second %3d: %5d messages, p50 %6.2f ms, p99 %7.2f ms, max %7.2f ms; accepted p99 %7.2f ms",
+                    second, sorted.count, p50, p99, sorted.last ?? 0, accepted[min(accepted.count - 1, Int(Double(accepted.count) * 0.99))]
+                ))
+            }
+            return lines.joined(separator: "\n")
+        }
+    }
 
     func sending(_ messageId: String) {
         let now = ContinuousClock.now
@@ -110,6 +137,13 @@ final class Stats: Sendable {
 
     func failed() { state.withLock { $0.errors += 1 } }
 
+    /// Send to `message_accepted`, per second of the run (for `--timeline`).
+    func accepted(after latency: Duration) {
+        let now = ContinuousClock.now
+        let ms = Double(latency.nanoseconds) / 1_000_000
+        state.withLock { $0.acceptSamples.append((Int((now - start).components.seconds), ms)) }
+    }
+
     var sentCount: Int { state.withLock { $0.sent } }
 
     func received(_ messageId: String, measure: Bool) {
@@ -118,7 +152,9 @@ final class Stats: Sendable {
             guard let sentAt = state.sentAt.removeValue(forKey: messageId) else { return }
             if measure {
                 state.received += 1
-                state.latenciesMs.append(Double((now - sentAt).nanoseconds) / 1_000_000)
+                let latency = Double((now - sentAt).nanoseconds) / 1_000_000
+                state.latenciesMs.append(latency)
+                state.samples.append((Int((now - start).components.seconds), latency))
             }
         }
     }
@@ -180,7 +216,9 @@ struct Party: Sendable {
                 inFlight += 1
                 group.addTask {
                     do {
+                        let sentAt = ContinuousClock.now
                         try await connection.send(message, timeout: .seconds(10))
+                        stats.accepted(after: ContinuousClock.now - sentAt)
                     } catch {
                         stats.failed()
                     }

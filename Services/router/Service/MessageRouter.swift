@@ -156,7 +156,10 @@ struct MessageRouter: Sendable {
         guard receipt.from == entry.whisperId else {
             throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
         }
-        let result = try await pending.acknowledge(recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered)
+        // Where the named sender is connected comes back with the acknowledgement.
+        let (result, socket) = try await pending.acknowledge(
+            recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered, locating: receipt.to
+        )
         // Not this recipient's message, or not from the named sender: nothing to do, nothing to tell.
         guard case .acknowledged(let sender) = result, sender == receipt.to else {
             metrics.routed(.ignored)
@@ -165,7 +168,7 @@ struct MessageRouter: Sendable {
         let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp)
         let frame = ServerFrameCodec.encode(delivered)
         var handed = false
-        if let socket = try await presence.lookup(sender) {
+        if let socket {
             handed = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame)
                 .publish(to: socket.gateway, on: redis) > 0
         }

@@ -1,10 +1,18 @@
+import NIOCore
 import Logging
+import Synchronization
 import ServiceLifecycle
 import WhisperShared
 
 /// Reads the router stream as one consumer of the group `routers`, hands each entry to
 /// the `MessageRouter`, and acknowledges what it handled. Entries another router took
 /// and left unacknowledged for `claimAfter` (it crashed) are claimed and handled again.
+///
+/// Reading never waits for a batch to finish: entries go into per-sender lanes (one
+/// sender's entries in stream order, different senders at once), the next read goes out
+/// at once while fewer than `maxInFlight` entries are being handled, and handled entries
+/// are acknowledged in batches by a task of their own. So one slow entry delays only the
+/// entries of its own sender.
 struct StreamConsumer: Service {
     /// A connection of its own: XREADGROUP blocks, and must not hold up other commands.
     let reader: RedisClient
@@ -14,37 +22,105 @@ struct StreamConsumer: Service {
     let settings: RouterSettings
     let logger: Logger
 
+    /// Entries read but not yet handled, at most.
+    var maxInFlight: Int { settings.batchSize * 4 }
+
     func run() async throws {
+        let lanes = EntryLanes(limit: maxInFlight)
         try await cancelWhenGracefulShutdown {
-            var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
-            var lastClaim = ContinuousClock.now
-            var groupReady = false
-            while !Task.isCancelled {
-                do {
-                    if !groupReady {
-                        try await ensureGroup()
-                        groupReady = true
-                    }
-                    let reply = try await reader.send(RedisCommand("XREADGROUP", [
-                        "GROUP", RouterStream.group, consumerName, "COUNT", settings.batchSize, "BLOCK", 1000,
-                        "STREAMS", RouterStream.key, ">",
-                    ]))
-                    let entries = Self.entries(ofReadReply: reply)
-                    if !entries.isEmpty {
-                        await handle(entries, redelivery: false)
-                    }
-                    if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
-                        try await claimAbandoned()
-                        lastClaim = ContinuousClock.now
-                    }
-                    backoff.reset()
-                } catch RedisError.server(let message) where message.hasPrefix("NOGROUP") {
-                    groupReady = false
-                } catch {
-                    let delay = backoff.next()
-                    logger.warning("router_read_failed", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
-                    try? await Task.sleep(for: delay)
+            await withDiscardingTaskGroup { group in
+                group.addTask { await acknowledge(from: lanes) }
+                await read(into: lanes, starting: { sender in
+                    group.addTask { await drain(sender, in: lanes) }
+                })
+                group.cancelAll()
+            }
+            // What finished while stopping is acknowledged, not handled again elsewhere.
+            let rest = lanes.takeFinished()
+            if !rest.isEmpty {
+                _ = try? await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + rest))
+            }
+        }
+    }
+
+    /// The read loop: new entries, and now and then entries a dead router left.
+    private func read(into lanes: EntryLanes, starting startLane: (String) -> Void) async {
+        var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
+        var lastClaim = ContinuousClock.now
+        var groupReady = false
+        while !Task.isCancelled {
+            do {
+                if !groupReady {
+                    try await ensureGroup()
+                    groupReady = true
                 }
+                await lanes.waitForRoom()
+                let reply = try await reader.send(RedisCommand("XREADGROUP", [
+                    "GROUP", RouterStream.group, consumerName, "COUNT", min(settings.batchSize, lanes.room), "BLOCK", 1000,
+                    "STREAMS", RouterStream.key, ">",
+                ]))
+                submit(Self.entries(ofReadReply: reply), redelivery: false, to: lanes, starting: startLane)
+                if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
+                    try await claimAbandoned(into: lanes, starting: startLane)
+                    lastClaim = ContinuousClock.now
+                }
+                backoff.reset()
+            } catch RedisError.server(let message) where message.hasPrefix("NOGROUP") {
+                groupReady = false
+            } catch {
+                let delay = backoff.next()
+                logger.warning("router_read_failed", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
+                try? await Task.sleep(for: delay)
+            }
+        }
+    }
+
+    private func submit(
+        _ entries: [(id: String, entry: RouterStream.Entry?)], redelivery: Bool, to lanes: EntryLanes, starting startLane: (String) -> Void
+    ) {
+        for (id, entry) in entries {
+            guard let entry else {
+                logger.error("router_entry_malformed", metadata: ["entryId": "\(id)"])
+                lanes.finished(unreadable: id)
+                continue
+            }
+            if lanes.add(EntryLanes.Item(id: id, entry: entry, redelivery: redelivery)) {
+                startLane(entry.whisperId)
+            }
+        }
+    }
+
+    /// Handles one sender's entries in order until its lane is empty. After a failure
+    /// (an outage) the rest of the lane is left unacknowledged, to be claimed again in
+    /// order, rather than handled out of order now.
+    private func drain(_ sender: String, in lanes: EntryLanes) async {
+        while let item = lanes.next(for: sender) {
+            do {
+                let start = ContinuousClock.now
+                router.metrics.pickedUp(afterMs: Clock.millisecondsNow() - item.entry.receivedAt)
+                try await router.handle(item.entry, redelivery: item.redelivery)
+                router.metrics.handled(in: .now - start)
+                lanes.finished(item)
+            } catch {
+                logger.warning("router_entry_failed", metadata: [
+                    "entryId": "\(item.id)", "type": "\(item.entry.type.rawValue)", "error": "\(error)",
+                ])
+                lanes.abandon(sender, after: item)
+                return
+            }
+        }
+    }
+
+    /// Acknowledges handled entries (refusals included), as many per XACK as are ready.
+    private func acknowledge(from lanes: EntryLanes) async {
+        for await _ in lanes.acknowledgements {
+            let ids = lanes.takeFinished()
+            guard !ids.isEmpty else { continue }
+            do {
+                try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids))
+            } catch {
+                // Unacknowledged entries are claimed and handled again; handling is idempotent.
+                logger.warning("router_ack_failed", metadata: ["count": "\(ids.count)", "error": "\(error)"])
             }
         }
     }
@@ -58,7 +134,7 @@ struct StreamConsumer: Service {
     }
 
     /// Takes over entries idle longer than `claimAfter`, a page at a time.
-    private func claimAbandoned() async throws {
+    private func claimAbandoned(into lanes: EntryLanes, starting startLane: (String) -> Void) async throws {
         var start = "0-0"
         for _ in 0..<20 {
             let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
@@ -67,10 +143,12 @@ struct StreamConsumer: Service {
             ]))
             guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { return }
             var entries = Self.entries(parts[1])
+            // An entry of ours still being handled is not abandoned.
+            entries.removeAll { lanes.isHandling($0.id) }
             if !entries.isEmpty {
                 logger.info("router_claimed_entries", metadata: ["count": "\(entries.count)"])
                 entries = try await dropPoisoned(entries)
-                await handle(entries, redelivery: true)
+                submit(entries, redelivery: true, to: lanes, starting: startLane)
             }
             if next == "0-0" { return }
             start = next
@@ -111,52 +189,6 @@ struct StreamConsumer: Service {
 
     static let maxDeliveries: Int64 = 10
 
-    /// Handles a batch: one sender's entries in order, different senders at once; then
-    /// acknowledges every entry that was handled (refusals included).
-    private func handle(_ entries: [(id: String, entry: RouterStream.Entry?)], redelivery: Bool) async {
-        var bySender: [String: [(String, RouterStream.Entry)]] = [:]
-        var done: [String] = []
-        for (id, entry) in entries {
-            guard let entry else {
-                logger.error("router_entry_malformed", metadata: ["entryId": "\(id)"])
-                done.append(id)
-                continue
-            }
-            bySender[entry.whisperId, default: []].append((id, entry))
-        }
-        let handled = await withTaskGroup(of: [String].self) { group in
-            for (_, queue) in bySender {
-                group.addTask {
-                    var ok: [String] = []
-                    for (id, entry) in queue {
-                        do {
-                            let start = ContinuousClock.now
-                            router.metrics.pickedUp(afterMs: Clock.millisecondsNow() - entry.receivedAt)
-                            try await router.handle(entry, redelivery: redelivery)
-                            router.metrics.handled(in: .now - start)
-                            ok.append(id)
-                        } catch {
-                            logger.warning("router_entry_failed", metadata: ["entryId": "\(id)", "type": "\(entry.type.rawValue)", "error": "\(error)"])
-                            break
-                        }
-                    }
-                    return ok
-                }
-            }
-            var all: [String] = []
-            for await ids in group { all += ids }
-            return all
-        }
-        done += handled
-        guard !done.isEmpty else { return }
-        do {
-            try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + done))
-        } catch {
-            // Unacknowledged entries are claimed and handled again; handling is idempotent.
-            logger.warning("router_ack_failed", metadata: ["count": "\(done.count)", "error": "\(error)"])
-        }
-    }
-
     static func entries(ofReadReply reply: RESPValue) -> [(id: String, entry: RouterStream.Entry?)] {
         guard let streams = reply.array else { return [] }
         return streams.flatMap { stream -> [(id: String, entry: RouterStream.Entry?)] in
@@ -172,5 +204,128 @@ struct StreamConsumer: Service {
             guard let fields = parts[1].array else { return (id, nil) }
             return (id, RouterStream.Entry(fields: fields))
         }
+    }
+}
+
+/// The entries a router is handling: a queue per sender, how many are in flight, and
+/// which are finished and wait to be acknowledged.
+final class EntryLanes: Sendable {
+    struct Item: Sendable {
+        var id: String
+        var entry: RouterStream.Entry
+        var redelivery: Bool
+    }
+
+    private struct State {
+        var queues: [String: CircularBuffer<Item>] = [:]
+        /// IDs read and not yet finished or abandoned.
+        var handling: Set<String> = []
+        var finished: [String] = []
+        var roomWaiter: CheckedContinuation<Void, Never>?
+    }
+
+    let limit: Int
+    private let state = Mutex(State())
+    /// Ticks when something finished: the acknowledging task wakes and takes all there is.
+    let acknowledgements: AsyncStream<Void>
+    private let tick: AsyncStream<Void>.Continuation
+
+    init(limit: Int) {
+        self.limit = limit
+        (acknowledgements, tick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// How many more entries may be read now.
+    var room: Int { max(1, limit - state.withLock { $0.handling.count }) }
+
+    /// Returns at once while there is room, else when there is.
+    func waitForRoom() async {
+        await withCheckedContinuation { continuation in
+            let resumeNow = state.withLock { state in
+                if state.handling.count < limit { return true }
+                state.roomWaiter = continuation
+                return false
+            }
+            if resumeNow { continuation.resume() }
+        }
+    }
+
+    /// Queues an entry behind its sender's; true when the sender had no lane running,
+    /// so the caller starts one.
+    func add(_ item: Item) -> Bool {
+        state.withLock { state in
+            guard state.handling.insert(item.id).inserted else { return false }
+            if state.queues[item.entry.whisperId] != nil {
+                state.queues[item.entry.whisperId]!.append(item)
+                return false
+            }
+            var queue = CircularBuffer<Item>(initialCapacity: 4)
+            queue.append(item)
+            state.queues[item.entry.whisperId] = queue
+            return true
+        }
+    }
+
+    /// The sender's next entry; nil ends the lane (and removes it, atomically with the check).
+    func next(for sender: String) -> Item? {
+        state.withLock { state in
+            guard let item = state.queues[sender]?.first else {
+                state.queues[sender] = nil
+                return nil
+            }
+            return item
+        }
+    }
+
+    /// The lane's first entry is done: it leaves the lane and waits for its XACK.
+    func finished(_ item: Item) {
+        finish(item.id) { state in
+            if state.queues[item.entry.whisperId]?.first?.id == item.id {
+                state.queues[item.entry.whisperId]!.removeFirst()
+            }
+        }
+    }
+
+    /// An entry that never joined a lane (unreadable) is acknowledged all the same.
+    func finished(unreadable id: String) {
+        finish(id) { _ in }
+    }
+
+    private func finish(_ id: String, _ update: (inout State) -> Void) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.finished.append(id)
+            state.handling.remove(id)
+            update(&state)
+            return takeWaiterIfRoom(&state)
+        }
+        tick.yield()
+        waiter?.resume()
+    }
+
+    /// The lane failed at `item`: it and the rest of the lane stay unacknowledged.
+    func abandon(_ sender: String, after item: Item) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            for left in state.queues[sender] ?? [] { state.handling.remove(left.id) }
+            state.queues[sender] = nil
+            return takeWaiterIfRoom(&state)
+        }
+        waiter?.resume()
+    }
+
+    func isHandling(_ id: String) -> Bool {
+        state.withLock { $0.handling.contains(id) }
+    }
+
+    func takeFinished() -> [String] {
+        state.withLock { state in
+            defer { state.finished.removeAll(keepingCapacity: true) }
+            return state.finished
+        }
+    }
+
+    private func takeWaiterIfRoom(_ state: inout State) -> CheckedContinuation<Void, Never>? {
+        guard state.handling.count < limit, let waiter = state.roomWaiter else { return nil }
+        state.roomWaiter = nil
+        return waiter
     }
 }

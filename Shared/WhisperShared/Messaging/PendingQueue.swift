@@ -92,12 +92,22 @@ public struct PendingQueue: Sendable {
 
     /// Applies the recipient's receipt: `delivered` removes the message from the queue.
     public func acknowledge(recipient: String, messageId: String, delivered: Bool) async throws -> ReceiptResult {
-        let reply = try await redis.evaluate(
+        try await acknowledge(recipient: recipient, messageId: messageId, delivered: delivered, locating: nil).result
+    }
+
+    /// The same, and in the same round trip, where `locating`'s socket is (the sender
+    /// the receipt names, who is told if the message turns out to be theirs).
+    public func acknowledge(
+        recipient: String, messageId: String, delivered: Bool, locating sender: String?
+    ) async throws -> (result: ReceiptResult, senderSocket: PresenceRecord?) {
+        let (reply, others) = try await redis.evaluate(
             Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
-            arguments: [delivered ? 1 : 0]
+            arguments: [delivered ? 1 : 0],
+            alongside: sender.map { [RedisCommand("GET", RedisKeys.presence($0))] } ?? []
         )
-        if let sender = reply.string, !sender.isEmpty { return .acknowledged(sender: sender) }
-        return .unknown
+        let socket = others.first?.string.flatMap(PresenceRecord.init(encoded:))
+        if let sender = reply.string, !sender.isEmpty { return (.acknowledged(sender: sender), socket) }
+        return (.unknown, nil)
     }
 
     /// Messages waiting for a recipient (after dropping expired ones).

@@ -122,24 +122,33 @@ public final class RedisClient: Service, Sendable {
     /// know it yet (after a restart, for example).
     @discardableResult
     public func evaluate(_ script: RedisScript, keys: [String], arguments: [any RedisArgument] = []) async throws -> RESPValue {
+        try await evaluate(script, keys: keys, arguments: arguments, alongside: []).script
+    }
+
+    /// Runs a script and, in the same write, other commands (reads: they may be sent
+    /// twice when the server has to be taught the script first). Returns the script's
+    /// reply (an error reply thrown) and the others' replies as they came.
+    public func evaluate(
+        _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand]
+    ) async throws -> (script: RESPValue, others: [RESPValue]) {
         let connection = try connection()
         let evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count] + keys + arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
-            let reply = try await connection.pipeline([evalsha])[0]
-            switch reply {
+            let replies = try await connection.pipeline([evalsha] + others)
+            switch replies[0] {
             case .error(let message) where message.hasPrefix("NOSCRIPT"):
                 break
             case .error(let message):
                 throw RedisError.server(message)
             default:
-                return reply
+                return (replies[0], Array(replies.dropFirst()))
             }
         }
-        let replies = try await connection.pipeline([RedisCommand("SCRIPT", "LOAD", script.source), evalsha])
+        let replies = try await connection.pipeline([RedisCommand("SCRIPT", "LOAD", script.source), evalsha] + others)
         if case .error(let message) = replies[0] { throw RedisError.server(message) }
         scripts.withLock { _ = $0.insert(script.sha1) }
         if case .error(let message) = replies[1] { throw RedisError.server(message) }
-        return replies[1]
+        return (replies[1], Array(replies.dropFirst(2)))
     }
 }

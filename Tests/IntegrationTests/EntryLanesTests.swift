@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+@testable import RouterService
+import WhisperShared
+
+/// The router's per-sender lanes: order within a sender, a bound on entries in flight,
+/// and what is acknowledged (or left for a claim) after success and failure.
+@Suite struct EntryLanesTests {
+    static func item(_ id: String, from sender: String) -> EntryLanes.Item {
+        EntryLanes.Item(
+            id: id,
+            entry: RouterStream.Entry(gateway: "g", connId: "c", whisperId: sender, type: .sendMessage, requestId: nil, payload: [], receivedAt: 0),
+            redelivery: false
+        )
+    }
+
+    @Test func oneLanePerSenderInStreamOrder() {
+        let lanes = EntryLanes(limit: 100)
+        #expect(lanes.add(Self.item("1-0", from: "A")), "the first entry of a sender starts its lane")
+        #expect(!lanes.add(Self.item("2-0", from: "A")))
+        #expect(lanes.add(Self.item("3-0", from: "B")))
+        #expect(!lanes.add(Self.item("4-0", from: "A")))
+        #expect(!lanes.add(Self.item("1-0", from: "A")), "an entry already in hand is not queued twice")
+
+        var handledA: [String] = []
+        while let item = lanes.next(for: "A") {
+            handledA.append(item.id)
+            lanes.finished(item)
+        }
+        #expect(handledA == ["1-0", "2-0", "4-0"])
+        // A's lane ended: its next entry starts a new one.
+        #expect(lanes.add(Self.item("5-0", from: "A")))
+        #expect(lanes.next(for: "B")?.id == "3-0")
+        #expect(Set(lanes.takeFinished()) == ["1-0", "2-0", "4-0"])
+        #expect(lanes.takeFinished().isEmpty)
+    }
+
+    @Test func aFailedEntryLeavesTheRestOfItsLaneForAClaim() {
+        let lanes = EntryLanes(limit: 100)
+        _ = lanes.add(Self.item("1-0", from: "A"))
+        _ = lanes.add(Self.item("2-0", from: "A"))
+        _ = lanes.add(Self.item("3-0", from: "B"))
+        let first = lanes.next(for: "A")!
+        lanes.abandon("A", after: first)
+        #expect(!lanes.isHandling("1-0") && !lanes.isHandling("2-0"), "claimable again")
+        #expect(lanes.isHandling("3-0"))
+        #expect(lanes.takeFinished().isEmpty, "nothing of the failed lane is acknowledged")
+        #expect(lanes.next(for: "A") == nil)
+    }
+
+    @Test func readingWaitsWhileTheLimitIsInFlight() async throws {
+        let lanes = EntryLanes(limit: 2)
+        _ = lanes.add(Self.item("1-0", from: "A"))
+        _ = lanes.add(Self.item("2-0", from: "B"))
+        #expect(lanes.room == 1, "never asks Redis for zero entries")
+        let waited = Task {
+            await lanes.waitForRoom()
+            return ContinuousClock.now
+        }
+        try await Task.sleep(for: .milliseconds(100))
+        let finishedAt = ContinuousClock.now
+        lanes.finished(lanes.next(for: "A")!)
+        let resumedAt = await waited.value
+        #expect(resumedAt >= finishedAt, "room came only when an entry finished")
+        // With room to spare it returns at once.
+        await lanes.waitForRoom()
+    }
+}
