@@ -121,6 +121,19 @@ import WhisperShared
         #expect(await alice.events.all(.messageDelivered).isEmpty)
         #expect(try await stack.pendingDepth(bob.whisperId) == 1)
         _ = try await carol.connection.ping()
+
+        // A receipt gets no answer: asked as a request, it times out on the SDK's
+        // sweeper, and the socket goes on working.
+        let started = ContinuousClock.now
+        await #expect(throws: WhisperClientError.timedOut) {
+            _ = try await carol.connection.request(DeliveryReceipt(
+                sessionToken: carol.token, messageId: received.messageId, from: carol.whisperId, to: alice.whisperId,
+                status: .delivered, timestamp: Clock.millisecondsNow()
+            ), timeout: .milliseconds(300))
+        }
+        let waited = ContinuousClock.now - started
+        #expect(waited >= .milliseconds(300) && waited < .seconds(3), "timed out after \(waited)")
+        _ = try await carol.connection.ping()
         try await stack.stop()
     }
 
