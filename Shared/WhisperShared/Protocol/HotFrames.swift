@@ -62,16 +62,10 @@ extension SendMessage: HotPayload {
         writer.field("cryptoVersion", cryptoVersion)
         writer.field("sessionToken", sessionToken)
         writer.field("messageId", messageId)
-        writer.field("from", from)
-        writer.field("to", to)
-        writer.field("msgType", msgType.rawValue)
-        writer.field("timestamp", timestamp)
-        writer.field("nonce", nonce)
-        writer.field("ciphertext", ciphertext)
-        writer.field("sig", sig)
-        writer.field("replyTo", replyTo)
-        if let reactions { writer.field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
-        if let attachment { writer.field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
+        writer.messageFields(
+            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
+            replyTo: replyTo, reactions: reactions, attachment: attachment
+        )
         writer.endObject()
     }
 }
@@ -128,16 +122,10 @@ extension MessageReceived: HotPayload {
         writer.beginObject()
         writer.field("messageId", messageId)
         writer.field("groupId", groupId)
-        writer.field("from", from)
-        writer.field("to", to)
-        writer.field("msgType", msgType.rawValue)
-        writer.field("timestamp", timestamp)
-        writer.field("nonce", nonce)
-        writer.field("ciphertext", ciphertext)
-        writer.field("sig", sig)
-        writer.field("replyTo", replyTo)
-        if let reactions { writer.field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
-        if let attachment { writer.field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
+        writer.messageFields(
+            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
+            replyTo: replyTo, reactions: reactions, attachment: attachment
+        )
         writer.endObject()
     }
 
@@ -178,6 +166,25 @@ extension MessageDelivered: HotPayload {
         writer.field("status", status.rawValue)
         writer.field("timestamp", timestamp)
         writer.endObject()
+    }
+}
+
+extension FastJSONWriter {
+    /// The fields a message has on its way in (`send_message`) and out (`message_received`).
+    mutating func messageFields(
+        from: String, to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
+        replyTo: String?, reactions: [String: [String]]?, attachment: AttachmentPointer?
+    ) {
+        field("from", from)
+        field("to", to)
+        field("msgType", msgType.rawValue)
+        field("timestamp", timestamp)
+        field("nonce", nonce)
+        field("ciphertext", ciphertext)
+        field("sig", sig)
+        field("replyTo", replyTo)
+        if let reactions { field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
+        if let attachment { field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
     }
 }
 
