@@ -1,6 +1,8 @@
 import Foundation
 import HummingbirdWebSocket
 import Logging
+import NIOCore
+import NIOWebSocket
 import Prometheus
 import Synchronization
 import WhisperShared
@@ -49,7 +51,9 @@ public final class ClientConnection: Sendable {
             switch item {
             case .frame(let bytes):
                 do {
-                    try await outbound.write(.text(String(decoding: bytes, as: UTF8.self)))
+                    // A text frame straight from the bytes: every frame is JSON this
+                    // server wrote (valid UTF-8), so no round trip through String.
+                    try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(bytes: bytes))))
                 } catch {
                     return
                 }
