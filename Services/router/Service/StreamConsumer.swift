@@ -27,7 +27,7 @@ struct StreamConsumer: Service {
 
     func run() async throws {
         let lanes = EntryLanes(limit: maxInFlight)
-        try await cancelWhenGracefulShutdown {
+        await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 group.addTask { await acknowledge(from: lanes) }
                 await read(into: lanes, starting: { sender in
@@ -178,7 +178,7 @@ struct StreamConsumer: Service {
             logger.error("router_entry_abandoned", metadata: ["entryId": "\(item.id)", "deliveries": "\(deliveries[item.id] ?? 0)"])
             if let entry = item.entry {
                 let frame = ServerFrameCodec.encodeError(.internalError, "the server could not handle this frame; send it again", requestId: entry.requestId)
-                try? await GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publish(to: entry.gateway, on: redis)
+                _ = try? await GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publish(to: entry.gateway, on: redis)
             }
         }
         if !dropped.isEmpty {

@@ -98,11 +98,15 @@ public struct FrameRejection: Error, Sendable, Equatable {
 public struct ClientFrameDecoder: Sendable {
     public init() {}
 
-    public func decode(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
-        if let contiguous = bytes as? any ContiguousBytes, let frame = HotFrames.clientFrame(contiguous) {
+    public func decode(_ bytes: [UInt8]) -> Result<InboundFrame, FrameRejection> {
+        if let frame = HotFrames.clientFrame(bytes) {
             return .success(frame)
         }
         return decodeGeneral(bytes)
+    }
+
+    public func decode(_ bytes: some DataProtocol) -> Result<InboundFrame, FrameRejection> {
+        decode(Array(bytes))
     }
 
     /// Foundation's decoder and the strict checks alone: the answer for every frame the

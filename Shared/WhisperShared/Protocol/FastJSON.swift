@@ -30,14 +30,21 @@ public enum FastJSON {
 
     /// Reads `bytes` as one JSON object of the subset (surrounding white space allowed);
     /// nil when the text is anything else, valid JSON or not.
-    public static func object(_ bytes: some ContiguousBytes) -> Object? {
-        bytes.withUnsafeBytes { buffer in
-            var reader = Reader(bytes: buffer)
-            reader.skipSpace()
-            guard let object = reader.object(depth: 0) else { return nil }
-            reader.skipSpace()
-            return reader.index == buffer.count ? object : nil
-        }
+    public static func object(_ bytes: [UInt8]) -> Object? {
+        bytes.withUnsafeBytes(object(in:))
+    }
+
+    public static func object(_ bytes: Data) -> Object? {
+        bytes.withUnsafeBytes(object(in:))
+    }
+
+    /// Concrete, not generic: the hot path pays for no generic metadata lookups.
+    static func object(in buffer: UnsafeRawBufferPointer) -> Object? {
+        var reader = Reader(bytes: buffer)
+        reader.skipSpace()
+        guard let object = reader.object(depth: 0) else { return nil }
+        reader.skipSpace()
+        return reader.index == buffer.count ? object : nil
     }
 
     private struct Reader {

@@ -192,7 +192,7 @@ extension FastJSONWriter {
 
 enum HotFrames {
     /// `{"type": ..., "requestId"?: ..., "payload": {...}}` of the subset, split up.
-    static func envelope(_ bytes: some ContiguousBytes) -> (type: String, requestId: String?, payload: FastJSON.Object)? {
+    static func envelope(_ bytes: [UInt8]) -> (type: String, requestId: String?, payload: FastJSON.Object)? {
         guard let top = FastJSON.object(bytes) else { return nil }
         var type: String?
         var requestId: String?
@@ -211,7 +211,7 @@ enum HotFrames {
     }
 
     /// A `send_message` or `delivery_receipt` that passes every check, or nil.
-    static func clientFrame(_ bytes: some ContiguousBytes) -> InboundFrame? {
+    static func clientFrame(_ bytes: [UInt8]) -> InboundFrame? {
         guard let (typeName, requestId, payloadObject) = envelope(bytes), let type = ClientFrameType(rawValue: typeName) else { return nil }
         let payload: any ClientPayload
         switch type {
@@ -226,7 +226,7 @@ enum HotFrames {
         }
         // A value that breaks a rule goes the general way, which words the refusal.
         guard (try? payload.validate()) != nil else { return nil }
-        let text = bytes.withUnsafeBytes { Array($0[payloadObject.byteRange]) }
+        let text = Array(bytes[payloadObject.byteRange])
         return InboundFrame(type: type, requestId: requestId, payload: payload, payloadJSON: text)
     }
 
@@ -235,7 +235,7 @@ enum HotFrames {
     }
 
     /// A `message_received`, `message_accepted` or `message_delivered` frame, or nil.
-    static func serverFrame(_ bytes: some ContiguousBytes) -> ServerFrame? {
+    static func serverFrame(_ bytes: [UInt8]) -> ServerFrame? {
         guard let (typeName, requestId, payloadObject) = envelope(bytes), let type = ServerFrameType(rawValue: typeName) else { return nil }
         let payload: (any ServerPayload)? = switch type {
         case .messageReceived: MessageReceived(fast: payloadObject)

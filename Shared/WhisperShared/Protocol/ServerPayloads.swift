@@ -354,11 +354,15 @@ public enum ServerFrameCodec {
         encode(ErrorPayload(code: code, message: message, requestId: requestId), requestId: requestId)
     }
 
-    public static func decode(_ bytes: some DataProtocol) throws -> ServerFrame {
-        if let contiguous = bytes as? any ContiguousBytes, let frame = HotFrames.serverFrame(contiguous) {
+    public static func decode(_ bytes: [UInt8]) throws -> ServerFrame {
+        if let frame = HotFrames.serverFrame(bytes) {
             return frame
         }
         return try decodeGeneral(bytes)
+    }
+
+    public static func decode(_ bytes: some DataProtocol) throws -> ServerFrame {
+        try decode(Array(bytes))
     }
 
     /// Foundation's decoder alone (what the fast path must agree with).
