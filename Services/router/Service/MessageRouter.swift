@@ -3,7 +3,7 @@ import Logging
 import WhisperShared
 
 /// What routing a frame produced, for metrics and tests.
-enum RoutingOutcome: String, Sendable {
+enum RoutingOutcome: String, Sendable, CaseIterable {
     case delivered, queued, duplicate, receipt, ignored, page, refused
 }
 
@@ -46,11 +46,19 @@ struct MessageRouter: Sendable {
         }
     }
 
-    private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
-        if let hot = P.self as? any HotPayload.Type, let object = FastJSON.object(entry.payload),
-           let payload = hot.init(fast: object) as? P {
+    /// `send_message` and `delivery_receipt`: the fast reader first (chosen at compile time).
+    private func decode<P: ClientPayload & HotPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
+        if let object = FastJSON.object(entry.payload), let payload = P(fast: object) {
             return payload
         }
+        return try decodeGeneral(P.self, entry)
+    }
+
+    private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
+        try decodeGeneral(P.self, entry)
+    }
+
+    private func decodeGeneral<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
         guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(entry.payload)) else {
             throw WhisperError(.invalidPayload, "payload does not match its schema")
         }

@@ -6,9 +6,18 @@ import WhisperShared
 struct RouterMetrics: Sendable {
     let metrics: ServiceMetrics
     let depth: ValueHistogram
+    // Looked up in the registry once, not per entry (the lookup builds and hashes names).
+    let pickup: DurationHistogram
+    let handling: DurationHistogram
+    let outcomes: [RoutingOutcome: Counter]
 
     init(metrics: ServiceMetrics) {
         self.metrics = metrics
+        pickup = metrics.histogram("router_pickup_latency", help: "From a frame entering the router stream to a router starting on it.")
+        handling = metrics.histogram("router_handle_duration", help: "Time a router spends on one stream entry.")
+        outcomes = Dictionary(uniqueKeysWithValues: RoutingOutcome.allCases.map { outcome in
+            (outcome, metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]))
+        })
         self.depth = metrics.registry.makeValueHistogram(
             descriptor: .init(namespace: "whisper", metricName: "pending_queue", unitName: "depth",
                               helpText: "Messages waiting in a recipient's pending queue, observed as each message is stored."),
@@ -19,16 +28,15 @@ struct RouterMetrics: Sendable {
 
     /// Time from the gateway taking the frame to a router starting on it (stream lag).
     func pickedUp(afterMs milliseconds: Int64) {
-        metrics.histogram("router_pickup_latency", help: "From a frame entering the router stream to a router starting on it.")
-            .recordNanoseconds(max(0, milliseconds) * 1_000_000)
+        pickup.recordNanoseconds(max(0, milliseconds) * 1_000_000)
     }
 
     func handled(in duration: Duration) {
-        metrics.histogram("router_handle_duration", help: "Time a router spends on one stream entry.").recordNanoseconds(duration.nanoseconds)
+        handling.recordNanoseconds(duration.nanoseconds)
     }
 
     func routed(_ outcome: RoutingOutcome) {
-        metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]).increment()
+        outcomes[outcome]?.increment()
     }
 
     func refused(_ code: ErrorCode) {

@@ -265,6 +265,11 @@ private struct StrictPayload<P: ClientPayload>: Decodable {
 
 /// Encodes client frames (what the SDK and tools send).
 public enum ClientFrameCodec {
+    /// The busiest frames: written field by field (chosen at compile time, no cast).
+    public static func encode<P: ClientPayload & HotPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
+        HotFrames.frame(type: P.frameType.rawValue, requestId: requestId, payload: payload)
+    }
+
     public static func encode<P: ClientPayload>(_ payload: P, requestId: String? = nil) -> [UInt8] {
         if let hot = payload as? any HotPayload {
             return HotFrames.frame(type: P.frameType.rawValue, requestId: requestId, payload: hot)

@@ -9,50 +9,41 @@ public protocol HotPayload {
     func write(to writer: inout FastJSONWriter)
 }
 
-/// Field-by-field reading of one payload object: every key must be one the reader
-/// knows, with a value of the expected kind.
-private struct FieldReader {
-    var strings: [String: String] = [:]
-    var integers: [String: Int64] = [:]
-
-    /// Nil when a key is unknown or its value is of a kind the fast path does not read
-    /// for it. `null` is accepted only for the optional keys (decoded as absent, as
-    /// `decodeIfPresent` does).
-    init?(_ object: FastJSON.Object, strings stringKeys: Set<String>, integers integerKeys: Set<String>, optional: Set<String>) {
-        for field in object.fields {
-            switch field.value {
-            case .string(let value) where stringKeys.contains(field.key):
-                strings[field.key] = value
-            case .integer(let value) where integerKeys.contains(field.key):
-                integers[field.key] = value
-            case .null where optional.contains(field.key):
-                continue
-            default:
-                return nil
-            }
-        }
-    }
-}
-
 // MARK: - Client frames
 
 extension SendMessage: HotPayload {
-    private static let stringKeys: Set<String> = ["sessionToken", "messageId", "from", "to", "msgType", "nonce", "ciphertext", "sig", "replyTo"]
-    private static let integerKeys: Set<String> = ["protocolVersion", "cryptoVersion", "timestamp"]
-    private static let optionalKeys: Set<String> = ["replyTo", "reactions", "attachment"]
-
     /// The common shape: no reactions or attachment objects (those take the general path).
     public init?(fast object: FastJSON.Object) {
-        guard let fields = FieldReader(object, strings: Self.stringKeys, integers: Self.integerKeys, optional: Self.optionalKeys),
-              let protocolVersion = fields.integers["protocolVersion"], let cryptoVersion = fields.integers["cryptoVersion"],
-              let timestamp = fields.integers["timestamp"], let sessionToken = fields.strings["sessionToken"],
-              let messageId = fields.strings["messageId"], let from = fields.strings["from"], let to = fields.strings["to"],
-              let msgType = fields.strings["msgType"].flatMap(MessageType.init(rawValue:)), let nonce = fields.strings["nonce"],
-              let ciphertext = fields.strings["ciphertext"], let sig = fields.strings["sig"] else { return nil }
+        var protocolVersion: Int64?, cryptoVersion: Int64?, timestamp: Int64?
+        var sessionToken: String?, messageId: String?, from: String?, to: String?, msgType: MessageType?
+        var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("protocolVersion", .integer(let value)): protocolVersion = value
+            case ("cryptoVersion", .integer(let value)): cryptoVersion = value
+            case ("timestamp", .integer(let value)): timestamp = value
+            case ("sessionToken", .string(let value)): sessionToken = value
+            case ("messageId", .string(let value)): messageId = value
+            case ("from", .string(let value)): from = value
+            case ("to", .string(let value)): to = value
+            case ("msgType", .string(let value)):
+                guard let type = MessageType(rawValue: value) else { return nil }
+                msgType = type
+            case ("nonce", .string(let value)): nonce = value
+            case ("ciphertext", .string(let value)): ciphertext = value
+            case ("sig", .string(let value)): sig = value
+            case ("replyTo", .string(let value)): replyTo = value
+            // An explicit null is what `decodeIfPresent` reads as absent.
+            case ("replyTo", .null), ("reactions", .null), ("attachment", .null): continue
+            default: return nil
+            }
+        }
+        guard let protocolVersion, let cryptoVersion, let timestamp, let sessionToken, let messageId, let from, let to,
+              let msgType, let nonce, let ciphertext, let sig else { return nil }
         self.init(
             protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken, messageId: messageId,
             from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
-            replyTo: fields.strings["replyTo"]
+            replyTo: replyTo
         )
     }
 
@@ -71,15 +62,26 @@ extension SendMessage: HotPayload {
 }
 
 extension DeliveryReceipt: HotPayload {
-    private static let stringKeys: Set<String> = ["sessionToken", "messageId", "from", "to", "status"]
-    private static let integerKeys: Set<String> = ["protocolVersion", "cryptoVersion", "timestamp"]
-
     public init?(fast object: FastJSON.Object) {
-        guard let fields = FieldReader(object, strings: Self.stringKeys, integers: Self.integerKeys, optional: []),
-              let protocolVersion = fields.integers["protocolVersion"], let cryptoVersion = fields.integers["cryptoVersion"],
-              let timestamp = fields.integers["timestamp"], let sessionToken = fields.strings["sessionToken"],
-              let messageId = fields.strings["messageId"], let from = fields.strings["from"], let to = fields.strings["to"],
-              let status = fields.strings["status"].flatMap(ReceiptStatus.init(rawValue:)) else { return nil }
+        var protocolVersion: Int64?, cryptoVersion: Int64?, timestamp: Int64?
+        var sessionToken: String?, messageId: String?, from: String?, to: String?, status: ReceiptStatus?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("protocolVersion", .integer(let value)): protocolVersion = value
+            case ("cryptoVersion", .integer(let value)): cryptoVersion = value
+            case ("timestamp", .integer(let value)): timestamp = value
+            case ("sessionToken", .string(let value)): sessionToken = value
+            case ("messageId", .string(let value)): messageId = value
+            case ("from", .string(let value)): from = value
+            case ("to", .string(let value)): to = value
+            case ("status", .string(let value)):
+                guard let value = ReceiptStatus(rawValue: value) else { return nil }
+                status = value
+            default: return nil
+            }
+        }
+        guard let protocolVersion, let cryptoVersion, let timestamp, let sessionToken, let messageId, let from, let to,
+              let status else { return nil }
         self.init(
             protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken,
             messageId: messageId, from: from, to: to, status: status, timestamp: timestamp
@@ -103,18 +105,31 @@ extension DeliveryReceipt: HotPayload {
 // MARK: - Server frames
 
 extension MessageReceived: HotPayload {
-    private static let stringKeys: Set<String> = ["messageId", "groupId", "from", "to", "msgType", "nonce", "ciphertext", "sig", "replyTo"]
-    private static let integerKeys: Set<String> = ["timestamp"]
-    private static let optionalKeys: Set<String> = ["groupId", "replyTo", "reactions", "attachment"]
-
     public init?(fast object: FastJSON.Object) {
-        guard let fields = FieldReader(object, strings: Self.stringKeys, integers: Self.integerKeys, optional: Self.optionalKeys),
-              let messageId = fields.strings["messageId"], let from = fields.strings["from"], let to = fields.strings["to"],
-              let msgType = fields.strings["msgType"].flatMap(MessageType.init(rawValue:)), let timestamp = fields.integers["timestamp"],
-              let nonce = fields.strings["nonce"], let ciphertext = fields.strings["ciphertext"], let sig = fields.strings["sig"] else { return nil }
+        var timestamp: Int64?, messageId: String?, groupId: String?, from: String?, to: String?, msgType: MessageType?
+        var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("timestamp", .integer(let value)): timestamp = value
+            case ("messageId", .string(let value)): messageId = value
+            case ("groupId", .string(let value)): groupId = value
+            case ("from", .string(let value)): from = value
+            case ("to", .string(let value)): to = value
+            case ("msgType", .string(let value)):
+                guard let type = MessageType(rawValue: value) else { return nil }
+                msgType = type
+            case ("nonce", .string(let value)): nonce = value
+            case ("ciphertext", .string(let value)): ciphertext = value
+            case ("sig", .string(let value)): sig = value
+            case ("replyTo", .string(let value)): replyTo = value
+            case ("groupId", .null), ("replyTo", .null), ("reactions", .null), ("attachment", .null): continue
+            default: return nil
+            }
+        }
+        guard let timestamp, let messageId, let from, let to, let msgType, let nonce, let ciphertext, let sig else { return nil }
         self.init(
-            messageId: messageId, groupId: fields.strings["groupId"], from: from, to: to, msgType: msgType, timestamp: timestamp,
-            nonce: nonce, ciphertext: ciphertext, sig: sig, replyTo: fields.strings["replyTo"]
+            messageId: messageId, groupId: groupId, from: from, to: to, msgType: msgType, timestamp: timestamp,
+            nonce: nonce, ciphertext: ciphertext, sig: sig, replyTo: replyTo
         )
     }
 
@@ -139,8 +154,15 @@ extension MessageReceived: HotPayload {
 
 extension MessageAccepted: HotPayload {
     public init?(fast object: FastJSON.Object) {
-        guard let fields = FieldReader(object, strings: ["messageId", "status"], integers: [], optional: []),
-              let messageId = fields.strings["messageId"], let status = fields.strings["status"] else { return nil }
+        var messageId: String?, status: String?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("messageId", .string(let value)): messageId = value
+            case ("status", .string(let value)): status = value
+            default: return nil
+            }
+        }
+        guard let messageId, let status else { return nil }
         self.init(messageId: messageId, status: status)
     }
 
@@ -154,9 +176,18 @@ extension MessageAccepted: HotPayload {
 
 extension MessageDelivered: HotPayload {
     public init?(fast object: FastJSON.Object) {
-        guard let fields = FieldReader(object, strings: ["messageId", "status"], integers: ["timestamp"], optional: []),
-              let messageId = fields.strings["messageId"], let status = fields.strings["status"].flatMap(ReceiptStatus.init(rawValue:)),
-              let timestamp = fields.integers["timestamp"] else { return nil }
+        var messageId: String?, status: ReceiptStatus?, timestamp: Int64?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("messageId", .string(let value)): messageId = value
+            case ("status", .string(let value)):
+                guard let value = ReceiptStatus(rawValue: value) else { return nil }
+                status = value
+            case ("timestamp", .integer(let value)): timestamp = value
+            default: return nil
+            }
+        }
+        guard let messageId, let status, let timestamp else { return nil }
         self.init(messageId: messageId, status: status, timestamp: timestamp)
     }
 
