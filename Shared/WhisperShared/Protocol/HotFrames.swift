@@ -11,39 +11,59 @@ public protocol HotPayload {
 
 // MARK: - Client frames
 
+/// The fields a message has both in `send_message` and in `message_received`, read as
+/// they come.
+private struct MessageFieldReader {
+    var messageId: String?, from: String?, to: String?, msgType: MessageType?, timestamp: Int64?
+    var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
+    var refused = false
+
+    /// True when the field is one of these (read, or refused for its value).
+    mutating func read(_ field: FastJSON.Field) -> Bool {
+        switch (field.key, field.value) {
+        case ("messageId", .string(let value)): messageId = value
+        case ("from", .string(let value)): from = value
+        case ("to", .string(let value)): to = value
+        case ("msgType", .string(let value)):
+            msgType = MessageType(rawValue: value)
+            refused = refused || msgType == nil
+        case ("timestamp", .integer(let value)): timestamp = value
+        case ("nonce", .string(let value)): nonce = value
+        case ("ciphertext", .string(let value)): ciphertext = value
+        case ("sig", .string(let value)): sig = value
+        case ("replyTo", .string(let value)): replyTo = value
+        // An explicit null is what `decodeIfPresent` reads as absent.
+        case ("replyTo", .null), ("reactions", .null), ("attachment", .null): break
+        default: return false
+        }
+        return true
+    }
+
+    /// Every required field, or nil.
+    var required: (messageId: String, from: String, to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String)? {
+        guard !refused, let messageId, let from, let to, let msgType, let timestamp, let nonce, let ciphertext, let sig else { return nil }
+        return (messageId, from, to, msgType, timestamp, nonce, ciphertext, sig)
+    }
+}
+
 extension SendMessage: HotPayload {
     /// The common shape: no reactions or attachment objects (those take the general path).
     public init?(fast object: FastJSON.Object) {
-        var protocolVersion: Int64?, cryptoVersion: Int64?, timestamp: Int64?
-        var sessionToken: String?, messageId: String?, from: String?, to: String?, msgType: MessageType?
-        var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
-        for field in object.fields {
+        var message = MessageFieldReader()
+        var protocolVersion: Int64?, cryptoVersion: Int64?, sessionToken: String?
+        for field in object.fields where !message.read(field) {
             switch (field.key, field.value) {
             case ("protocolVersion", .integer(let value)): protocolVersion = value
             case ("cryptoVersion", .integer(let value)): cryptoVersion = value
-            case ("timestamp", .integer(let value)): timestamp = value
             case ("sessionToken", .string(let value)): sessionToken = value
-            case ("messageId", .string(let value)): messageId = value
-            case ("from", .string(let value)): from = value
-            case ("to", .string(let value)): to = value
-            case ("msgType", .string(let value)):
-                guard let type = MessageType(rawValue: value) else { return nil }
-                msgType = type
-            case ("nonce", .string(let value)): nonce = value
-            case ("ciphertext", .string(let value)): ciphertext = value
-            case ("sig", .string(let value)): sig = value
-            case ("replyTo", .string(let value)): replyTo = value
-            // An explicit null is what `decodeIfPresent` reads as absent.
-            case ("replyTo", .null), ("reactions", .null), ("attachment", .null): continue
             default: return nil
             }
         }
-        guard let protocolVersion, let cryptoVersion, let timestamp, let sessionToken, let messageId, let from, let to,
-              let msgType, let nonce, let ciphertext, let sig else { return nil }
+        guard let protocolVersion, let cryptoVersion, let sessionToken, let fields = message.required else { return nil }
         self.init(
-            protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken, messageId: messageId,
-            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
-            replyTo: replyTo
+            protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken,
+            messageId: fields.messageId, from: fields.from, to: fields.to, msgType: fields.msgType, timestamp: fields.timestamp,
+            nonce: fields.nonce, ciphertext: fields.ciphertext, sig: fields.sig, replyTo: message.replyTo
         )
     }
 
@@ -106,30 +126,19 @@ extension DeliveryReceipt: HotPayload {
 
 extension MessageReceived: HotPayload {
     public init?(fast object: FastJSON.Object) {
-        var timestamp: Int64?, messageId: String?, groupId: String?, from: String?, to: String?, msgType: MessageType?
-        var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
-        for field in object.fields {
+        var message = MessageFieldReader()
+        var groupId: String?
+        for field in object.fields where !message.read(field) {
             switch (field.key, field.value) {
-            case ("timestamp", .integer(let value)): timestamp = value
-            case ("messageId", .string(let value)): messageId = value
             case ("groupId", .string(let value)): groupId = value
-            case ("from", .string(let value)): from = value
-            case ("to", .string(let value)): to = value
-            case ("msgType", .string(let value)):
-                guard let type = MessageType(rawValue: value) else { return nil }
-                msgType = type
-            case ("nonce", .string(let value)): nonce = value
-            case ("ciphertext", .string(let value)): ciphertext = value
-            case ("sig", .string(let value)): sig = value
-            case ("replyTo", .string(let value)): replyTo = value
-            case ("groupId", .null), ("replyTo", .null), ("reactions", .null), ("attachment", .null): continue
+            case ("groupId", .null): continue
             default: return nil
             }
         }
-        guard let timestamp, let messageId, let from, let to, let msgType, let nonce, let ciphertext, let sig else { return nil }
+        guard let fields = message.required else { return nil }
         self.init(
-            messageId: messageId, groupId: groupId, from: from, to: to, msgType: msgType, timestamp: timestamp,
-            nonce: nonce, ciphertext: ciphertext, sig: sig, replyTo: replyTo
+            messageId: fields.messageId, groupId: groupId, from: fields.from, to: fields.to, msgType: fields.msgType,
+            timestamp: fields.timestamp, nonce: fields.nonce, ciphertext: fields.ciphertext, sig: fields.sig, replyTo: message.replyTo
         )
     }
 
