@@ -96,11 +96,9 @@ struct WhisperLoad: AsyncParsableCommand {
 final class Stats: Sendable {
     private struct State {
         var sentAt: [String: ContinuousClock.Instant] = [:]
-        var latenciesMs: [Double] = []
         /// (seconds since the start, latency) per measured message, for `--timeline`.
         var samples: [(second: Int, latencyMs: Double)] = []
         var acceptSamples: [(second: Int, latencyMs: Double)] = []
-        var received = 0
         var sent = 0
         var errors = 0
     }
@@ -115,12 +113,10 @@ final class Stats: Sendable {
             let accepts = Dictionary(grouping: state.acceptSamples, by: \.second).mapValues { $0.map(\.latencyMs).sorted() }
             for (second, group) in Dictionary(grouping: state.samples, by: \.second).sorted(by: { $0.key < $1.key }) {
                 let sorted = group.map(\.latencyMs).sorted()
-                let p50 = sorted[sorted.count / 2]
-                let p99 = sorted[min(sorted.count - 1, Int(Double(sorted.count) * 0.99))]
-                let accepted = accepts[second] ?? [0]
                 lines.append(String(
                     format: "  second %3d: %5d messages, p50 %6.2f ms, p99 %7.2f ms, max %7.2f ms; accepted p99 %7.2f ms",
-                    second, sorted.count, p50, p99, sorted.last ?? 0, accepted[min(accepted.count - 1, Int(Double(accepted.count) * 0.99))]
+                    second, sorted.count, percentile(sorted, 0.50), percentile(sorted, 0.99), sorted.last ?? 0,
+                    percentile(accepts[second] ?? [], 0.99)
                 ))
             }
             return lines.joined(separator: "\n")
@@ -141,36 +137,34 @@ final class Stats: Sendable {
     func accepted(after latency: Duration) {
         let now = ContinuousClock.now
         let ms = Double(latency.nanoseconds) / 1_000_000
-        state.withLock { $0.acceptSamples.append((Int((now - start).components.seconds), ms)) }
+        state.withLock { $0.acceptSamples.append((second(of: now), ms)) }
     }
 
     var sentCount: Int { state.withLock { $0.sent } }
+
+    /// Whole seconds since the generator started.
+    private func second(of instant: ContinuousClock.Instant) -> Int {
+        Int((instant - start).components.seconds)
+    }
 
     func received(_ messageId: String, measure: Bool) {
         let now = ContinuousClock.now
         state.withLock { state in
             guard let sentAt = state.sentAt.removeValue(forKey: messageId) else { return }
             if measure {
-                state.received += 1
-                let latency = Double((now - sentAt).nanoseconds) / 1_000_000
-                state.latenciesMs.append(latency)
-                state.samples.append((Int((now - start).components.seconds), latency))
+                state.samples.append((second(of: now), Double((now - sentAt).nanoseconds) / 1_000_000))
             }
         }
     }
 
     func report(seconds: Double) -> String {
         state.withLock { state in
-            let sorted = state.latenciesMs.sorted()
-            func percentile(_ p: Double) -> Double {
-                guard !sorted.isEmpty else { return .nan }
-                return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
-            }
-            let throughput = Double(state.received) / seconds
+            let sorted = state.samples.map(\.latencyMs).sorted()
+            let throughput = Double(sorted.count) / seconds
             return String(
                 format: "received %d messages in %.0f s: %.0f messages/s; latency ms p50 %.2f p95 %.2f p99 %.2f max %.2f; sent %d, errors %d",
-                state.received, seconds, throughput, percentile(0.50), percentile(0.95), percentile(0.99), sorted.last ?? .nan,
-                state.sent, state.errors
+                sorted.count, seconds, throughput, percentile(sorted, 0.50), percentile(sorted, 0.95), percentile(sorted, 0.99),
+                sorted.last ?? .nan, state.sent, state.errors
             )
         }
     }
@@ -247,4 +241,10 @@ struct Party: Sendable {
             group.cancelAll()
         }
     }
+}
+
+/// The nearest-rank percentile of sorted values (NaN for none).
+private func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    guard !sorted.isEmpty else { return .nan }
+    return sorted[min(sorted.count - 1, max(0, Int((Double(sorted.count) * p).rounded(.up)) - 1))]
 }

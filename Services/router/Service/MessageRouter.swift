@@ -15,7 +15,6 @@ struct MessageRouter: Sendable {
     let identities: IdentityCache
     let pending: PendingQueue
     let receipts: ReceiptQueue
-    let presence: PresenceStore
     let limiter: RateLimiter
     let settings: RouterSettings
     let metrics: RouterMetrics

@@ -16,7 +16,6 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 identities: IdentityCache(postgres: environment.postgres, logger: environment.logger, ttl: settings.identityCacheTTL),
                 pending: PendingQueue(redis: environment.redis),
                 receipts: ReceiptQueue(redis: environment.redis),
-                presence: PresenceStore(redis: environment.redis),
                 limiter: RateLimiter(redis: environment.redis),
                 settings: settings,
                 metrics: RouterMetrics(metrics: environment.metrics),

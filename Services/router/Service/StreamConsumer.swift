@@ -38,7 +38,7 @@ struct StreamConsumer: Service {
             // What finished while stopping is acknowledged, not handled again elsewhere.
             let rest = lanes.takeFinished()
             if !rest.isEmpty {
-                _ = try? await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + rest))
+                try? await acknowledge(rest)
             }
         }
     }
@@ -105,7 +105,7 @@ struct StreamConsumer: Service {
                 logger.warning("router_entry_failed", metadata: [
                     "entryId": "\(item.id)", "type": "\(item.entry.type.rawValue)", "error": "\(error)",
                 ])
-                lanes.abandon(sender, after: item)
+                lanes.abandon(sender)
                 return
             }
         }
@@ -117,12 +117,16 @@ struct StreamConsumer: Service {
             let ids = lanes.takeFinished()
             guard !ids.isEmpty else { continue }
             do {
-                try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids))
+                try await acknowledge(ids)
             } catch {
                 // Unacknowledged entries are claimed and handled again; handling is idempotent.
                 logger.warning("router_ack_failed", metadata: ["count": "\(ids.count)", "error": "\(error)"])
             }
         }
+    }
+
+    private func acknowledge(_ ids: [String]) async throws {
+        try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids))
     }
 
     private func ensureGroup() async throws {
@@ -182,7 +186,7 @@ struct StreamConsumer: Service {
             }
         }
         if !dropped.isEmpty {
-            try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + dropped))
+            try await acknowledge(dropped)
         }
         return kept
     }
@@ -302,8 +306,8 @@ final class EntryLanes: Sendable {
         waiter?.resume()
     }
 
-    /// The lane failed at `item`: it and the rest of the lane stay unacknowledged.
-    func abandon(_ sender: String, after item: Item) {
+    /// The lane failed at its first entry: it and the rest of the lane stay unacknowledged.
+    func abandon(_ sender: String) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             for left in state.queues[sender] ?? [] { state.handling.remove(left.id) }
             state.queues[sender] = nil

@@ -90,20 +90,16 @@ public struct PendingQueue: Sendable {
         case unknown
     }
 
-    /// Applies the recipient's receipt: `delivered` removes the message from the queue.
-    public func acknowledge(recipient: String, messageId: String, delivered: Bool) async throws -> ReceiptResult {
-        try await acknowledge(recipient: recipient, messageId: messageId, delivered: delivered, locating: nil).result
-    }
-
-    /// The same, and in the same round trip, where `locating`'s socket is (the sender
-    /// the receipt names, who is told if the message turns out to be theirs).
+    /// Applies the recipient's receipt (`delivered` removes the message from the queue)
+    /// and, in the same round trip, finds where `sender` (the sender the receipt names,
+    /// who is told if the message turns out to be theirs) is connected.
     public func acknowledge(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String?
+        recipient: String, messageId: String, delivered: Bool, locating sender: String
     ) async throws -> (result: ReceiptResult, senderSocket: PresenceRecord?) {
         let (reply, others) = try await redis.evaluate(
             Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
             arguments: [delivered ? 1 : 0],
-            alongside: sender.map { [RedisCommand("GET", RedisKeys.presence($0))] } ?? []
+            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
         )
         let socket = others.first?.string.flatMap(PresenceRecord.init(encoded:))
         if let sender = reply.string, !sender.isEmpty { return (.acknowledged(sender: sender), socket) }

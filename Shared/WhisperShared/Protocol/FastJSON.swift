@@ -1,5 +1,3 @@
-import Foundation
-
 /// A one-pass reader and a writer for the small part of JSON that the busiest frames
 /// use (`send_message`, `delivery_receipt` and the server frames they cause): objects
 /// whose values are plain strings, non-negative integers, `null` or one nested object.
@@ -31,10 +29,6 @@ public enum FastJSON {
     /// Reads `bytes` as one JSON object of the subset (surrounding white space allowed);
     /// nil when the text is anything else, valid JSON or not.
     public static func object(_ bytes: [UInt8]) -> Object? {
-        bytes.withUnsafeBytes(object(in:))
-    }
-
-    public static func object(_ bytes: Data) -> Object? {
         bytes.withUnsafeBytes(object(in:))
     }
 
@@ -149,12 +143,6 @@ public enum FastJSON {
             }
             return nil
         }
-    }
-}
-
-extension FastJSON.Object {
-    public subscript(key: String) -> FastJSON.Value? {
-        fields.first { $0.key == key }?.value
     }
 }
 
