@@ -37,7 +37,7 @@ public enum MessageCrypto {
     /// A signed `send_message` carrying `plaintext` boxed to the recipient.
     public static func makeMessage(
         _ plaintext: [UInt8], from sender: (whisperId: String, keys: WhisperKeys), to recipient: PeerKeys,
-        sessionToken: String, msgType: MessageType = .text, messageId: String = UUID().uuidString.lowercased(),
+        sessionToken: String, msgType: MessageType = .text, messageId: String = RandomID.uuid(),
         timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil,
         key: ConversationKey? = nil
     ) -> SendMessage {

@@ -98,7 +98,7 @@ public actor WhisperConnection {
     /// Sends a frame and waits for the frame that answers it.
     public func request<P: ClientPayload>(_ payload: P, timeout: Duration = .seconds(10)) async throws -> ServerFrame {
         guard let outbound else { throw closedCode != nil ? WhisperClientError.closed(code: closedCode ?? nil) : .notConnected }
-        let requestId = UUID().uuidString.lowercased()
+        let requestId = RandomID.uuid()
         let text = String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self)
         // Registered before the write: the answer may come while the write is awaited.
         waiting[requestId] = .sent(deadline: .now + timeout)

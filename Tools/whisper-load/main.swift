@@ -183,7 +183,7 @@ struct Party: Sendable {
         let keys = WhisperKeys(seed: Sodium.randomBytes(64))
         let connection = WhisperConnection(url: url, logger: logger)
         try await connection.connect()
-        let ack = try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .android)
+        let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .android)
         return Party(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection)
     }
 

@@ -23,7 +23,7 @@ struct Registration: Sendable {
 
     func begin(_ request: RegisterBegin, context: ConnectionContext) async throws -> RegisterChallenge {
         try await limitRegistration(context: context, identity: request.whisperId ?? "device:\(request.deviceId.lowercased())")
-        let challengeId = UUID().uuidString.lowercased()
+        let challengeId = RandomID.uuid()
         let challenge = Data(Sodium.randomBytes(32)).base64EncodedString()
         let stored = StoredChallenge(challenge: challenge, deviceId: request.deviceId.lowercased(), platform: request.platform, whisperId: request.whisperId)
         let ttl = Limits.CHALLENGE_TTL_SECONDS * 1000

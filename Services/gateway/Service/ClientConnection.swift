@@ -36,7 +36,7 @@ public final class ClientConnection: Sendable {
     }
 
     init(outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
-        self.id = UUID().uuidString.lowercased()
+        self.id = RandomID.uuid()
         self.outbound = outbound
         self.remoteAddress = remoteAddress
         var logger = logger

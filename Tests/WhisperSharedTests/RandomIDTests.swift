@@ -1,0 +1,37 @@
+import Foundation
+import Testing
+@testable import WhisperShared
+
+@Suite struct RandomIDTests {
+    /// Fixed words in, a known string out: the bits land where RFC 9562 puts them.
+    struct Replay: RandomNumberGenerator {
+        var words: [UInt64]
+        mutating func next() -> UInt64 { words.removeFirst() }
+    }
+
+    @Test func versionAndVariantBitsAreSetAndTheRestIsKept() {
+        var all = Replay(words: [.max, .max])
+        #expect(RandomID.uuid(using: &all) == "ffffffff-ffff-4fff-bfff-ffffffffffff")
+        var none = Replay(words: [0, 0])
+        #expect(RandomID.uuid(using: &none) == "00000000-0000-4000-8000-000000000000")
+        var mixed = Replay(words: [0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210])
+        #expect(RandomID.uuid(using: &mixed) == "01234567-89ab-4def-bedc-ba9876543210")
+    }
+
+    @Test func idsAreLowerCaseUUIDsThatFoundationReadsBack() {
+        for _ in 0..<1_000 {
+            let id = RandomID.uuid()
+            #expect(Format.isUUID(id))
+            #expect(id == id.lowercased())
+            let parsed = UUID(uuidString: id)
+            #expect(parsed?.uuidString.lowercased() == id)
+            #expect(Array(id.utf8)[14] == UInt8(ascii: "4"))
+            #expect("89ab".utf8.contains(Array(id.utf8)[19]))
+        }
+    }
+
+    @Test func idsDoNotRepeat() {
+        let ids = (0..<10_000).map { _ in RandomID.uuid() }
+        #expect(Set(ids).count == ids.count)
+    }
+}
