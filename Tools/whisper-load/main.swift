@@ -34,6 +34,12 @@ struct WhisperLoad: AsyncParsableCommand {
     @Flag(help: "Print latency percentiles for each second of the run.")
     var timeline = false
 
+    @Flag(help: "Verify each received message's Ed25519 signature and decrypt it, as a client does. Without it, each message is checked field by field against what was sent (any change by the server counts as an error), which costs the machine under test no signature verification.")
+    var verify = false
+
+    @Option(help: "How sends are spaced: 'even' (each sender at a fixed interval, senders' phases spread over it, so the whole load is smooth) or 'poisson' (random, exponentially distributed gaps: independent clients).")
+    var arrivals: Arrivals = .even
+
     static func main() async {
         // Before any task starts: the generator's tasks run on NIO's event loops, as the
         // services' do, instead of hopping to a second thread pool per socket event.
@@ -69,15 +75,22 @@ struct WhisperLoad: AsyncParsableCommand {
 
         let perSender = rate / Double(pairs)
         let window = self.window
+        let arrivals = self.arrivals
+        let verify = self.verify
         try await withThrowingTaskGroup(of: Void.self) { group in
             for index in 0..<pairs {
                 let sender = senders[index]
                 let recipient = recipients[index]
                 group.addTask {
-                    try await recipient.receive(from: sender, stats: stats, measureFrom: measureFrom, until: end + .seconds(2))
+                    try await recipient.receive(from: sender, verify: verify, stats: stats, measureFrom: measureFrom, until: end + .seconds(2))
                 }
+                // Senders that all started together would send together: bursts of one
+                // message per pair instead of a steady load. Each starts at its own phase.
+                let phase = Double(index) / Double(pairs)
                 group.addTask {
-                    try await sender.send(to: recipient, perSecond: perSender, window: window, stats: stats, until: end)
+                    try await sender.send(
+                        to: recipient, perSecond: perSender, phase: phase, arrivals: arrivals, window: window, stats: stats, until: end
+                    )
                 }
             }
             try await group.waitForAll()
@@ -92,10 +105,10 @@ struct WhisperLoad: AsyncParsableCommand {
     }
 }
 
-/// Sent-at instants by messageId, and the latencies measured.
+/// Messages in flight (what was sent, and when) by messageId, and the latencies measured.
 final class Stats: Sendable {
     private struct State {
-        var sentAt: [String: ContinuousClock.Instant] = [:]
+        var inFlight: [String: (message: SendMessage, at: ContinuousClock.Instant)] = [:]
         /// (seconds since the start, latency) per measured message, for `--timeline`.
         var samples: [(second: Int, latencyMs: Double)] = []
         var acceptSamples: [(second: Int, latencyMs: Double)] = []
@@ -123,10 +136,10 @@ final class Stats: Sendable {
         }
     }
 
-    func sending(_ messageId: String) {
+    func sending(_ message: SendMessage) {
         let now = ContinuousClock.now
         state.withLock {
-            $0.sentAt[messageId] = now
+            $0.inFlight[message.messageId] = (message, now)
             $0.sent += 1
         }
     }
@@ -147,10 +160,21 @@ final class Stats: Sendable {
         Int((instant - start).components.seconds)
     }
 
-    func received(_ messageId: String, measure: Bool) {
+    /// Records a delivery. A message that differs in any signed or routed field from the
+    /// one sent, or that was never sent, counts as an error and is not measured.
+    func received(_ message: MessageReceived, measure: Bool) {
         let now = ContinuousClock.now
         state.withLock { state in
-            guard let sentAt = state.sentAt.removeValue(forKey: messageId) else { return }
+            guard let (sent, sentAt) = state.inFlight.removeValue(forKey: message.messageId) else {
+                state.errors += 1
+                return
+            }
+            guard sent.from == message.from, sent.to == message.to, sent.msgType == message.msgType,
+                  sent.timestamp == message.timestamp, sent.nonce == message.nonce, sent.ciphertext == message.ciphertext,
+                  sent.sig == message.sig, message.groupId == nil else {
+                state.errors += 1
+                return
+            }
             if measure {
                 state.samples.append((second(of: now), Double((now - sentAt).nanoseconds) / 1_000_000))
             }
@@ -187,15 +211,26 @@ struct Party: Sendable {
         return Party(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection)
     }
 
-    func send(to recipient: Party, perSecond: Double, window: Int, stats: Stats, until end: ContinuousClock.Instant) async throws {
-        let interval: Duration = perSecond > 0 ? .nanoseconds(Int64(1_000_000_000 / perSecond)) : .zero
-        var next = ContinuousClock.now
+    func send(
+        to recipient: Party, perSecond: Double, phase: Double, arrivals: Arrivals, window: Int, stats: Stats, until end: ContinuousClock.Instant
+    ) async throws {
+        let meanGap = perSecond > 0 ? 1_000_000_000 / perSecond : 0
+        var generator = SystemRandomNumberGenerator()
+        let gaps = {
+            switch arrivals {
+            case .even: return Duration.nanoseconds(Int64(meanGap))
+            // Exponential gaps with this mean; 1 - u lies in (0, 1], so the log is finite.
+            case .poisson: return Duration.nanoseconds(Int64(-log(1 - Double.random(in: 0..<1, using: &generator)) * meanGap))
+            }
+        }
+        let interval: Duration = perSecond > 0 ? .nanoseconds(Int64(meanGap)) : .zero
+        var next = ContinuousClock.now + (interval > .zero ? .nanoseconds(Int64(meanGap * phase)) - gaps() : .zero)
         let key = ConversationKey(mine: keys, peer: recipient.peer)
         try await withThrowingTaskGroup(of: Void.self) { group in
             var inFlight = 0
             while ContinuousClock.now < end {
                 if interval > .zero {
-                    next += interval
+                    next += gaps()
                     let wait = next - ContinuousClock.now
                     if wait > .zero { try await Task.sleep(for: wait) }
                 }
@@ -206,7 +241,7 @@ struct Party: Sendable {
                 let message = MessageCrypto.makeMessage(
                     Array("load test message payload".utf8), from: (whisperId, keys), to: recipient.peer, sessionToken: token, key: key
                 )
-                stats.sending(message.messageId)
+                stats.sending(message)
                 inFlight += 1
                 group.addTask {
                     do {
@@ -222,15 +257,17 @@ struct Party: Sendable {
         }
     }
 
-    func receive(from sender: Party, stats: Stats, measureFrom: ContinuousClock.Instant, until end: ContinuousClock.Instant) async throws {
+    func receive(from sender: Party, verify: Bool, stats: Stats, measureFrom: ContinuousClock.Instant, until end: ContinuousClock.Instant) async throws {
         let key = ConversationKey(mine: keys, peer: sender.peer)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for await event in connection.events {
                     guard let message = event.payload(as: MessageReceived.self) else { continue }
                     let measure = ContinuousClock.now >= measureFrom
-                    _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer, key: key)
-                    stats.received(message.messageId, measure: measure)
+                    if verify {
+                        _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer, key: key)
+                    }
+                    stats.received(message, measure: measure)
                     try await connection.acknowledge(message)
                 }
             }
@@ -241,6 +278,10 @@ struct Party: Sendable {
             group.cancelAll()
         }
     }
+}
+
+enum Arrivals: String, ExpressibleByArgument, Sendable {
+    case even, poisson
 }
 
 /// The nearest-rank percentile of sorted values (NaN for none).
