@@ -23,7 +23,6 @@ import WhisperShared
             "WHISPER_LOG_LEVEL": "warning",
             "ROUTER_HTTP_PORT": "\(port)",
             "ROUTER_CLAIM_AFTER_MS": "1000",
-            "ROUTER_RATE_LIMIT_SEND_PER_SENDER": "100000/60s",
             "ROUTER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
             "ROUTER_RATE_LIMIT_FETCH_PER_IDENTITY": "100000/60s",
         ]

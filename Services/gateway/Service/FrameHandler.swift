@@ -10,6 +10,8 @@ struct FrameHandler: Sendable {
     let auth: ServiceClient
     let sessions: SessionStore
     let presence: PresenceStore
+    /// The sender's own message limit, charged as a `send_message` enters the router stream.
+    let sendPerSender: RateLimitRule
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -84,7 +86,13 @@ struct FrameHandler: Sendable {
             gateway: instanceID, connId: connection.id, whisperId: whisperId, type: frame.type,
             requestId: frame.requestId, payload: try frame.payloadJSON ?? Self.encode(frame.payload), receivedAt: Clock.millisecondsNow()
         )
-        try await environment.redis.send(entry.addCommand)
+        guard frame.type == .sendMessage else {
+            try await environment.redis.send(entry.addCommand)
+            return
+        }
+        if case .limited(let retry) = try await entry.add(chargingSender: sendPerSender, on: environment.redis) {
+            await reply(error: .rateLimited, "too many messages; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+        }
     }
 
     private static func encode(_ payload: any ClientPayload) throws -> [UInt8] {

@@ -28,7 +28,8 @@ public func buildGateway(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
-        presence: presence
+        presence: presence,
+        sendPerSender: settings.sendPerSender
     )
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,

@@ -15,10 +15,13 @@ public struct GatewaySettings: ServiceSettings {
     public var authURL: String
     /// Shared with the services the gateway calls; guards their internal endpoints.
     public var internalToken: String
+    /// `send_message` frames one identity may send (charged as the frame enters the router stream).
+    public var sendPerSender: RateLimitRule
 
     public init(
         common: CommonSettings, authURL: String, internalToken: String,
-        pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000
+        pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000,
+        sendPerSender: RateLimitRule = RateLimitRule("600/60s")!
     ) {
         self.common = common
         self.authURL = authURL
@@ -26,6 +29,7 @@ public struct GatewaySettings: ServiceSettings {
         self.pingInterval = pingInterval
         self.drainTimeout = drainTimeout
         self.reconnectDelayMs = reconnectDelayMs
+        self.sendPerSender = sendPerSender
     }
 
     public init(from settings: SettingsReader) {
@@ -38,5 +42,6 @@ public struct GatewaySettings: ServiceSettings {
             settings.reject("gateway.auth.url", because: "must be an http:// or https:// URL")
         }
         internalToken = settings.requiredString("whisper.internal.token", secret: true)
+        sendPerSender = settings.rateLimit("gateway.rate.limit.send.per.sender", default: "600/60s")
     }
 }

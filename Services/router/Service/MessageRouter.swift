@@ -83,11 +83,8 @@ struct MessageRouter: Sendable {
             throw WhisperError(.notFound, "no such recipient")
         }
         guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
-        // Both buckets are the sender's (one hash slot): one round trip, all or none charged.
-        let decision = try await limiter.take([("send", settings.sendPerSender), ("send:\(message.to)", settings.sendPerPair)], key: message.from)
-        if case .limited(let retry) = decision {
-            throw WhisperError(.rateLimited, "too many messages; retry in \(retry) ms")
-        }
+        // The sender's own limit was charged by the gateway as it added the entry; the
+        // limit per recipient is charged by the store script (no round trip of its own).
         let signedBytes = CanonicalSigning.bytes(
             messageType: ClientFrameType.sendMessage.rawValue, messageId: message.messageId, from: message.from,
             toOrGroupId: message.to, timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext
@@ -106,12 +103,15 @@ struct MessageRouter: Sendable {
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
         let (stored, live) = try await pending.store(
             recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
-            accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery
+            accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
+            pairLimit: settings.sendPerPair
         )
         let outcome: RoutingOutcome
         switch stored {
         case .conflict:
             throw WhisperError(.invalidPayload, "messageId is already used by another message")
+        case .limited(let retry):
+            throw WhisperError(.rateLimited, "too many messages to this recipient; retry in \(retry) ms")
         case .duplicate:
             // A client resend: answered as before, nothing queued. A stream entry handled
             // a second time (its router died) was also delivered again, if still pending.

@@ -5,7 +5,7 @@ public struct RouterSettings: ServiceSettings {
     public static let serviceName = "router"
     public static let defaultPort = 8082
     public var common: CommonSettings
-    public var sendPerSender: RateLimitRule
+    /// Messages from one sender to one recipient (the gateway limits each sender's total).
     public var sendPerPair: RateLimitRule
     public var fetchPerIdentity: RateLimitRule
     /// Entries read from the stream at a time.
@@ -17,7 +17,6 @@ public struct RouterSettings: ServiceSettings {
 
     public init(
         common: CommonSettings,
-        sendPerSender: RateLimitRule = RateLimitRule("600/60s")!,
         sendPerPair: RateLimitRule = RateLimitRule("300/60s")!,
         fetchPerIdentity: RateLimitRule = RateLimitRule("600/60s")!,
         batchSize: Int = 200,
@@ -25,7 +24,6 @@ public struct RouterSettings: ServiceSettings {
         identityCacheTTL: Duration = .seconds(30)
     ) {
         self.common = common
-        self.sendPerSender = sendPerSender
         self.sendPerPair = sendPerPair
         self.fetchPerIdentity = fetchPerIdentity
         self.batchSize = batchSize
@@ -35,7 +33,6 @@ public struct RouterSettings: ServiceSettings {
 
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        sendPerSender = settings.rateLimit("router.rate.limit.send.per.sender", default: "600/60s")
         sendPerPair = settings.rateLimit("router.rate.limit.send.per.pair", default: "300/60s")
         fetchPerIdentity = settings.rateLimit("router.rate.limit.fetch.per.identity", default: "600/60s")
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)

@@ -24,9 +24,13 @@ public struct PendingQueue: Sendable {
         case duplicate
         /// Another sender used this messageId for this recipient.
         case conflict
+        /// The sender's bucket for this recipient was empty: nothing was stored or published.
+        case limited(retryAfterMs: Int)
     }
 
-    /// Stores a message unless its messageId is already known for this recipient, then,
+    /// Stores a message unless its messageId is already known for this recipient or the
+    /// sender's bucket for this recipient (`pairLimit`, kept in the recipient's hash slot
+    /// and charged only for a new message) is empty, then,
     /// in the same script: publishes `accepted` (the sender's `message_accepted`, a
     /// complete `GatewayCommand`) to the sender's gateway, and `message_received` to the
     /// gateway named in `presence:{recipient}`, if any. One round trip; the store always
@@ -35,15 +39,18 @@ public struct PendingQueue: Sendable {
     /// Returns what happened and whether a live socket was handed the message.
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
-        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool
+        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule
     ) async throws -> (result: StoreResult, deliveredLive: Bool) {
         let reply = try await redis.evaluate(
             Self.storeScript,
-            keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient)],
+            keys: [
+                RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
+                Self.pairBucket(recipient: recipient, sender: sender),
+            ],
             arguments: [
                 sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
                 accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
-            ]
+            ] + RateLimiter.arguments(pairLimit)
         )
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         let live = parts.count > 3 && (parts[3].int ?? 0) > 0
@@ -52,6 +59,8 @@ public struct PendingQueue: Sendable {
             return (.stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0)), live)
         case "duplicate":
             return (.duplicate, live)
+        case "limited":
+            return (.limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), false)
         default:
             return (.conflict, false)
         }
@@ -111,15 +120,21 @@ public struct PendingQueue: Sendable {
         Int(try await redis.send("XLEN", RedisKeys.pending(recipient)).int ?? 0)
     }
 
+    /// The bucket of messages from `sender` to `recipient`, in the recipient's hash slot.
+    static func pairBucket(recipient: String, sender: String) -> String {
+        RedisKeys.rateLimit(recipient, "from:\(sender)")
+    }
+
     static func messageKey(_ recipient: String, _ messageId: String) -> String {
         "pending:{\(recipient)}:msg:\(messageId.lowercased())"
     }
 
-    /// KEYS: queue, message key, presence key (all in the recipient's slot).
-    /// ARGV: sender, body, ttl ms, messageId, sender's gateway channel, accepted command,
-    /// acceptedAt, redeliver flag. The presence value is `<gateway> <connId>`
-    /// (`PresenceRecord`); the command format is `GatewayCommand`'s.
-    static let storeScript = RedisScript("""
+    /// KEYS: queue, message key, presence key, the pair's bucket (all in the recipient's
+    /// slot). ARGV: sender, body, ttl ms, messageId, sender's gateway channel, accepted
+    /// command, acceptedAt, redeliver flag, the bucket's capacity and refill per ms. The
+    /// presence value is `<gateway> <connId>` (`PresenceRecord`); the command format is
+    /// `GatewayCommand`'s.
+    static let storeScript = RedisScript(RateLimiter.bucketLua + """
         local function deliver()
             local holder = redis.call('GET', KEYS[3])
             if not holder then return 0 end
@@ -140,6 +155,8 @@ public struct PendingQueue: Sendable {
             end
             return {'duplicate', '', 0, delivered}
         end
+        local retry = take_tokens({KEYS[4]}, ARGV, 9)
+        if retry > 0 then return {'limited', retry} end
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))

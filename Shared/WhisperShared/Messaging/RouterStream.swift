@@ -36,12 +36,30 @@ public enum RouterStream {
             self.receivedAt = receivedAt
         }
 
+        /// The entry's fields and values, in order.
+        var fields: [any RedisArgument] {
+            var fields: [any RedisArgument] = [
+                "gw", gateway, "conn", connId, "wid", whisperId, "type", type.rawValue, "ts", receivedAt, "payload", payload,
+            ]
+            if let requestId { fields += ["rid", requestId] }
+            return fields
+        }
+
         /// `XADD stream:router MAXLEN ~ N * field value ...`
         public var addCommand: RedisCommand {
-            var arguments: [any RedisArgument] = [key, "MAXLEN", "~", maxLength, "*",
-                "gw", gateway, "conn", connId, "wid", whisperId, "type", type.rawValue, "ts", receivedAt, "payload", payload]
-            if let requestId { arguments += ["rid", requestId] }
-            return RedisCommand("XADD", arguments)
+            RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*"] + fields)
+        }
+
+        /// Adds the entry after taking a token from its sender's bucket (`rule`), in one
+        /// script; when the bucket is empty nothing is added. The gateway admits each
+        /// `send_message` this way, so a sender over the limit is refused at the edge
+        /// and never reaches a router.
+        public func add(chargingSender rule: RateLimitRule, on redis: RedisClient) async throws -> RateLimiter.Decision {
+            let reply = try await redis.evaluate(
+                admitScript, keys: [key, senderBucket(whisperId)],
+                arguments: RateLimiter.arguments(rule) + [maxLength] + fields
+            )
+            return try RateLimiter.decision(reply, "router stream admission")
         }
 
         /// Reads an entry from its field list; nil for a malformed one.
@@ -59,6 +77,19 @@ public enum RouterStream {
             self.init(gateway: gateway, connId: connId, whisperId: whisperId, type: type, requestId: text("rid"), payload: payload, receivedAt: receivedAt)
         }
     }
+
+    /// A sender's bucket for `send_message`. Its hash tag is the stream's whole key, so
+    /// it lives in the stream's hash slot and one script can charge it and add the entry
+    /// (also under Redis Cluster).
+    public static func senderBucket(_ whisperId: String) -> String { "{\(key)}:send:\(whisperId)" }
+
+    /// KEYS: stream, sender's bucket. ARGV: capacity, refill per ms, stream cap, then the
+    /// entry's fields and values. Returns {1, entry id} or {0, retry after ms}.
+    static let admitScript = RedisScript(RateLimiter.bucketLua + """
+        local retry = take_tokens({KEYS[2]}, ARGV, 1)
+        if retry > 0 then return {0, retry} end
+        return {1, redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))}
+        """)
 }
 
 /// Wake-up jobs for push-sender: a Redis Stream read by the consumer group `push-senders`.

@@ -48,16 +48,24 @@ public struct RateLimiter: Sendable {
     /// Takes one token from each of several buckets of the same key (one hash slot), in
     /// one round trip: all are charged, or, when any is empty, none.
     public func take(_ rules: [(action: String, rule: RateLimitRule)], key: String) async throws -> Decision {
-        var arguments: [any RedisArgument] = []
-        for (_, rule) in rules {
-            arguments.append(rule.capacity)
-            arguments.append(String(Double(rule.capacity) / rule.period.milliseconds))
+        let reply = try await redis.evaluate(
+            Self.allOrNone, keys: rules.map { RedisKeys.rateLimit(key, $0.action) }, arguments: rules.flatMap { Self.arguments($0.rule) }
+        )
+        return try Self.decision(reply, "rate limit script")
+    }
+
+    /// A rule as the bucket code's two arguments: capacity, and tokens added per millisecond.
+    public static func arguments(_ rule: RateLimitRule) -> [any RedisArgument] {
+        [rule.capacity, String(Double(rule.capacity) / rule.period.milliseconds)]
+    }
+
+    /// `{1, x}` (allowed) or `{0, retryAfterMs}`, as the scripts here answer.
+    static func decision(_ reply: RESPValue, _ what: String) throws -> Decision {
+        guard let values = reply.array, values.count == 2, let allowed = values[0].int else {
+            throw RedisError.unexpectedReply(what)
         }
-        let reply = try await redis.evaluate(Self.allOrNone, keys: rules.map { RedisKeys.rateLimit(key, $0.action) }, arguments: arguments)
-        guard let values = reply.array, values.count == 2, let allowed = values[0].int, let retry = values[1].int else {
-            throw RedisError.unexpectedReply("rate limit script")
-        }
-        return allowed == 1 ? .allowed : .limited(retryAfterMs: Int(retry))
+        if allowed == 1 { return .allowed }
+        return .limited(retryAfterMs: Int(values[1].int ?? 0))
     }
 
     /// Takes a token from every bucket; limited if any refuses (later buckets are not charged).
@@ -70,35 +78,50 @@ public struct RateLimiter: Sendable {
         return .allowed
     }
 
+    /// Lua for other scripts to include: `take_tokens(keys, limits, first)` charges one
+    /// token from each bucket in `keys` (hashes of `tokens` and `ts`, refilled
+    /// continuously on the server's clock), with `limits[first]`, `limits[first + 1]`
+    /// the capacity and refill per ms of the first bucket, and so on. All buckets are
+    /// charged, or none when any is empty; returns 0, or the milliseconds until every
+    /// bucket has a token.
+    public static let bucketLua = """
+        local function take_tokens(keys, limits, first)
+            local t = redis.call('TIME')
+            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            local levels = {}
+            local retry = 0
+            for i, key in ipairs(keys) do
+                local capacity = tonumber(limits[first + 2 * i - 2])
+                local rate = tonumber(limits[first + 2 * i - 1])
+                local state = redis.call('HMGET', key, 'tokens', 'ts')
+                local tokens = tonumber(state[1])
+                local ts = tonumber(state[2])
+                if tokens == nil or ts == nil then
+                    tokens = capacity
+                    ts = now
+                end
+                tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+                levels[i] = tokens
+                if tokens < 1 then
+                    retry = math.max(retry, math.ceil((1 - tokens) / rate))
+                end
+            end
+            if retry > 0 then return retry end
+            for i, key in ipairs(keys) do
+                local capacity = tonumber(limits[first + 2 * i - 2])
+                local rate = tonumber(limits[first + 2 * i - 1])
+                redis.call('HSET', key, 'tokens', string.format('%.6f', levels[i] - 1), 'ts', now)
+                redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
+            end
+            return 0
+        end
+
+        """
+
     /// KEYS: buckets. ARGV: capacity and refill per ms, per bucket. Charges all or none.
-    static let allOrNone = RedisScript("""
-        local now = redis.call('TIME')
-        now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-        local levels = {}
-        local retry = 0
-        for i, key in ipairs(KEYS) do
-            local capacity = tonumber(ARGV[2 * i - 1])
-            local rate = tonumber(ARGV[2 * i])
-            local state = redis.call('HMGET', key, 'tokens', 'ts')
-            local tokens = tonumber(state[1])
-            local ts = tonumber(state[2])
-            if tokens == nil or ts == nil then
-                tokens = capacity
-                ts = now
-            end
-            tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-            levels[i] = tokens
-            if tokens < 1 then
-                retry = math.max(retry, math.ceil((1 - tokens) / rate))
-            end
-        end
+    static let allOrNone = RedisScript(bucketLua + """
+        local retry = take_tokens(KEYS, ARGV, 1)
         if retry > 0 then return {0, retry} end
-        for i, key in ipairs(KEYS) do
-            local capacity = tonumber(ARGV[2 * i - 1])
-            local rate = tonumber(ARGV[2 * i])
-            redis.call('HSET', key, 'tokens', string.format('%.6f', levels[i] - 1), 'ts', now)
-            redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
-        end
         return {1, 0}
         """)
 }

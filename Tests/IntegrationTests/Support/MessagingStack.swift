@@ -15,7 +15,10 @@ struct MessagingStack {
     let gateways: [RunningService]
     let routers: [RunningService]
 
-    static func start(routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in }) async throws -> MessagingStack {
+    static func start(
+        routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
+        gateway configureGateway: (inout GatewaySettings) -> Void = { _ in }
+    ) async throws -> MessagingStack {
         let redisServer = try RedisProcess()
         try redisServer.start()
         let redis = RedisConfiguration(url: redisServer.url)!
@@ -24,9 +27,12 @@ struct MessagingStack {
             buildAuth(settings: TestServers.authSettings(database, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
         }
         var gateways: [RunningService] = []
+        var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.port, redis: redis)
+        configureGateway(&gatewaySettings)
         for _ in 0..<2 {
+            let settings = gatewaySettings
             let gateway = try await RunningService.start { running in
-                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.port, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+                buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
             }
             _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
             gateways.append(gateway)
@@ -50,6 +56,15 @@ struct MessagingStack {
         defer { task.cancel() }
         try await waitUntil { client.isConnected }
         return try await PendingQueue(redis: client).depth(recipient: whisperId)
+    }
+
+    /// Entries in the router stream (acknowledged or not).
+    func routerStreamLength() async throws -> Int {
+        let client = RedisClient(configuration: redis, logger: TestServers.logger)
+        let task = Task { try await client.run() }
+        defer { task.cancel() }
+        try await waitUntil { client.isConnected }
+        return Int(try await client.send("XLEN", RouterStream.key).int ?? 0)
     }
 
     func stop() async throws {
@@ -135,7 +150,7 @@ extension TestServers {
         let generous = RateLimitRule("100000/60s")!
         return RouterSettings(
             common: common(service: "router", postgres: database, redis: redis),
-            sendPerSender: generous, sendPerPair: generous, fetchPerIdentity: generous,
+            sendPerPair: generous, fetchPerIdentity: generous,
             claimAfter: .seconds(1)
         )
     }

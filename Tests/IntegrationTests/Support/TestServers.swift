@@ -217,7 +217,8 @@ extension TestServers {
             common: common(service: "gateway", postgres: database, redis: redis),
             authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken,
             // Tests leave sockets open at the end; do not wait long for them.
-            drainTimeout: .milliseconds(300)
+            drainTimeout: .milliseconds(300),
+            sendPerSender: RateLimitRule("100000/60s")!
         )
     }
 }
