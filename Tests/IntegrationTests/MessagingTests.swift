@@ -236,4 +236,22 @@ import WhisperShared
         try await bob.connection.send(bob.message("fine", to: alice))
         try await stack.stop()
     }
+
+    @Test func acknowledgementsAreGatheredAndNoneIsLeftOut() async throws {
+        let stack = try await MessagingStack.start(routers: 1) { $0.ackInterval = .milliseconds(300) }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
+        for index in 0..<20 {
+            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        }
+        _ = try await bob.events.wait(for: .messageReceived, count: 20, timeout: .seconds(10))
+        // Every entry is acknowledged within the interval, in a few XACKs rather than one each.
+        try await waitUntil(timeout: .seconds(3)) { (try? await stack.unacknowledgedEntries()) == 0 }
+        let stats = try await stack.withRedis { try await $0.send("INFO", "commandstats").string ?? "" }
+        let xack = stats.split(separator: "\r\n").first { $0.hasPrefix("cmdstat_xack:") }
+        let calls = xack.flatMap { $0.split(separator: ",").first?.split(separator: "=").last }.flatMap { Int($0) }
+        #expect(calls != nil && calls! >= 1 && calls! <= 5, "XACK calls: \(String(describing: xack))")
+        try await stack.stop()
+    }
 }

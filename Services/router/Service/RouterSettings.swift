@@ -14,6 +14,8 @@ public struct RouterSettings: ServiceSettings {
     public var claimAfter: Duration
     /// How long a cached identity's ban status is trusted.
     public var identityCacheTTL: Duration
+    /// Handled entries are acknowledged at most this often, together.
+    public var ackInterval: Duration
 
     public init(
         common: CommonSettings,
@@ -21,7 +23,8 @@ public struct RouterSettings: ServiceSettings {
         fetchPerIdentity: RateLimitRule = RateLimitRule("600/60s")!,
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
-        identityCacheTTL: Duration = .seconds(30)
+        identityCacheTTL: Duration = .seconds(30),
+        ackInterval: Duration = .milliseconds(10)
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
@@ -29,6 +32,7 @@ public struct RouterSettings: ServiceSettings {
         self.batchSize = batchSize
         self.claimAfter = claimAfter
         self.identityCacheTTL = identityCacheTTL
+        self.ackInterval = ackInterval
     }
 
     public init(from settings: SettingsReader) {
@@ -38,5 +42,6 @@ public struct RouterSettings: ServiceSettings {
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
+        ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 10, range: 0...1_000))
     }
 }

@@ -49,22 +49,28 @@ struct MessagingStack {
         return MessagingStack(database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers)
     }
 
-    /// Messages waiting in a recipient's pending queue.
-    func pendingDepth(_ whisperId: String) async throws -> Int {
+    /// Runs `body` with a Redis client of its own on the stack's Redis.
+    func withRedis<T: Sendable>(_ body: (RedisClient) async throws -> T) async throws -> T {
         let client = RedisClient(configuration: redis, logger: TestServers.logger)
         let task = Task { try await client.run() }
         defer { task.cancel() }
         try await waitUntil { client.isConnected }
-        return try await PendingQueue(redis: client).depth(recipient: whisperId)
+        return try await body(client)
+    }
+
+    /// Messages waiting in a recipient's pending queue.
+    func pendingDepth(_ whisperId: String) async throws -> Int {
+        try await withRedis { try await PendingQueue(redis: $0).depth(recipient: whisperId) }
     }
 
     /// Entries in the router stream (acknowledged or not).
     func routerStreamLength() async throws -> Int {
-        let client = RedisClient(configuration: redis, logger: TestServers.logger)
-        let task = Task { try await client.run() }
-        defer { task.cancel() }
-        try await waitUntil { client.isConnected }
-        return Int(try await client.send("XLEN", RouterStream.key).int ?? 0)
+        try await withRedis { Int(try await $0.send("XLEN", RouterStream.key).int ?? 0) }
+    }
+
+    /// Router stream entries read by a router and not yet acknowledged.
+    func unacknowledgedEntries() async throws -> Int {
+        try await withRedis { Int(try await $0.send("XPENDING", RouterStream.key, RouterStream.group).array?.first?.int ?? -1) }
     }
 
     func stop() async throws {
