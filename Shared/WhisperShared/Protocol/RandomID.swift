@@ -2,7 +2,7 @@
 ///
 /// Foundation's `UUID()` on Linux opens, reads and closes `/dev/urandom` for every ID;
 /// a client that makes a messageId and a requestId per message paid three system calls
-/// for each. These come from the system generator (`getrandom`), one call per ID.
+/// for each. These come from the system generator (`getrandom`, no file opened).
 public enum RandomID {
     public static func uuid() -> String {
         var generator = SystemRandomNumberGenerator()
