@@ -155,7 +155,7 @@ public struct PendingQueue: Sendable {
             end
             return {'duplicate', '', 0, delivered}
         end
-        local retry = take_tokens({KEYS[4]}, ARGV, 9)
+        local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]))
         if retry > 0 then return {'limited', retry} end
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

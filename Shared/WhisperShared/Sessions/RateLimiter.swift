@@ -42,15 +42,7 @@ public struct RateLimiter: Sendable {
 
     /// Takes one token from the bucket of `key` for `action`.
     public func take(_ action: String, key: String, rule: RateLimitRule) async throws -> Decision {
-        try await take([(action, rule)], key: key)
-    }
-
-    /// Takes one token from each of several buckets of the same key (one hash slot), in
-    /// one round trip: all are charged, or, when any is empty, none.
-    public func take(_ rules: [(action: String, rule: RateLimitRule)], key: String) async throws -> Decision {
-        let reply = try await redis.evaluate(
-            Self.allOrNone, keys: rules.map { RedisKeys.rateLimit(key, $0.action) }, arguments: rules.flatMap { Self.arguments($0.rule) }
-        )
+        let reply = try await redis.evaluate(Self.takeScript, keys: [RedisKeys.rateLimit(key, action)], arguments: Self.arguments(rule))
         return try Self.decision(reply, "rate limit script")
     }
 
@@ -78,49 +70,33 @@ public struct RateLimiter: Sendable {
         return .allowed
     }
 
-    /// Lua for other scripts to include: `take_tokens(keys, limits, first)` charges one
-    /// token from each bucket in `keys` (hashes of `tokens` and `ts`, refilled
-    /// continuously on the server's clock), with `limits[first]`, `limits[first + 1]`
-    /// the capacity and refill per ms of the first bucket, and so on. All buckets are
-    /// charged, or none when any is empty; returns 0, or the milliseconds until every
-    /// bucket has a token.
+    /// Lua for other scripts to include: `take_token(key, capacity, rate)` takes one
+    /// token from the bucket `key` (a hash of `tokens` and `ts`, refilled continuously at
+    /// `rate` per ms on the server's clock, up to `capacity`); returns 0, or, when the
+    /// bucket is empty (nothing charged), the milliseconds until it has a token.
     public static let bucketLua = """
-        local function take_tokens(keys, limits, first)
+        local function take_token(key, capacity, rate)
             local t = redis.call('TIME')
             local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-            local levels = {}
-            local retry = 0
-            for i, key in ipairs(keys) do
-                local capacity = tonumber(limits[first + 2 * i - 2])
-                local rate = tonumber(limits[first + 2 * i - 1])
-                local state = redis.call('HMGET', key, 'tokens', 'ts')
-                local tokens = tonumber(state[1])
-                local ts = tonumber(state[2])
-                if tokens == nil or ts == nil then
-                    tokens = capacity
-                    ts = now
-                end
-                tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-                levels[i] = tokens
-                if tokens < 1 then
-                    retry = math.max(retry, math.ceil((1 - tokens) / rate))
-                end
+            local state = redis.call('HMGET', key, 'tokens', 'ts')
+            local tokens = tonumber(state[1])
+            local ts = tonumber(state[2])
+            if tokens == nil or ts == nil then
+                tokens = capacity
+                ts = now
             end
-            if retry > 0 then return retry end
-            for i, key in ipairs(keys) do
-                local capacity = tonumber(limits[first + 2 * i - 2])
-                local rate = tonumber(limits[first + 2 * i - 1])
-                redis.call('HSET', key, 'tokens', string.format('%.6f', levels[i] - 1), 'ts', now)
-                redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
-            end
+            tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+            if tokens < 1 then return math.ceil((1 - tokens) / rate) end
+            redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - 1), 'ts', now)
+            redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
             return 0
         end
 
         """
 
-    /// KEYS: buckets. ARGV: capacity and refill per ms, per bucket. Charges all or none.
-    static let allOrNone = RedisScript(bucketLua + """
-        local retry = take_tokens(KEYS, ARGV, 1)
+    /// KEYS: the bucket. ARGV: capacity, refill per ms.
+    static let takeScript = RedisScript(bucketLua + """
+        local retry = take_token(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
         if retry > 0 then return {0, retry} end
         return {1, 0}
         """)
