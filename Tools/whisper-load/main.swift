@@ -214,25 +214,25 @@ struct Party: Sendable {
     func send(
         to recipient: Party, perSecond: Double, phase: Double, arrivals: Arrivals, window: Int, stats: Stats, until end: ContinuousClock.Instant
     ) async throws {
-        let meanGap = perSecond > 0 ? 1_000_000_000 / perSecond : 0
+        let paced = perSecond > 0
+        let meanGap = paced ? 1_000_000_000 / perSecond : 0
         var generator = SystemRandomNumberGenerator()
-        let gaps = {
+        let gap = {
             switch arrivals {
             case .even: return Duration.nanoseconds(Int64(meanGap))
             // Exponential gaps with this mean; 1 - u lies in (0, 1], so the log is finite.
             case .poisson: return Duration.nanoseconds(Int64(-log(1 - Double.random(in: 0..<1, using: &generator)) * meanGap))
             }
         }
-        let interval: Duration = perSecond > 0 ? .nanoseconds(Int64(meanGap)) : .zero
-        var next = ContinuousClock.now + (interval > .zero ? .nanoseconds(Int64(meanGap * phase)) - gaps() : .zero)
+        var next = ContinuousClock.now + .nanoseconds(Int64(meanGap * phase))
         let key = ConversationKey(mine: keys, peer: recipient.peer)
         try await withThrowingTaskGroup(of: Void.self) { group in
             var inFlight = 0
             while ContinuousClock.now < end {
-                if interval > .zero {
-                    next += gaps()
+                if paced {
                     let wait = next - ContinuousClock.now
                     if wait > .zero { try await Task.sleep(for: wait) }
+                    next += gap()
                 }
                 if inFlight >= window {
                     try await group.next()
