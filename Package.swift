@@ -108,6 +108,10 @@ targets.append(.executableTarget(
         "WhisperClient", "WhisperShared",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOWebSocket", package: "swift-nio"),
     ],
     path: "Tools/whisper-load"
 ))

@@ -132,7 +132,8 @@ public actor WhisperConnection {
         guard sweeper == nil else { return }
         sweeper = Task { [weak self] in
             while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
+                // NIO's timer: the socket's event loop is awake anyway.
+                try? await Clock.sleep(for: .milliseconds(250))
                 guard let self, await self.expireOverdue() else { return }
             }
         }

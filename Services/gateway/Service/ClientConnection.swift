@@ -12,6 +12,12 @@ public final class ClientConnection: Sendable {
     /// Unique per connection, across instances (`connId` in logs).
     public let id: String
     let remoteAddress: String?
+    /// The socket's channel: frames are written to it directly, by whoever has one for
+    /// this client (a router's answer arriving over pub/sub, a reply of the frame
+    /// handler), in the order they are handed over. No queue or writer task in between:
+    /// each hop through one would cost a task switch per frame.
+    let channel: any Channel
+    /// Used to close: hummingbird-websocket then runs the close handshake.
     let outbound: WebSocketOutboundWriter
     let logger: Logger
     /// The identity this socket acts for, once a session was used or created on it.
@@ -22,51 +28,24 @@ public final class ClientConnection: Sendable {
     /// (revoke, supersede: both unbind).
     private let verified = Mutex<(token: String, until: ContinuousClock.Instant)?>(nil)
     static let verifiedFor: Duration = .seconds(5)
-    /// Frames waiting to be written, in order. One writer task per socket drains it, so
-    /// whoever hands a frame over never waits for this socket's network.
-    private let outbox: AsyncStream<Outgoing>
-    private let outboxInput: AsyncStream<Outgoing>.Continuation
+    /// Frames handed over since the socket last had room in its send buffer (NIO's
+    /// writability: more than 64 KiB unsent). A client that stops reading is closed
+    /// after `unsentLimit` of them rather than have its frames held without bound.
+    private let unsentFrames = Atomic<Int>(0)
+    /// Set once a close was asked for: nothing is written after it.
+    private let closing = Atomic<Bool>(false)
 
-    /// Frames a socket may have waiting before it counts as too slow and is closed.
-    static let outboxLimit = 4_096
+    /// Frames a socket may be handed while it has no room before it counts as too slow.
+    static let unsentLimit = 4_096
 
-    enum Outgoing: Sendable {
-        case frame([UInt8])
-        case close(code: UInt16, reason: String)
-    }
-
-    init(outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
+    init(channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
         self.id = RandomID.uuid()
+        self.channel = channel
         self.outbound = outbound
         self.remoteAddress = remoteAddress
         var logger = logger
         logger[metadataKey: "connId"] = .string(id)
         self.logger = logger
-        (outbox, outboxInput) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(Self.outboxLimit))
-    }
-
-    /// Writes queued frames until the socket closes or `finish()` is called.
-    func runWriter() async {
-        for await item in outbox {
-            switch item {
-            case .frame(let bytes):
-                do {
-                    // A text frame straight from the bytes: every frame is JSON this
-                    // server wrote (valid UTF-8), so no round trip through String.
-                    try await outbound.write(.custom(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(bytes: bytes))))
-                } catch {
-                    return
-                }
-            case .close(let code, let reason):
-                try? await outbound.close(.unknown(code), reason: reason)
-                return
-            }
-        }
-    }
-
-    /// No more frames: the writer ends once the queue is empty.
-    func finish() {
-        outboxInput.finish()
     }
 
     var whisperId: String? { binding.withLock { $0 } }
@@ -107,21 +86,30 @@ public final class ClientConnection: Sendable {
         sendRaw(ServerFrameCodec.encode(payload, requestId: requestId))
     }
 
-    /// Queues a complete frame for this socket.
+    /// Writes a complete frame (JSON this server wrote, so valid UTF-8: a text frame
+    /// straight from the bytes) to this socket.
     func sendRaw(_ bytes: [UInt8]) {
-        if case .dropped = outboxInput.yield(.frame(bytes)) {
+        guard !closing.load(ordering: .relaxed) else { return }
+        if channel.isWritable {
+            unsentFrames.store(0, ordering: .relaxed)
+        } else if unsentFrames.add(1, ordering: .relaxed).newValue > Self.unsentLimit {
             // The client does not read: close rather than hold its frames without bound.
             // What it missed stays in its pending queue.
-            logger.warning("socket_too_slow", metadata: ["queued": "\(Self.outboxLimit)"])
-            outboxInput.finish()
-            Task { try? await outbound.close(.unknown(1008), reason: "too slow") }
+            logger.warning("socket_too_slow", metadata: ["unsentFrames": "\(Self.unsentLimit)"])
+            close(code: 1008, reason: "too slow")
+            return
         }
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: buffer), promise: nil)
     }
 
-    /// Queues a close, after the frames already queued.
+    /// Closes the socket with this code, after the frames already written; nothing is
+    /// written after it.
     func close(code: UInt16, reason: String) {
-        outboxInput.yield(.close(code: code, reason: reason))
-        outboxInput.finish()
+        guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        let outbound = self.outbound
+        Task { try? await outbound.close(.unknown(code), reason: reason) }
     }
 }
 

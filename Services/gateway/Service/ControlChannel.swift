@@ -5,41 +5,39 @@ import WhisperShared
 
 /// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
 /// on `gateway:<instance>`): revoke a session, close a superseded socket, deliver a frame.
-struct ControlChannel: Service {
-    let subscriber: RedisSubscriber
+/// Nothing here waits, so it runs as the subscriber's message handler, on the event
+/// loop that read the message.
+struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
-    let metrics: ServiceMetrics
+    let latency: DurationHistogram
     let logger: Logger
 
-    var latency: DurationHistogram {
-        metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
+    init(connections: ConnectionRegistry, metrics: ServiceMetrics, logger: Logger) {
+        self.connections = connections
+        self.latency = metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
+        self.logger = logger
     }
 
-    func run() async throws {
-        let latency = self.latency
-        try await cancelWhenGracefulShutdown {
-            for await message in subscriber.messages {
-                guard let command = GatewayCommand.decode(message.payload) else {
-                    logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
-                    continue
-                }
-                guard let connection = connections.connection(command.connId) else { continue }
-                switch command.kind {
-                case .revoke:
-                    _ = connection.unbind()
-                    connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
-                    connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
-                    connection.logger.info("session_revoked", metadata: ["reason": "\(command.reason?.rawValue ?? "")"])
-                case .supersede:
-                    _ = connection.unbind()
-                    connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
-                case .deliver:
-                    if let frame = command.frame {
-                        connection.sendRaw(frame)
-                        if let acceptedAt = command.acceptedAt {
-                            latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
-                        }
-                    }
+    func handle(_ message: RedisPubSubMessage) {
+        guard let command = GatewayCommand.decode(message.payload) else {
+            logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
+            return
+        }
+        guard let connection = connections.connection(command.connId) else { return }
+        switch command.kind {
+        case .revoke:
+            _ = connection.unbind()
+            connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
+            connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
+            connection.logger.info("session_revoked", metadata: ["reason": "\(command.reason?.rawValue ?? "")"])
+        case .supersede:
+            _ = connection.unbind()
+            connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
+        case .deliver:
+            if let frame = command.frame {
+                connection.sendRaw(frame)
+                if let acceptedAt = command.acceptedAt {
+                    latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
                 }
             }
         }

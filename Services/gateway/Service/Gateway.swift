@@ -31,10 +31,12 @@ public func buildGateway(
         presence: presence,
         sendPerSender: settings.sendPerSender
     )
+    let control = ControlChannel(connections: connections, metrics: environment.metrics, logger: environment.logger)
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
         channels: [RedisKeys.gatewayChannel(settings.common.instanceID)],
-        logger: environment.logger
+        logger: environment.logger,
+        onMessage: control.handle
     )
 
     let router = Router(context: GatewayRequestContext.self)
@@ -49,7 +51,10 @@ public func buildGateway(
     webSocketRouter.ws("/ws") { _, _ in
         draining.isDraining ? .dontUpgrade : .upgrade([:])
     } onUpgrade: { inbound, outbound, context in
-        let connection = ClientConnection(outbound: outbound, remoteAddress: context.requestContext.remoteAddress, logger: context.logger)
+        let connection = ClientConnection(
+            channel: context.requestContext.channel, outbound: outbound,
+            remoteAddress: context.requestContext.remoteAddress, logger: context.logger
+        )
         connections.add(connection)
         defer {
             Task {
@@ -57,24 +62,14 @@ public func buildGateway(
                 await frames.release(connection)
             }
         }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await connection.runWriter() }
-            do {
-                for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
-                    let bytes: [UInt8] = switch message {
-                    case .text(let text): Array(text.utf8)
-                    case .binary(let buffer): Array(buffer.readableBytesView)
-                    }
-                    await frames.handle(bytes, on: connection)
-                }
-                connection.finish()
-                try await group.waitForAll()
-            } catch {
-                // Oversize frames and the like: stop writing, let the WebSocket layer close with its code.
-                connection.finish()
-                group.cancelAll()
-                throw error
+        // Oversize frames and the like end the loop with an error: the WebSocket layer
+        // closes with its code.
+        for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
+            let bytes: [UInt8] = switch message {
+            case .text(let text): Array(text.utf8)
+            case .binary(let buffer): Array(buffer.readableBytesView)
             }
+            await frames.handle(bytes, on: connection)
         }
     }
 
@@ -103,13 +98,12 @@ public func buildGateway(
         flag: draining, connections: connections, timeout: settings.drainTimeout,
         reconnectDelayMs: settings.reconnectDelayMs, logger: environment.logger
     )
-    let control = ControlChannel(subscriber: subscriber, connections: connections, metrics: environment.metrics, logger: environment.logger)
     let keeper = PresenceKeeper(
         presence: presence, connections: connections, instanceID: settings.common.instanceID,
         interval: PresenceStore.ttl / 3, logger: environment.logger
     )
     let assembly = ServiceAssembly(
-        services: environment.clientServices + [subscriber, control, keeper, app, drainer],
+        services: environment.clientServices + [subscriber, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

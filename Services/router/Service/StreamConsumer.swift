@@ -122,7 +122,7 @@ struct StreamConsumer: Service {
             let wait = last + settings.ackInterval - .now
             if wait > .zero {
                 // Cancelled while waiting (shutting down): `run` acknowledges what is left.
-                try? await Task.sleep(for: wait)
+                try? await Clock.sleep(for: wait)
             }
             last = .now
             let ids = lanes.takeFinished()

@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import Synchronization
 import WhisperClient
 import WhisperShared
@@ -73,28 +75,33 @@ struct WhisperLoad: AsyncParsableCommand {
         let end = measureFrom + .milliseconds(Int64(duration * 1000))
         let stats = Stats()
 
+        // Recipients first, so that the first messages find them connected. Senders
+        // that all started together would send together: bursts of one message per
+        // pair instead of a steady load, so each starts at its own phase.
         let perSender = rate / Double(pairs)
-        let window = self.window
-        let arrivals = self.arrivals
-        let verify = self.verify
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<pairs {
-                let sender = senders[index]
-                let recipient = recipients[index]
-                group.addTask {
-                    try await recipient.receive(from: sender, verify: verify, stats: stats, measureFrom: measureFrom, until: end + .seconds(2))
-                }
-                // Senders that all started together would send together: bursts of one
-                // message per pair instead of a steady load. Each starts at its own phase.
-                let phase = Double(index) / Double(pairs)
-                group.addTask {
-                    try await sender.send(
-                        to: recipient, perSecond: perSender, phase: phase, arrivals: arrivals, window: window, stats: stats, until: end
-                    )
-                }
-            }
-            try await group.waitForAll()
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
+        var channels: [any Channel] = []
+        for index in 0..<pairs {
+            let (sender, recipient) = (senders[index], recipients[index])
+            channels.append(try await LoadSocket.open(
+                url: recipient.url,
+                role: recipient.role(.recipient(peer: sender.peer, verify: verify, measureFrom: measureFrom), stats: stats),
+                on: eventLoop
+            ))
         }
+        for index in 0..<pairs {
+            let (sender, recipient) = (senders[index], recipients[index])
+            let kind = LoadRole.Kind.sender(
+                peer: recipient.peer, perSecond: perSender, phase: Double(index) / Double(pairs), arrivals: arrivals, window: window, end: end
+            )
+            channels.append(try await LoadSocket.open(url: sender.url, role: sender.role(kind, stats: stats), on: eventLoop))
+        }
+        // Two seconds after the last send for the last answers and deliveries.
+        try await Task.sleep(until: end + .seconds(2))
+        for channel in channels {
+            try? await channel.close()
+        }
+
         let report = stats.report(seconds: duration)
         if timeline { print(stats.timeline()) }
         print(report)
@@ -194,12 +201,13 @@ final class Stats: Sendable {
     }
 }
 
-/// One identity with its socket.
+/// One registered identity: its keys and session. Registration goes through the SDK;
+/// the load itself through a `LoadSocket`, which binds to the session on a new socket.
 struct Party: Sendable {
+    let url: String
     let whisperId: String
     let keys: WhisperKeys
     let token: String
-    let connection: WhisperConnection
 
     var peer: PeerKeys { PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey) }
 
@@ -208,75 +216,12 @@ struct Party: Sendable {
         let connection = WhisperConnection(url: url, logger: logger)
         try await connection.connect()
         let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .android)
-        return Party(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection)
+        await connection.close()
+        return Party(url: url, whisperId: ack.whisperId, keys: keys, token: ack.sessionToken)
     }
 
-    func send(
-        to recipient: Party, perSecond: Double, phase: Double, arrivals: Arrivals, window: Int, stats: Stats, until end: ContinuousClock.Instant
-    ) async throws {
-        let paced = perSecond > 0
-        let meanGap = paced ? 1_000_000_000 / perSecond : 0
-        var generator = SystemRandomNumberGenerator()
-        let gap = {
-            switch arrivals {
-            case .even: return Duration.nanoseconds(Int64(meanGap))
-            // Exponential gaps with this mean; 1 - u lies in (0, 1], so the log is finite.
-            case .poisson: return Duration.nanoseconds(Int64(-log(1 - Double.random(in: 0..<1, using: &generator)) * meanGap))
-            }
-        }
-        var next = ContinuousClock.now + .nanoseconds(Int64(meanGap * phase))
-        let key = ConversationKey(mine: keys, peer: recipient.peer)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            var inFlight = 0
-            while ContinuousClock.now < end {
-                if paced {
-                    let wait = next - ContinuousClock.now
-                    if wait > .zero { try await Task.sleep(for: wait) }
-                    next += gap()
-                }
-                if inFlight >= window {
-                    try await group.next()
-                    inFlight -= 1
-                }
-                let message = MessageCrypto.makeMessage(
-                    Array("load test message payload".utf8), from: (whisperId, keys), to: recipient.peer, sessionToken: token, key: key
-                )
-                stats.sending(message)
-                inFlight += 1
-                group.addTask {
-                    do {
-                        let sentAt = ContinuousClock.now
-                        try await connection.send(message, timeout: .seconds(10))
-                        stats.accepted(after: ContinuousClock.now - sentAt)
-                    } catch {
-                        stats.failed()
-                    }
-                }
-            }
-            try await group.waitForAll()
-        }
-    }
-
-    func receive(from sender: Party, verify: Bool, stats: Stats, measureFrom: ContinuousClock.Instant, until end: ContinuousClock.Instant) async throws {
-        let key = ConversationKey(mine: keys, peer: sender.peer)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await event in connection.events {
-                    guard let message = event.payload(as: MessageReceived.self) else { continue }
-                    let measure = ContinuousClock.now >= measureFrom
-                    if verify {
-                        _ = try MessageCrypto.open(message, by: (whisperId, keys), sender: sender.peer, key: key)
-                    }
-                    stats.received(message, measure: measure)
-                    try await connection.acknowledge(message)
-                }
-            }
-            group.addTask {
-                try await Task.sleep(until: end)
-            }
-            try await group.next()
-            group.cancelAll()
-        }
+    func role(_ kind: LoadRole.Kind, stats: Stats) -> LoadRole {
+        LoadRole(whisperId: whisperId, keys: keys, sessionToken: token, kind: kind, stats: stats)
     }
 }
 

@@ -1,0 +1,277 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOWebSocket
+import WhisperClient
+import WhisperShared
+
+/// What one load socket does once bound to its session.
+struct LoadRole: Sendable {
+    enum Kind: Sendable {
+        /// Sends to `peer` at `perSecond` (0: as fast as `window` allows) until `end`.
+        case sender(peer: PeerKeys, perSecond: Double, phase: Double, arrivals: Arrivals, window: Int, end: ContinuousClock.Instant)
+        /// Acknowledges every message from `peer`; measures those that arrive after `measureFrom`.
+        case recipient(peer: PeerKeys, verify: Bool, measureFrom: ContinuousClock.Instant)
+    }
+
+    var whisperId: String
+    var keys: WhisperKeys
+    var sessionToken: String
+    var kind: Kind
+    var stats: Stats
+}
+
+/// The generator's WebSocket: the same frames as the SDK (`ClientFrameCodec`,
+/// `ServerFrameCodec`, `MessageCrypto`), but handled on the socket's event loop as they
+/// arrive, with no task, actor hop or continuation per frame. The generator shares the
+/// machine with the servers it measures; the SDK's per-frame concurrency machinery cost
+/// it about as much CPU as one of the gateways.
+enum LoadSocket {
+    /// Opens a socket to `url` (`ws://host:port/path`), binds it to the role's session
+    /// with a `fetch_pending` (a socket's first valid session binds it and makes it the
+    /// identity's live one), and returns once that was answered. The role then runs by
+    /// itself until the channel is closed.
+    static func open(url: String, role: LoadRole, on eventLoop: any EventLoop) async throws -> any Channel {
+        guard let parsed = URL(string: url), let host = parsed.host else { throw LoadSocketError.badURL(url) }
+        let port = parsed.port ?? 80
+        let path = parsed.path.isEmpty ? "/" : parsed.path
+        let bound = eventLoop.makePromise(of: Void.self)
+        let channel = try await ClientBootstrap(group: eventLoop)
+            .channelOption(.tcpOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                let upgrader = NIOWebSocketClientUpgrader(maxFrameSize: 1 << 22, automaticErrorHandling: true) { channel, _ in
+                    channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandler(LoadSocketHandler(role: role, bound: bound))
+                    }
+                }
+                return channel.eventLoop.makeCompletedFuture {
+                    let requester = UpgradeRequester(host: "\(host):\(port)", path: path)
+                    try channel.pipeline.syncOperations.addHTTPClientHandlers(
+                        withClientUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
+                    )
+                    try channel.pipeline.syncOperations.addHandler(requester)
+                }
+            }
+            .connect(host: host, port: port)
+            .get()
+        channel.closeFuture.whenComplete { _ in bound.fail(LoadSocketError.closed) }
+        try await bound.futureResult.get()
+        return channel
+    }
+}
+
+enum LoadSocketError: Error {
+    case badURL(String)
+    case closed
+    case refused(String)
+}
+
+/// Sends the HTTP request that asks for the WebSocket upgrade once connected; stays in
+/// the pipeline afterwards, passing frames on.
+private final class UpgradeRequester: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = NIOAny
+    typealias OutboundOut = HTTPClientRequestPart
+
+    let host: String
+    let path: String
+
+    init(host: String, path: String) {
+        self.host = host
+        self.path = path
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        var headers = HTTPHeaders()
+        headers.add(name: "Host", value: host)
+        headers.add(name: "Content-Length", value: "0")
+        context.write(wrapOutboundOut(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers))), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        context.fireChannelRead(data)
+    }
+
+    /// A refused upgrade ends here: close, so that `open` fails.
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
+
+/// One party of the load on its socket. All of its state lives on the channel's event loop.
+private final class LoadSocketHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    let role: LoadRole
+    let bound: EventLoopPromise<Void>
+    /// The request that binds the socket; its answer starts the role.
+    let bindRequestId = RandomID.uuid()
+    var started = false
+    /// A message arriving in several frames, until its last.
+    var fragments: ByteBuffer?
+
+    // Sender state.
+    var conversation: ConversationKey?
+    var inFlight: [String: ContinuousClock.Instant] = [:]
+    var next = ContinuousClock.now
+    /// A send came due while `window` messages waited for their answer.
+    var due = 0
+    var generator = SystemRandomNumberGenerator()
+
+    init(role: LoadRole, bound: EventLoopPromise<Void>) {
+        self.role = role
+        self.bound = bound
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let fetch = FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, cursor: nil, limit: 1)
+        write(ClientFrameCodec.encode(fetch, requestId: bindRequestId), context: context)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .ping:
+            let pong = WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData)
+            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
+        case .connectionClose:
+            context.close(promise: nil)
+        case .text, .binary:
+            if frame.fin {
+                handle(Array(frame.unmaskedData.readableBytesView), context: context)
+            } else {
+                fragments = frame.unmaskedData
+            }
+        case .continuation:
+            var data = frame.unmaskedData
+            fragments?.writeBuffer(&data)
+            if frame.fin, let whole = fragments {
+                fragments = nil
+                handle(Array(whole.readableBytesView), context: context)
+            }
+        default:
+            break
+        }
+    }
+
+    private func handle(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        guard let frame = try? ServerFrameCodec.decode(bytes) else {
+            role.stats.failed()
+            return
+        }
+        if !started {
+            guard frame.requestId == bindRequestId else { return }
+            guard frame.type == .pendingMessages else {
+                bound.fail(LoadSocketError.refused(frame.type.rawValue))
+                context.close(promise: nil)
+                return
+            }
+            started = true
+            bound.succeed()
+            start(context: context)
+            return
+        }
+        switch frame.type {
+        case .messageReceived:
+            guard case .recipient(let peer, let verify, let measureFrom) = role.kind,
+                  let message = frame.payload(as: MessageReceived.self) else { return }
+            if verify {
+                let key = conversation ?? ConversationKey(mine: role.keys, peer: peer)
+                conversation = key
+                guard (try? MessageCrypto.open(message, by: (role.whisperId, role.keys), sender: peer, key: key)) != nil else {
+                    role.stats.failed()
+                    return
+                }
+            }
+            role.stats.received(message, measure: ContinuousClock.now >= measureFrom)
+            let receipt = DeliveryReceipt(
+                protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, messageId: message.messageId,
+                from: role.whisperId, to: message.from, status: .delivered, timestamp: Clock.millisecondsNow()
+            )
+            write(ClientFrameCodec.encode(receipt), context: context)
+        case .messageAccepted, .error:
+            guard let requestId = frame.requestId, let sentAt = inFlight.removeValue(forKey: requestId) else { return }
+            if frame.type == .messageAccepted {
+                role.stats.accepted(after: .now - sentAt)
+            } else {
+                role.stats.failed()
+            }
+            if case .sender(let peer, let perSecond, _, _, let window, let end) = role.kind, ContinuousClock.now < end {
+                // Sends that came due while the window was full go now; unpaced, the next one does.
+                if perSecond <= 0 {
+                    send(to: peer, context: context)
+                } else if due > 0, inFlight.count < window {
+                    due -= 1
+                    send(to: peer, context: context)
+                }
+            }
+        default:
+            break
+        }
+    }
+
+    private func start(context: ChannelHandlerContext) {
+        guard case .sender(let peer, let perSecond, let phase, _, let window, _) = role.kind else { return }
+        conversation = ConversationKey(mine: role.keys, peer: peer)
+        if perSecond <= 0 {
+            for _ in 0..<window { send(to: peer, context: context) }
+            return
+        }
+        next = .now + .nanoseconds(Int64(1_000_000_000 / perSecond * phase))
+        schedule(context: context)
+    }
+
+    /// The paced sender's timer: at each due time, a message goes out unless `window`
+    /// of them wait for their answer (then it goes when one is answered).
+    private func schedule(context: ChannelHandlerContext) {
+        guard case .sender(let peer, let perSecond, _, let arrivals, let window, let end) = role.kind, next < end else { return }
+        let wait = next - .now
+        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        context.eventLoop.scheduleTask(in: .nanoseconds(max(0, wait.nanoseconds))) {
+            let (handler, context) = loopBound.value
+            guard context.channel.isActive else { return }
+            if handler.inFlight.count < window {
+                handler.send(to: peer, context: context)
+            } else {
+                handler.due += 1
+            }
+            handler.next += handler.gap(perSecond: perSecond, arrivals: arrivals)
+            handler.schedule(context: context)
+        }
+    }
+
+    private func gap(perSecond: Double, arrivals: Arrivals) -> Duration {
+        let mean = 1_000_000_000 / perSecond
+        switch arrivals {
+        case .even:
+            return .nanoseconds(Int64(mean))
+        case .poisson:
+            // Exponential gaps with this mean; 1 - u lies in (0, 1], so the log is finite.
+            return .nanoseconds(Int64(-log(1 - Double.random(in: 0..<1, using: &generator)) * mean))
+        }
+    }
+
+    private func send(to peer: PeerKeys, context: ChannelHandlerContext) {
+        let key = conversation ?? ConversationKey(mine: role.keys, peer: peer)
+        conversation = key
+        let message = MessageCrypto.makeMessage(
+            Array("load test message payload".utf8), from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: key
+        )
+        let requestId = RandomID.uuid()
+        role.stats.sending(message)
+        inFlight[requestId] = .now
+        write(ClientFrameCodec.encode(message, requestId: requestId), context: context)
+    }
+
+    private func write(_ bytes: [UInt8], context: ChannelHandlerContext) {
+        let data = context.channel.allocator.buffer(bytes: bytes)
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: data)), promise: nil)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
