@@ -254,4 +254,33 @@ import WhisperShared
         #expect(calls != nil && calls! >= 1 && calls! <= 5, "XACK calls: \(String(describing: xack))")
         try await stack.stop()
     }
+
+    /// With a read linger, a router that just read a short batch waits before reading
+    /// again, so entries that arrive meanwhile come in one read; a lone message to an
+    /// idle router is read at once.
+    @Test func aReadLingerGathersEntriesWithoutDelayingALoneMessage() async throws {
+        let stack = try await MessagingStack.start(routers: 1) { $0.readLinger = .milliseconds(600) }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        // Let the router's first (empty) read time out, so that it sits idle in a blocked read.
+        try await Task.sleep(for: .milliseconds(1_200))
+        _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
+        let sentAt = ContinuousClock.now
+        try await alice.connection.sendOnly(alice.message("first", to: bob))
+        _ = try await bob.events.wait(for: .messageReceived, count: 1, timeout: .seconds(5))
+        #expect(ContinuousClock.now - sentAt < .milliseconds(400), "a lone message waited for the linger")
+        for index in 0..<9 {
+            try await alice.connection.sendOnly(alice.message("m\(index)", to: bob))
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let received = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(5))
+        #expect(Set(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId }).count == 10)
+        let stats = try await stack.withRedis { try await $0.send("INFO", "commandstats").string ?? "" }
+        let reads = stats.split(separator: "\r\n").first { $0.hasPrefix("cmdstat_xreadgroup:") }
+        let calls = reads.flatMap { $0.split(separator: ",").first?.split(separator: "=").last }.flatMap { Int($0) }
+        // One read for the first message, one (after the linger) for the other nine, and
+        // the next one, blocked or just returned. Without the linger: about one per message.
+        #expect(calls != nil && calls! <= 4, "XREADGROUP calls: \(String(describing: reads))")
+        try await stack.stop()
+    }
 }

@@ -36,6 +36,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Flag(help: "Print latency percentiles for each second of the run.")
     var timeline = false
 
+    @Option(help: "Write each measured message to this file: when it was sent (ms since the generator started) and its latency (ms).")
+    var samples: String?
+
     @Flag(help: "Verify each received message's Ed25519 signature and decrypt it, as a client does. Without it, each message is checked field by field against what was sent (any change by the server counts as an error), which costs the machine under test no signature verification.")
     var verify = false
 
@@ -104,6 +107,9 @@ struct WhisperLoad: AsyncParsableCommand {
 
         let report = stats.report(seconds: duration)
         if timeline { print(stats.timeline()) }
+        if let samples {
+            try stats.samplesText().write(toFile: samples, atomically: true, encoding: .utf8)
+        }
         print(report)
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
@@ -118,6 +124,8 @@ final class Stats: Sendable {
         var inFlight: [String: (message: SendMessage, at: ContinuousClock.Instant)] = [:]
         /// (seconds since the start, latency) per measured message, for `--timeline`.
         var samples: [(second: Int, latencyMs: Double)] = []
+        /// (milliseconds since the start when sent, latency) per measured message, for `--samples`.
+        var sendTimes: [(sentMs: Double, latencyMs: Double)] = []
         var acceptSamples: [(second: Int, latencyMs: Double)] = []
         var sent = 0
         var errors = 0
@@ -125,6 +133,12 @@ final class Stats: Sendable {
 
     private let state = Mutex(State())
     private let start = ContinuousClock.now
+    /// The start on CLOCK_MONOTONIC (as `perf` can stamp its events), for `--samples`.
+    private let startMonotonicMs: Double = {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return Double(now.tv_sec) * 1_000 + Double(now.tv_nsec) / 1_000_000
+    }()
 
     /// p50, p99 and max per second of the run: shows whether slow messages come in bursts.
     func timeline() -> String {
@@ -183,8 +197,20 @@ final class Stats: Sendable {
                 return
             }
             if measure {
-                state.samples.append((second(of: now), Double((now - sentAt).nanoseconds) / 1_000_000))
+                let latency = Double((now - sentAt).nanoseconds) / 1_000_000
+                state.samples.append((second(of: now), latency))
+                state.sendTimes.append((Double((sentAt - start).nanoseconds) / 1_000_000, latency))
             }
+        }
+    }
+
+    /// A line naming the start on CLOCK_MONOTONIC, then one line per measured message,
+    /// in arrival order: milliseconds since the start when it was sent, and its latency
+    /// in milliseconds.
+    func samplesText() -> String {
+        state.withLock { state in
+            String(format: "# start %.3f ms on CLOCK_MONOTONIC\n", startMonotonicMs)
+                + state.sendTimes.map { String(format: "%.3f %.3f", $0.sentMs, $0.latencyMs) }.joined(separator: "\n") + "\n"
         }
     }
 

@@ -16,6 +16,10 @@ public struct RouterSettings: ServiceSettings {
     public var identityCacheTTL: Duration
     /// Handled entries are acknowledged at most this often, together.
     public var ackInterval: Duration
+    /// After a read that did not fill a batch, the next read waits until this long after
+    /// the last one began, so that entries arriving meanwhile are read, handled and
+    /// answered together instead of one wake-up each (0: read again at once).
+    public var readLinger: Duration
 
     public init(
         common: CommonSettings,
@@ -24,7 +28,8 @@ public struct RouterSettings: ServiceSettings {
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),
-        ackInterval: Duration = .milliseconds(10)
+        ackInterval: Duration = .milliseconds(10),
+        readLinger: Duration = .milliseconds(3)
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
@@ -33,6 +38,7 @@ public struct RouterSettings: ServiceSettings {
         self.claimAfter = claimAfter
         self.identityCacheTTL = identityCacheTTL
         self.ackInterval = ackInterval
+        self.readLinger = readLinger
     }
 
     public init(from settings: SettingsReader) {
@@ -43,5 +49,6 @@ public struct RouterSettings: ServiceSettings {
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
         ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 10, range: 0...1_000))
+        readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 3, range: 0...100))
     }
 }

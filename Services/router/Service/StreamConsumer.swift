@@ -47,6 +47,8 @@ struct StreamConsumer: Service {
     private func read(into lanes: EntryLanes, starting startLane: (String) -> Void) async {
         var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
         var lastClaim = ContinuousClock.now
+        var lastRead: ContinuousClock.Instant?
+        var lastReadWasShort = false
         var groupReady = false
         while !Task.isCancelled {
             do {
@@ -55,11 +57,18 @@ struct StreamConsumer: Service {
                     groupReady = true
                 }
                 await lanes.waitForRoom()
+                if let lastRead, lastReadWasShort {
+                    try? await Clock.sleep(for: lastRead + settings.readLinger - .now)
+                }
+                lastRead = .now
+                let count = min(settings.batchSize, lanes.room)
                 let reply = try await reader.send(RedisCommand("XREADGROUP", [
-                    "GROUP", RouterStream.group, consumerName, "COUNT", min(settings.batchSize, lanes.room), "BLOCK", 1000,
+                    "GROUP", RouterStream.group, consumerName, "COUNT", count, "BLOCK", 1000,
                     "STREAMS", RouterStream.key, ">",
                 ]))
-                submit(Self.entries(ofReadReply: reply), redelivery: false, to: lanes, starting: startLane)
+                let entries = Self.entries(ofReadReply: reply)
+                lastReadWasShort = settings.readLinger > .zero && entries.count < count
+                submit(entries, redelivery: false, to: lanes, starting: startLane)
                 if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
                     try await claimAbandoned(into: lanes, starting: startLane)
                     lastClaim = ContinuousClock.now
