@@ -93,10 +93,12 @@ public final class ClientConnection: Sendable {
         if channel.isWritable {
             unsentFrames.store(0, ordering: .relaxed)
         } else if unsentFrames.add(1, ordering: .relaxed).newValue > Self.unsentLimit {
-            // The client does not read: close rather than hold its frames without bound.
-            // What it missed stays in its pending queue.
+            // The client does not read: drop the socket rather than hold its frames
+            // without bound. No close handshake: a close frame would wait behind the
+            // frames it does not read. What it missed stays in its pending queue.
+            guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
             logger.warning("socket_too_slow", metadata: ["unsentFrames": "\(Self.unsentLimit)"])
-            close(code: 1008, reason: "too slow")
+            channel.close(promise: nil)
             return
         }
         var buffer = channel.allocator.buffer(capacity: bytes.count)
@@ -148,6 +150,9 @@ public final class ConnectionRegistry: Sendable {
     }
 
     public var count: Int { connections.withLock { $0.count } }
+
+    /// The IDs of the sockets open now (`connId` in logs and presence records).
+    public func connectionIDs() -> [String] { connections.withLock { Array($0.keys) } }
 
     func all() -> [ClientConnection] { connections.withLock { Array($0.values) } }
 

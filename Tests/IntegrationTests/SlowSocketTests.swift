@@ -1,0 +1,96 @@
+import AuthService
+import Foundation
+import GatewayService
+import NIOCore
+import NIOPosix
+import Testing
+import WhisperShared
+
+/// A client that stops reading must not make the gateway hold its frames without bound.
+@Suite struct SlowSocketTests {
+    @Test func aSocketThatStopsReadingIsDroppedOnceFramesPileUp() async throws {
+        let database = try await TestDatabases.shared.make()
+        let auth = try await RunningService.start { running in
+            buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        let settings = TestServers.gatewaySettings(database, authPort: auth.port)
+        var handle: GatewayHandle?
+        let gateway = try await RunningService.start { running in
+            let built = buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running)
+            handle = built
+            return built.assembly
+        }
+        guard let connections = handle?.connections else { throw TestSetupError("no gateway handle") }
+        _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+
+        // A WebSocket whose client reads the upgrade answer and nothing after it, with a
+        // small receive buffer so that the server's side fills soon.
+        let upgraded = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
+        let channel = try await ClientBootstrap(group: upgraded.futureResult.eventLoop)
+            .channelOption(.socketOption(.so_rcvbuf), value: 4_096)
+            .channelOption(.autoRead, value: false)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(UpgradeWatcher(upgraded: upgraded)) }
+            }
+            .connect(host: "127.0.0.1", port: gateway.port)
+            .get()
+        let request = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        try await channel.writeAndFlush(channel.allocator.buffer(string: request))
+        channel.read()
+        try await upgraded.futureResult.get()
+        try await waitUntil(timeout: .seconds(5)) { connections.count == 1 }
+        let connId = try #require(connections.connectionIDs().first)
+
+        // Frames for it, as routers send them: far more than its buffers and the
+        // gateway's limit of unsent frames (4,096) hold.
+        let padding = String(repeating: "x", count: 2_000)
+        let frame = Array(#"{"type":"pong","payload":{"serverTime":1,"padding":"\#(padding)"}}"#.utf8)
+        let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame).encoded
+        let publish = RedisCommand("PUBLISH", RedisKeys.gatewayChannel(settings.common.instanceID), command)
+        let redis = RedisClient(configuration: TestServers.redis, logger: TestServers.logger)
+        let redisTask = Task { try await redis.run() }
+        defer { redisTask.cancel() }
+        try await waitUntil { redis.isConnected }
+        var handed = 0
+        for _ in 0..<40 {
+            let replies = try await redis.pipeline(Array(repeating: publish, count: 500))
+            handed += replies.filter { ($0.int ?? 0) > 0 }.count
+            if connections.count == 0 { break }
+        }
+        #expect(handed > 4_096)
+        // The gateway dropped the socket instead of queueing the rest.
+        try await waitUntil(timeout: .seconds(10)) { connections.count == 0 }
+        #expect(connections.count == 0)
+
+        try? await channel.close()
+        try await gateway.stop()
+        try await auth.stop()
+    }
+}
+
+/// Completes `upgraded` once the HTTP answer to the upgrade request has come (101),
+/// then asks for nothing more.
+private final class UpgradeWatcher: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    let upgraded: EventLoopPromise<Void>
+    var received = ""
+
+    init(upgraded: EventLoopPromise<Void>) {
+        self.upgraded = upgraded
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        received += String(buffer: unwrapInboundIn(data))
+        guard received.contains("\r\n\r\n") else {
+            context.read()
+            return
+        }
+        if received.hasPrefix("HTTP/1.1 101") {
+            upgraded.succeed()
+        } else {
+            upgraded.fail(TestSetupError("upgrade refused: \(received.prefix(40))"))
+        }
+    }
+}
