@@ -88,7 +88,9 @@ var targets: [Target] = [
     .testTarget(
         name: "ContractTests",
         dependencies: ["WhisperShared"],
-        path: "Tests/ContractTests"
+        path: "Tests/ContractTests",
+        // Read by path from the repository (as docs/schemas/ is), not bundled.
+        exclude: ["Fixtures"]
     ),
     .testTarget(
         name: "IntegrationTests",
