@@ -155,10 +155,9 @@ public struct PendingQueue: Sendable {
             end
             return {'duplicate', '', 0, delivered}
         end
-        local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]))
+        local now = now_ms()
+        local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]), now)
         if retry > 0 then return {'limited', retry} end
-        local t = redis.call('TIME')
-        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))
         local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -178,10 +177,11 @@ public struct PendingQueue: Sendable {
 
     /// KEYS: queue, message key. ARGV: 1 when delivered. Returns the sender, or "".
     static let ackScript = RedisScript("""
-        local from = redis.call('HGET', KEYS[2], 'from')
+        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry')
+        local from = message[1]
         if not from then return '' end
-        if ARGV[1] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
-            redis.call('XDEL', KEYS[1], redis.call('HGET', KEYS[2], 'entry'))
+        if ARGV[1] == '1' and message[2] == 'pending' then
+            redis.call('XDEL', KEYS[1], message[3])
             redis.call('HSET', KEYS[2], 'state', 'delivered')
         end
         return from

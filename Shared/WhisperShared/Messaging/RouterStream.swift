@@ -86,7 +86,7 @@ public enum RouterStream {
     /// KEYS: stream, sender's bucket. ARGV: capacity, refill per ms, stream cap, then the
     /// entry's fields and values. Returns {1, entry id} or {0, retry after ms}.
     static let admitScript = RedisScript(RateLimiter.bucketLua + """
-        local retry = take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]))
+        local retry = take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms())
         if retry > 0 then return {0, retry} end
         return {1, redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))}
         """)

@@ -70,14 +70,18 @@ public struct RateLimiter: Sendable {
         return .allowed
     }
 
-    /// Lua for other scripts to include: `take_token(key, capacity, rate)` takes one
-    /// token from the bucket `key` (a hash of `tokens` and `ts`, refilled continuously at
-    /// `rate` per ms on the server's clock, up to `capacity`); returns 0, or, when the
-    /// bucket is empty (nothing charged), the milliseconds until it has a token.
+    /// Lua for other scripts to include: `now_ms()` reads the server's clock once (a
+    /// script that needs the time again passes it on), and `take_token(key, capacity,
+    /// rate, now)` takes one token from the bucket `key` (a hash of `tokens` and `ts`,
+    /// refilled continuously at `rate` per ms, up to `capacity`); it returns 0, or, when
+    /// the bucket is empty (nothing charged), the milliseconds until it has a token.
     public static let bucketLua = """
-        local function take_token(key, capacity, rate)
+        local function now_ms()
             local t = redis.call('TIME')
-            local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+            return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        end
+
+        local function take_token(key, capacity, rate, now)
             local state = redis.call('HMGET', key, 'tokens', 'ts')
             local tokens = tonumber(state[1])
             local ts = tonumber(state[2])
@@ -96,7 +100,7 @@ public struct RateLimiter: Sendable {
 
     /// KEYS: the bucket. ARGV: capacity, refill per ms.
     static let takeScript = RedisScript(bucketLua + """
-        local retry = take_token(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))
+        local retry = take_token(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms())
         if retry > 0 then return {0, retry} end
         return {1, 0}
         """)
