@@ -29,7 +29,7 @@ public struct RouterSettings: ServiceSettings {
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),
         ackInterval: Duration = .milliseconds(10),
-        readLinger: Duration = .milliseconds(3)
+        readLinger: Duration = .milliseconds(5)
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
@@ -49,6 +49,6 @@ public struct RouterSettings: ServiceSettings {
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
         ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 10, range: 0...1_000))
-        readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 3, range: 0...100))
+        readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 5, range: 0...100))
     }
 }
