@@ -113,8 +113,10 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     /// A message arriving in several frames, until its last.
     var fragments: ByteBuffer?
 
+    /// The shared key with the peer (`crypto_box_beforenm`), for sealing and opening
+    /// (nil for an unusable peer key: `MessageCrypto` then works from the key pair each time).
+    let conversation: ConversationKey?
     // Sender state.
-    var conversation: ConversationKey?
     var inFlight: [String: ContinuousClock.Instant] = [:]
     var next = ContinuousClock.now
     /// A send came due while `window` messages waited for their answer.
@@ -124,6 +126,10 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     init(role: LoadRole, bound: EventLoopPromise<Void>) {
         self.role = role
         self.bound = bound
+        let peer = switch role.kind {
+        case .sender(let peer, _, _, _, _, _), .recipient(let peer, _, _): peer
+        }
+        conversation = ConversationKey(mine: role.keys, peer: peer)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -179,9 +185,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
             guard case .recipient(let peer, let verify, let measureFrom) = role.kind,
                   let message = frame.payload(as: MessageReceived.self) else { return }
             if verify {
-                let key = conversation ?? ConversationKey(mine: role.keys, peer: peer)
-                conversation = key
-                guard (try? MessageCrypto.open(message, by: (role.whisperId, role.keys), sender: peer, key: key)) != nil else {
+                guard (try? MessageCrypto.open(message, by: (role.whisperId, role.keys), sender: peer, key: conversation)) != nil else {
                     role.stats.failed()
                     return
                 }
@@ -215,7 +219,6 @@ private final class LoadSocketHandler: ChannelInboundHandler {
 
     private func start(context: ChannelHandlerContext) {
         guard case .sender(let peer, let perSecond, let phase, _, let window, _) = role.kind else { return }
-        conversation = ConversationKey(mine: role.keys, peer: peer)
         if perSecond <= 0 {
             for _ in 0..<window { send(to: peer, context: context) }
             return
@@ -255,10 +258,8 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     }
 
     private func send(to peer: PeerKeys, context: ChannelHandlerContext) {
-        let key = conversation ?? ConversationKey(mine: role.keys, peer: peer)
-        conversation = key
         let message = MessageCrypto.makeMessage(
-            Array("load test message payload".utf8), from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: key
+            Array("load test message payload".utf8), from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: conversation
         )
         let requestId = RandomID.uuid()
         role.stats.sending(message)

@@ -120,12 +120,18 @@ struct WhisperLoad: AsyncParsableCommand {
 
 /// Messages in flight (what was sent, and when) by messageId, and the latencies measured.
 final class Stats: Sendable {
+    private struct Sample {
+        var sentMs: Double
+        var latencyMs: Double
+        /// Whole seconds since the start when it arrived.
+        var second: Int { Int((sentMs + latencyMs) / 1_000) }
+    }
+
     private struct State {
         var inFlight: [String: (message: SendMessage, at: ContinuousClock.Instant)] = [:]
-        /// (seconds since the start, latency) per measured message, for `--timeline`.
-        var samples: [(second: Int, latencyMs: Double)] = []
-        /// (milliseconds since the start when sent, latency) per measured message, for `--samples`.
-        var sendTimes: [(sentMs: Double, latencyMs: Double)] = []
+        /// Per measured message, in arrival order: milliseconds since the start when it
+        /// was sent, and its latency (the second it arrived in follows).
+        var samples: [Sample] = []
         var acceptSamples: [(second: Int, latencyMs: Double)] = []
         var sent = 0
         var errors = 0
@@ -197,9 +203,9 @@ final class Stats: Sendable {
                 return
             }
             if measure {
-                let latency = Double((now - sentAt).nanoseconds) / 1_000_000
-                state.samples.append((second(of: now), latency))
-                state.sendTimes.append((Double((sentAt - start).nanoseconds) / 1_000_000, latency))
+                state.samples.append(Sample(
+                    sentMs: Double((sentAt - start).nanoseconds) / 1_000_000, latencyMs: Double((now - sentAt).nanoseconds) / 1_000_000
+                ))
             }
         }
     }
@@ -210,7 +216,7 @@ final class Stats: Sendable {
     func samplesText() -> String {
         state.withLock { state in
             String(format: "# start %.3f ms on CLOCK_MONOTONIC\n", startMonotonicMs)
-                + state.sendTimes.map { String(format: "%.3f %.3f", $0.sentMs, $0.latencyMs) }.joined(separator: "\n") + "\n"
+                + state.samples.map { String(format: "%.3f %.3f", $0.sentMs, $0.latencyMs) }.joined(separator: "\n") + "\n"
         }
     }
 

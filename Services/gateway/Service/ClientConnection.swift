@@ -29,7 +29,7 @@ public final class ClientConnection: Sendable {
     private let verified = Mutex<(token: String, until: ContinuousClock.Instant)?>(nil)
     static let verifiedFor: Duration = .seconds(5)
     /// Frames handed over since the socket last had room in its send buffer (NIO's
-    /// writability: more than 64 KiB unsent). A client that stops reading is closed
+    /// writability: more than 64 KiB unsent). A client that stops reading is dropped
     /// after `unsentLimit` of them rather than have its frames held without bound.
     private let unsentFrames = Atomic<Int>(0)
     /// Set once a close was asked for: nothing is written after it.

@@ -47,8 +47,8 @@ struct StreamConsumer: Service {
     private func read(into lanes: EntryLanes, starting startLane: (String) -> Void) async {
         var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
         var lastClaim = ContinuousClock.now
-        var lastRead: ContinuousClock.Instant?
-        var lastReadWasShort = false
+        /// Set after a read that did not fill its batch: when the next one may go out.
+        var lingerUntil: ContinuousClock.Instant?
         var groupReady = false
         while !Task.isCancelled {
             do {
@@ -57,17 +57,17 @@ struct StreamConsumer: Service {
                     groupReady = true
                 }
                 await lanes.waitForRoom()
-                if let lastRead, lastReadWasShort {
-                    try? await Clock.sleep(for: lastRead + settings.readLinger - .now)
+                if let lingerUntil {
+                    try? await Clock.sleep(for: lingerUntil - .now)
                 }
-                lastRead = .now
+                let readStart = ContinuousClock.now
                 let count = min(settings.batchSize, lanes.room)
                 let reply = try await reader.send(RedisCommand("XREADGROUP", [
                     "GROUP", RouterStream.group, consumerName, "COUNT", count, "BLOCK", 1000,
                     "STREAMS", RouterStream.key, ">",
                 ]))
                 let entries = Self.entries(ofReadReply: reply)
-                lastReadWasShort = settings.readLinger > .zero && entries.count < count
+                lingerUntil = settings.readLinger > .zero && entries.count < count ? readStart + settings.readLinger : nil
                 submit(entries, redelivery: false, to: lanes, starting: startLane)
                 if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
                     try await claimAbandoned(into: lanes, starting: startLane)
