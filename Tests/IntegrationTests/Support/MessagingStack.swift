@@ -68,6 +68,14 @@ struct MessagingStack {
         try await withRedis { Int(try await $0.send("XLEN", RouterStream.key).int ?? 0) }
     }
 
+    /// How often Redis ran `command` (lower case, as `INFO commandstats` names it) since
+    /// its statistics were last reset; nil when it has not run.
+    func commandCalls(_ command: String) async throws -> Int? {
+        let stats = try await withRedis { try await $0.send("INFO", "commandstats").string ?? "" }
+        let line = stats.split(separator: "\r\n").first { $0.hasPrefix("cmdstat_\(command):") }
+        return line.flatMap { $0.split(separator: ",").first?.split(separator: "=").last }.flatMap { Int($0) }
+    }
+
     /// Router stream entries read by a router and not yet acknowledged.
     func unacknowledgedEntries() async throws -> Int {
         try await withRedis { Int(try await $0.send("XPENDING", RouterStream.key, RouterStream.group).array?.first?.int ?? -1) }
