@@ -50,7 +50,10 @@ struct StreamConsumer: Service {
         /// Set after a read that did not fill its batch: when the next one may go out.
         var lingerUntil: ContinuousClock.Instant?
         var groupReady = false
+        /// Whether the reader's connection has been open since this loop began.
+        var readerConnected = false
         while !Task.isCancelled {
+            readerConnected = readerConnected || reader.isConnected
             do {
                 if !groupReady {
                     try await ensureGroup()
@@ -76,7 +79,13 @@ struct StreamConsumer: Service {
                 backoff.reset()
             } catch RedisError.server(let message) where message.hasPrefix("NOGROUP") {
                 groupReady = false
+            } catch RedisError.unavailable where !readerConnected {
+                // Starting: the reader's connection is still being opened (its client
+                // reports it if that fails). Try again shortly, without a warning.
+                try? await Clock.sleep(for: .milliseconds(20))
             } catch {
+                // Stopping: a read cut short is no failure.
+                if Task.isCancelled { break }
                 let delay = backoff.next()
                 logger.warning("router_read_failed", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
                 try? await Task.sleep(for: delay)

@@ -71,6 +71,8 @@ public enum ServiceMain {
             logger.critical("configuration_invalid", metadata: ["error": "\(error)"])
             exit(1)
         }
+        // Whatever happens to the graceful shutdown, the process is gone soon after.
+        let watchdog = ShutdownWatchdog(grace: settings.common.shutdownGracePeriod, logger: logger)
         do {
             let assembly = try await build(settings, logger)
             logger.info("service_starting", metadata: [
@@ -78,7 +80,7 @@ public enum ServiceMain {
             ])
             try await assembly.makeGroup(handleSignals: true).run()
             logger.info("service_stopped")
-            exit(0)
+            withExtendedLifetime(watchdog) { exit(0) }
         } catch {
             logger.critical("service_failed", metadata: ["error": "\(error)"])
             exit(1)

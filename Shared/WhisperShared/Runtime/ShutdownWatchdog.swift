@@ -1,0 +1,75 @@
+import Dispatch
+import Foundation
+import Logging
+import Synchronization
+
+/// Puts an upper bound on how long a process takes to stop once it is told to.
+///
+/// The services stop gracefully on SIGTERM or SIGINT: in-flight work gets
+/// `WHISPER_SHUTDOWN_GRACE_SECONDS`, then what is left is cancelled. All of that runs
+/// as tasks on the event-loop thread (`ServiceMain.useEventLoopsForConcurrency`), so a
+/// task that blocks the thread also blocks the shutdown that would end it. One such
+/// block is known: swift-async-algorithms' `merge` (used by Hummingbird's date cache
+/// through ServiceLifecycle's `cancelOnGracefulShutdown`) holds its lock across a
+/// suspension point, and with a single executor thread the shutdown signal reaching it
+/// in that window leaves the thread waiting on itself for good.
+///
+/// The watchdog lives outside the event loops: a Dispatch signal source and a timer on
+/// a queue of its own. The first stop signal starts the timer; when it runs out and the
+/// process is still there, the watchdog logs `shutdown_stalled` and ends the process at
+/// once with status 1, so an orchestrator (or a test) never waits forever for it.
+public final class ShutdownWatchdog: Sendable {
+    private let queue: DispatchQueue
+    /// Set once in `init`, cancelled in `deinit`; Dispatch sources are thread-safe.
+    nonisolated(unsafe) private let sources: [any DispatchSourceSignal]
+    private let armed = Atomic<Bool>(false)
+    private let limit: Duration
+    private let onStall: @Sendable () -> Void
+
+    /// Starts watching `signals`; `onStall` runs on the watchdog's queue when `limit`
+    /// has passed since the first of them arrived.
+    public init(
+        signals: [Int32] = [SIGTERM, SIGINT, SIGQUIT],
+        limit: Duration,
+        onStall: @escaping @Sendable () -> Void
+    ) {
+        let queue = DispatchQueue(label: "whisper.shutdown-watchdog")
+        self.queue = queue
+        self.limit = limit
+        self.onStall = onStall
+        sources = signals.map { DispatchSource.makeSignalSource(signal: $0, queue: queue) }
+        // Dispatch registers a signal source on its own thread; until it has, the
+        // signal's default action (ending the process) still applies. Wait for it.
+        let registered = DispatchGroup()
+        for source in sources {
+            registered.enter()
+            source.setRegistrationHandler { registered.leave() }
+            source.setEventHandler { [weak self] in self?.stopRequested() }
+            source.resume()
+        }
+        _ = registered.wait(timeout: .now() + .seconds(5))
+    }
+
+    /// The watchdog of a service: `grace` for in-flight work plus `margin` for
+    /// cancellation, then a critical log line and `_exit(1)`.
+    public convenience init(grace: Duration, margin: Duration = .seconds(10), logger: Logger) {
+        let limit = grace + margin
+        self.init(limit: limit) {
+            logger.critical("shutdown_stalled", metadata: [
+                "afterSeconds": "\(limit.components.seconds)",
+                "action": "exiting without finishing the graceful shutdown",
+            ])
+            _exit(1)
+        }
+    }
+
+    deinit {
+        for source in sources { source.cancel() }
+    }
+
+    private func stopRequested() {
+        guard armed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+        let nanoseconds = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds)), execute: onStall)
+    }
+}
