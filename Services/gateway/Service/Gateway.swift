@@ -73,15 +73,15 @@ public func buildGateway(
         }
     }
 
-    var app = Application(
+    let app = Application(
         router: router,
         server: .http1WebSocketUpgrade(
             webSocketRouter: webSocketRouter,
-            configuration: .init(
+            configuration: .init(ws: .init(
                 maxFrameSize: Limits.MAX_WS_FRAME_BYTES,
                 autoPing: .enabled(timePeriod: settings.pingInterval),
                 closeTimeout: settings.drainTimeout
-            )
+            ))
         ),
         configuration: .init(
             address: .hostname(settings.common.http.host, port: settings.common.http.port),
