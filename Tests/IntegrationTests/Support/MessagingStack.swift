@@ -76,6 +76,26 @@ struct MessagingStack {
         return line.flatMap { $0.split(separator: ",").first?.split(separator: "=").last }.flatMap { Int($0) }
     }
 
+    /// The jobs on the push stream, oldest first, each as its fields.
+    func pushJobs() async throws -> [[String: String]] {
+        try await withRedis { redis in
+            let entries = try await redis.send("XRANGE", PushStream.key, "-", "+").array ?? []
+            return entries.map { entry in
+                let fields = entry.array?.last?.array?.compactMap(\.string) ?? []
+                return Dictionary(stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0], fields[$0 + 1]) }) { _, last in last }
+            }
+        }
+    }
+
+    /// The `/metrics` pages of `services`, one after the other.
+    func metricsText(of services: [RunningService]) async throws -> String {
+        var text = ""
+        for service in services {
+            text += try await HTTP.get("\(service.baseURL)/metrics").body + "\n"
+        }
+        return text
+    }
+
     /// Router stream entries read by a router and not yet acknowledged.
     func unacknowledgedEntries() async throws -> Int {
         try await withRedis { Int(try await $0.send("XPENDING", RouterStream.key, RouterStream.group).array?.first?.int ?? -1) }
