@@ -10,9 +10,7 @@ import WhisperShared
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let carolFirst = try await stack.user(on: 1)
-        await carolFirst.connection.close()
-        try await Task.sleep(for: .milliseconds(200))
+        let carolFirst = try await stack.offlineUser(on: 1)
 
         let live = alice.message("hello bob", to: bob)
         try await alice.connection.send(live)
@@ -38,16 +36,8 @@ import WhisperShared
     @Test func aPageWalkWhileMessagesKeepArrivingSeesEachMessageOnce() async throws {
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)
-        let bobFirst = try await stack.user(on: 1)
-        await bobFirst.connection.close()
-        try await Task.sleep(for: .milliseconds(200))
-
-        var before: Set<String> = []
-        for index in 0..<60 {
-            let message = alice.message("before \(index)", to: bobFirst)
-            try await alice.connection.send(message)
-            before.insert(message.messageId)
-        }
+        let bobFirst = try await stack.offlineUser(on: 1)
+        let before = try await alice.send(60, to: bobFirst, labelled: "before")
 
         // Alice keeps sending while Bob walks the queue, 20 a page, acknowledging each.
         let bob = try await stack.reconnect(bobFirst, on: 0)

@@ -116,6 +116,15 @@ struct MessagingStack {
         return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
     }
 
+    /// A registered user whose socket is closed again: offline, with a session to come
+    /// back with (`reconnect`).
+    func offlineUser(on index: Int) async throws -> TestUser {
+        let user = try await user(on: index)
+        await user.connection.close()
+        try await Task.sleep(for: .milliseconds(200))
+        return user
+    }
+
     /// A new socket for an existing user's session (a reconnect).
     func reconnect(_ user: TestUser, on index: Int) async throws -> TestUser {
         let connection = WhisperConnection(url: "ws://127.0.0.1:\(gateways[index].port)/ws", logger: TestServers.logger)
@@ -138,6 +147,17 @@ struct TestUser {
 
     func message(_ text: String, to peer: TestUser, messageId: String = UUID().uuidString.lowercased(), timestamp: Int64 = Clock.millisecondsNow()) -> SendMessage {
         MessageCrypto.makeMessage(Array(text.utf8), from: (whisperId, keys), to: peer.peerKeys, sessionToken: token, messageId: messageId, timestamp: timestamp)
+    }
+
+    /// Sends `count` messages to `peer`, each accepted before the next; their messageIds.
+    func send(_ count: Int, to peer: TestUser, labelled label: String) async throws -> Set<String> {
+        var sent: Set<String> = []
+        for index in 0..<count {
+            let message = message("\(label) \(index)", to: peer)
+            try await connection.send(message)
+            sent.insert(message.messageId)
+        }
+        return sent
     }
 
     /// Waits until at least `count` events of `type` arrived; returns all of them.
