@@ -50,10 +50,10 @@ struct StreamConsumer: Service {
         /// Set after a read that did not fill its batch: when the next one may go out.
         var lingerUntil: ContinuousClock.Instant?
         var groupReady = false
-        /// Whether the reader's connection has been open since this loop began.
+        /// Whether a read has succeeded since this loop began: until one has, the
+        /// reader's connection may still be being opened.
         var readerConnected = false
         while !Task.isCancelled {
-            readerConnected = readerConnected || reader.isConnected
             do {
                 if !groupReady {
                     try await ensureGroup()
@@ -69,6 +69,7 @@ struct StreamConsumer: Service {
                     "GROUP", RouterStream.group, consumerName, "COUNT", count, "BLOCK", 1000,
                     "STREAMS", RouterStream.key, ">",
                 ]))
+                readerConnected = true
                 let entries = Self.entries(ofReadReply: reply)
                 lingerUntil = settings.readLinger > .zero && entries.count < count ? readStart + settings.readLinger : nil
                 submit(entries, redelivery: false, to: lanes, starting: startLane)

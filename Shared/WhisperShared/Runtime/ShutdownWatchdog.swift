@@ -69,7 +69,6 @@ public final class ShutdownWatchdog: Sendable {
 
     private func stopRequested() {
         guard armed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
-        let nanoseconds = limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000
-        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(nanoseconds)), execute: onStall)
+        queue.asyncAfter(deadline: .now() + .nanoseconds(Int(limit.nanoseconds)), execute: onStall)
     }
 }
