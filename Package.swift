@@ -118,6 +118,14 @@ targets.append(.executableTarget(
     path: "Tools/whisper-load"
 ))
 
+// Drives the decoders with libFuzzer (scripts/fuzz builds it with -sanitize=fuzzer);
+// an ordinary build replays the checked-in corpus (Tests/Fuzz/corpus).
+targets.append(.executableTarget(
+    name: "whisper-fuzz",
+    dependencies: ["WhisperShared"],
+    path: "Tests/Fuzz/Sources"
+))
+
 for service in services {
     targets.append(.target(
         name: service.library,

@@ -16,11 +16,11 @@ public struct AuthSettings: ServiceSettings {
     public init(
         common: CommonSettings,
         internalToken: String,
-        registerPerIP: RateLimitRule = RateLimitRule("30/60s")!,
-        registerPerIdentity: RateLimitRule = RateLimitRule("10/60s")!,
-        updateTokensPerIdentity: RateLimitRule = RateLimitRule("10/60s")!,
-        updateTokensPerIP: RateLimitRule = RateLimitRule("60/60s")!,
-        keyLookupPerIdentity: RateLimitRule = RateLimitRule("120/60s")!
+        registerPerIP: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
+        registerPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
+        updateTokensPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
+        updateTokensPerIP: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
+        keyLookupPerIdentity: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60))
     ) {
         self.common = common
         self.internalToken = internalToken

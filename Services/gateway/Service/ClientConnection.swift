@@ -34,12 +34,22 @@ public final class ClientConnection: Sendable {
     private let unsentFrames = Atomic<Int>(0)
     /// Set once a close was asked for: nothing is written after it.
     private let closing = Atomic<Bool>(false)
+    /// This socket's share of the limits on frames that do no other work and on refused
+    /// frames (`GatewaySettings.controlPerSocket`, `refusalsPerSocket`).
+    private let buckets: Mutex<(control: LocalBucket, refusals: LocalBucket)>
+    private let closeRequests: AsyncStream<(code: UInt16, reason: String)>
+    private let closeRequest: AsyncStream<(code: UInt16, reason: String)>.Continuation
 
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
 
-    init(channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger) {
+    init(
+        channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger,
+        controlLimit: RateLimitRule, refusalLimit: RateLimitRule
+    ) {
         self.id = RandomID.uuid()
+        self.buckets = Mutex((LocalBucket(rule: controlLimit), LocalBucket(rule: refusalLimit)))
+        (closeRequests, closeRequest) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         self.channel = channel
         self.outbound = outbound
         self.remoteAddress = remoteAddress
@@ -67,6 +77,14 @@ public final class ClientConnection: Sendable {
         }
     }
 
+    /// Takes a token from this socket's bucket of `ping`, `session_refresh` and `logout`.
+    func takeControl() -> Bool { buckets.withLock { $0.control.take() } }
+
+    /// Takes a token from this socket's bucket of refused frames.
+    func takeRefusal() -> Bool { buckets.withLock { $0.refusals.take() } }
+
+    var isClosing: Bool { closing.load(ordering: .relaxed) }
+
     func hasVerified(_ token: String) -> Bool {
         verified.withLock { entry in
             guard let current = entry, current.token == token, ContinuousClock.now < current.until else { return false }
@@ -87,8 +105,9 @@ public final class ClientConnection: Sendable {
     }
 
     /// Writes a complete frame (JSON this server wrote, so valid UTF-8: a text frame
-    /// straight from the bytes) to this socket.
-    func sendRaw(_ bytes: [UInt8]) {
+    /// straight from the bytes) to this socket. `onWritten` runs once the socket has
+    /// taken the frame (written to the connection), never when it was dropped.
+    func sendRaw(_ bytes: [UInt8], onWritten: (@Sendable () -> Void)? = nil) {
         guard !closing.load(ordering: .relaxed) else { return }
         if channel.isWritable {
             unsentFrames.store(0, ordering: .relaxed)
@@ -103,15 +122,37 @@ public final class ClientConnection: Sendable {
         }
         var buffer = channel.allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: buffer), promise: nil)
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: buffer)
+        guard let onWritten else {
+            channel.writeAndFlush(frame, promise: nil)
+            return
+        }
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenSuccess { onWritten() }
+        channel.writeAndFlush(frame, promise: promise)
     }
 
     /// Closes the socket with this code, after the frames already written; nothing is
-    /// written after it.
+    /// written after it. Callable from anywhere without waiting: the close handshake is
+    /// carried out by the socket's own task (`runClosing`), not a task of its own.
     func close(code: UInt16, reason: String) {
         guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
-        let outbound = self.outbound
-        Task { try? await outbound.close(.unknown(code), reason: reason) }
+        closeRequest.yield((code, reason))
+    }
+
+    /// Runs beside the socket's frame loop, as a child of the socket's task: carries out
+    /// a close asked for by `close(code:reason:)`. Returns after that, or once
+    /// `finishClosing()` says the socket is gone.
+    func runClosing() async {
+        for await (code, reason) in closeRequests {
+            try? await outbound.close(.unknown(code), reason: reason)
+            return
+        }
+    }
+
+    /// The socket's frame loop ended: nothing more to close.
+    func finishClosing() {
+        closeRequest.finish()
     }
 }
 
@@ -121,6 +162,8 @@ enum CloseCode {
     static let sessionRevoked: UInt16 = 4001
     /// The same session now uses a newer socket; this one is no longer needed.
     static let superseded: UInt16 = 4002
+    /// Too many refused frames (malformed, without a live session, over a limit).
+    static let tooManyRefusals: UInt16 = 4003
 }
 
 /// The sockets open on this instance, by connection id. A lock, not an actor: every

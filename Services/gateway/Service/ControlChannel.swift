@@ -9,11 +9,13 @@ import WhisperShared
 /// loop that read the message.
 struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
+    let settler: ReceiptSettler
     let latency: DurationHistogram
     let logger: Logger
 
-    init(connections: ConnectionRegistry, metrics: ServiceMetrics, logger: Logger) {
+    init(connections: ConnectionRegistry, settler: ReceiptSettler, metrics: ServiceMetrics, logger: Logger) {
         self.connections = connections
+        self.settler = settler
         self.latency = metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
         self.logger = logger
     }
@@ -33,11 +35,16 @@ struct ControlChannel: Sendable {
         case .supersede:
             _ = connection.unbind()
             connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
+        case .receipt:
+            // Only to the socket of the receipt's owner; left stored otherwise.
+            guard let frame = command.frame, let stored = command.stored, connection.whisperId == stored.owner else { return }
+            let settler = self.settler
+            connection.sendRaw(frame) { settler.settle(stored) }
         case .deliver:
             if let frame = command.frame {
                 connection.sendRaw(frame)
                 if let acceptedAt = command.acceptedAt {
-                    latency.recordNanoseconds(max(0, Clock.millisecondsNow() - acceptedAt) * 1_000_000)
+                    latency.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: Clock.elapsedMilliseconds(since: acceptedAt)))
                 }
             }
         }

@@ -12,11 +12,15 @@ struct FrameHandler: Sendable {
     let presence: PresenceStore
     /// The sender's own message limit, charged as a `send_message` enters the router stream.
     let sendPerSender: RateLimitRule
+    /// This instance's buckets per client address (the per-socket ones live on the socket).
+    let controlPerAddress: LocalBucketTable
+    let refusalsPerAddress: LocalBucketTable
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
 
     func handle(_ bytes: [UInt8], on connection: ClientConnection) async {
+        guard !connection.isClosing else { return }
         let frame: InboundFrame
         switch decoder.decode(bytes) {
         case .success(let decoded):
@@ -25,13 +29,17 @@ struct FrameHandler: Sendable {
             connection.logger.info("frame_rejected", metadata: [
                 "code": "\(rejection.code.rawValue)", "reason": "\(rejection.message)", "sizeBytes": "\(bytes.count)",
             ])
-            await reply(error: rejection.code, rejection.message, requestId: rejection.requestId, on: connection)
+            await refuse(rejection.code, rejection.message, requestId: rejection.requestId, on: connection)
+            return
+        }
+        if Self.controlFrames.contains(frame.type), !admitControl(on: connection) {
+            await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; slow down", requestId: frame.requestId, on: connection)
             return
         }
         do {
             if frame.type.isPrivileged {
                 guard let token = frame.sessionToken, try await authorize(token, on: connection) else {
-                    await reply(error: .notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                    await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
                     return
                 }
             }
@@ -40,6 +48,29 @@ struct FrameHandler: Sendable {
             environment.logger.error("frame_failed", metadata: ["type": "\(frame.type.rawValue)", "connId": "\(connection.id)", "error": "\(error)"])
             await reply(error: .internalError, "the server failed; try again", requestId: frame.requestId, on: connection)
         }
+    }
+
+    /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per
+    /// socket and per address, since no other limit sees them.
+    static let controlFrames: Set<ClientFrameType> = [.ping, .sessionRefresh, .logout]
+
+    private func admitControl(on connection: ClientConnection) -> Bool {
+        connection.takeControl() && controlPerAddress.take(connection.remoteAddress ?? "")
+    }
+
+    /// Answers a refused frame, unless the socket has had too many refusals (per socket
+    /// or from its address): then it is closed with 4003 instead, and what it sends
+    /// next is not read.
+    private func refuse(_ code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
+        guard connection.takeRefusal(), refusalsPerAddress.take(connection.remoteAddress ?? "") else {
+            environment.metrics.recordError(code)
+            if !connection.isClosing {
+                connection.logger.warning("socket_refusals_exceeded")
+                connection.close(code: CloseCode.tooManyRefusals, reason: "too many refused frames")
+            }
+            return
+        }
+        await reply(error: code, message, requestId: requestId, on: connection)
     }
 
     private func dispatch(_ frame: InboundFrame, on connection: ClientConnection) async throws {
@@ -70,8 +101,9 @@ struct FrameHandler: Sendable {
         case _ where RouterStream.frameTypes.contains(frame.type):
             try await enqueueForRouter(frame, on: connection)
         default:
-            connection.logger.warning("frame_not_served", metadata: ["type": "\(frame.type.rawValue)"])
-            await reply(error: .internalError, "\(frame.type.rawValue) is not served by this server yet", requestId: frame.requestId, on: connection)
+            // Not INTERNAL_ERROR: that asks the client to retry, and a retry cannot help.
+            connection.logger.info("frame_unavailable", metadata: ["type": "\(frame.type.rawValue)"])
+            await reply(error: .forbidden, "\(frame.type.rawValue) is not available on this server", requestId: frame.requestId, on: connection)
         }
     }
 
@@ -79,7 +111,7 @@ struct FrameHandler: Sendable {
     /// stream; a router answers through this instance's channel.
     private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = connection.whisperId else {
-            await reply(error: .notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
             return
         }
         let entry = RouterStream.Entry(

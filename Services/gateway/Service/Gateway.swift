@@ -29,9 +29,12 @@ public func buildGateway(
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
-        sendPerSender: settings.sendPerSender
+        sendPerSender: settings.sendPerSender,
+        controlPerAddress: LocalBucketTable(rule: settings.controlPerAddress),
+        refusalsPerAddress: LocalBucketTable(rule: settings.refusalsPerAddress)
     )
-    let control = ControlChannel(connections: connections, metrics: environment.metrics, logger: environment.logger)
+    let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
+    let control = ControlChannel(connections: connections, settler: settler, metrics: environment.metrics, logger: environment.logger)
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
         channels: [RedisKeys.gatewayChannel(settings.common.instanceID)],
@@ -53,24 +56,33 @@ public func buildGateway(
     } onUpgrade: { inbound, outbound, context in
         let connection = ClientConnection(
             channel: context.requestContext.channel, outbound: outbound,
-            remoteAddress: context.requestContext.remoteAddress, logger: context.logger
+            remoteAddress: context.requestContext.remoteAddress, logger: context.logger,
+            controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket
         )
         connections.add(connection)
-        defer {
-            Task {
-                connections.remove(connection.id)
-                await frames.release(connection)
-            }
-        }
         // Oversize frames and the like end the loop with an error: the WebSocket layer
-        // closes with its code.
-        for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
-            let bytes: [UInt8] = switch message {
-            case .text(let text): Array(text.utf8)
-            case .binary(let buffer): Array(buffer.readableBytesView)
+        // closes with its code. Either way the socket gives up its identity (presence)
+        // before it leaves the registry, in this task: a frame for it that arrives
+        // meanwhile still finds it, and nothing is left running after the socket.
+        let ended: (any Error)? = await withTaskGroup(of: Void.self) { group in
+            group.addTask { await connection.runClosing() }
+            defer { connection.finishClosing() }
+            do {
+                for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
+                    let bytes: [UInt8] = switch message {
+                    case .text(let text): Array(text.utf8)
+                    case .binary(let buffer): Array(buffer.readableBytesView)
+                    }
+                    await frames.handle(bytes, on: connection)
+                }
+                return nil
+            } catch {
+                return error
             }
-            await frames.handle(bytes, on: connection)
         }
+        await frames.release(connection)
+        connections.remove(connection.id)
+        if let ended { throw ended }
     }
 
     let app = Application(
@@ -103,7 +115,7 @@ public func buildGateway(
         interval: PresenceStore.ttl / 3, logger: environment.logger
     )
     let assembly = ServiceAssembly(
-        services: environment.clientServices + [subscriber, keeper, app, drainer],
+        services: environment.clientServices + [subscriber, settler, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

@@ -17,11 +17,24 @@ public struct GatewaySettings: ServiceSettings {
     public var internalToken: String
     /// `send_message` frames one identity may send (charged as the frame enters the router stream).
     public var sendPerSender: RateLimitRule
+    /// Frames that do no work beyond the gateway and auth (`ping`, `session_refresh`,
+    /// `logout`), per socket and per client address (this instance's count). Past
+    /// them: `RATE_LIMITED`, and the frame counts as refused.
+    public var controlPerSocket: RateLimitRule
+    public var controlPerAddress: RateLimitRule
+    /// Refused frames (malformed, no live session, over a limit), per socket and per
+    /// client address (this instance's count). Past them the socket is closed with 4003.
+    public var refusalsPerSocket: RateLimitRule
+    public var refusalsPerAddress: RateLimitRule
 
     public init(
         common: CommonSettings, authURL: String, internalToken: String,
         pingInterval: Duration = .seconds(30), drainTimeout: Duration = .seconds(5), reconnectDelayMs: Int = 1_000,
-        sendPerSender: RateLimitRule = RateLimitRule("600/60s")!
+        sendPerSender: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
+        controlPerSocket: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
+        controlPerAddress: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
+        refusalsPerSocket: RateLimitRule = RateLimitRule(capacity: 20, period: .seconds(60)),
+        refusalsPerAddress: RateLimitRule = RateLimitRule(capacity: 200, period: .seconds(60))
     ) {
         self.common = common
         self.authURL = authURL
@@ -30,6 +43,10 @@ public struct GatewaySettings: ServiceSettings {
         self.drainTimeout = drainTimeout
         self.reconnectDelayMs = reconnectDelayMs
         self.sendPerSender = sendPerSender
+        self.controlPerSocket = controlPerSocket
+        self.controlPerAddress = controlPerAddress
+        self.refusalsPerSocket = refusalsPerSocket
+        self.refusalsPerAddress = refusalsPerAddress
     }
 
     public init(from settings: SettingsReader) {
@@ -43,5 +60,9 @@ public struct GatewaySettings: ServiceSettings {
         }
         internalToken = settings.requiredString("whisper.internal.token", secret: true)
         sendPerSender = settings.rateLimit("gateway.rate.limit.send.per.sender", default: "600/60s")
+        controlPerSocket = settings.rateLimit("gateway.rate.limit.control.per.socket", default: "30/60s")
+        controlPerAddress = settings.rateLimit("gateway.rate.limit.control.per.address", default: "600/60s")
+        refusalsPerSocket = settings.rateLimit("gateway.rate.limit.refusals.per.socket", default: "20/60s")
+        refusalsPerAddress = settings.rateLimit("gateway.rate.limit.refusals.per.address", default: "200/60s")
     }
 }

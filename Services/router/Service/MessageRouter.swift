@@ -46,9 +46,12 @@ struct MessageRouter: Sendable {
     }
 
     /// `send_message` and `delivery_receipt`: the fast reader first (chosen at compile time).
+    /// What the stream holds passed the gateway's checks, but the router holds it to the
+    /// same rules again: an entry written by anything else must not reach arithmetic or
+    /// storage with values the schema refuses.
     private func decode<P: ClientPayload & HotPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
         if let object = FastJSON.object(entry.payload), let payload = P(fast: object) {
-            return payload
+            return try checked(payload)
         }
         return try decodeGeneral(P.self, entry)
     }
@@ -61,6 +64,15 @@ struct MessageRouter: Sendable {
         guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(entry.payload)) else {
             throw WhisperError(.invalidPayload, "payload does not match its schema")
         }
+        return try checked(payload)
+    }
+
+    private func checked<P: ClientPayload>(_ payload: P) throws -> P {
+        do {
+            try payload.validate()
+        } catch {
+            throw WhisperError(.invalidPayload, "payload.\(error.field) \(error.rule)")
+        }
         return payload
     }
 
@@ -72,7 +84,7 @@ struct MessageRouter: Sendable {
             throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
         }
         try checkSize(message)
-        guard abs(message.timestamp - now) <= Int64(Limits.TIMESTAMP_SKEW_MS) else {
+        guard Clock.isWithinSkew(message.timestamp, of: now) else {
             throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
         }
         guard let sender = try await identities.lookup(message.from) else {
@@ -173,15 +185,9 @@ struct MessageRouter: Sendable {
             return .ignored
         }
         let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp)
-        let frame = ServerFrameCodec.encode(delivered)
-        var handed = false
-        if let socket {
-            handed = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame)
-                .publish(to: socket.gateway, on: redis) > 0
-        }
-        if !handed {
-            try await receipts.keep(frame, for: sender)
-        }
+        // Stored first, handed to the sender's socket in the same script; it leaves the
+        // store once that socket has taken it, else it waits for the next fetch_pending.
+        try await receipts.keep(ServerFrameCodec.encode(delivered), for: sender, handingTo: socket)
         metrics.routed(.receipt)
         return .receipt
     }
@@ -192,10 +198,8 @@ struct MessageRouter: Sendable {
         if case .limited(let retry) = try await limiter.take("fetch", key: entry.whisperId, rule: settings.fetchPerIdentity) {
             throw WhisperError(.rateLimited, "too many fetches; retry in \(retry) ms")
         }
-        // Receipts that waited for this sender go first.
-        for kept in try await receipts.take(for: entry.whisperId) {
-            try await reply(kept, to: entry)
-        }
+        // Receipts that waited for this sender go first (each settled once written).
+        try await receipts.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
         let limit = min(request.limit ?? Limits.FETCH_PENDING_LIMIT_DEFAULT, Limits.FETCH_PENDING_LIMIT_MAX)
         let page = try await pending.page(recipient: entry.whisperId, after: request.cursor, limit: limit)
         var payload = Array(#"{"messages":["#.utf8)

@@ -28,7 +28,7 @@ struct RouterMetrics: Sendable {
 
     /// Time from the gateway taking the frame to a router starting on it (stream lag).
     func pickedUp(afterMs milliseconds: Int64) {
-        pickup.recordNanoseconds(max(0, milliseconds) * 1_000_000)
+        pickup.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: max(0, milliseconds)))
     }
 
     func handled(in duration: Duration) {

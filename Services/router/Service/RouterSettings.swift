@@ -23,8 +23,8 @@ public struct RouterSettings: ServiceSettings {
 
     public init(
         common: CommonSettings,
-        sendPerPair: RateLimitRule = RateLimitRule("300/60s")!,
-        fetchPerIdentity: RateLimitRule = RateLimitRule("600/60s")!,
+        sendPerPair: RateLimitRule = RateLimitRule(capacity: 300, period: .seconds(60)),
+        fetchPerIdentity: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),

@@ -116,7 +116,7 @@ struct StreamConsumer: Service {
         while let item = lanes.next(for: sender) {
             do {
                 let start = ContinuousClock.now
-                router.metrics.pickedUp(afterMs: Clock.millisecondsNow() - item.entry.receivedAt)
+                router.metrics.pickedUp(afterMs: Clock.elapsedMilliseconds(since: item.entry.receivedAt))
                 try await router.handle(item.entry, redelivery: item.redelivery)
                 router.metrics.handled(in: .now - start)
                 lanes.finished(item)

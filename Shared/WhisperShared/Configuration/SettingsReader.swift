@@ -118,8 +118,9 @@ public final class SettingsReader {
     /// A rate limit written `<count>/<period>` (`20/60s`, `10/1m`, `1000/1h`).
     public func rateLimit(_ key: String, default defaultValue: String) -> RateLimitRule {
         guard let rule = RateLimitRule(string(key, default: defaultValue)) else {
-            reject(key, because: "must look like 20/60s (count/period with s, m or h)")
-            return RateLimitRule(defaultValue)!
+            reject(key, because: "must look like 20/60s (count/period with s, m or h; at most 1000000000 per 366 days)")
+            // Only reached with an invalid setting, which `validate()` then reports.
+            return RateLimitRule(defaultValue) ?? RateLimitRule(capacity: 1, period: .seconds(1))
         }
         return rule
     }

@@ -1,6 +1,11 @@
-/// Receipts (`message_delivered` frames) for a sender who was offline when they came:
-/// `receipts:{whisperId}`, a list kept 72 hours, handed over at the sender's next
-/// `fetch_pending`.
+/// Receipts (`message_delivered` frames) on their way to the message's sender, stored
+/// before they are handed over, as messages are: `receipts:{whisperId}`, a Redis Stream
+/// kept 72 hours. A receipt leaves the store only when a gateway has written it to the
+/// sender's socket (`GatewayCommand.Kind.receipt`, then `settle`); one that finds no
+/// socket, or a socket that closes first, waits for the sender's next `fetch_pending`.
+/// So a receipt is never lost to a socket closing in between; it can come twice only
+/// when a `fetch_pending` hands it over while a live copy is still being written
+/// (clients treat `message_delivered` as a state, idempotent by messageId and status).
 public struct ReceiptQueue: Sendable {
     let redis: RedisClient
 
@@ -10,16 +15,61 @@ public struct ReceiptQueue: Sendable {
 
     static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}" }
 
-    public func keep(_ frame: [UInt8], for whisperId: String) async throws {
-        _ = try await redis.pipeline([
-            RedisCommand("RPUSH", Self.key(whisperId), frame),
-            RedisCommand("PEXPIRE", Self.key(whisperId), Int(PendingQueue.ttl.milliseconds)),
-        ])
+    /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
+    /// socket's gateway in the same script (one round trip; the store comes first).
+    /// Returns the stored entry's ID and whether a gateway was listening.
+    @discardableResult
+    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> (entryId: String, published: Bool) {
+        let reply = try await redis.evaluate(
+            Self.keepScript, keys: [Self.key(owner)],
+            arguments: [
+                frame, Int(PendingQueue.ttl.milliseconds), socket.map { RedisKeys.gatewayChannel($0.gateway) } ?? "",
+                socket?.connId ?? "", owner,
+            ]
+        )
+        guard let parts = reply.array, parts.count == 2, let id = parts[0].string else { throw RedisError.unexpectedReply("receipt keep") }
+        return (id, (parts[1].int ?? 0) > 0)
     }
 
-    /// Takes up to `limit` kept receipts, oldest first.
-    public func take(for whisperId: String, limit: Int = 500) async throws -> [[UInt8]] {
-        let reply = try await redis.send("LPOP", Self.key(whisperId), limit)
-        return reply.array?.compactMap(\.bytes) ?? []
+    /// Up to `limit` stored receipts of `owner`, oldest first, as commands that hand each
+    /// to `connId` on `gateway` and settle it there.
+    public func handOver(for owner: String, to gateway: String, connId: String, limit: Int = 500) async throws -> Int {
+        let reply = try await redis.send("XRANGE", Self.key(owner), "-", "+", "COUNT", limit)
+        var commands: [RedisCommand] = []
+        for entry in reply.array ?? [] {
+            guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array,
+                  fields.count == 2, let frame = fields[1].bytes else { continue }
+            let command = GatewayCommand(kind: .receipt, connId: connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id))
+            commands.append(RedisCommand("PUBLISH", RedisKeys.gatewayChannel(gateway), command.encoded))
+        }
+        if !commands.isEmpty {
+            _ = try await redis.pipeline(commands)
+        }
+        return commands.count
     }
+
+    /// Removes receipts a socket has taken.
+    public func settle(_ receipts: [StoredReceipt]) async throws {
+        var byOwner: [String: [String]] = [:]
+        for receipt in receipts { byOwner[receipt.owner, default: []].append(receipt.entryId) }
+        guard !byOwner.isEmpty else { return }
+        _ = try await redis.pipeline(byOwner.map { owner, ids in RedisCommand("XDEL", [Self.key(owner)] + ids) })
+    }
+
+    /// Receipts stored for `owner` and not yet taken.
+    public func count(for owner: String) async throws -> Int {
+        Int(try await redis.send("XLEN", Self.key(owner)).int ?? 0)
+    }
+
+    /// KEYS: the owner's receipts. ARGV: frame, ttl ms, gateway channel (or ""), connId,
+    /// owner. The command format is `GatewayCommand`'s (kind `receipt`).
+    static let keepScript = RedisScript("""
+        local id = redis.call('XADD', KEYS[1], '*', 'f', ARGV[1])
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        local published = 0
+        if ARGV[3] ~= '' then
+            published = redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])
+        end
+        return {id, published}
+        """)
 }

@@ -44,7 +44,6 @@ public struct SendMessage: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try validateEnvelope(check)
     }
 
@@ -95,7 +94,6 @@ public struct GroupSendMessage: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.require(Format.isGroupID(groupId), "groupId", "must be a group ID (grp-<uuid>)")
         try check.require(msgType != .system, "msgType", "must be text, image, voice or file")
         try SendMessage(
@@ -138,7 +136,6 @@ public struct DeliveryReceipt: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.uuid(messageId, "messageId")
         try check.whisperID(from, "from")
         try check.whisperID(to, "to")
@@ -166,7 +163,6 @@ public struct FetchPending: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         if let cursor { try check.require(Format.isCursor(cursor), "cursor", "must be a cursor returned as nextCursor") }
         if let limit {
             try check.require((1...Limits.FETCH_PENDING_LIMIT_MAX).contains(limit), "limit", "must be 1 to \(Limits.FETCH_PENDING_LIMIT_MAX)")
@@ -189,7 +185,6 @@ public struct GroupCreate: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.text(title, "title", characters: 1...Limits.MAX_GROUP_TITLE_CHARS)
         try check.whisperIDs(memberIds, "memberIds", count: 1...(Limits.MAX_GROUP_MEMBERS - 1))
     }
@@ -211,7 +206,6 @@ public struct GroupUpdate: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.require(Format.isGroupID(groupId), "groupId", "must be a group ID (grp-<uuid>)")
         if let addMembers { try check.whisperIDs(addMembers, "addMembers", count: 0...(Limits.MAX_GROUP_MEMBERS - 1)) }
         if let removeMembers { try check.whisperIDs(removeMembers, "removeMembers", count: 0...(Limits.MAX_GROUP_MEMBERS - 1)) }
@@ -249,7 +243,6 @@ public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable 
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.uuid(callId, "callId")
         try check.whisperID(from, "from")
         try check.whisperID(to, "to")
@@ -290,7 +283,6 @@ public struct Typing: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.whisperID(to, "to")
     }
 }
@@ -307,7 +299,6 @@ public struct PresenceSubscribe: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.whisperIDs(whisperIds, "whisperIds", count: 0...Limits.MAX_PRESENCE_PEERS)
     }
 }
@@ -328,7 +319,6 @@ public struct ReportUser: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try check.sessionToken(sessionToken)
         try check.whisperID(whisperId, "whisperId")
         if let details { try check.text(details, "details", characters: 0...Limits.MAX_REPORT_DETAILS_CHARS) }
         if let messageId { try check.uuid(messageId, "messageId") }

@@ -114,17 +114,22 @@ public enum FastJSON {
 
         /// Digits only, no leading zero, at most 18 of them (always fits in Int64). What
         /// follows is checked by the caller (a `.` or `e` there makes the object fail).
+        /// A longer run of digits is left to the general decoder, which refuses what does
+        /// not fit: the count is checked before a digit is added, so nothing can overflow.
         mutating func integer() -> Int64? {
             let start = index
             var value: Int64 = 0
             while let byte = current, byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") {
-                value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+                guard index - start < Self.maxDigits else { return nil }
+                value = value &* 10 &+ Int64(byte &- UInt8(ascii: "0"))
                 index += 1
-                if index - start > 18 { return nil }
             }
             if bytes[start] == UInt8(ascii: "0") && index - start > 1 { return nil }
             return value
         }
+
+        /// 10^18 - 1 is the largest run of nines below Int64.max.
+        static let maxDigits = 18
 
         /// Printable ASCII without escapes; anything else (a backslash, a control
         /// character, a byte of a multi-byte character) is left to the general decoder.

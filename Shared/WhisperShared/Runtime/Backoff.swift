@@ -43,11 +43,13 @@ public struct Backoff: Sendable {
 }
 
 extension Duration {
-    /// Whole nanoseconds, saturating.
+    /// Whole nanoseconds, saturating at Int64's bounds.
     public var nanoseconds: Int64 {
         let (seconds, attoseconds) = components
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        return overflow ? Int64.max : scaled + attoseconds / 1_000_000_000
+        guard !overflow else { return seconds < 0 ? .min : .max }
+        let (total, carried) = scaled.addingReportingOverflow(attoseconds / 1_000_000_000)
+        return carried ? (seconds < 0 ? .min : .max) : total
     }
 
     public var milliseconds: Double {

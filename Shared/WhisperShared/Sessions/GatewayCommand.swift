@@ -2,7 +2,8 @@
 /// instance's channel (`gateway:<instance>`).
 ///
 /// Wire format (cheap to build, also from Lua, and to read; the frame is carried as it is):
-/// `<kind>\n<connId>\n<reason>\n<acceptedAt>\n<frame>`, empty where a field does not apply.
+/// `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`, empty where a field does not
+/// apply. `detail` is the reason of a `revoke` and `<owner> <entryId>` of a `receipt`.
 public struct GatewayCommand: Sendable, Equatable {
     public enum Kind: String, Sendable {
         /// Send `session_revoked` with `reason`, then close the socket.
@@ -11,6 +12,9 @@ public struct GatewayCommand: Sendable, Equatable {
         case supersede
         /// Write `frame` (a complete server frame) to the socket.
         case deliver
+        /// Write `frame`, a stored receipt (`ReceiptQueue`), and once the socket has
+        /// taken it, remove it from the store.
+        case receipt
     }
 
     public var kind: Kind
@@ -20,17 +24,24 @@ public struct GatewayCommand: Sendable, Equatable {
     /// For `message_received`: when the sender's frame reached its gateway (ms), so the
     /// recipient's gateway can measure routing latency.
     public var acceptedAt: Int64?
+    /// For `receipt`: where the frame is stored (the sender it is for, and its entry).
+    public var stored: StoredReceipt?
 
-    public init(kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil) {
+    public init(
+        kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil,
+        stored: StoredReceipt? = nil
+    ) {
         self.kind = kind
         self.connId = connId
         self.reason = reason
         self.frame = frame
         self.acceptedAt = acceptedAt
+        self.stored = stored
     }
 
     public var encoded: [UInt8] {
-        var bytes = Array("\(kind.rawValue)\n\(connId)\n\(reason?.rawValue ?? "")\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
+        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? reason?.rawValue ?? ""
+        var bytes = Array("\(kind.rawValue)\n\(connId)\n\(detail)\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
         if let frame { bytes += frame }
         return bytes
     }
@@ -48,10 +59,15 @@ public struct GatewayCommand: Sendable, Equatable {
         }
         guard fields.count == 4, let kind = Kind(rawValue: fields[0]), !fields[1].isEmpty else { return nil }
         let frame = start < bytes.count ? Array(bytes[start...]) : nil
+        var stored: StoredReceipt?
+        if kind == .receipt {
+            guard let parsed = StoredReceipt(detail: fields[2]) else { return nil }
+            stored = parsed
+        }
         return GatewayCommand(
             kind: kind, connId: fields[1],
-            reason: fields[2].isEmpty ? nil : SessionRevoked.Reason(rawValue: fields[2]),
-            frame: frame, acceptedAt: Int64(fields[3])
+            reason: kind == .revoke ? SessionRevoked.Reason(rawValue: fields[2]) : nil,
+            frame: frame, acceptedAt: Int64(fields[3]), stored: stored
         )
     }
 
@@ -60,5 +76,22 @@ public struct GatewayCommand: Sendable, Equatable {
     @discardableResult
     public func publish(to gateway: String, on redis: RedisClient) async throws -> Int {
         Int(try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), encoded).int ?? 0)
+    }
+}
+
+/// Where a receipt waits in `receipts:{owner}` until its owner's socket has taken it.
+public struct StoredReceipt: Sendable, Equatable, Hashable {
+    public var owner: String
+    public var entryId: String
+
+    public init(owner: String, entryId: String) {
+        self.owner = owner
+        self.entryId = entryId
+    }
+
+    init?(detail: String) {
+        let parts = detail.split(separator: " ")
+        guard parts.count == 2 else { return nil }
+        self.init(owner: String(parts[0]), entryId: String(parts[1]))
     }
 }

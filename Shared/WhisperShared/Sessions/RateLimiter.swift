@@ -8,20 +8,26 @@ public struct RateLimitRule: Sendable, Equatable, CustomStringConvertible {
         self.period = period
     }
 
-    /// Parses `<count>/<number><s|m|h>`, e.g. `20/60s`, `10/1m`, `1000/1h`.
+    /// Parses `<count>/<number><s|m|h>`, e.g. `20/60s`, `10/1m`, `1000/1h`. Counts up to
+    /// a billion and periods up to a year; anything larger is refused, not wrapped.
     public init?(_ text: String) {
         let parts = text.split(separator: "/")
-        guard parts.count == 2, let count = Int(parts[0]), count > 0, let unit = parts[1].last,
+        guard parts.count == 2, let count = Int(parts[0]), (1...Self.maxCapacity).contains(count), let unit = parts[1].last,
               let amount = Int(parts[1].dropLast()), amount > 0 else { return nil }
-        let seconds: Int
+        let unitSeconds: Int
         switch unit {
-        case "s": seconds = amount
-        case "m": seconds = amount * 60
-        case "h": seconds = amount * 3600
+        case "s": unitSeconds = 1
+        case "m": unitSeconds = 60
+        case "h": unitSeconds = 3600
         default: return nil
         }
+        let (seconds, overflow) = amount.multipliedReportingOverflow(by: unitSeconds)
+        guard !overflow, seconds <= Self.maxPeriodSeconds else { return nil }
         self.init(capacity: count, period: .seconds(seconds))
     }
+
+    static let maxCapacity = 1_000_000_000
+    static let maxPeriodSeconds = 366 * 24 * 3600
 
     public var description: String { "\(capacity)/\(Int(period.milliseconds / 1000))s" }
 }
