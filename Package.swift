@@ -120,9 +120,10 @@ targets.append(.executableTarget(
 
 // Drives the decoders with libFuzzer (scripts/fuzz builds it with -sanitize=fuzzer);
 // an ordinary build replays the checked-in corpus (Tests/Fuzz/corpus).
+targets.append(.target(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"))
 targets.append(.executableTarget(
     name: "whisper-fuzz",
-    dependencies: ["WhisperShared"],
+    dependencies: ["WhisperShared", "CFuzzerDriver"],
     path: "Tests/Fuzz/Sources"
 ))
 

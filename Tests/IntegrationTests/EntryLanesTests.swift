@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import RouterService
 import WhisperShared
@@ -53,15 +54,21 @@ import WhisperShared
         _ = lanes.add(Self.item("1-0", from: "A"))
         _ = lanes.add(Self.item("2-0", from: "B"))
         #expect(lanes.room == 1, "never asks Redis for zero entries")
+        final class Flag: Sendable { let value = Atomic<Bool>(false) }
+        let resumed = Flag()
         let waited = Task {
             await lanes.waitForRoom()
-            return ContinuousClock.now
+            resumed.value.store(true, ordering: .relaxed)
         }
-        try await Task.sleep(for: .milliseconds(100))
-        let finishedAt = ContinuousClock.now
-        lanes.finished(lanes.next(for: "A")!)
-        let resumedAt = await waited.value
-        #expect(resumedAt >= finishedAt, "room came only when an entry finished")
+        // The reader is parked, and stays parked while the limit is in flight.
+        try await waitUntil { lanes.isWaitingForRoom }
+        let resumedEarly = resumed.value.load(ordering: .relaxed)
+        #expect(!resumedEarly)
+        lanes.finished(try #require(lanes.next(for: "A")))
+        await waited.value
+        let resumedLater = resumed.value.load(ordering: .relaxed)
+        #expect(resumedLater, "room came when an entry finished")
+        #expect(!lanes.isWaitingForRoom)
         // With room to spare it returns at once.
         await lanes.waitForRoom()
     }

@@ -4,27 +4,11 @@ import WhisperShared
 
 /// The real executables, as operators run them.
 @Suite struct ExecutableTests {
-    static let binPath = ProcessInfo.processInfo.environment["WHISPER_TEST_BIN_PATH"]
-        ?? TestServers.repoRoot.appendingPathComponent(".build/debug").path
-
     func launch(_ executable: String, arguments: [String] = [], environment: [String: String]) throws -> (Process, Pipe) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(Self.binPath)/\(executable)")
-        process.arguments = arguments
-        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        return (process, output)
+        try Executables.launch(executable, arguments: arguments, environment: environment)
     }
 
-    func logLines(_ pipe: Pipe) -> [[String: Any]] {
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        return String(decoding: data, as: UTF8.self).split(separator: "\n").compactMap {
-            (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
-        }
-    }
+    func logLines(_ pipe: Pipe) -> [[String: Any]] { Executables.logLines(pipe) }
 
     @Test(arguments: ["gateway", "auth", "router", "push-sender", "attachment-signer", "turn-cred", "admin", "gc-worker"])
     func missingSettingsStopTheStartNamingEachOne(executable: String) throws {
@@ -43,11 +27,7 @@ import WhisperShared
     @Test func migrateRunsOnceAndTheServicesStopCleanlyOnSIGTERM() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
         let port = try TestServers.freePort()
-        var environment = [
-            "WHISPER_POSTGRES_URL": "postgres://\(database.username)@\(database.host):\(database.port)/\(database.database)",
-            "WHISPER_REDIS_URL": TestServers.redisURL,
-            "WHISPER_INTERNAL_TOKEN": TestServers.internalToken,
-        ]
+        let environment = Executables.environment(database)
         for _ in 0..<2 {
             let (migrate, migrateOutput) = try launch("admin", arguments: ["migrate"], environment: environment)
             migrate.waitUntilExit()
@@ -63,13 +43,17 @@ import WhisperShared
             serviceEnvironment["WHISPER_LOG_LEVEL"] = "info"
             let (process, output) = try launch(service, environment: serviceEnvironment)
             _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }
-            // A moment of normal running (the router's first blocking read is out).
-            try await Task.sleep(for: .milliseconds(300))
-            kill(process.processIdentifier, SIGTERM)
-            let deadline = ContinuousClock.now + .seconds(15)
-            while process.isRunning, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(50))
+            if service == "router" {
+                // Normal running: the router's blocking read is out.
+                try await TestServers.withRedis { redis in
+                    try await waitUntil {
+                        let clients = try await redis.send("CLIENT", "LIST").string ?? ""
+                        return clients.split(separator: "\n").contains { $0.contains("name=whisper-router-reader") && $0.contains("cmd=xreadgroup") }
+                    }
+                }
             }
+            kill(process.processIdentifier, SIGTERM)
+            try? await waitUntil(timeout: .seconds(15)) { !process.isRunning }
             #expect(!process.isRunning, "\(service) did not stop within 15 s of SIGTERM")
             if process.isRunning { process.terminate() }
             process.waitUntilExit()

@@ -102,9 +102,13 @@ import WhisperShared
         #expect(recovered.sessionToken != created.sessionToken)
 
         // The first socket is told why and closed by the server.
-        var revoked: SessionRevoked?
-        for await event in first.events {
-            if let payload = event.payload(as: SessionRevoked.self) { revoked = payload }
+        let events = first.events
+        let revoked = try await withTimeout("the first socket's close") {
+            var revoked: SessionRevoked?
+            for await event in events {
+                if let payload = event.payload(as: SessionRevoked.self) { revoked = payload }
+            }
+            return revoked
         }
         #expect(revoked == SessionRevoked(reason: .replacedByNewDevice))
         #expect(await first.closeCode == .some(4001))
@@ -178,7 +182,7 @@ import WhisperShared
 
         // Expired: let Redis expire it as it would after 60 s.
         try await redis.send("PEXPIRE", RedisKeys.challenge(issued.challengeId), 1)
-        try await Task.sleep(for: .milliseconds(20))
+        try await waitUntil { try await redis.send("EXISTS", RedisKeys.challenge(issued.challengeId)).int == 0 }
         await expectRefused(.authFailed, "expired challenge") { _ = try await connection.request(proof(issued, signedBy: keys)) }
 
         // Signed by another key.

@@ -80,8 +80,8 @@ import WhisperShared
             try await waitUntil { subscriber.isSubscribed }
             let payload: [UInt8] = Array("hello\r\n\u{0}".utf8)
             #expect(try await redis.send("PUBLISH", channel, payload) == .integer(1))
-            var iterator = subscriber.messages.makeAsyncIterator()
-            let message = await iterator.next()
+            let messages = subscriber.messages
+            let message = try await withTimeout("a published message") { await messages.first { _ in true } }
             #expect(message?.channel == channel)
             #expect(message?.payload == payload)
         }
@@ -111,18 +111,9 @@ import WhisperShared
             // The subscriber re-subscribed on its own and hears new messages.
             try await waitUntil(timeout: .seconds(10)) { subscriber.isSubscribed }
             try await redis.send("PUBLISH", channel, "again")
-            var iterator = subscriber.messages.makeAsyncIterator()
-            #expect(await iterator.next()?.payload == Array("again".utf8))
+            let messages = subscriber.messages
+            #expect(try await withTimeout("a message after the restart") { await messages.first { _ in true } }?.payload == Array("again".utf8))
         }
     }
 }
 
-/// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
-func waitUntil(timeout: Duration = .seconds(5), _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    throw TestSetupError("condition not met within \(timeout)")
-}

@@ -15,7 +15,7 @@ import WhisperShared
 
     func launchRouter(database: PostgresSettings, redisURL: String, port: Int) throws -> Process {
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(ExecutableTests.binPath)/router")
+        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/router")
         process.environment = [
             "PATH": "/usr/bin:/bin",
             "WHISPER_POSTGRES_URL": "postgres://\(database.username)@\(database.host):\(database.port)/\(database.database)",
@@ -92,7 +92,8 @@ import WhisperShared
         for (index, recipient) in recipients.enumerated() {
             var dedupe = MessageDeduplicator()
             var distinct: Set<String> = []
-            try await Task.sleep(for: .milliseconds(200))
+            // Nobody acknowledges here, so every accepted message is still pending: the
+            // live copies (however many arrived by now) only add duplicates to drop.
             for frame in await recipient.events.all(.messageReceived) {
                 guard let message = frame.payload(as: MessageReceived.self) else { continue }
                 _ = try MessageCrypto.open(message, by: (recipient.whisperId, recipient.keys), sender: senders[index].peerKeys)

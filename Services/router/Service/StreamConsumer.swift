@@ -346,6 +346,9 @@ final class EntryLanes: Sendable {
         waiter?.resume()
     }
 
+    /// Whether the reader is parked in `waitForRoom`.
+    var isWaitingForRoom: Bool { state.withLock { $0.roomWaiter != nil } }
+
     func isHandling(_ id: String) -> Bool {
         state.withLock { $0.handling.contains(id) }
     }

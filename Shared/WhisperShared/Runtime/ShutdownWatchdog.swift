@@ -19,7 +19,10 @@ import Synchronization
 /// process is still there, the watchdog logs `shutdown_stalled` and ends the process at
 /// once with status 1, so an orchestrator (or a test) never waits forever for it.
 public final class ShutdownWatchdog: Sendable {
-    private let queue: DispatchQueue
+    /// Serial: the signal handler, the timer and `onStall` all run here.
+    let queue: DispatchQueue
+    /// Stop signals handled so far (tests wait on it instead of on time).
+    let signalsHandled = Atomic<Int>(0)
     /// Set once in `init`, cancelled in `deinit`; Dispatch sources are thread-safe.
     nonisolated(unsafe) private let sources: [any DispatchSourceSignal]
     private let armed = Atomic<Bool>(false)
@@ -68,6 +71,7 @@ public final class ShutdownWatchdog: Sendable {
     }
 
     private func stopRequested() {
+        signalsHandled.add(1, ordering: .relaxed)
         guard armed.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
         queue.asyncAfter(deadline: .now() + .nanoseconds(Int(limit.nanoseconds)), execute: onStall)
     }

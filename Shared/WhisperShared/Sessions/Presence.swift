@@ -12,7 +12,7 @@ public struct PresenceRecord: Sendable, Equatable {
 
     var encoded: String { "\(gateway) \(connId)" }
 
-    init?(encoded: String) {
+    public init?(encoded: String) {
         let parts = encoded.split(separator: " ", maxSplits: 1)
         guard parts.count == 2 else { return nil }
         self.init(gateway: String(parts[0]), connId: String(parts[1]))

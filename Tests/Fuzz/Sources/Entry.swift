@@ -1,6 +1,8 @@
 import Foundation
 
 #if FUZZING
+import CFuzzerDriver
+
 /// libFuzzer's entry (built by scripts/fuzz with `-sanitize=fuzzer -DFUZZING`): the
 /// target comes from `WHISPER_FUZZ_TARGET`.
 private let selected: FuzzTarget = {
@@ -17,6 +19,17 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let bytes = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
     selected.run(bytes)
     return 0
+}
+
+/// The process's entry. SwiftPM's debug builds link an executable's `main` to
+/// `<target>_main` (so tests can link executables); here that hands over to libFuzzer.
+@_cdecl("whisper_fuzz_main")
+public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc
+    var arguments = argv
+    return LLVMFuzzerRunDriver(&count, &arguments) { data, size in
+        fuzzOneInput(data, size)
+    }
 }
 #else
 /// Without the fuzzer (any ordinary build): replays a corpus, `whisper-fuzz TARGET

@@ -51,16 +51,17 @@ struct MessagingStack {
 
     /// Runs `body` with a Redis client of its own on the stack's Redis.
     func withRedis<T: Sendable>(_ body: (RedisClient) async throws -> T) async throws -> T {
-        let client = RedisClient(configuration: redis, logger: TestServers.logger)
-        let task = Task { try await client.run() }
-        defer { task.cancel() }
-        try await waitUntil { client.isConnected }
-        return try await body(client)
+        try await TestServers.withRedis(redis, body)
     }
 
     /// Messages waiting in a recipient's pending queue.
     func pendingDepth(_ whisperId: String) async throws -> Int {
         try await withRedis { try await PendingQueue(redis: $0).depth(recipient: whisperId) }
+    }
+
+    /// Receipts stored for `whisperId` and not yet taken by a socket of theirs.
+    func storedReceipts(_ whisperId: String) async throws -> Int {
+        try await withRedis { try await ReceiptQueue(redis: $0).count(for: whisperId) }
     }
 
     /// Entries in the router stream (acknowledged or not).
@@ -121,8 +122,15 @@ struct MessagingStack {
     func offlineUser(on index: Int) async throws -> TestUser {
         let user = try await user(on: index)
         await user.connection.close()
-        try await Task.sleep(for: .milliseconds(200))
+        try await waitUntilOffline(user)
         return user
+    }
+
+    /// Waits until the gateway has let go of the user's socket (its presence is gone).
+    func waitUntilOffline(_ user: TestUser) async throws {
+        try await withRedis { redis in
+            try await waitUntil { try await PresenceStore(redis: redis).lookup(user.whisperId) == nil }
+        }
     }
 
     /// A new socket for an existing user's session (a reconnect).

@@ -142,19 +142,16 @@ struct RunningService: Sendable {
         let assembly = build { port in continuation.yield(port) }
         let group = assembly.makeGroup(handleSignals: false)
         let task = Task { try await group.run() }
-        let port = try await withThrowingTaskGroup(of: Int?.self) { tasks in
-            tasks.addTask { await ports.first { _ in true } }
-            tasks.addTask {
-                try await Task.sleep(for: .seconds(20))
-                return nil
-            }
-            let first = try await tasks.next() ?? nil
-            tasks.cancelAll()
-            return first
+        let port: Int?
+        do {
+            port = try await withTimeout("the service's listening port", timeout: .seconds(20)) { await ports.first { _ in true } }
+        } catch {
+            task.cancel()
+            throw error
         }
         guard let port else {
             task.cancel()
-            throw TestSetupError("service did not start listening within 20 s")
+            throw TestSetupError("service stopped before it listened")
         }
         return RunningService(port: port, group: group, task: task)
     }

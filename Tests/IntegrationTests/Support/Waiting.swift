@@ -1,0 +1,45 @@
+/// The only places tests wait on time: polling real state until a condition holds, and
+/// bounding a wait for something that should arrive. Neither decides a test's outcome by
+/// how long something took.
+
+import WhisperShared
+
+extension TestServers {
+    /// Runs `body` with a Redis client of its own (on the tests' Redis unless told).
+    static func withRedis<T: Sendable>(_ configuration: RedisConfiguration = TestServers.redis, _ body: (RedisClient) async throws -> T) async throws -> T {
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let task = Task { try await client.run() }
+        defer { task.cancel() }
+        try await waitUntil { client.isConnected }
+        return try await body(client)
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(20))
+    }
+    throw TestSetupError("condition not met within \(timeout)")
+}
+
+/// What `operation` returns, or a `TestSetupError` when it has not returned within
+/// `timeout` (it is then cancelled).
+func withTimeout<T: Sendable>(
+    _ what: String, timeout: Duration = .seconds(10), _ operation: @escaping @Sendable () async throws -> T
+) async throws -> T {
+    try await withThrowingTaskGroup(of: T?.self) { group in
+        group.addTask { try await operation() }
+        group.addTask {
+            try await Task.sleep(for: timeout)
+            return nil
+        }
+        defer { group.cancelAll() }
+        guard let first = try await group.next(), let value = first else {
+            throw TestSetupError("\(what): nothing within \(timeout)")
+        }
+        return value
+    }
+}
