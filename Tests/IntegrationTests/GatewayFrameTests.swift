@@ -119,6 +119,12 @@ import WhisperShared
             let reconnect = try #require(frame.payload(as: Reconnect.self))
             #expect(reconnect.reason == "server_shutdown")
             #expect(reconnect.retryAfterMs == 1_000)
+            // While it drains (this socket is still open) the instance is not ready and
+            // takes no new sockets.
+            #expect(try await HTTP.get("\(gateway.baseURL)/ready").status == 503)
+            await #expect(throws: (any Error).self) {
+                try await WebSocketTest.connect(stack.url) { _ in }
+            }
         }
         try await gateway.task.value
         try await stack.auth.stop()

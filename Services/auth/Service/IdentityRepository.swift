@@ -71,8 +71,12 @@ struct IdentityRepository: Sendable {
     }
 
     /// Makes `deviceId` the identity's one active device, with its platform and tokens.
+    /// Sign-ins of one identity take turns (the identity's row is locked first): two at
+    /// once would otherwise each miss the other's new device and collide on the index
+    /// that allows one active device per identity.
     func activateDevice(_ deviceId: String, whisperId: String, platform: Platform, pushToken: String?, voipToken: String?) async throws {
         try await postgres.withTransaction(logger: logger) { connection in
+            _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(whisperId) FOR UPDATE", logger: logger)
             _ = try await connection.query(
                 "UPDATE devices SET active = false, updated_at = now() WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid AND active",
                 logger: logger

@@ -112,7 +112,7 @@ public func buildGateway(
     )
     let keeper = PresenceKeeper(
         presence: presence, connections: connections, instanceID: settings.common.instanceID,
-        interval: PresenceStore.ttl / 3, logger: environment.logger
+        interval: settings.presenceRefreshInterval, logger: environment.logger
     )
     let assembly = ServiceAssembly(
         services: environment.clientServices + [subscriber, settler, keeper, app, drainer],

@@ -26,6 +26,9 @@ public struct GatewaySettings: ServiceSettings {
     /// client address (this instance's count). Past them the socket is closed with 4003.
     public var refusalsPerSocket: RateLimitRule
     public var refusalsPerAddress: RateLimitRule
+    /// How often the presence of this instance's sockets is renewed (it expires after
+    /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
+    public var presenceRefreshInterval: Duration
 
     public init(
         common: CommonSettings, authURL: String, internalToken: String,
@@ -34,7 +37,8 @@ public struct GatewaySettings: ServiceSettings {
         controlPerSocket: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
         controlPerAddress: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
         refusalsPerSocket: RateLimitRule = RateLimitRule(capacity: 20, period: .seconds(60)),
-        refusalsPerAddress: RateLimitRule = RateLimitRule(capacity: 200, period: .seconds(60))
+        refusalsPerAddress: RateLimitRule = RateLimitRule(capacity: 200, period: .seconds(60)),
+        presenceRefreshInterval: Duration = PresenceStore.ttl / 3
     ) {
         self.common = common
         self.authURL = authURL
@@ -47,6 +51,7 @@ public struct GatewaySettings: ServiceSettings {
         self.controlPerAddress = controlPerAddress
         self.refusalsPerSocket = refusalsPerSocket
         self.refusalsPerAddress = refusalsPerAddress
+        self.presenceRefreshInterval = presenceRefreshInterval
     }
 
     public init(from settings: SettingsReader) {
@@ -64,5 +69,6 @@ public struct GatewaySettings: ServiceSettings {
         controlPerAddress = settings.rateLimit("gateway.rate.limit.control.per.address", default: "600/60s")
         refusalsPerSocket = settings.rateLimit("gateway.rate.limit.refusals.per.socket", default: "20/60s")
         refusalsPerAddress = settings.rateLimit("gateway.rate.limit.refusals.per.address", default: "200/60s")
+        presenceRefreshInterval = .seconds(settings.int("gateway.presence.refresh.seconds", default: 30, range: 1...60))
     }
 }

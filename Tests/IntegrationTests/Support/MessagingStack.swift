@@ -1,6 +1,7 @@
 import AuthService
 import Foundation
 import GatewayService
+import Testing
 import RouterService
 import WhisperClient
 import WhisperShared
@@ -17,14 +18,18 @@ struct MessagingStack {
 
     static func start(
         routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
-        gateway configureGateway: (inout GatewaySettings) -> Void = { _ in }
+        gateway configureGateway: (inout GatewaySettings) -> Void = { _ in },
+        auth configureAuth: (inout AuthSettings) -> Void = { _ in }
     ) async throws -> MessagingStack {
         let redisServer = try RedisProcess()
         try redisServer.start()
-        let redis = RedisConfiguration(url: redisServer.url)!
+        let redis = try #require(RedisConfiguration(url: redisServer.url))
         let database = try await TestDatabases.shared.make()
+        var authSettings = TestServers.authSettings(database, redis: redis)
+        configureAuth(&authSettings)
+        let finalAuthSettings = authSettings
         let auth = try await RunningService.start { running in
-            buildAuth(settings: TestServers.authSettings(database, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+            buildAuth(settings: finalAuthSettings, logger: TestServers.logger, onServerRunning: running).assembly
         }
         var gateways: [RunningService] = []
         var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.port, redis: redis)

@@ -1,0 +1,280 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// What the router and the gateway protect on their own: messageIds, bans, sizes,
+/// limits, the consumer group, sessions across sockets, receipts in flight.
+@Suite struct ProtectionTests {
+    @Test func aMessageIdTakenByAnotherSenderIsRefused() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let carol = try await stack.user(on: 0)
+        let original = alice.message("first", to: bob)
+        try await alice.connection.send(original)
+        let copycat = carol.message("mine now", to: bob, messageId: original.messageId)
+        await expectRefusal(.invalidPayload) { try await carol.connection.send(copycat) }
+        // Bob has Alice's message and nothing of Carol's.
+        let page = try await bob.connection.fetchPending()
+        #expect(page.messages.map(\.from) == [alice.whisperId])
+        try await stack.stop()
+    }
+
+    @Test func bannedSendersAndRecipientsAreRefusedOnceTheIdentityCacheRefreshes() async throws {
+        let stack = try await MessagingStack.start { $0.identityCacheTTL = .milliseconds(200) }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let carol = try await stack.user(on: 1)
+        // Both identities are in the routers' caches now.
+        try await alice.connection.send(alice.message("before the ban", to: bob))
+        try await carol.connection.send(carol.message("before the ban", to: alice))
+        _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
+            .query("INSERT INTO bans (whisper_id, reason, banned_by) VALUES ('\(alice.whisperId)', 'spam', 'test')")
+        // Each router's cache refreshes by itself within its TTL: sends are refused once
+        // it has (as sender: USER_BANNED; as recipient: FORBIDDEN), by every router.
+        func refusedFromNowOn(_ send: () async throws -> Void, _ code: ErrorCode) async throws {
+            var inARow = 0
+            try await waitUntil {
+                do {
+                    try await send()
+                    inARow = 0
+                } catch WhisperClientError.refused(let actual, _) where actual == code {
+                    inARow += 1
+                }
+                return inARow >= 4
+            }
+        }
+        try await refusedFromNowOn({ try await alice.connection.send(alice.message("after the ban", to: bob)) }, .userBanned)
+        try await refusedFromNowOn({ try await carol.connection.send(carol.message("to a banned user", to: alice)) }, .forbidden)
+        // A ban that has expired is no ban.
+        _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
+            .query("UPDATE bans SET expires_at = now() - interval '1 second' WHERE whisper_id = '\(alice.whisperId)'")
+        try await waitUntil {
+            (try? await alice.connection.send(alice.message("ban over", to: bob))) != nil
+        }
+        try await stack.stop()
+    }
+
+    @Test func attachmentsAreHeldToTheLimitOfTheirType() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        func message(_ type: MessageType, size: Int64?) -> SendMessage {
+            var message = alice.message("pointer", to: bob)
+            message.msgType = type
+            message.attachment = size.map {
+                AttachmentPointer(
+                    objectKey: "att/2026/11/\(UUID().uuidString.lowercased()).bin", contentType: "application/octet-stream",
+                    ciphertextSize: $0, fileNonce: Data(count: 24).base64EncodedString(),
+                    fileKeyBox: FileKeyBox(nonce: Data(count: 24).base64EncodedString(), ciphertext: Data(count: 48).base64EncodedString())
+                )
+            }
+            return message
+        }
+        let limits: [(MessageType, Int64)] = [
+            (.image, Int64(Limits.MAX_IMAGE_BYTES)), (.voice, Int64(Limits.MAX_VOICE_BYTES)), (.file, Int64(Limits.MAX_FILE_BYTES)),
+        ]
+        for (type, limit) in limits {
+            try await alice.connection.send(message(type, size: limit))
+            if limit < Int64(Limits.MAX_FILE_BYTES) {
+                await expectRefusal(.invalidPayload, "\(type) one byte over") { try await alice.connection.send(message(type, size: limit + 1)) }
+            }
+            await expectRefusal(.invalidPayload, "\(type) without an attachment") { try await alice.connection.send(message(type, size: nil)) }
+        }
+        // The schema bound is the largest limit.
+        await expectRefusal(.invalidPayload, "file over 50 MB") {
+            try await alice.connection.send(message(.file, size: Int64(Limits.MAX_FILE_BYTES) + 1))
+        }
+        #expect(try await stack.pendingDepth(bob.whisperId) == limits.count)
+        try await stack.stop()
+    }
+
+    @Test func presenceIsSetWithAnExpiryAndRefreshedWhileTheSocketLives() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.presenceRefreshInterval = .milliseconds(200) })
+        let alice = try await stack.user(on: 0)
+        try await stack.withRedis { redis in
+            let key = RedisKeys.presence(alice.whisperId)
+            let ttl = try await redis.send("PTTL", key).int ?? -2
+            #expect(ttl > 0 && ttl <= Int64(PresenceStore.ttl.milliseconds), "presence expires by itself: \(ttl)")
+            // Nearly expired: the gateway's refresh puts the full expiry back.
+            try await redis.send("PEXPIRE", key, 3_000)
+            try await waitUntil { (try await redis.send("PTTL", key).int ?? 0) > 10_000 }
+            // A closed socket's presence is gone at once, not at expiry.
+            await alice.connection.close()
+            try await waitUntil { try await redis.send("EXISTS", key).int == 0 }
+        }
+        try await stack.stop()
+    }
+
+    @Test func fetchesAreLimitedPerIdentity() async throws {
+        let stack = try await MessagingStack.start(routers: 1) { $0.fetchPerIdentity = RateLimitRule(capacity: 3, period: .seconds(60)) }
+        let alice = try await stack.user(on: 0)
+        for _ in 0..<3 { _ = try await alice.connection.fetchPending() }
+        await expectRefusal(.rateLimited) { _ = try await alice.connection.fetchPending() }
+        let bob = try await stack.user(on: 1)
+        _ = try await bob.connection.fetchPending()
+        try await stack.stop()
+    }
+
+    @Test func tokenUpdatesAndKeyLookupsAreLimitedPerIdentity() async throws {
+        let stack = try await MessagingStack.start(auth: {
+            $0.updateTokensPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60))
+            $0.keyLookupPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60))
+        })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        for index in 0..<2 { try await alice.connection.updateTokens(pushToken: .set("token-\(index)")) }
+        await expectRefusal(.rateLimited) { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
+        let url = "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys"
+        func lookup(as user: TestUser) async throws -> Int {
+            var request = HTTPClientRequest(url: url)
+            request.headers.add(name: "Authorization", value: "Bearer \(user.token)")
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            _ = try await response.body.collect(upTo: 1 << 16)
+            return Int(response.status.code)
+        }
+        #expect(try await lookup(as: alice) == 200)
+        #expect(try await lookup(as: alice) == 200)
+        #expect(try await lookup(as: alice) == 429)
+        #expect(try await lookup(as: bob) == 200, "the limit is per identity")
+        try await stack.stop()
+    }
+
+    @Test func authsInternalEndpointsWantTheInternalToken() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let body = #"{"context":{"gateway":"g","connId":"c"},"payload":{"protocolVersion":1,"cryptoVersion":1,"deviceId":"\#(UUID().uuidString.lowercased())","platform":"ios"}}"#
+        func post(token: String?) async throws -> (Int, String) {
+            var request = HTTPClientRequest(url: stack.auth.baseURL + InternalAPI.framePath(.registerBegin))
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            if let token { request.headers.add(name: InternalAPI.tokenHeader, value: token) }
+            request.body = .bytes(ByteBuffer(string: body))
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 16)))
+        }
+        #expect(try await post(token: nil).0 == 401)
+        #expect(try await post(token: "wrong").0 == 401)
+        #expect(try await post(token: TestServers.internalToken + "x").0 == 401)
+        let (status, answer) = try await post(token: TestServers.internalToken)
+        #expect(status == 200)
+        #expect(try ServerFrameCodec.decode(Array(answer.utf8)).type == .registerChallenge)
+        try await stack.stop()
+    }
+
+    @Test func theRoutersRecreateTheirGroupWhenItIsDeleted() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let first = alice.message("before", to: bob)
+        try await alice.connection.send(first)
+        _ = try await stack.withRedis { try await $0.send("XGROUP", "DESTROY", RouterStream.key, RouterStream.group) }
+        let second = alice.message("after", to: bob)
+        try await alice.connection.send(second, timeout: .seconds(20))
+        let received = try await bob.events(.messageReceived, count: 2)
+        #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == [first.messageId, second.messageId])
+        // Handled entries read again from the start of the stream change nothing.
+        _ = try await bob.connection.ping()
+        #expect(await bob.events.all(.messageReceived).count == 2)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 2)
+        try await stack.stop()
+    }
+
+    @Test func concurrentSignInsOfOneIdentityLeaveOneLiveSession() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let urls = stack.gateways.map { "ws://127.0.0.1:\($0.port)/ws" }
+        let keys = alice.keys
+        let acks = try await withThrowingTaskGroup(of: RegisterAck.self) { group in
+            for index in 0..<4 {
+                group.addTask {
+                    let connection = WhisperConnection(url: urls[index % 2], logger: TestServers.logger)
+                    try await connection.connect()
+                    return try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .android)
+                }
+            }
+            var acks: [RegisterAck] = []
+            for try await ack in group { acks.append(ack) }
+            return acks
+        }
+        #expect(Set(acks.map(\.whisperId)) == [alice.whisperId])
+        let live = try await stack.withRedis { redis in
+            var live: [String] = []
+            for token in acks.map(\.sessionToken) + [alice.token] where try await SessionStore(redis: redis).lookup(token) != nil {
+                live.append(token)
+            }
+            return live
+        }
+        #expect(live.count == 1, "\(live.count) live sessions")
+        try await stack.stop()
+    }
+
+    @Test func aNewerSocketOfTheSessionSupersedesTheOlderOneAndALogoutThereEndsItEverywhere() async throws {
+        let stack = try await MessagingStack.start(routers: 1)
+        let first = try await stack.user(on: 0)
+        // The first socket has just been trusted with its token.
+        _ = try await first.connection.fetchPending()
+        let second = try await stack.reconnect(first, on: 1)
+        _ = try await second.connection.fetchPending()
+        try await waitUntil { await first.connection.closeCode != nil }
+        #expect(await first.connection.closeCode == .some(4002))
+        try await second.connection.logout()
+        // A third socket with the token, and the second one, are refused at once.
+        let third = try await stack.reconnect(first, on: 0)
+        await expectRefusal(.notRegistered) { _ = try await third.connection.fetchPending() }
+        try await stack.stop()
+    }
+
+    @Test func aLiveReceiptLeavesTheStoreOnceWrittenAndIsNotGivenAgain() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let message = alice.message("hi", to: bob)
+        try await alice.connection.send(message)
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        try await bob.connection.acknowledge(received)
+        _ = try await alice.events(.messageDelivered)
+        try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
+        _ = try await alice.connection.fetchPending()
+        #expect(await alice.events.all(.messageDelivered).count == 1)
+        try await stack.stop()
+    }
+
+    @Test func aReceiptForASocketThatJustClosedWaitsForTheNextFetch() async throws {
+        let stack = try await MessagingStack.start()
+        let aliceFirst = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let message = aliceFirst.message("hi", to: bob)
+        try await aliceFirst.connection.send(message)
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        // The router finds Alice's presence, but the socket it names is gone by the
+        // time the gateway gets the receipt (as when it closes a moment earlier).
+        let gateway = try await stack.withRedis { try await PresenceStore(redis: $0).lookup(aliceFirst.whisperId)?.gateway }
+        await aliceFirst.connection.close()
+        try await stack.waitUntilOffline(aliceFirst)
+        try await stack.withRedis {
+            _ = try await PresenceStore(redis: $0).set(aliceFirst.whisperId, to: PresenceRecord(gateway: try #require(gateway), connId: "closed-a-moment-ago"))
+        }
+        try await bob.connection.acknowledge(received)
+        try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 1 }
+        let alice = try await stack.reconnect(aliceFirst, on: 1)
+        _ = try await alice.connection.fetchPending()
+        let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(receipt.messageId == message.messageId)
+        try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 0 }
+        try await stack.stop()
+    }
+
+    func expectRefusal(_ code: ErrorCode, _ what: String = "", _ body: () async throws -> Void) async {
+        do {
+            try await body()
+            Issue.record("accepted: \(what)")
+        } catch WhisperClientError.refused(let actual, _) {
+            #expect(actual == code, "\(what)")
+        } catch {
+            Issue.record("\(what): \(error)")
+        }
+    }
+}
