@@ -118,6 +118,16 @@ targets.append(.executableTarget(
     path: "Tools/whisper-load"
 ))
 
+targets.append(.executableTarget(
+    name: "whisper-faults",
+    dependencies: [
+        "WhisperClient", "WhisperShared",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+    ],
+    path: "Tools/whisper-faults"
+))
+
 // Drives the decoders with libFuzzer (scripts/fuzz builds it with -sanitize=fuzzer);
 // an ordinary build replays the checked-in corpus (Tests/Fuzz/corpus).
 targets.append(.target(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"))

@@ -86,7 +86,9 @@ stop_postgres() {
     as_pg "$bindir/pg_ctl" -D "$DATA/$name" -m fast -w stop >/dev/null 2>&1 || true
 }
 
-# start_redis NAME PORT: append-only Redis in .data/NAME.
+# start_redis NAME PORT: append-only Redis in .data/NAME. WHISPER_REDIS_APPENDFSYNC
+# (always by default: a message is on disk before its message_accepted goes out; see
+# docs/operations.md) and WHISPER_REDIS_APPENDONLY (yes) choose its durability.
 start_redis() {
     local name="$1" port="$2" dir
     dir="$DATA/$name"
@@ -96,7 +98,7 @@ start_redis() {
     fi
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
         --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-        --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync everysec --save "" >/dev/null
+        --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" >/dev/null
     local i
     for i in $(seq 1 50); do
         redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0

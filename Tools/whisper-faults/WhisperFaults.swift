@@ -1,0 +1,336 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Synchronization
+import WhisperClient
+import WhisperShared
+
+/// Steady messaging through the SDK while `scripts/faults` kills and restarts parts of
+/// the stack: every client behaves as an app does (reconnects to the next gateway with
+/// backoff, resumes its session, walks its pending queue on each connect, acknowledges
+/// what it gets, dedupes by messageId, resends an unanswered message with the same
+/// messageId under the SDK's retry policy), and every messageId is accounted for.
+@main
+struct WhisperFaults: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "whisper-faults",
+        abstract: "Steady SDK traffic that counts every message through faults (scripts/faults runs it)."
+    )
+
+    @Option(name: .customLong("gateway"), help: "Gateway WebSocket URL; repeat for several (clients move to the next on a failure).")
+    var gateways: [String] = ["ws://127.0.0.1:8080/ws"]
+
+    @Option(help: "Sender/recipient pairs.")
+    var pairs = 20
+
+    @Option(help: "Messages per second over all pairs.")
+    var rate = 200.0
+
+    @Option(help: "Seconds of sending.")
+    var duration = 60.0
+
+    @Option(help: "Seconds to wait after sending for answers and deliveries (recipients walk their queues).")
+    var drain = 60.0
+
+    @Option(help: "A file that gets one line '<unix ms> <name>' per fault; read at the end to work out recovery times.")
+    var faults: String?
+
+    @Option(help: "Write the report (JSON) here as well as to standard output.")
+    var report: String?
+
+    mutating func run() async throws {
+        var logger = Logger(label: "whisper-faults")
+        logger.logLevel = .critical
+        let gateways = self.gateways
+        let ledger = Ledger()
+        say("registering \(pairs * 2) identities...")
+        var users: [FaultClient] = []
+        for index in 0..<(pairs * 2) {
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let connection = WhisperConnection(url: gateways[index % gateways.count], logger: logger)
+            try await connection.connect()
+            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
+            await connection.close()
+            users.append(FaultClient(
+                whisperId: ack.whisperId, keys: keys, token: ack.sessionToken,
+                gateways: Array(gateways[(index % gateways.count)...] + gateways[..<(index % gateways.count)]),
+                ledger: ledger, logger: logger
+            ))
+        }
+        let started = Clock.millisecondsNow()
+        say("sending \(rate) messages/s over \(pairs) pairs for \(duration) s (start \(started))")
+        let perSender = rate / Double(pairs)
+        let count = Int(perSender * duration)
+        let deadline = ContinuousClock.now + .milliseconds(Int64((duration + drain) * 1000))
+        let users_ = users
+        let pairs = self.pairs
+        await withTaskGroup(of: Void.self) { group in
+            for user in users_ {
+                group.addTask { await user.stayConnected(until: deadline) }
+            }
+            await withTaskGroup(of: Void.self) { senders in
+                for index in 0..<pairs {
+                    let (sender, recipient) = (users_[index * 2], users_[index * 2 + 1])
+                    senders.addTask {
+                        await sender.send(count, perSecond: perSender, phase: Double(index) / Double(pairs), to: recipient, until: deadline)
+                    }
+                }
+            }
+            // Sending is over: wait until every accepted message has arrived, walking
+            // queues now and then as an app woken by a push would.
+            while ContinuousClock.now < deadline, ledger.missing() > 0 {
+                for index in 0..<pairs { await users_[index * 2 + 1].walkQueue() }
+                try? await Task.sleep(for: .seconds(1))
+            }
+            for user in users_ { await user.stop() }
+        }
+        let faultTimes = try faults.map(Self.readFaults) ?? []
+        let result = ledger.report(started: started, rate: rate, faults: faultTimes)
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: result, options: [.prettyPrinted, .sortedKeys]), as: UTF8.self)
+        say(json)
+        if let report { try json.write(toFile: report, atomically: true, encoding: .utf8) }
+    }
+
+    /// Written at once, not buffered: scripts/faults waits for "sending".
+    func say(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+
+    static func readFaults(_ path: String) throws -> [(ms: Int64, name: String)] {
+        guard FileManager.default.fileExists(atPath: path) else { return [] }
+        return try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ", maxSplits: 1)
+            guard parts.count == 2, let ms = Int64(parts[0]) else { return nil }
+            return (ms, String(parts[1]))
+        }
+    }
+}
+
+/// Every message's story: first send attempt, acceptance, attempts, first and later arrivals.
+final class Ledger: Sendable {
+    struct Entry {
+        /// When the app queued it (latency and recovery count from here).
+        var queuedAt: Int64
+        var acceptedAt: Int64?
+        var attempts = 0
+        var gaveUp = false
+        var refused: String?
+        var receivedAt: Int64?
+        var copies = 0
+    }
+
+    private let entries = Mutex<[String: Entry]>([:])
+
+    func queued(_ id: String) {
+        let now = Clock.millisecondsNow()
+        entries.withLock { $0[id] = $0[id] ?? Entry(queuedAt: now) }
+    }
+
+    func tried(_ id: String) {
+        entries.withLock { $0[id]?.attempts += 1 }
+    }
+
+    func accepted(_ id: String) {
+        let now = Clock.millisecondsNow()
+        entries.withLock { entries in
+            if entries[id]?.acceptedAt == nil { entries[id]?.acceptedAt = now }
+        }
+    }
+
+    func failed(_ id: String, refused code: String?) {
+        entries.withLock { entries in
+            entries[id]?.gaveUp = code == nil
+            entries[id]?.refused = code
+        }
+    }
+
+    /// A copy arrived (live or in a page); true the first time (the app shows it).
+    @discardableResult
+    func received(_ id: String) -> Bool {
+        let now = Clock.millisecondsNow()
+        return entries.withLock { entries in
+            // A message can arrive before its sender heard it was accepted.
+            var entry = entries[id] ?? Entry(queuedAt: now)
+            entry.copies += 1
+            let first = entry.receivedAt == nil
+            if first { entry.receivedAt = now }
+            entries[id] = entry
+            return first
+        }
+    }
+
+    func isReceived(_ id: String) -> Bool { entries.withLock { $0[id]?.receivedAt != nil } }
+
+    /// Accepted messages that have not arrived yet.
+    func missing() -> Int {
+        entries.withLock { $0.values.filter { $0.acceptedAt != nil && $0.receivedAt == nil }.count }
+    }
+
+    /// A message slower than this was held up by a fault (normal delivery takes a few ms).
+    static let slowMs: Int64 = 500
+
+    func report(started: Int64, rate: Double, faults: [(ms: Int64, name: String)]) -> [String: Any] {
+        let all = entries.withLock { Array($0.values) }
+        let accepted = all.filter { $0.acceptedAt != nil }
+        let lost = accepted.filter { $0.receivedAt == nil }.count
+        // Received without an acceptance the sender heard (it gave up, or the answer was lost).
+        let unconfirmed = all.filter { $0.acceptedAt == nil && $0.receivedAt != nil }.count
+        let latencies = all.compactMap { entry in entry.receivedAt.map { $0 - entry.queuedAt } }.sorted()
+        func percentile(_ p: Double) -> Int64 { latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+        var faultReports: [[String: Any]] = []
+        for (index, fault) in faults.enumerated() {
+            let next = index + 1 < faults.count ? faults[index + 1].ms : Int64.max
+            // Recovered once delivery is back to normal: the arrival of the last message,
+            // queued from a second before the fault on, that took longer than `slow`.
+            let window = all.filter { $0.queuedAt >= fault.ms - 1_000 && $0.queuedAt < next }
+            let lastSlow = window.compactMap { entry -> Int64? in
+                guard let receivedAt = entry.receivedAt else { return nil }
+                return receivedAt - entry.queuedAt > Self.slowMs ? receivedAt : nil
+            }.max()
+            let recovered = lastSlow.map { max(0, $0 - fault.ms) } ?? 0
+            let around = window.filter { $0.queuedAt < fault.ms + recovered }
+            faultReports.append([
+                "fault": fault.name,
+                "atMs": fault.ms - started,
+                "recoveryMs": recovered,
+                "messagesCaught": around.count,
+                "resends": around.map { max(0, $0.attempts - 1) }.reduce(0, +),
+                "maxLatencyMs": around.compactMap { entry in entry.receivedAt.map { $0 - entry.queuedAt } }.max() ?? -1,
+            ])
+        }
+        return [
+            "offeredRate": rate,
+            "messages": all.count,
+            "accepted": accepted.count,
+            "lost": lost,
+            "receivedDistinct": all.filter { $0.receivedAt != nil }.count,
+            "copiesReceived": all.map(\.copies).reduce(0, +),
+            "duplicatesAfterDedupe": 0,
+            "gaveUp": all.filter(\.gaveUp).count,
+            "refused": all.compactMap(\.refused).count,
+            "receivedWithoutAcceptance": unconfirmed,
+            "resends": all.map { max(0, $0.attempts - 1) }.reduce(0, +),
+            "latencyMs": ["p50": percentile(0.5), "p99": percentile(0.99), "max": latencies.last ?? 0],
+            "faults": faultReports,
+        ]
+    }
+}
+
+/// One app: a session it keeps, sockets it keeps open, an outbox it flushes in order.
+actor FaultClient {
+    let whisperId: String
+    let keys: WhisperKeys
+    let token: String
+    let gateways: [String]
+    let ledger: Ledger
+    let logger: Logger
+    private var connection: WhisperConnection?
+    private var stopped = false
+    private var dedupe = MessageDeduplicator()
+    private let policy = RetryPolicy()
+
+    init(whisperId: String, keys: WhisperKeys, token: String, gateways: [String], ledger: Ledger, logger: Logger) {
+        self.whisperId = whisperId
+        self.keys = keys
+        self.token = token
+        self.gateways = gateways
+        self.ledger = ledger
+        self.logger = logger
+    }
+
+    var peer: PeerKeys { PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey) }
+
+    /// Keeps a socket open: on a close or a failed connect, the next gateway after a backoff.
+    func stayConnected(until deadline: ContinuousClock.Instant) async {
+        var backoff = Backoff(policy: .init(initial: .milliseconds(100), maximum: .seconds(2)))
+        var index = 0
+        while !stopped, ContinuousClock.now < deadline {
+            let socket = WhisperConnection(url: gateways[index % gateways.count], logger: logger)
+            do {
+                try await socket.connect()
+                await socket.resume(whisperId: whisperId, sessionToken: token)
+                // Binds the socket to the session and brings what waited.
+                try await walk(socket)
+                connection = socket
+                backoff.reset()
+                for await event in socket.events {
+                    if let message = event.payload(as: MessageReceived.self) { await take(message, on: socket) }
+                    if stopped { break }
+                }
+            } catch {
+                // Connect or first fetch failed: try the next gateway.
+            }
+            connection = nil
+            await socket.close()
+            index += 1
+            try? await Task.sleep(for: backoff.next())
+        }
+    }
+
+    func stop() async {
+        stopped = true
+        await connection?.close()
+    }
+
+    /// Walks the pending queue once on the current socket (if any).
+    func walkQueue() async {
+        guard let connection else { return }
+        try? await walk(connection)
+    }
+
+    private func walk(_ socket: WhisperConnection) async throws {
+        var cursor: String?
+        repeat {
+            let page = try await socket.fetchPending(cursor: cursor, limit: 200)
+            for message in page.messages { await take(message, on: socket) }
+            cursor = page.nextCursor
+        } while cursor != nil
+    }
+
+    private func take(_ message: MessageReceived, on socket: WhisperConnection) async {
+        ledger.received(message.messageId)
+        _ = dedupe.firstSighting(message.messageId, in: message.from)
+        try? await socket.acknowledge(message)
+    }
+
+    /// Sends `count` messages to `peer` at `perSecond`, each until accepted (same
+    /// messageId on every try), giving up after the SDK's attempt limit.
+    func send(_ count: Int, perSecond: Double, phase: Double, to recipient: FaultClient, until deadline: ContinuousClock.Instant) async {
+        let interval = 1.0 / perSecond
+        let start = ContinuousClock.now + .milliseconds(Int64(phase * interval * 1000))
+        let peer = await recipient.peer
+        for index in 0..<count {
+            try? await Task.sleep(until: start + .milliseconds(Int64(Double(index) * interval * 1000)))
+            let message = MessageCrypto.makeMessage(
+                Array("message \(index)".utf8), from: (whisperId, keys), to: peer, sessionToken: token
+            )
+            ledger.queued(message.messageId)
+            await deliver(message, until: deadline)
+        }
+    }
+
+    private func deliver(_ message: SendMessage, until deadline: ContinuousClock.Instant) async {
+        var attempt = 0
+        while attempt < policy.maxAttempts, ContinuousClock.now < deadline {
+            guard let socket = connection else {
+                // Not connected: the app waits for its socket; no attempt is spent.
+                try? await Task.sleep(for: .milliseconds(20))
+                continue
+            }
+            ledger.tried(message.messageId)
+            do {
+                try await socket.send(message, timeout: .seconds(5))
+                ledger.accepted(message.messageId)
+                return
+            } catch WhisperClientError.refused(let code, _) where code != .internalError && code != .rateLimited {
+                ledger.failed(message.messageId, refused: code.rawValue)
+                return
+            } catch {
+                // Closed, timed out, or a failure the server asks to retry.
+            }
+            attempt += 1
+            try? await Task.sleep(for: policy.delay(afterAttempt: attempt))
+        }
+        ledger.failed(message.messageId, refused: nil)
+    }
+}
