@@ -184,7 +184,8 @@ final class Ledger: Sendable {
             // queued from a second before the fault on, that took longer than `slow`.
             let window = all.filter { $0.queuedAt >= fault.ms - 1_000 && $0.queuedAt < next }
             let lastSlow = window.compactMap { entry -> Int64? in
-                guard let receivedAt = entry.receivedAt else { return nil }
+                // What the next fault held up is that fault's.
+                guard let receivedAt = entry.receivedAt, receivedAt < next else { return nil }
                 return receivedAt - entry.queuedAt > Self.slowMs ? receivedAt : nil
             }.max()
             let recovered = lastSlow.map { max(0, $0 - fault.ms) } ?? 0
