@@ -72,16 +72,7 @@ import WhisperShared
 
     static func deviceId() -> String { UUID().uuidString.lowercased() }
 
-    func expectRefused(_ code: ErrorCode, _ what: String, _ body: () async throws -> Void) async {
-        do {
-            try await body()
-            Issue.record("\(what): expected \(code.rawValue), but it succeeded")
-        } catch WhisperClientError.refused(let actual, _) {
-            #expect(actual == code, "\(what)")
-        } catch {
-            Issue.record("\(what): expected \(code.rawValue), got \(error)")
-        }
-    }
+
 
     @Test func aSecondDeviceFromTheSameMnemonicTakesOverAcrossGateways() async throws {
         let stack = try await startStack()

@@ -87,9 +87,7 @@ import WhisperShared
         let stack = try await MessagingStack.start()
         let aliceFirst = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let message = aliceFirst.message("are you there?", to: bob)
-        try await aliceFirst.connection.send(message)
-        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        let (message, received) = try await aliceFirst.sendAndWaitForArrival("are you there?", to: bob)
         await aliceFirst.connection.close()
         try await stack.waitUntilOffline(aliceFirst)
         try await bob.connection.acknowledge(received)
@@ -107,9 +105,7 @@ import WhisperShared
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         let carol = try await stack.user(on: 0)
-        let message = alice.message("for bob only", to: bob)
-        try await alice.connection.send(message)
-        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        let (message, received) = try await alice.sendAndWaitForArrival("for bob only", to: bob)
         // Carol claims to have received Bob's message.
         try await carol.connection.acknowledge(received)
         // Carol's next frame is handled after her receipt; Alice's ping is answered

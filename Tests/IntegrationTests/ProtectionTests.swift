@@ -16,7 +16,7 @@ import WhisperShared
         let original = alice.message("first", to: bob)
         try await alice.connection.send(original)
         let copycat = carol.message("mine now", to: bob, messageId: original.messageId)
-        await expectRefusal(.invalidPayload) { try await carol.connection.send(copycat) }
+        await expectRefused(.invalidPayload) { try await carol.connection.send(copycat) }
         // Bob has Alice's message and nothing of Carol's.
         let page = try await bob.connection.fetchPending()
         #expect(page.messages.map(\.from) == [alice.whisperId])
@@ -80,12 +80,12 @@ import WhisperShared
         for (type, limit) in limits {
             try await alice.connection.send(message(type, size: limit))
             if limit < Int64(Limits.MAX_FILE_BYTES) {
-                await expectRefusal(.invalidPayload, "\(type) one byte over") { try await alice.connection.send(message(type, size: limit + 1)) }
+                await expectRefused(.invalidPayload, "\(type) one byte over") { try await alice.connection.send(message(type, size: limit + 1)) }
             }
-            await expectRefusal(.invalidPayload, "\(type) without an attachment") { try await alice.connection.send(message(type, size: nil)) }
+            await expectRefused(.invalidPayload, "\(type) without an attachment") { try await alice.connection.send(message(type, size: nil)) }
         }
         // The schema bound is the largest limit.
-        await expectRefusal(.invalidPayload, "file over 50 MB") {
+        await expectRefused(.invalidPayload, "file over 50 MB") {
             try await alice.connection.send(message(.file, size: Int64(Limits.MAX_FILE_BYTES) + 1))
         }
         #expect(try await stack.pendingDepth(bob.whisperId) == limits.count)
@@ -113,7 +113,7 @@ import WhisperShared
         let stack = try await MessagingStack.start(routers: 1) { $0.fetchPerIdentity = RateLimitRule(capacity: 3, period: .seconds(60)) }
         let alice = try await stack.user(on: 0)
         for _ in 0..<3 { _ = try await alice.connection.fetchPending() }
-        await expectRefusal(.rateLimited) { _ = try await alice.connection.fetchPending() }
+        await expectRefused(.rateLimited) { _ = try await alice.connection.fetchPending() }
         let bob = try await stack.user(on: 1)
         _ = try await bob.connection.fetchPending()
         try await stack.stop()
@@ -127,7 +127,7 @@ import WhisperShared
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         for index in 0..<2 { try await alice.connection.updateTokens(pushToken: .set("token-\(index)")) }
-        await expectRefusal(.rateLimited) { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
+        await expectRefused(.rateLimited) { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
         let url = "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys"
         func lookup(as user: TestUser) async throws -> Int {
             var request = HTTPClientRequest(url: url)
@@ -223,7 +223,7 @@ import WhisperShared
         try await second.connection.logout()
         // A third socket with the token, and the second one, are refused at once.
         let third = try await stack.reconnect(first, on: 0)
-        await expectRefusal(.notRegistered) { _ = try await third.connection.fetchPending() }
+        await expectRefused(.notRegistered) { _ = try await third.connection.fetchPending() }
         try await stack.stop()
     }
 
@@ -231,9 +231,7 @@ import WhisperShared
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let message = alice.message("hi", to: bob)
-        try await alice.connection.send(message)
-        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        let (message, received) = try await alice.sendAndWaitForArrival("hi", to: bob)
         try await bob.connection.acknowledge(received)
         _ = try await alice.events(.messageDelivered)
         try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
@@ -246,9 +244,7 @@ import WhisperShared
         let stack = try await MessagingStack.start()
         let aliceFirst = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let message = aliceFirst.message("hi", to: bob)
-        try await aliceFirst.connection.send(message)
-        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        let (message, received) = try await aliceFirst.sendAndWaitForArrival("hi", to: bob)
         // The router finds Alice's presence, but the socket it names is gone by the
         // time the gateway gets the receipt (as when it closes a moment earlier).
         let gateway = try await stack.withRedis { try await PresenceStore(redis: $0).lookup(aliceFirst.whisperId)?.gateway }
@@ -265,16 +261,5 @@ import WhisperShared
         #expect(receipt.messageId == message.messageId)
         try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 0 }
         try await stack.stop()
-    }
-
-    func expectRefusal(_ code: ErrorCode, _ what: String = "", _ body: () async throws -> Void) async {
-        do {
-            try await body()
-            Issue.record("accepted: \(what)")
-        } catch WhisperClientError.refused(let actual, _) {
-            #expect(actual == code, "\(what)")
-        } catch {
-            Issue.record("\(what): \(error)")
-        }
     }
 }

@@ -1,5 +1,5 @@
 /// Receipts (`message_delivered` frames) on their way to the message's sender, stored
-/// before they are handed over, as messages are: `receipts:{whisperId}`, a Redis Stream
+/// before they are handed over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
 /// kept 72 hours. A receipt leaves the store only when a gateway has written it to the
 /// sender's socket (`GatewayCommand.Kind.receipt`, then `settle`); one that finds no
 /// socket, or a socket that closes first, waits for the sender's next `fetch_pending`.
@@ -13,7 +13,9 @@ public struct ReceiptQueue: Sendable {
         self.redis = redis
     }
 
-    static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}" }
+    /// A stream; the name differs from the list (`receipts:{id}`) earlier versions kept,
+    /// so one left from before an upgrade is no type error (it expires within 72 h).
+    static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}:waiting" }
 
     /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
     /// socket's gateway in the same script (one round trip; the store comes first).

@@ -162,6 +162,15 @@ struct TestUser {
         MessageCrypto.makeMessage(Array(text.utf8), from: (whisperId, keys), to: peer.peerKeys, sessionToken: token, messageId: messageId, timestamp: timestamp)
     }
 
+    /// Sends one message to `peer` and waits until it arrives there (the first message
+    /// `peer` has received); both sides of it.
+    func sendAndWaitForArrival(_ text: String, to peer: TestUser) async throws -> (sent: SendMessage, received: MessageReceived) {
+        let message = message(text, to: peer)
+        try await connection.send(message)
+        let received = try #require(try await peer.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        return (message, received)
+    }
+
     /// Sends `count` messages to `peer`, each accepted before the next; their messageIds.
     func send(_ count: Int, to peer: TestUser, labelled label: String) async throws -> Set<String> {
         var sent: Set<String> = []

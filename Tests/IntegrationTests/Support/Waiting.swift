@@ -2,6 +2,8 @@
 /// bounding a wait for something that should arrive. Neither decides a test's outcome by
 /// how long something took.
 
+import Testing
+import WhisperClient
 import WhisperShared
 
 extension TestServers {
@@ -12,6 +14,18 @@ extension TestServers {
         defer { task.cancel() }
         try await waitUntil { client.isConnected }
         return try await body(client)
+    }
+}
+
+/// Expects `body` to be refused by the server with `code`.
+func expectRefused(_ code: ErrorCode, _ what: String = "", _ body: () async throws -> Void) async {
+    do {
+        try await body()
+        Issue.record("\(what): expected \(code.rawValue), but it succeeded")
+    } catch WhisperClientError.refused(let actual, _) {
+        #expect(actual == code, "\(what)")
+    } catch {
+        Issue.record("\(what): expected \(code.rawValue), got \(error)")
     }
 }
 
