@@ -76,6 +76,41 @@ import Testing
         #expect(FastJSON.object(Array(#" {"a" : "b" , "c" : 0 } "#.utf8))?.fields.count == 2)
     }
 
+    /// Numbers at and past the edges of Int64 and Double, negative zero, exponents and
+    /// long fractions, in every integer field of the hot frames: both paths agree, and
+    /// whatever no field can hold is refused with INVALID_PAYLOAD (never a trap).
+    @Test func numbersPastEveryBoundGetTheSameAnswerBothWays() {
+        let numbers = [
+            "0", "-0", "0.0", "-0.0", "1.0", "10e-1", "1E0", "1e2", "999999999999999999", "1000000000000000000",
+            "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+            "18446744073709551616", "123456789012345678901234567890", "1e400", "-1e400", "1e-400",
+            "1.0000000000000000000000000001", "1767268800000.5",
+        ]
+        let unrepresentable: Set<String> = [
+            "9223372036854775808", "-9223372036854775809", "18446744073709551616", "123456789012345678901234567890",
+            "1e400", "-1e400", "1767268800000.5",
+        ]
+        // "1.0000000000000000000000000001" is read as the double 1.0, by Foundation and by
+        // python-jsonschema alike: the integer 1 (protocol.md, section 2, Numbers).
+        for base in [Self.sendMessage, Self.receipt] {
+            for field in ["protocolVersion", "cryptoVersion", "timestamp"] {
+                let current = field == "timestamp" ? "1767268800000" : "1"
+                for number in numbers {
+                    let text = base.replacingOccurrences(of: "\"\(field)\":\(current)", with: "\"\(field)\":\(number)")
+                    let bytes = Array(text.utf8)
+                    Self.agree(bytes, "\(field) = \(number)")
+                    if unrepresentable.contains(number) {
+                        if case .failure(let rejection) = ClientFrameDecoder().decode(bytes) {
+                            #expect(rejection.code == .invalidPayload, "\(field) = \(number)")
+                        } else {
+                            Issue.record("\(field) = \(number) was accepted")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     @Test func everyExampleAndInvalidFixtureGetsTheSameAnswerBothWays() throws {
         var taken = 0
         for example in try ContractTests.examples() where Self.agree(Array(example.json.utf8), "example \(example.index)") {
