@@ -22,7 +22,7 @@ import Testing
         let deadline = ContinuousClock.now + .seconds(5)
         while !condition() {
             guard ContinuousClock.now < deadline else { return false }
-            Thread.sleep(forTimeInterval: 0.001)
+            Thread.sleep(forTimeInterval: 0.001) // polling interval
         }
         return true
     }

@@ -290,7 +290,7 @@ final class EntryLanes: Sendable {
         state.withLock { state in
             guard state.handling.insert(item.id).inserted else { return false }
             if state.queues[item.entry.whisperId] != nil {
-                state.queues[item.entry.whisperId]!.append(item)
+                state.queues[item.entry.whisperId]?.append(item)
                 return false
             }
             var queue = CircularBuffer<Item>(initialCapacity: 4)
@@ -315,7 +315,7 @@ final class EntryLanes: Sendable {
     func finished(_ item: Item) {
         finish(item.id) { state in
             if state.queues[item.entry.whisperId]?.first?.id == item.id {
-                state.queues[item.entry.whisperId]!.removeFirst()
+                _ = state.queues[item.entry.whisperId]?.removeFirst()
             }
         }
     }

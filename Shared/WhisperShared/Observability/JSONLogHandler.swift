@@ -44,14 +44,14 @@ public struct JSONLogHandler: LogHandler {
             line += ",\"logger\":"
             Self.appendString(label, to: &line)
         }
-        for key in fields.keys.sorted() where !["ts", "level", "service", "event"].contains(key) {
+        for (key, value) in fields.sorted(by: { $0.key < $1.key }) where !["ts", "level", "service", "event"].contains(key) {
             line += ","
             Self.appendString(key, to: &line)
             line += ":"
             if Self.isSensitive(key) {
                 line += "\"[redacted]\""
             } else {
-                Self.appendValue(fields[key]!, to: &line)
+                Self.appendValue(value, to: &line)
             }
         }
         if event.level >= .error {
@@ -94,11 +94,11 @@ public struct JSONLogHandler: LogHandler {
             line += "]"
         case .dictionary(let dictionary):
             line += "{"
-            for (index, key) in dictionary.keys.sorted().enumerated() {
+            for (index, (key, value)) in dictionary.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { line += "," }
                 appendString(key, to: &line)
                 line += ":"
-                if isSensitive(key) { line += "\"[redacted]\"" } else { appendValue(dictionary[key]!, to: &line) }
+                if isSensitive(key) { line += "\"[redacted]\"" } else { appendValue(value, to: &line) }
             }
             line += "}"
         }

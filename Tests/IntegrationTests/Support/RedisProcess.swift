@@ -27,7 +27,7 @@ final class RedisProcess: @unchecked Sendable {
         // Wait until it accepts connections.
         for _ in 0..<100 {
             if Self.canConnect(port: port) { return }
-            Thread.sleep(forTimeInterval: 0.05)
+            Thread.sleep(forTimeInterval: 0.05) // polling interval
         }
         throw TestSetupError("redis-server did not start on port \(port)")
     }
