@@ -96,13 +96,18 @@ start_redis() {
     if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
         return 0
     fi
-    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
-        --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-        --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" >/dev/null
-    local i
-    for i in $(seq 1 50); do
-        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
-        sleep 0.1
+    # A port in the ephemeral range can be held for a moment by an outgoing connection
+    # (bind: address already in use): try again a few times before giving up.
+    local attempt i
+    for attempt in 1 2 3 4 5; do
+        redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
+            --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+            --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" >/dev/null
+        for i in $(seq 1 50); do
+            redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
+            sleep 0.1
+        done
+        log "Redis did not start on port $port (attempt $attempt); trying again"
     done
     die "Redis did not start on port $port (see $dir/redis.log)"
 }
