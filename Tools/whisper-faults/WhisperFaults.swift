@@ -117,6 +117,8 @@ final class Ledger: Sendable {
         var refused: String?
         var receivedAt: Int64?
         var copies = 0
+        /// Copies the client's dedupe let through (shown to the user).
+        var shown = 0
     }
 
     private let entries = Mutex<[String: Entry]>([:])
@@ -144,22 +146,18 @@ final class Ledger: Sendable {
         }
     }
 
-    /// A copy arrived (live or in a page); true the first time (the app shows it).
-    @discardableResult
-    func received(_ id: String) -> Bool {
+    /// A copy arrived (live or in a page); `shown` when the client's dedupe let it through.
+    func received(_ id: String, shown: Bool) {
         let now = Clock.millisecondsNow()
-        return entries.withLock { entries in
+        entries.withLock { entries in
             // A message can arrive before its sender heard it was accepted.
             var entry = entries[id] ?? Entry(queuedAt: now)
             entry.copies += 1
-            let first = entry.receivedAt == nil
-            if first { entry.receivedAt = now }
+            if shown { entry.shown += 1 }
+            if entry.receivedAt == nil { entry.receivedAt = now }
             entries[id] = entry
-            return first
         }
     }
-
-    func isReceived(_ id: String) -> Bool { entries.withLock { $0[id]?.receivedAt != nil } }
 
     /// Accepted messages that have not arrived yet.
     func missing() -> Int {
@@ -206,7 +204,7 @@ final class Ledger: Sendable {
             "lost": lost,
             "receivedDistinct": all.filter { $0.receivedAt != nil }.count,
             "copiesReceived": all.map(\.copies).reduce(0, +),
-            "duplicatesAfterDedupe": 0,
+            "duplicatesAfterDedupe": all.map { max(0, $0.shown - 1) }.reduce(0, +),
             "gaveUp": all.filter(\.gaveUp).count,
             "refused": all.compactMap(\.refused).count,
             "receivedWithoutAcceptance": unconfirmed,
@@ -289,8 +287,7 @@ actor FaultClient {
     }
 
     private func take(_ message: MessageReceived, on socket: WhisperConnection) async {
-        ledger.received(message.messageId)
-        _ = dedupe.firstSighting(message.messageId, in: message.from)
+        ledger.received(message.messageId, shown: dedupe.firstSighting(message.messageId, in: message.from))
         try? await socket.acknowledge(message)
     }
 

@@ -19,23 +19,19 @@ public struct ReceiptQueue: Sendable {
 
     /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
     /// socket's gateway in the same script (one round trip; the store comes first).
-    /// Returns the stored entry's ID and whether a gateway was listening.
-    @discardableResult
-    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> (entryId: String, published: Bool) {
-        let reply = try await redis.evaluate(
+    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws {
+        _ = try await redis.evaluate(
             Self.keepScript, keys: [Self.key(owner)],
             arguments: [
                 frame, Int(PendingQueue.ttl.milliseconds), socket.map { RedisKeys.gatewayChannel($0.gateway) } ?? "",
                 socket?.connId ?? "", owner,
             ]
         )
-        guard let parts = reply.array, parts.count == 2, let id = parts[0].string else { throw RedisError.unexpectedReply("receipt keep") }
-        return (id, (parts[1].int ?? 0) > 0)
     }
 
-    /// Up to `limit` stored receipts of `owner`, oldest first, as commands that hand each
-    /// to `connId` on `gateway` and settle it there.
-    public func handOver(for owner: String, to gateway: String, connId: String, limit: Int = 500) async throws -> Int {
+    /// Publishes up to `limit` stored receipts of `owner`, oldest first, to `connId` on
+    /// `gateway`, each as a command that settles it there once written.
+    public func handOver(for owner: String, to gateway: String, connId: String, limit: Int = 500) async throws {
         let reply = try await redis.send("XRANGE", Self.key(owner), "-", "+", "COUNT", limit)
         var commands: [RedisCommand] = []
         for entry in reply.array ?? [] {
@@ -47,7 +43,6 @@ public struct ReceiptQueue: Sendable {
         if !commands.isEmpty {
             _ = try await redis.pipeline(commands)
         }
-        return commands.count
     }
 
     /// Removes receipts a socket has taken.
@@ -68,10 +63,9 @@ public struct ReceiptQueue: Sendable {
     static let keepScript = RedisScript("""
         local id = redis.call('XADD', KEYS[1], '*', 'f', ARGV[1])
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        local published = 0
         if ARGV[3] ~= '' then
-            published = redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])
+            redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])
         end
-        return {id, published}
+        return id
         """)
 }
