@@ -5,6 +5,7 @@ import PackageDescription
 /// (`<Name>Service`), so integration tests link exactly the code production runs.
 let services: [(executable: String, library: String, folder: String, extra: [Target.Dependency])] = [
     ("gateway", "GatewayService", "gateway", [
+        .product(name: "HummingbirdCore", package: "hummingbird"),
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
     ]),

@@ -113,6 +113,16 @@ def canonical(message_type, message_id, sender, to, timestamp, nonce_b64, cipher
             + nonce_b64 + "\n" + ciphertext_b64 + "\n").encode()
 
 
+PROOF_PREFIX = b"whisper-registration-proof-v2:"
+
+
+def registration_proof_v2(sign_key, challenge):
+    signed = PROOF_PREFIX + challenge
+    return {"signer": 0, "cryptoVersion": 2, "challenge": base64.b64encode(challenge).decode(),
+            "prefix": PROOF_PREFIX.decode(), "signedBytes": signed.hex(),
+            "signature": base64.b64encode(sign_key.sign(signed)).decode()}
+
+
 def chain():
     identities = []
     for mnemonic, passphrase in [
@@ -162,12 +172,14 @@ def chain():
         "description": "Whisper's own chain (spec 3.4, 3.5, 14.1): mnemonic -> BIP39 seed -> HKDF-SHA256(seed, salt='whisper', "
                        "info='whisper/enc'|'whisper/sign'|'whisper/contacts', 32) -> X25519 public key (encSeed is the private "
                        "scalar) and Ed25519 public key (signSeed is the RFC 8032 secret key); canonical signing bytes and "
-                       "sig = Ed25519(SHA256(signed_bytes)) by identities[0]; the registration proof = Ed25519(challenge bytes); "
+                       "sig = Ed25519(SHA256(signed_bytes)) by identities[0]; the registration proof = Ed25519(challenge bytes) "
+                       "with cryptoVersion 1, Ed25519('whisper-registration-proof-v2:' + challenge bytes) from cryptoVersion 2; "
                        "Whisper ID checksums.",
         "identities": identities,
         "signatures": {"signer": 0, "cases": signatures},
         "registrationProof": {"signer": 0, "challenge": base64.b64encode(challenge).decode(),
                               "signature": base64.b64encode(sign_key.sign(challenge)).decode()},
+        "registrationProofV2": registration_proof_v2(sign_key, challenge),
         "whisperIds": ids,
     })
 

@@ -163,16 +163,18 @@ public actor WhisperConnection {
         keys: WhisperKeys, deviceId: String, platform: Platform, whisperId: String? = nil,
         pushToken: String? = nil, voipToken: String? = nil
     ) async throws -> RegisterAck {
-        let challengeFrame = try await request(RegisterBegin(whisperId: whisperId, deviceId: deviceId, platform: platform))
+        let version = WhisperKeys.cryptoVersion
+        let challengeFrame = try await request(RegisterBegin(cryptoVersion: version, whisperId: whisperId, deviceId: deviceId, platform: platform))
         guard let challenge = challengeFrame.payload(as: RegisterChallenge.self),
               let challengeBytes = Data(base64Encoded: challenge.challenge) else {
             throw WhisperClientError.unexpectedReply(challengeFrame.type.rawValue)
         }
+        // The domain-separated proof (cryptoVersion 2): the key never signs a bare challenge.
         let proof = RegisterProof(
-            challengeId: challenge.challengeId, deviceId: deviceId, platform: platform, whisperId: whisperId,
+            cryptoVersion: version, challengeId: challenge.challengeId, deviceId: deviceId, platform: platform, whisperId: whisperId,
             encPublicKey: Data(keys.encPublicKey).base64EncodedString(),
             signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
-            signature: Data(keys.proveChallenge(Array(challengeBytes))).base64EncodedString(),
+            signature: Data(keys.proveChallenge(Array(challengeBytes), cryptoVersion: version)).base64EncodedString(),
             pushToken: pushToken, voipToken: voipToken
         )
         let ackFrame = try await request(proof)

@@ -41,8 +41,12 @@ public struct WhisperKeys: Sendable {
         ).withUnsafeBytes { Array($0) }
     }
 
-    /// The proof for `register_proof`: Ed25519 over the raw challenge bytes.
-    public func proveChallenge(_ challenge: [UInt8]) -> [UInt8] {
-        signing.sign(challenge)
+    /// The proof for `register_proof`: Ed25519 over what `RegistrationProof` says the
+    /// version signs (from `cryptoVersion` 2: the domain prefix, then the challenge).
+    public func proveChallenge(_ challenge: [UInt8], cryptoVersion: Int = WhisperKeys.cryptoVersion) -> [UInt8] {
+        signing.sign(RegistrationProof.signedBytes(challenge: challenge, cryptoVersion: cryptoVersion))
     }
+
+    /// The `cryptoVersion` this SDK speaks: 2, the domain-separated registration proof.
+    public static let cryptoVersion = 2
 }

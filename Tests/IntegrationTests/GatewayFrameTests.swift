@@ -22,11 +22,9 @@ import WhisperShared
 
     func startStack() async throws -> Stack {
         let database = try await TestDatabases.shared.make()
-        let auth = try await RunningService.start { running in
-            buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
-        }
+        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
         let gateway = try await RunningService.start { running in
-            buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.port), logger: TestServers.logger, onServerRunning: running).assembly
+            buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort), logger: TestServers.logger, onServerRunning: running).assembly
         }
         _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
         _ = try await HTTP.waitFor("\(auth.baseURL)/ready") { $0.status == 200 }
@@ -47,7 +45,7 @@ import WhisperShared
         ("unknown protocolVersion", #"{"type":"logout","requestId":"req-4","payload":{"protocolVersion":7,"cryptoVersion":1,"sessionToken":"\#(session)"}}"#,
          .invalidPayload, "unsupported protocolVersion 7; supported: [1]", "req-4"),
         ("unknown cryptoVersion", #"{"type":"logout","requestId":"req-5","payload":{"protocolVersion":1,"cryptoVersion":3,"sessionToken":"\#(session)"}}"#,
-         .invalidPayload, "unsupported cryptoVersion 3; supported: [1]", "req-5"),
+         .invalidPayload, "unsupported cryptoVersion 3; supported: [1, 2]", "req-5"),
         ("privileged frame without a session", #"{"type":"fetch_pending","requestId":"req-6","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)"}}"#,
          .notRegistered, "no valid session for this connection; register first", "req-6"),
     ]

@@ -18,8 +18,10 @@ import WhisperShared
         var environment = Executables.environment(database)
         try Executables.migrate(environment)
         let authPort = try TestServers.freePort()
+        let authInternalPort = try TestServers.freePort()
         var authEnvironment = environment
         authEnvironment["AUTH_HTTP_PORT"] = "\(authPort)"
+        authEnvironment["AUTH_INTERNAL_HTTP_PORT"] = "\(authInternalPort)"
         let (auth, _) = try Executables.launch("auth", environment: authEnvironment, keepOutput: false)
         defer {
             if auth.isRunning { auth.terminate() }
@@ -28,7 +30,7 @@ import WhisperShared
         _ = try await HTTP.waitFor("http://127.0.0.1:\(authPort)/ready") { $0.status == 200 }
         let port = try TestServers.freePort()
         environment["GATEWAY_HTTP_PORT"] = "\(port)"
-        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authPort)"
+        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authInternalPort)"
         environment["GATEWAY_RATE_LIMIT_REFUSALS_PER_SOCKET"] = "1000000/60s"
         environment["GATEWAY_RATE_LIMIT_REFUSALS_PER_ADDRESS"] = "1000000/60s"
         environment["GATEWAY_RATE_LIMIT_CONTROL_PER_SOCKET"] = "1000000/60s"

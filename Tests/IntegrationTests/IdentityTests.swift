@@ -51,13 +51,11 @@ import WhisperShared
         var authSettings = TestServers.authSettings(database, redis: redis)
         configure(&authSettings)
         let settings = authSettings
-        let auth = try await RunningService.start { running in
-            buildAuth(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
-        }
+        let auth = try await TestServers.startAuth(settings)
         var gateways: [RunningService] = []
         for _ in 0..<2 {
             let gateway = try await RunningService.start { running in
-                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.port, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
             }
             _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
             gateways.append(gateway)
@@ -160,7 +158,7 @@ import WhisperShared
                 challengeId: challenge.challengeId, deviceId: device, platform: .ios,
                 encPublicKey: Data(keys.encPublicKey).base64EncodedString(),
                 signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
-                signature: Data(signer.proveChallenge(challengeBytes)).base64EncodedString()
+                signature: Data(signer.proveChallenge(challengeBytes, cryptoVersion: 1)).base64EncodedString()
             )
         }
 

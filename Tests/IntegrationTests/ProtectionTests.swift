@@ -110,7 +110,7 @@ import WhisperShared
     }
 
     @Test func fetchesAreLimitedPerIdentity() async throws {
-        let stack = try await MessagingStack.start(routers: 1) { $0.fetchPerIdentity = RateLimitRule(capacity: 3, period: .seconds(60)) }
+        let stack = try await MessagingStack.start(routers: 1, gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 3, period: .seconds(60)) })
         let alice = try await stack.user(on: 0)
         for _ in 0..<3 { _ = try await alice.connection.fetchPending() }
         await expectRefused(.rateLimited) { _ = try await alice.connection.fetchPending() }
@@ -146,8 +146,8 @@ import WhisperShared
     @Test func authsInternalEndpointsWantTheInternalToken() async throws {
         let stack = try await MessagingStack.start(routers: 0)
         let body = #"{"context":{"gateway":"g","connId":"c"},"payload":{"protocolVersion":1,"cryptoVersion":1,"deviceId":"\#(UUID().uuidString.lowercased())","platform":"ios"}}"#
-        func post(token: String?) async throws -> (Int, String) {
-            var request = HTTPClientRequest(url: stack.auth.baseURL + InternalAPI.framePath(.registerBegin))
+        func post(token: String?, port: Int? = nil) async throws -> (Int, String) {
+            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port ?? stack.auth.internalPort)" + InternalAPI.framePath(.registerBegin))
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
             if let token { request.headers.add(name: InternalAPI.tokenHeader, value: token) }
@@ -161,6 +161,9 @@ import WhisperShared
         let (status, answer) = try await post(token: TestServers.internalToken)
         #expect(status == 200)
         #expect(try ServerFrameCodec.decode(Array(answer.utf8)).type == .registerChallenge)
+        // The public port (behind the load balancer) does not serve them at all.
+        #expect(try await post(token: TestServers.internalToken, port: stack.auth.port).0 == 404)
+        #expect(try await HTTP.get("\(stack.auth.baseURL)/health").status == 200)
         try await stack.stop()
     }
 

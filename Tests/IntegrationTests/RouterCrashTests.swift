@@ -24,7 +24,6 @@ import WhisperShared
             "ROUTER_HTTP_PORT": "\(port)",
             "ROUTER_CLAIM_AFTER_MS": "1000",
             "ROUTER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
-            "ROUTER_RATE_LIMIT_FETCH_PER_IDENTITY": "100000/60s",
         ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -17,7 +17,7 @@ import WhisperShared
 
     static let builders: [(String, Builder)] = [
         ("gateway", { buildGateway(settings: GatewaySettings(common: $0, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken), logger: TestServers.logger, onServerRunning: $1).assembly }),
-        ("auth", { buildAuth(settings: AuthSettings(common: $0, internalToken: TestServers.internalToken), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("auth", { buildAuth(settings: AuthSettings(common: $0, internalToken: TestServers.internalToken, internalHTTP: HTTPSettings(host: "127.0.0.1", port: 0)), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("router", { buildRouter(settings: RouterSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("push-sender", { buildPushSender(settings: PushSenderSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),

@@ -9,11 +9,27 @@ import WhisperShared
 /// A client that stops reading must not make the gateway hold its frames without bound.
 @Suite struct SlowSocketTests {
     @Test func aSocketThatStopsReadingIsDroppedOnceFramesPileUp() async throws {
+        // Small frames: the count of unsent frames (4,096) is what trips.
+        let handed = try await frameSocketThatDoesNotRead(frameBytes: 2_000, batches: 40) { _ in }
+        #expect(handed > 4_096)
+    }
+
+    @Test func aSocketThatStopsReadingIsDroppedOnceBytesPileUp() async throws {
+        // Large frames (big pages): the bytes unsent trip long before the count does.
+        let handed = try await frameSocketThatDoesNotRead(frameBytes: 200_000, batches: 20) { $0.maxUnsentBytes = 2 * 1_048_576 }
+        #expect(handed < 500, "dropped by bytes, not by the 4,096-frame count")
+    }
+
+    /// Publishes `frameBytes`-sized frames to a socket that reads nothing until the
+    /// gateway drops it (which the test requires); how many were handed over.
+    private func frameSocketThatDoesNotRead(
+        frameBytes: Int, batches: Int, _ configure: (inout GatewaySettings) -> Void
+    ) async throws -> Int {
         let database = try await TestDatabases.shared.make()
-        let auth = try await RunningService.start { running in
-            buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
-        }
-        let settings = TestServers.gatewaySettings(database, authPort: auth.port)
+        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
+        var configured = TestServers.gatewaySettings(database, authPort: auth.internalPort)
+        configure(&configured)
+        let settings = configured
         var handle: GatewayHandle?
         let gateway = try await RunningService.start { running in
             let built = buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running)
@@ -44,7 +60,7 @@ import WhisperShared
 
         // Frames for it, as routers send them: far more than its buffers and the
         // gateway's limit of unsent frames (4,096) hold.
-        let padding = String(repeating: "x", count: 2_000)
+        let padding = String(repeating: "x", count: frameBytes)
         let frame = Array(#"{"type":"pong","payload":{"serverTime":1,"padding":"\#(padding)"}}"#.utf8)
         let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame).encoded
         let publish = RedisCommand("PUBLISH", RedisKeys.gatewayChannel(settings.common.instanceID), command)
@@ -53,12 +69,11 @@ import WhisperShared
         defer { redisTask.cancel() }
         try await waitUntil { redis.isConnected }
         var handed = 0
-        for _ in 0..<40 {
-            let replies = try await redis.pipeline(Array(repeating: publish, count: 500))
+        for _ in 0..<batches {
+            let replies = try await redis.pipeline(Array(repeating: publish, count: frameBytes > 100_000 ? 20 : 500))
             handed += replies.filter { ($0.int ?? 0) > 0 }.count
             if connections.count == 0 { break }
         }
-        #expect(handed > 4_096)
         // The gateway dropped the socket instead of queueing the rest.
         try await waitUntil(timeout: .seconds(10)) { connections.count == 0 }
         #expect(connections.count == 0)
@@ -66,6 +81,7 @@ import WhisperShared
         try? await channel.close()
         try await gateway.stop()
         try await auth.stop()
+        return handed
     }
 }
 

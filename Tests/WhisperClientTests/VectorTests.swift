@@ -114,7 +114,16 @@ import WhisperShared
 
         let proof = chain["registrationProof"] as! [String: Any]
         let challenge = Self.base64(proof["challenge"] as! String)
-        #expect(Data(derived[proof["signer"] as! Int].proveChallenge(challenge)).base64EncodedString() == proof["signature"] as! String)
+        #expect(Data(derived[proof["signer"] as! Int].proveChallenge(challenge, cryptoVersion: 1)).base64EncodedString() == proof["signature"] as! String)
+        // cryptoVersion 2: the domain prefix, then the challenge.
+        let separated = chain["registrationProofV2"] as! [String: Any]
+        let separatedChallenge = Self.base64(separated["challenge"] as! String)
+        #expect(Array(RegistrationProof.domainPrefix) == Array((separated["prefix"] as! String).utf8))
+        #expect(RegistrationProof.signedBytes(challenge: separatedChallenge, cryptoVersion: 2).map { String(format: "%02x", $0) }.joined()
+            == separated["signedBytes"] as! String)
+        let prover = derived[separated["signer"] as! Int]
+        #expect(Data(prover.proveChallenge(separatedChallenge, cryptoVersion: 2)).base64EncodedString() == separated["signature"] as! String)
+        #expect(prover.proveChallenge(separatedChallenge, cryptoVersion: 2) != prover.proveChallenge(separatedChallenge, cryptoVersion: 1))
 
         for vector in chain["whisperIds"] as! [[String: Any]] {
             #expect(WhisperID.isValid(vector["whisperId"] as! String) == vector["valid"] as! Bool, "\(vector["whisperId"]!)")

@@ -29,8 +29,8 @@ import Testing
         let protocolRejection = reject(#"{"type":"logout","requestId":"q","payload":{"protocolVersion":9,"cryptoVersion":1,"sessionToken":"\#(session)"}}"#)
         #expect(protocolRejection?.message == "unsupported protocolVersion 9; supported: [1]")
         #expect(protocolRejection?.requestId == "q")
-        let cryptoRejection = reject(#"{"type":"logout","payload":{"protocolVersion":1,"cryptoVersion":2,"sessionToken":"\#(session)"}}"#)
-        #expect(cryptoRejection?.message == "unsupported cryptoVersion 2; supported: [1]")
+        let cryptoRejection = reject(#"{"type":"logout","payload":{"protocolVersion":1,"cryptoVersion":3,"sessionToken":"\#(session)"}}"#)
+        #expect(cryptoRejection?.message == "unsupported cryptoVersion 3; supported: [1, 2]")
     }
 
     @Test func aVersionFromTheFutureIsRefusedForItsVersionNotItsNewFields() {

@@ -1,10 +1,17 @@
 import Logging
+import Synchronization
 import WhisperShared
 
 /// Assembles one auth instance: challenges, registration and recovery, sessions,
 /// push tokens and key lookup.
-public func buildAuth(settings: AuthSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
-    buildHTTPService(
+/// The public port serves key lookup and the operations routes; the internal port
+/// (`AuthSettings.internalHTTP`) serves the frame endpoints gateways call.
+public func buildAuth(
+    settings: AuthSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil,
+    onInternalServerRunning: (@Sendable (Int) async -> Void)? = nil
+) -> HTTPServiceHandle {
+    let shared = Mutex<AuthRoutes?>(nil)
+    return buildHTTPService(
         settings: settings.common,
         logger: logger,
         routes: { router, environment in
@@ -16,11 +23,17 @@ public func buildAuth(settings: AuthSettings, logger: Logger, onServerRunning: (
                 presence: PresenceStore(redis: environment.redis), limiter: limiter,
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
-            AuthRoutes(
+            let routes = AuthRoutes(
                 registration: registration, sessions: sessions, identities: identities, limiter: limiter,
                 settings: settings, metrics: environment.metrics, logger: environment.logger
-            ).register(on: router)
+            )
+            routes.registerPublic(on: router)
+            shared.withLock { $0 = routes }
         },
+        internalListener: InternalListener(http: settings.internalHTTP, onServerRunning: onInternalServerRunning) { router, _ in
+            shared.withLock { $0 }?.registerInternal(on: router)
+        },
+        startupProblems: settings.internalToken.isEmpty ? ["the internal token (WHISPER_INTERNAL_TOKEN) is empty"] : [],
         onServerRunning: onServerRunning
     )
 }

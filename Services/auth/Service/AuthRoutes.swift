@@ -14,15 +14,20 @@ struct AuthRoutes: Sendable {
     let metrics: ServiceMetrics
     let logger: Logger
 
-    func register(on router: Router<BasicRequestContext>) {
+    /// What clients reach through the load balancer.
+    func registerPublic(on router: Router<BasicRequestContext>) {
+        router.get("/users/:whisperId/keys") { request, context in
+            try await keys(request, context)
+        }
+    }
+
+    /// What only gateways call, on the internal port.
+    func registerInternal(on router: Router<BasicRequestContext>) {
         frame(RegisterBegin.self, on: router) { try await registration.begin($0, context: $1) }
         frame(RegisterProof.self, on: router) { try await registration.proof($0, context: $1) }
         frame(SessionRefresh.self, on: router) { try await registration.refresh($0, context: $1) }
         frame(Logout.self, on: router) { try await registration.logout($0, context: $1) }
         frame(UpdateTokens.self, on: router) { try await registration.updateTokens($0, context: $1) }
-        router.get("/users/:whisperId/keys") { request, context in
-            try await keys(request, context)
-        }
     }
 
     /// `POST /internal/v1/frames/<type>`: always 200 with the server frame to write back.
@@ -33,7 +38,7 @@ struct AuthRoutes: Sendable {
         let expected = Array(settings.internalToken.utf8)
         router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, context -> Response in
             let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
-            guard Sodium.constantTimeEqual(presented, expected) else {
+            guard !expected.isEmpty, Sodium.constantTimeEqual(presented, expected) else {
                 throw WhisperHTTPError(.authFailed, "internal endpoint")
             }
             let body = try await request.body.collect(upTo: Limits.MAX_WS_FRAME_BYTES * 2)

@@ -7,7 +7,13 @@ public struct AuthSettings: ServiceSettings {
     public var common: CommonSettings
     /// Shared with the gateway; guards the internal frame endpoints.
     public var internalToken: String
+    /// Where the internal frame endpoints (`/internal/v1/...`, called by gateways)
+    /// listen: a port apart from the public one (key lookup, health, metrics).
+    public var internalHTTP: HTTPSettings
+    public static let defaultInternalPort = 8091
     public var registerPerIP: RateLimitRule
+    /// Successful proofs for one identity (charged only after the proof verified, so
+    /// nobody can use up another identity's bucket by naming it).
     public var registerPerIdentity: RateLimitRule
     public var updateTokensPerIdentity: RateLimitRule
     public var updateTokensPerIP: RateLimitRule
@@ -16,6 +22,7 @@ public struct AuthSettings: ServiceSettings {
     public init(
         common: CommonSettings,
         internalToken: String,
+        internalHTTP: HTTPSettings = HTTPSettings(host: "127.0.0.1", port: AuthSettings.defaultInternalPort),
         registerPerIP: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
         registerPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
         updateTokensPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
@@ -24,6 +31,7 @@ public struct AuthSettings: ServiceSettings {
     ) {
         self.common = common
         self.internalToken = internalToken
+        self.internalHTTP = internalHTTP
         self.registerPerIP = registerPerIP
         self.registerPerIdentity = registerPerIdentity
         self.updateTokensPerIdentity = updateTokensPerIdentity
@@ -36,6 +44,13 @@ public struct AuthSettings: ServiceSettings {
         internalToken = settings.requiredString("whisper.internal.token", secret: true)
         if !internalToken.isEmpty, internalToken.utf8.count < 32 {
             settings.reject("whisper.internal.token", because: "must be at least 32 characters")
+        }
+        internalHTTP = HTTPSettings(
+            host: settings.string("auth.internal.http.host", default: common.http.host),
+            port: settings.int("auth.internal.http.port", default: Self.defaultInternalPort, range: 0...65535)
+        )
+        if internalHTTP.port != 0, internalHTTP.port == common.http.port {
+            settings.reject("auth.internal.http.port", because: "must differ from AUTH_HTTP_PORT")
         }
         registerPerIP = settings.rateLimit("auth.rate.limit.register.per.ip", default: "30/60s")
         registerPerIdentity = settings.rateLimit("auth.rate.limit.register.per.identity", default: "10/60s")

@@ -74,9 +74,17 @@ struct IdentityRepository: Sendable {
     /// Sign-ins of one identity take turns (the identity's row is locked first): two at
     /// once would otherwise each miss the other's new device and collide on the index
     /// that allows one active device per identity.
-    func activateDevice(_ deviceId: String, whisperId: String, platform: Platform, pushToken: String?, voipToken: String?) async throws {
+    /// Makes `deviceId` the identity's one active device. A device ID already
+    /// registered to another identity is never taken over: nothing changes and the
+    /// answer is false (the caller refuses the registration).
+    func activateDevice(_ deviceId: String, whisperId: String, platform: Platform, pushToken: String?, voipToken: String?) async throws -> Bool {
         try await postgres.withTransaction(logger: logger) { connection in
             _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(whisperId) FOR UPDATE", logger: logger)
+            // The device row, locked: when it is another identity's, nothing is changed.
+            let owners = try await connection.query("SELECT whisper_id FROM devices WHERE device_id = \(deviceId)::uuid FOR UPDATE", logger: logger)
+            for try await owner in owners.decode(String.self) where owner != whisperId {
+                return false
+            }
             _ = try await connection.query(
                 "UPDATE devices SET active = false, updated_at = now() WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid AND active",
                 logger: logger
@@ -86,12 +94,14 @@ struct IdentityRepository: Sendable {
                 INSERT INTO devices (device_id, whisper_id, platform, push_token, voip_token, active)
                 VALUES (\(deviceId)::uuid, \(whisperId), \(platform.rawValue), \(pushToken), \(voipToken), true)
                 ON CONFLICT (device_id) DO UPDATE SET
-                    whisper_id = EXCLUDED.whisper_id, platform = EXCLUDED.platform,
+                    platform = EXCLUDED.platform,
                     push_token = EXCLUDED.push_token, voip_token = EXCLUDED.voip_token,
                     active = true, updated_at = now(), last_seen_at = now()
+                WHERE devices.whisper_id = EXCLUDED.whisper_id
                 """,
                 logger: logger
             )
+            return true
         }
     }
 

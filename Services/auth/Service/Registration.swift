@@ -22,7 +22,9 @@ struct Registration: Sendable {
     }
 
     func begin(_ request: RegisterBegin, context: ConnectionContext) async throws -> RegisterChallenge {
-        try await limitRegistration(context: context, identity: request.whisperId ?? "device:\(request.deviceId.lowercased())")
+        // Per address only: an identity's own bucket is charged once its proof verifies,
+        // so naming someone's Whisper ID here costs them nothing.
+        try await limitRegistration(context: context)
         let challengeId = RandomID.uuid()
         let challenge = Data(Sodium.randomBytes(32)).base64EncodedString()
         let stored = StoredChallenge(challenge: challenge, deviceId: request.deviceId.lowercased(), platform: request.platform, whisperId: request.whisperId)
@@ -32,7 +34,7 @@ struct Registration: Sendable {
     }
 
     func proof(_ request: RegisterProof, context: ConnectionContext) async throws -> RegisterAck {
-        try await limitRegistration(context: context, identity: request.whisperId ?? "device:\(request.deviceId.lowercased())")
+        try await limitRegistration(context: context)
         // Single use: the challenge is gone after this read, whatever happens next.
         guard let bytes = try await redis.send("GETDEL", RedisKeys.challenge(request.challengeId.lowercased())).bytes,
               let stored = try? JSONDecoder().decode(StoredChallenge.self, from: Data(bytes)) else {
@@ -46,7 +48,8 @@ struct Registration: Sendable {
         let signPublicKey = [UInt8](Data(base64Encoded: request.signPublicKey) ?? Data())
         let encPublicKey = [UInt8](Data(base64Encoded: request.encPublicKey) ?? Data())
         let signature = [UInt8](Data(base64Encoded: request.signature) ?? Data())
-        guard Ed25519.verify(signature: signature, message: challengeBytes, publicKey: signPublicKey) else {
+        let signed = RegistrationProof.signedBytes(challenge: challengeBytes, cryptoVersion: request.cryptoVersion)
+        guard Ed25519.verify(signature: signature, message: signed, publicKey: signPublicKey) else {
             throw refuse(.authFailed, "signature does not verify", outcome: "bad_signature")
         }
 
@@ -71,14 +74,19 @@ struct Registration: Sendable {
             }
             created = true
         }
+        // Only now, with a proof only the identity's key holder can make, is the
+        // identity's own bucket charged: naming a Whisper ID costs its owner nothing.
+        try await limitIdentity(identity.whisperId)
         guard !identity.banned else {
             throw refuse(.userBanned, "this identity is banned", outcome: "banned")
         }
 
-        try await identities.activateDevice(
+        guard try await identities.activateDevice(
             request.deviceId.lowercased(), whisperId: identity.whisperId, platform: request.platform,
             pushToken: request.pushToken, voipToken: request.voipToken
-        )
+        ) else {
+            throw refuse(.forbidden, "this deviceId is registered to another identity; a new install makes a new deviceId", outcome: "device_taken")
+        }
         let now = Clock.millisecondsNow()
         let record = SessionRecord(
             whisperId: identity.whisperId, deviceId: request.deviceId.lowercased(), platform: request.platform,
@@ -136,13 +144,16 @@ struct Registration: Sendable {
         return TokensUpdated()
     }
 
-    private func limitRegistration(context: ConnectionContext, identity: String) async throws {
-        let decision = try await limiter.takeAll([
-            ("register", "ip:\(context.remoteAddress ?? "unknown")", settings.registerPerIP),
-            ("register", identity, settings.registerPerIdentity),
-        ])
+    private func limitRegistration(context: ConnectionContext) async throws {
+        let decision = try await limiter.take("register", key: "ip:\(context.remoteAddress ?? "unknown")", rule: settings.registerPerIP)
         if case .limited(let retry) = decision {
             throw refuse(.rateLimited, "too many registration attempts; retry in \(retry) ms", outcome: "rate_limited")
+        }
+    }
+
+    private func limitIdentity(_ key: String) async throws {
+        if case .limited(let retry) = try await limiter.take("register", key: key, rule: settings.registerPerIdentity) {
+            throw refuse(.rateLimited, "too many sign-ins for this identity; retry in \(retry) ms", outcome: "rate_limited")
         }
     }
 

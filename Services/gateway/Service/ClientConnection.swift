@@ -11,7 +11,8 @@ import WhisperShared
 public final class ClientConnection: Sendable {
     /// Unique per connection, across instances (`connId` in logs).
     public let id: String
-    let remoteAddress: String?
+    /// The client's address as the limits key it (`ClientAddress`).
+    let remoteAddress: String
     /// The socket's channel: frames are written to it directly, by whoever has one for
     /// this client (a router's answer arriving over pub/sub, a reply of the frame
     /// handler), in the order they are handed over. No queue or writer task in between:
@@ -28,10 +29,13 @@ public final class ClientConnection: Sendable {
     /// (revoke, supersede: both unbind).
     private let verified = Mutex<(token: String, until: ContinuousClock.Instant)?>(nil)
     static let verifiedFor: Duration = .seconds(5)
-    /// Frames handed over since the socket last had room in its send buffer (NIO's
-    /// writability: more than 64 KiB unsent). A client that stops reading is dropped
-    /// after `unsentLimit` of them rather than have its frames held without bound.
+    /// Frames and bytes handed over since the socket last had room in its send buffer
+    /// (NIO's writability: more than 64 KiB unsent). A client that stops reading is
+    /// dropped after `unsentLimit` frames or `maxUnsentBytes` bytes, whichever comes
+    /// first, rather than have its frames held without bound.
     private let unsentFrames = Atomic<Int>(0)
+    private let unsentBytes = Atomic<Int>(0)
+    let maxUnsentBytes: Int
     /// Set once a close was asked for: nothing is written after it.
     private let closing = Atomic<Bool>(false)
     /// This socket's share of the limits on frames that do no other work and on refused
@@ -44,9 +48,10 @@ public final class ClientConnection: Sendable {
     static let unsentLimit = 4_096
 
     init(
-        channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String?, logger: Logger,
-        controlLimit: RateLimitRule, refusalLimit: RateLimitRule
+        channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String, logger: Logger,
+        controlLimit: RateLimitRule, refusalLimit: RateLimitRule, maxUnsentBytes: Int = 8 * 1_048_576
     ) {
+        self.maxUnsentBytes = maxUnsentBytes
         self.id = RandomID.uuid()
         self.buckets = Mutex((LocalBucket(rule: controlLimit), LocalBucket(rule: refusalLimit)))
         (closeRequests, closeRequest) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -111,12 +116,16 @@ public final class ClientConnection: Sendable {
         guard !closing.load(ordering: .relaxed) else { return }
         if channel.isWritable {
             unsentFrames.store(0, ordering: .relaxed)
-        } else if unsentFrames.add(1, ordering: .relaxed).newValue > Self.unsentLimit {
+            unsentBytes.store(0, ordering: .relaxed)
+        } else if unsentFrames.add(1, ordering: .relaxed).newValue > Self.unsentLimit
+                    || unsentBytes.add(bytes.count, ordering: .relaxed).newValue > maxUnsentBytes {
             // The client does not read: drop the socket rather than hold its frames
             // without bound. No close handshake: a close frame would wait behind the
             // frames it does not read. What it missed stays in its pending queue.
             guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
-            logger.warning("socket_too_slow", metadata: ["unsentFrames": "\(Self.unsentLimit)"])
+            logger.warning("socket_too_slow", metadata: [
+                "unsentFrames": "\(unsentFrames.load(ordering: .relaxed))", "unsentBytes": "\(unsentBytes.load(ordering: .relaxed))",
+            ])
             channel.close(promise: nil)
             return
         }
@@ -150,6 +159,21 @@ public final class ClientConnection: Sendable {
         }
     }
 
+    /// Runs beside the frame loop: closes the socket with 4004 when it holds no session
+    /// `deadline` after its upgrade (registration takes a few seconds; a socket that
+    /// never signs in only costs memory). Returns early when cancelled.
+    func enforceAuthentication(within deadline: Duration) async {
+        do {
+            try await Task.sleep(for: deadline)
+        } catch {
+            return
+        }
+        if whisperId == nil, !isClosing {
+            logger.info("socket_unauthenticated_timeout")
+            close(code: CloseCode.authenticationTimeout, reason: "no session on this socket in time")
+        }
+    }
+
     /// The socket's frame loop ended: nothing more to close.
     func finishClosing() {
         closeRequest.finish()
@@ -164,6 +188,8 @@ enum CloseCode {
     static let superseded: UInt16 = 4002
     /// Too many refused frames (malformed, without a live session, over a limit).
     static let tooManyRefusals: UInt16 = 4003
+    /// No session (registration or session token) within the deadline after the upgrade.
+    static let authenticationTimeout: UInt16 = 4004
 }
 
 /// The sockets open on this instance, by connection id. A lock, not an actor: every

@@ -10,11 +10,7 @@ struct FrameHandler: Sendable {
     let auth: ServiceClient
     let sessions: SessionStore
     let presence: PresenceStore
-    /// The sender's own message limit, charged as a `send_message` enters the router stream.
-    let sendPerSender: RateLimitRule
-    /// This instance's buckets per client address (the per-socket ones live on the socket).
-    let controlPerAddress: LocalBucketTable
-    let refusalsPerAddress: LocalBucketTable
+    let limits: FrameLimits
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -52,17 +48,17 @@ struct FrameHandler: Sendable {
 
     /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per
     /// socket and per address, since no other limit sees them.
-    static let controlFrames: Set<ClientFrameType> = [.ping, .sessionRefresh, .logout]
+    static let controlFrames: Set<ClientFrameType> = [.ping, .sessionRefresh, .logout, .updateTokens]
 
     private func admitControl(on connection: ClientConnection) -> Bool {
-        connection.takeControl() && controlPerAddress.take(connection.remoteAddress ?? "")
+        connection.takeControl() && limits.controlPerAddress.take(connection.remoteAddress)
     }
 
     /// Answers a refused frame, unless the socket has had too many refusals (per socket
     /// or from its address): then it is closed with 4003 instead, and what it sends
     /// next is not read.
     private func refuse(_ code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
-        guard connection.takeRefusal(), refusalsPerAddress.take(connection.remoteAddress ?? "") else {
+        guard connection.takeRefusal(), limits.refusalsPerAddress.take(connection.remoteAddress) else {
             environment.metrics.recordError(code)
             if !connection.isClosing {
                 connection.logger.warning("socket_refusals_exceeded")
@@ -102,33 +98,51 @@ struct FrameHandler: Sendable {
             try await enqueueForRouter(frame, on: connection)
         default:
             // Not INTERNAL_ERROR: that asks the client to retry, and a retry cannot help.
+            // Counted as refused: a client that keeps sending them is closed like any other.
             connection.logger.info("frame_unavailable", metadata: ["type": "\(frame.type.rawValue)"])
-            await reply(error: .forbidden, "\(frame.type.rawValue) is not available on this server", requestId: frame.requestId, on: connection)
+            await refuse(.forbidden, "\(frame.type.rawValue) is not available on this server", requestId: frame.requestId, on: connection)
         }
     }
 
     /// Messages, receipts and pending-queue pages go to the routers through the router
-    /// stream; a router answers through this instance's channel.
+    /// stream; a router answers through this instance's channel. Each is charged first
+    /// to its address (in memory), then to its identity's bucket for its kind, in the
+    /// script that adds it: a frame over either limit never reaches a router, and is
+    /// refused like any other (a client that ignores `RATE_LIMITED` is soon closed).
     private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = connection.whisperId else {
             await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
             return
         }
+        guard limits.routedPerAddress.take(connection.remoteAddress) else {
+            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+            return
+        }
+        let payload = try RouterStream.storedPayload(frame.payload)
+        // The router checks the exact stored size; this only keeps what cannot pass out of the stream.
+        if frame.type == .sendMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 64 {
+            await refuse(
+                .invalidPayload, "the message is \(payload.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)",
+                requestId: frame.requestId, on: connection
+            )
+            return
+        }
         let entry = RouterStream.Entry(
             gateway: instanceID, connId: connection.id, whisperId: whisperId, type: frame.type,
-            requestId: frame.requestId, payload: try frame.payloadJSON ?? Self.encode(frame.payload), receivedAt: Clock.millisecondsNow()
+            requestId: frame.requestId, payload: payload, receivedAt: Clock.millisecondsNow()
         )
-        guard frame.type == .sendMessage else {
+        guard let (kind, rule) = limits.perIdentity(frame.type) else {
             try await environment.redis.send(entry.addCommand)
             return
         }
-        if case .limited(let retry) = try await entry.add(chargingSender: sendPerSender, on: environment.redis) {
-            await reply(error: .rateLimited, "too many messages; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+        if case .limited(let retry) = try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), on: environment.redis) {
+            let what = switch frame.type {
+            case .sendMessage: "messages"
+            case .deliveryReceipt: "receipts"
+            default: "fetches"
+            }
+            await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
         }
-    }
-
-    private static func encode(_ payload: any ClientPayload) throws -> [UInt8] {
-        Array(try ProtocolJSON.encoder.encode(payload))
     }
 
     /// A privileged frame may act only with a live session, and only for the identity
@@ -183,5 +197,35 @@ struct FrameHandler: Sendable {
     private func reply(error code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
         environment.metrics.recordError(code)
         connection.sendRaw(ServerFrameCodec.encodeError(code, message, requestId: requestId))
+    }
+}
+
+/// The gateway's limits on frames, with their tables of per-address buckets (this
+/// instance's counts; the per-socket buckets live on each socket).
+struct FrameLimits: Sendable {
+    let controlPerAddress: LocalBucketTable
+    let refusalsPerAddress: LocalBucketTable
+    let routedPerAddress: LocalBucketTable
+    let sendPerSender: RateLimitRule
+    let receiptsPerIdentity: RateLimitRule
+    let fetchPerIdentity: RateLimitRule
+
+    init(settings: GatewaySettings) {
+        controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)
+        refusalsPerAddress = LocalBucketTable(rule: settings.refusalsPerAddress)
+        routedPerAddress = LocalBucketTable(rule: settings.routedPerAddress)
+        sendPerSender = settings.sendPerSender
+        receiptsPerIdentity = settings.receiptsPerIdentity
+        fetchPerIdentity = settings.fetchPerIdentity
+    }
+
+    /// The bucket kind and rule charged per identity for a routed frame.
+    func perIdentity(_ type: ClientFrameType) -> (kind: String, rule: RateLimitRule)? {
+        switch type {
+        case .sendMessage: ("send", sendPerSender)
+        case .deliveryReceipt: ("receipt", receiptsPerIdentity)
+        case .fetchPending: ("fetch", fetchPerIdentity)
+        default: nil
+        }
     }
 }

@@ -29,10 +29,9 @@ public func buildGateway(
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
-        sendPerSender: settings.sendPerSender,
-        controlPerAddress: LocalBucketTable(rule: settings.controlPerAddress),
-        refusalsPerAddress: LocalBucketTable(rule: settings.refusalsPerAddress)
+        limits: FrameLimits(settings: settings)
     )
+    let admission = SocketAdmission(maxTotal: settings.maxSockets, maxPerAddress: settings.maxSocketsPerAddress)
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(connections: connections, settler: settler, metrics: environment.metrics, logger: environment.logger)
     let subscriber = RedisSubscriber(
@@ -49,15 +48,28 @@ public func buildGateway(
     }
     OperationsRoutes(environment: environment, readiness: Readiness(checks: environment.standardReadinessChecks + [subscribed]), draining: draining)
         .register(on: router)
+    // Reached by a GET /ws that was not upgraded: the reason, as an HTTP status.
+    router.get("/ws") { request, context -> Response in
+        if let refusal = UpgradeRefusal.origin(of: request, allowed: settings.allowedOrigins) { throw refusal }
+        if draining.isDraining {
+            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "this gateway is shutting down; connect again")
+        }
+        if let refusal = admission.refusal(for: context.remoteAddress) { throw refusal }
+        throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
+    }
 
     let webSocketRouter = Router(context: GatewayRequestContext.self)
-    webSocketRouter.ws("/ws") { _, _ in
-        draining.isDraining ? .dontUpgrade : .upgrade([:])
+    webSocketRouter.ws("/ws") { request, context in
+        // A refused upgrade goes on to the HTTP router, whose /ws route says why.
+        guard !draining.isDraining, UpgradeRefusal.origin(of: request, allowed: settings.allowedOrigins) == nil else { return .dontUpgrade }
+        return admission.admit(context.remoteAddress, channel: context.channel) == .admitted ? .upgrade([:]) : .dontUpgrade
     } onUpgrade: { inbound, outbound, context in
+        await HandshakeDeadline.lift(on: context.requestContext.channel)
         let connection = ClientConnection(
             channel: context.requestContext.channel, outbound: outbound,
             remoteAddress: context.requestContext.remoteAddress, logger: context.logger,
-            controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket
+            controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket,
+            maxUnsentBytes: settings.maxUnsentBytes
         )
         connections.add(connection)
         // Oversize frames and the like end the loop with an error: the WebSocket layer
@@ -66,7 +78,11 @@ public func buildGateway(
         // meanwhile still finds it, and nothing is left running after the socket.
         let ended: (any Error)? = await withTaskGroup(of: Void.self) { group in
             group.addTask { await connection.runClosing() }
-            defer { connection.finishClosing() }
+            group.addTask { await connection.enforceAuthentication(within: settings.authenticationDeadline) }
+            defer {
+                connection.finishClosing()
+                group.cancelAll()
+            }
             do {
                 for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
                     let bytes: [UInt8] = switch message {
@@ -87,13 +103,14 @@ public func buildGateway(
 
     let app = Application(
         router: router,
-        server: .http1WebSocketUpgrade(
+        server: .guardedWebSocketUpgrade(
             webSocketRouter: webSocketRouter,
             configuration: .init(ws: .init(
                 maxFrameSize: Limits.MAX_WS_FRAME_BYTES,
                 autoPing: .enabled(timePeriod: settings.pingInterval),
                 closeTimeout: settings.drainTimeout
-            ))
+            )),
+            handshakeTimeout: settings.handshakeTimeout
         ),
         configuration: .init(
             address: .hostname(settings.common.http.host, port: settings.common.http.port),
@@ -114,8 +131,10 @@ public func buildGateway(
         presence: presence, connections: connections, instanceID: settings.common.instanceID,
         interval: settings.presenceRefreshInterval, logger: environment.logger
     )
+    let refusals: [any Service] = settings.internalToken.isEmpty
+        ? [RefuseToStart(problems: ["the internal token (WHISPER_INTERNAL_TOKEN) is empty"])] : []
     let assembly = ServiceAssembly(
-        services: environment.clientServices + [subscriber, settler, keeper, app, drainer],
+        services: refusals + environment.clientServices + [subscriber, settler, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

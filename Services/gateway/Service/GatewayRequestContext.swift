@@ -8,13 +8,24 @@ import NIOCore
 public struct GatewayRequestContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let webSocket: WebSocketHandlerReference<Self>
-    public let remoteAddress: String?
+    /// The client's address as every limit of the gateway keys it (`ClientAddress`).
+    public let remoteAddress: String
     public let channel: any Channel
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.webSocket = .init()
-        self.remoteAddress = source.channel.remoteAddress?.ipAddress
+        self.remoteAddress = ClientAddress.of(source.channel)
         self.channel = source.channel
+    }
+}
+
+/// Where a connection comes from, for per-address limits: one function, used by every
+/// limit (socket caps, frame buckets, refusals, and auth's registration and token
+/// limits, which get it with each forwarded frame). Today the peer's IP address; behind
+/// a proxy that is the proxy's (see docs/operations.md, trusted proxies).
+enum ClientAddress {
+    static func of(_ channel: any Channel) -> String {
+        channel.remoteAddress?.ipAddress ?? "unknown"
     }
 }

@@ -26,6 +26,30 @@ public struct GatewaySettings: ServiceSettings {
     /// client address (this instance's count). Past them the socket is closed with 4003.
     public var refusalsPerSocket: RateLimitRule
     public var refusalsPerAddress: RateLimitRule
+    /// `delivery_receipt` and `fetch_pending` frames one identity may send (charged, like
+    /// `sendPerSender`, in the script that adds the entry to the router stream).
+    public var receiptsPerIdentity: RateLimitRule
+    public var fetchPerIdentity: RateLimitRule
+    /// Frames for the routers (messages, receipts, fetches together) from one client
+    /// address, this instance's count; checked in memory before anything reaches Redis.
+    public var routedPerAddress: RateLimitRule
+    /// A connection must complete its WebSocket upgrade within this long after it opens
+    /// (slow or missing headers); plain HTTP connections (health, metrics) are closed
+    /// this long after they open.
+    public var handshakeTimeout: Duration
+    /// A socket must hold a session (register, or use a session token) within this long
+    /// after its upgrade, else it is closed with 4004.
+    public var authenticationDeadline: Duration
+    /// Open sockets on this instance, and from one client address; past either an
+    /// upgrade is answered 503 or 429, with `Retry-After`.
+    public var maxSockets: Int
+    public var maxSocketsPerAddress: Int
+    /// Bytes handed to a socket while it has no room in its send buffer before it
+    /// counts as not reading and is dropped.
+    public var maxUnsentBytes: Int
+    /// When not empty, an upgrade whose `Origin` header names another origin is refused
+    /// (403); requests without `Origin` (native apps) are always accepted.
+    public var allowedOrigins: [String]
     /// How often the presence of this instance's sockets is renewed (it expires after
     /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
     public var presenceRefreshInterval: Duration
@@ -38,8 +62,26 @@ public struct GatewaySettings: ServiceSettings {
         controlPerAddress: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
         refusalsPerSocket: RateLimitRule = RateLimitRule(capacity: 20, period: .seconds(60)),
         refusalsPerAddress: RateLimitRule = RateLimitRule(capacity: 200, period: .seconds(60)),
-        presenceRefreshInterval: Duration = PresenceStore.ttl / 3
+        presenceRefreshInterval: Duration = PresenceStore.ttl / 3,
+        receiptsPerIdentity: RateLimitRule = RateLimitRule(capacity: 6_000, period: .seconds(60)),
+        fetchPerIdentity: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
+        routedPerAddress: RateLimitRule = RateLimitRule(capacity: 12_000, period: .seconds(60)),
+        handshakeTimeout: Duration = .seconds(10),
+        authenticationDeadline: Duration = .seconds(60),
+        maxSockets: Int = 50_000,
+        maxSocketsPerAddress: Int = 200,
+        maxUnsentBytes: Int = 8 * 1_048_576,
+        allowedOrigins: [String] = []
     ) {
+        self.receiptsPerIdentity = receiptsPerIdentity
+        self.fetchPerIdentity = fetchPerIdentity
+        self.routedPerAddress = routedPerAddress
+        self.handshakeTimeout = handshakeTimeout
+        self.authenticationDeadline = authenticationDeadline
+        self.maxSockets = maxSockets
+        self.maxSocketsPerAddress = maxSocketsPerAddress
+        self.maxUnsentBytes = maxUnsentBytes
+        self.allowedOrigins = allowedOrigins
         self.common = common
         self.authURL = authURL
         self.internalToken = internalToken
@@ -59,7 +101,7 @@ public struct GatewaySettings: ServiceSettings {
         pingInterval = .seconds(settings.int("gateway.ws.ping.interval.seconds", default: 30, range: 5...300))
         drainTimeout = .seconds(settings.int("gateway.drain.timeout.seconds", default: 5, range: 0...120))
         reconnectDelayMs = settings.int("gateway.reconnect.delay.ms", default: 1_000, range: 0...60_000)
-        authURL = settings.string("gateway.auth.url", default: "http://127.0.0.1:8081")
+        authURL = settings.string("gateway.auth.url", default: "http://127.0.0.1:8091")
         if !(authURL.hasPrefix("http://") || authURL.hasPrefix("https://")) {
             settings.reject("gateway.auth.url", because: "must be an http:// or https:// URL")
         }
@@ -70,5 +112,14 @@ public struct GatewaySettings: ServiceSettings {
         refusalsPerSocket = settings.rateLimit("gateway.rate.limit.refusals.per.socket", default: "20/60s")
         refusalsPerAddress = settings.rateLimit("gateway.rate.limit.refusals.per.address", default: "200/60s")
         presenceRefreshInterval = .seconds(settings.int("gateway.presence.refresh.seconds", default: 30, range: 1...60))
+        receiptsPerIdentity = settings.rateLimit("gateway.rate.limit.receipts.per.identity", default: "6000/60s")
+        fetchPerIdentity = settings.rateLimit("gateway.rate.limit.fetch.per.identity", default: "120/60s")
+        routedPerAddress = settings.rateLimit("gateway.rate.limit.routed.per.address", default: "12000/60s")
+        handshakeTimeout = .seconds(settings.int("gateway.handshake.timeout.seconds", default: 10, range: 1...300))
+        authenticationDeadline = .seconds(settings.int("gateway.auth.deadline.seconds", default: 60, range: 5...3_600))
+        maxSockets = settings.int("gateway.max.sockets", default: 50_000, range: 1...10_000_000)
+        maxSocketsPerAddress = settings.int("gateway.max.sockets.per.address", default: 200, range: 1...1_000_000)
+        maxUnsentBytes = settings.int("gateway.max.unsent.bytes", default: 8 * 1_048_576, range: 65_536...(1 << 30))
+        allowedOrigins = settings.list("gateway.allowed.origins", default: [])
     }
 }

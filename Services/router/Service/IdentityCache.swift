@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import PostgresNIO
+import Prometheus
 import Synchronization
 import WhisperShared
 
@@ -12,7 +13,9 @@ struct IdentityInfo: Sendable {
 }
 
 /// Identities by Whisper ID, read from Postgres once and then kept in memory, so a
-/// message never costs a database round trip for its sender's key.
+/// message never costs a database round trip for its sender's key. A Whisper ID that
+/// names no identity is remembered too, for `unknownTTL`, so a sender trying random
+/// recipients costs a memory lookup per message, not a query.
 final class IdentityCache: Sendable {
     private struct Entry {
         var info: IdentityInfo
@@ -23,14 +26,23 @@ final class IdentityCache: Sendable {
     private let logger: Logger
     private let ttl: Duration
     private let capacity: Int
+    private let unknownTTL: Duration
     private let entries = Mutex<[String: Entry]>([:])
+    private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
 
-    init(postgres: PostgresClient, logger: Logger, ttl: Duration, capacity: Int = 200_000) {
+    init(
+        postgres: PostgresClient, logger: Logger, metrics: ServiceMetrics, ttl: Duration, unknownTTL: Duration = .seconds(10),
+        capacity: Int = 200_000
+    ) {
+        self.queries = metrics.counter("identity_queries", help: "Identities the router read from Postgres (cache misses).")
         self.postgres = postgres
         self.logger = logger
         self.ttl = ttl
+        self.unknownTTL = unknownTTL
         self.capacity = capacity
     }
+
+    private let queries: Counter
 
     /// The identity, or nil when there is none.
     func lookup(_ whisperId: String) async throws -> IdentityInfo? {
@@ -38,6 +50,10 @@ final class IdentityCache: Sendable {
         if let entry = entries.withLock({ $0[whisperId] }), now - entry.fetchedAt < ttl {
             return entry.info
         }
+        if let seen = unknown.withLock({ $0[whisperId] }), now - seen < unknownTTL {
+            return nil
+        }
+        queries.increment()
         let rows = try await postgres.query(
             """
             SELECT u.sign_public_key,
@@ -55,6 +71,10 @@ final class IdentityCache: Sendable {
                 entries[whisperId] = Entry(info: info, fetchedAt: now)
             }
             return info
+        }
+        unknown.withLock { unknown in
+            if unknown.count >= capacity { unknown.removeAll(keepingCapacity: true) }
+            unknown[whisperId] = now
         }
         return nil
     }

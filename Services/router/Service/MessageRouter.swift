@@ -15,7 +15,6 @@ struct MessageRouter: Sendable {
     let identities: IdentityCache
     let pending: PendingQueue
     let receipts: ReceiptQueue
-    let limiter: RateLimiter
     let settings: RouterSettings
     let metrics: RouterMetrics
     let logger: Logger
@@ -29,7 +28,7 @@ struct MessageRouter: Sendable {
             case .sendMessage:
                 return try await send(try decode(SendMessage.self, entry), entry: entry, redelivery: redelivery)
             case .deliveryReceipt:
-                return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry)
+                return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry, redelivery: redelivery)
             case .fetchPending:
                 return try await fetch(try decode(FetchPending.self, entry), entry: entry)
             default:
@@ -50,18 +49,19 @@ struct MessageRouter: Sendable {
     /// same rules again: an entry written by anything else must not reach arithmetic or
     /// storage with values the schema refuses.
     private func decode<P: ClientPayload & HotPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
-        if let object = FastJSON.object(entry.payload), let payload = P(fast: object) {
+        let text = RouterStream.decodablePayload(entry.payload)
+        if let object = FastJSON.object(text), let payload = P(fast: object) {
             return try checked(payload)
         }
-        return try decodeGeneral(P.self, entry)
+        return try decodeGeneral(P.self, text)
     }
 
     private func decode<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
-        try decodeGeneral(P.self, entry)
+        try decodeGeneral(P.self, RouterStream.decodablePayload(entry.payload))
     }
 
-    private func decodeGeneral<P: ClientPayload>(_ type: P.Type, _ entry: RouterStream.Entry) throws -> P {
-        guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(entry.payload)) else {
+    private func decodeGeneral<P: ClientPayload>(_ type: P.Type, _ text: [UInt8]) throws -> P {
+        guard let payload = try? ProtocolJSON.decoder.decode(P.self, from: Data(text)) else {
             throw WhisperError(.invalidPayload, "payload does not match its schema")
         }
         return try checked(payload)
@@ -78,6 +78,11 @@ struct MessageRouter: Sendable {
 
     // MARK: - send_message
 
+    /// The checks run cheapest first, so that a refused message costs as little as it
+    /// can: what the entry itself shows (session's identity, size, time), then the
+    /// sender (cached), the signature (CPU only), the recipient (cached, unknown ones
+    /// too), and last the store script, which charges the pair's bucket and the
+    /// recipient's queue cap. docs/architecture.md lists the order.
     private func send(_ message: SendMessage, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
         let now = Clock.millisecondsNow()
         guard message.from == entry.whisperId else {
@@ -87,14 +92,19 @@ struct MessageRouter: Sendable {
         guard Clock.isWithinSkew(message.timestamp, of: now) else {
             throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
         }
+        let received = MessageReceived(
+            messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType,
+            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
+            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
+        )
+        let body = received.payloadJSON
+        guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
+            throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")
+        }
         guard let sender = try await identities.lookup(message.from) else {
             throw WhisperError(.notRegistered, "the sending identity does not exist")
         }
         guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
-        guard let recipient = try await identities.lookup(message.to) else {
-            throw WhisperError(.notFound, "no such recipient")
-        }
-        guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
         // The sender's own limit was charged by the gateway as it added the entry; the
         // limit per recipient is charged by the store script (no round trip of its own).
         let signedBytes = CanonicalSigning.bytes(
@@ -105,13 +115,11 @@ struct MessageRouter: Sendable {
               CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
             throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
         }
+        guard let recipient = try await identities.lookup(message.to) else {
+            throw WhisperError(.notFound, "no such recipient")
+        }
+        guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
 
-        let received = MessageReceived(
-            messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType,
-            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
-            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
-        )
-        let body = received.payloadJSON
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
         let (stored, live) = try await pending.store(
             recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
@@ -124,6 +132,9 @@ struct MessageRouter: Sendable {
             throw WhisperError(.invalidPayload, "messageId is already used by another message")
         case .limited(let retry):
             throw WhisperError(.rateLimited, "too many messages to this recipient; retry in \(retry) ms")
+        case .full:
+            metrics.queueFull()
+            throw WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
         case .duplicate:
             // A client resend: answered as before, nothing queued. A stream entry handled
             // a second time (its router died) was also delivered again, if still pending.
@@ -171,15 +182,17 @@ struct MessageRouter: Sendable {
 
     // MARK: - delivery_receipt
 
-    private func receipt(_ receipt: DeliveryReceipt, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+    private func receipt(_ receipt: DeliveryReceipt, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
         guard receipt.from == entry.whisperId else {
             throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
         }
         // Where the named sender is connected comes back with the acknowledgement.
         let (result, socket) = try await pending.acknowledge(
-            recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered, locating: receipt.to
+            recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered, locating: receipt.to,
+            repeated: redelivery
         )
-        // Not this recipient's message, or not from the named sender: nothing to do, nothing to tell.
+        // Not this recipient's message, not from the named sender, or a status already
+        // passed on: nothing to do, nothing to tell.
         guard case .acknowledged(let sender) = result, sender == receipt.to else {
             metrics.routed(.ignored)
             return .ignored
@@ -195,9 +208,7 @@ struct MessageRouter: Sendable {
     // MARK: - fetch_pending
 
     private func fetch(_ request: FetchPending, entry: RouterStream.Entry) async throws -> RoutingOutcome {
-        if case .limited(let retry) = try await limiter.take("fetch", key: entry.whisperId, rule: settings.fetchPerIdentity) {
-            throw WhisperError(.rateLimited, "too many fetches; retry in \(retry) ms")
-        }
+        // Charged at the gateway, per identity and per address, as the entry was added.
         // Receipts that waited for this sender go first (each settled once written).
         try await receipts.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
         let limit = min(request.limit ?? Limits.FETCH_PENDING_LIMIT_DEFAULT, Limits.FETCH_PENDING_LIMIT_MAX)

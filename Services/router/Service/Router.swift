@@ -13,10 +13,12 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
             let router = MessageRouter(
                 redis: environment.redis,
-                identities: IdentityCache(postgres: environment.postgres, logger: environment.logger, ttl: settings.identityCacheTTL),
-                pending: PendingQueue(redis: environment.redis),
-                receipts: ReceiptQueue(redis: environment.redis),
-                limiter: RateLimiter(redis: environment.redis),
+                identities: IdentityCache(
+                    postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
+                    unknownTTL: settings.unknownIdentityTTL
+                ),
+                pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
+                receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 settings: settings,
                 metrics: RouterMetrics(metrics: environment.metrics),
                 logger: environment.logger

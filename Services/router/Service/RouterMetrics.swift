@@ -10,6 +10,7 @@ struct RouterMetrics: Sendable {
     let pickup: DurationHistogram
     let handling: DurationHistogram
     let outcomes: [RoutingOutcome: Counter]
+    let full: Counter
 
     init(metrics: ServiceMetrics) {
         self.metrics = metrics
@@ -18,6 +19,7 @@ struct RouterMetrics: Sendable {
         outcomes = Dictionary(uniqueKeysWithValues: RoutingOutcome.allCases.map { outcome in
             (outcome, metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]))
         })
+        full = metrics.counter("pending_queue_full", help: "Messages refused because the recipient's pending queue was at its cap.")
         self.depth = metrics.registry.makeValueHistogram(
             descriptor: .init(namespace: "whisper", metricName: "pending_queue", unitName: "depth",
                               helpText: "Messages waiting in a recipient's pending queue, observed as each message is stored."),
@@ -42,6 +44,10 @@ struct RouterMetrics: Sendable {
     func refused(_ code: ErrorCode) {
         metrics.recordError(code)
         routed(.refused)
+    }
+
+    func queueFull() {
+        full.increment()
     }
 
     func queueDepth(_ depth: Int) {

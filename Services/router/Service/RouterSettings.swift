@@ -7,7 +7,12 @@ public struct RouterSettings: ServiceSettings {
     public var common: CommonSettings
     /// Messages from one sender to one recipient (the gateway limits each sender's total).
     public var sendPerPair: RateLimitRule
-    public var fetchPerIdentity: RateLimitRule
+    /// What one recipient's pending queue may hold (messages, and bytes of stored messages).
+    public var pendingCapacity: PendingQueue.Capacity
+    /// Receipts that may wait for one sender who is offline; past it the oldest go.
+    public var receiptsWaitingMax: Int
+    /// How long an unknown Whisper ID is remembered as unknown (no Postgres query for it meanwhile).
+    public var unknownIdentityTTL: Duration
     /// Entries read from the stream at a time.
     public var batchSize: Int
     /// How long an entry may stay unacknowledged by its consumer before another router claims it.
@@ -24,7 +29,9 @@ public struct RouterSettings: ServiceSettings {
     public init(
         common: CommonSettings,
         sendPerPair: RateLimitRule = RateLimitRule(capacity: 300, period: .seconds(60)),
-        fetchPerIdentity: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
+        pendingCapacity: PendingQueue.Capacity = .standard,
+        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity,
+        unknownIdentityTTL: Duration = .seconds(10),
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),
@@ -33,7 +40,9 @@ public struct RouterSettings: ServiceSettings {
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
-        self.fetchPerIdentity = fetchPerIdentity
+        self.pendingCapacity = pendingCapacity
+        self.receiptsWaitingMax = receiptsWaitingMax
+        self.unknownIdentityTTL = unknownIdentityTTL
         self.batchSize = batchSize
         self.claimAfter = claimAfter
         self.identityCacheTTL = identityCacheTTL
@@ -44,7 +53,12 @@ public struct RouterSettings: ServiceSettings {
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
         sendPerPair = settings.rateLimit("router.rate.limit.send.per.pair", default: "300/60s")
-        fetchPerIdentity = settings.rateLimit("router.rate.limit.fetch.per.identity", default: "600/60s")
+        pendingCapacity = PendingQueue.Capacity(
+            messages: settings.int("router.pending.max.messages", default: PendingQueue.Capacity.standard.messages, range: 1...1_000_000),
+            bytes: settings.int("router.pending.max.bytes", default: PendingQueue.Capacity.standard.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))
+        )
+        receiptsWaitingMax = settings.int("router.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
+        unknownIdentityTTL = .seconds(settings.int("router.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))

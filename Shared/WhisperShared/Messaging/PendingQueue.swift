@@ -12,9 +12,26 @@ import Foundation
 public struct PendingQueue: Sendable {
     public static let ttl: Duration = .seconds(Limits.PENDING_TTL_HOURS * 3600)
     let redis: RedisClient
+    /// How much one recipient's queue may hold; a message past either cap is refused
+    /// (`StoreResult.full`) until the recipient takes some.
+    public let capacity: Capacity
 
-    public init(redis: RedisClient) {
+    public struct Capacity: Sendable, Equatable {
+        public var messages: Int
+        /// The sum of the stored `message_received` payloads.
+        public var bytes: Int
+
+        public init(messages: Int, bytes: Int) {
+            self.messages = messages
+            self.bytes = bytes
+        }
+
+        public static let standard = Capacity(messages: 5_000, bytes: 16 * 1_048_576)
+    }
+
+    public init(redis: RedisClient, capacity: Capacity = .standard) {
         self.redis = redis
+        self.capacity = capacity
     }
 
     public enum StoreResult: Sendable, Equatable {
@@ -26,6 +43,8 @@ public struct PendingQueue: Sendable {
         case conflict
         /// The sender's bucket for this recipient was empty: nothing was stored or published.
         case limited(retryAfterMs: Int)
+        /// The recipient's queue is at its cap in messages or bytes: nothing was stored.
+        case full
     }
 
     /// Stores a message unless its messageId is already known for this recipient or the
@@ -45,12 +64,12 @@ public struct PendingQueue: Sendable {
             Self.storeScript,
             keys: [
                 RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
-                Self.pairBucket(recipient: recipient, sender: sender),
+                Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient),
             ],
             arguments: [
                 sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
                 accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
-            ] + RateLimiter.arguments(pairLimit)
+            ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes]
         )
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         let live = parts.count > 3 && (parts[3].int ?? 0) > 0
@@ -61,6 +80,8 @@ public struct PendingQueue: Sendable {
             return (.duplicate, live)
         case "limited":
             return (.limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), false)
+        case "full":
+            return (.full, false)
         default:
             return (.conflict, false)
         }
@@ -71,25 +92,38 @@ public struct PendingQueue: Sendable {
         public var nextCursor: String?
     }
 
-    /// Up to `limit` messages after `cursor` (exclusive), oldest first.
-    public func page(recipient: String, after cursor: String?, limit: Int) async throws -> Page {
+    /// Up to `limit` messages after `cursor` (exclusive), oldest first, stopping before
+    /// their bodies pass `maxBytes` (one message always fits: a page is never empty
+    /// while messages wait). `nextCursor` is set whenever more may follow.
+    public func page(recipient: String, after cursor: String?, limit: Int, maxBytes: Int = Limits.FETCH_PENDING_MAX_BYTES) async throws -> Page {
         let reply = try await redis.evaluate(
-            Self.pageScript, keys: [RedisKeys.pending(recipient)],
+            Self.pageScript, keys: [RedisKeys.pending(recipient), Self.bytesKey(recipient)],
             arguments: [cursor.map { "(" + $0 } ?? "-", limit + 1, Int(Self.ttl.milliseconds)]
         )
         guard let entries = reply.array else { throw RedisError.unexpectedReply("pending page") }
         var messages: [[UInt8]] = []
+        var bytes = 0
         var lastId: String?
+        var more = entries.count > limit
         for entry in entries.prefix(limit) {
             guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array else { continue }
+            var body: [UInt8]?
             var index = 0
             while index + 1 < fields.count {
-                if fields[index].string == "body", let body = fields[index + 1].bytes { messages.append(body) }
+                if fields[index].string == "body" { body = fields[index + 1].bytes }
                 index += 2
+            }
+            if let body {
+                if !messages.isEmpty, bytes + body.count > maxBytes {
+                    more = true
+                    break
+                }
+                bytes += body.count
+                messages.append(body)
             }
             lastId = id
         }
-        return Page(messages: messages, nextCursor: entries.count > limit ? lastId : nil)
+        return Page(messages: messages, nextCursor: more ? lastId : nil)
     }
 
     public enum ReceiptResult: Sendable, Equatable {
@@ -102,12 +136,16 @@ public struct PendingQueue: Sendable {
     /// Applies the recipient's receipt (`delivered` removes the message from the queue)
     /// and, in the same round trip, finds where `sender` (the sender the receipt names,
     /// who is told if the message turns out to be theirs) is connected.
+    /// Each status counts once per message: a repeat (`delivered` for a message no longer
+    /// pending, a second `read`) is `.unknown`, so it is not passed on again, unless
+    /// `repeated` says this is a stream entry handled a second time (its router died
+    /// between this step and the next), when it is passed on again.
     public func acknowledge(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String
+        recipient: String, messageId: String, delivered: Bool, locating sender: String, repeated: Bool = false
     ) async throws -> (result: ReceiptResult, senderSocket: PresenceRecord?) {
         let (reply, others) = try await redis.evaluate(
-            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId)],
-            arguments: [delivered ? 1 : 0],
+            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), Self.bytesKey(recipient)],
+            arguments: [delivered ? 1 : 0, repeated ? 1 : 0],
             alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
         )
         let socket = others.first?.string.flatMap(PresenceRecord.init(encoded:))
@@ -125,16 +163,47 @@ public struct PendingQueue: Sendable {
         RedisKeys.rateLimit(recipient, "from:\(sender)")
     }
 
+    /// The total size of the bodies in the queue (kept with it, in its slot).
+    static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
+
+    /// Bytes the recipient's queue holds, as counted.
+    public func bytes(recipient: String) async throws -> Int {
+        Int(try await redis.send("GET", Self.bytesKey(recipient)).string.flatMap(Int.init) ?? 0)
+    }
+
     static func messageKey(_ recipient: String, _ messageId: String) -> String {
         "pending:{\(recipient)}:msg:\(messageId.lowercased())"
     }
 
-    /// KEYS: queue, message key, presence key, the pair's bucket (all in the recipient's
-    /// slot). ARGV: sender, body, ttl ms, messageId, sender's gateway channel, accepted
-    /// command, acceptedAt, redeliver flag, the bucket's capacity and refill per ms. The
-    /// presence value is `<gateway> <connId>` (`PresenceRecord`); the command format is
-    /// `GatewayCommand`'s.
-    static let storeScript = RedisScript(RateLimiter.bucketLua + """
+    /// Removes what is older than the TTL, a bounded batch per call, and takes its size
+    /// off the byte count (KEYS[1] the queue, `bytes` its count key). An empty queue's
+    /// count is set to 0, which also heals a count left by an earlier version.
+    static let expiryLua = """
+        local function expire_old(queue, bytes, ttl, now)
+            local old = redis.call('XRANGE', queue, '-', '(' .. tostring(now - ttl), 'COUNT', 256)
+            local freed = 0
+            for _, entry in ipairs(old) do
+                local fields = entry[2]
+                for i = 1, #fields, 2 do
+                    if fields[i] == 'body' then freed = freed + #fields[i + 1] end
+                end
+                redis.call('XDEL', queue, entry[1])
+            end
+            if redis.call('XLEN', queue) == 0 then
+                redis.call('DEL', bytes)
+            elseif freed > 0 then
+                redis.call('DECRBY', bytes, freed)
+            end
+        end
+
+        """
+
+    /// KEYS: queue, message key, presence key, the pair's bucket, byte count (all in the
+    /// recipient's slot). ARGV: sender, body, ttl ms, messageId, sender's gateway
+    /// channel, accepted command, acceptedAt, redeliver flag, the bucket's capacity and
+    /// refill per ms, the queue's cap in messages and in bytes. The presence value is
+    /// `<gateway> <connId>` (`PresenceRecord`); the command format is `GatewayCommand`'s.
+    static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
         local function deliver()
             local holder = redis.call('GET', KEYS[3])
             if not holder then return 0 end
@@ -156,34 +225,54 @@ public struct PendingQueue: Sendable {
             return {'duplicate', '', 0, delivered}
         end
         local now = now_ms()
+        expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
+        local size = #ARGV[2]
+        local held = tonumber(redis.call('GET', KEYS[5]) or '0')
+        if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[11]) or held + size > tonumber(ARGV[12]) then
+            return {'full'}
+        end
         local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]), now)
         if retry > 0 then return {'limited', retry} end
-        redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))
         local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
-        redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending')
+        redis.call('INCRBY', KEYS[5], size)
+        redis.call('PEXPIRE', KEYS[5], ARGV[3])
+        redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
         redis.call('PUBLISH', ARGV[5], ARGV[6])
         return {'stored', id, redis.call('XLEN', KEYS[1]), deliver()}
         """)
 
-    /// KEYS: queue. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
-    static let pageScript = RedisScript("""
-        local t = redis.call('TIME')
-        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        redis.call('XTRIM', KEYS[1], 'MINID', tostring(now - tonumber(ARGV[3])))
+    /// KEYS: queue, byte count. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
+    static let pageScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
+        expire_old(KEYS[1], KEYS[2], tonumber(ARGV[3]), now_ms())
         return redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
         """)
 
-    /// KEYS: queue, message key. ARGV: 1 when delivered. Returns the sender, or "".
+    /// KEYS: queue, message key, byte count. ARGV: 1 when delivered (else read), 1 when
+    /// the entry is handled again. Returns the sender when the receipt is to be passed
+    /// on, else "". `delivered` takes the message out of the queue.
     static let ackScript = RedisScript("""
-        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry')
+        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read')
         local from = message[1]
         if not from then return '' end
-        if ARGV[1] == '1' and message[2] == 'pending' then
-            redis.call('XDEL', KEYS[1], message[3])
+        if ARGV[1] == '1' then
+            if message[2] ~= 'pending' then
+                if ARGV[2] == '1' then return from end
+                return ''
+            end
+            if redis.call('XDEL', KEYS[1], message[3]) == 1 and message[4] then
+                redis.call('DECRBY', KEYS[3], tonumber(message[4]))
+            end
+            if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
             redis.call('HSET', KEYS[2], 'state', 'delivered')
+            return from
         end
+        if message[5] then
+            if ARGV[2] == '1' then return from end
+            return ''
+        end
+        redis.call('HSET', KEYS[2], 'read', '1')
         return from
         """)
 }

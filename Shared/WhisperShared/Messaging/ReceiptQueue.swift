@@ -6,11 +6,18 @@
 /// So a receipt is never lost to a socket closing in between; it can come twice only
 /// when a `fetch_pending` hands it over while a live copy is still being written
 /// (clients treat `message_delivered` as a state, idempotent by messageId and status).
+///
+/// At most `capacity` receipts wait per sender (the oldest go first past it): a sender
+/// who stays away while many of its messages are read cannot grow the store without
+/// bound. Each message gives at most one `delivered` and one `read` receipt.
 public struct ReceiptQueue: Sendable {
     let redis: RedisClient
+    public let capacity: Int
+    public static let standardCapacity = 10_000
 
-    public init(redis: RedisClient) {
+    public init(redis: RedisClient, capacity: Int = ReceiptQueue.standardCapacity) {
         self.redis = redis
+        self.capacity = capacity
     }
 
     /// A stream; the name differs from the list (`receipts:{id}`) earlier versions kept,
@@ -24,7 +31,7 @@ public struct ReceiptQueue: Sendable {
             Self.keepScript, keys: [Self.key(owner)],
             arguments: [
                 frame, Int(PendingQueue.ttl.milliseconds), socket.map { RedisKeys.gatewayChannel($0.gateway) } ?? "",
-                socket?.connId ?? "", owner,
+                socket?.connId ?? "", owner, capacity,
             ]
         )
     }
@@ -59,9 +66,9 @@ public struct ReceiptQueue: Sendable {
     }
 
     /// KEYS: the owner's receipts. ARGV: frame, ttl ms, gateway channel (or ""), connId,
-    /// owner. The command format is `GatewayCommand`'s (kind `receipt`).
+    /// owner, capacity. The command format is `GatewayCommand`'s (kind `receipt`).
     static let keepScript = RedisScript("""
-        local id = redis.call('XADD', KEYS[1], '*', 'f', ARGV[1])
+        local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[6], '*', 'f', ARGV[1])
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
         if ARGV[3] ~= '' then
             redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])

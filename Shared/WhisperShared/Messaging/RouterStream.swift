@@ -55,8 +55,13 @@ public enum RouterStream {
         /// `send_message` this way, so a sender over the limit is refused at the edge
         /// and never reaches a router.
         public func add(chargingSender rule: RateLimitRule, on redis: RedisClient) async throws -> RateLimiter.Decision {
+            try await add(charging: rule, bucket: senderBucket(whisperId), on: redis)
+        }
+
+        /// Adds the entry after taking a token from `bucket` (one of `RouterStream.bucket`).
+        public func add(charging rule: RateLimitRule, bucket: String, on redis: RedisClient) async throws -> RateLimiter.Decision {
             let reply = try await redis.evaluate(
-                admitScript, keys: [key, senderBucket(whisperId)],
+                admitScript, keys: [key, bucket],
                 arguments: RateLimiter.arguments(rule) + [maxLength] + fields
             )
             return try RateLimiter.decision(reply, "router stream admission")
@@ -78,10 +83,73 @@ public enum RouterStream {
         }
     }
 
+    // MARK: - Payloads without session tokens
+
+    /// The payload as an entry keeps it: every field but `sessionToken`. The gateway
+    /// checked the token before adding the entry, and the stream is persisted (the
+    /// append-only file, replicas), so a token written here would be a credential at
+    /// rest. The entry says which identity the frame acts for (`wid`).
+    public static func storedPayload(_ payload: any ClientPayload) throws -> [UInt8] {
+        switch payload {
+        case let message as SendMessage:
+            var writer = FastJSONWriter(capacity: 512 + message.ciphertext.utf8.count)
+            message.write(to: &writer, withSessionToken: false)
+            return writer.bytes
+        case let receipt as DeliveryReceipt:
+            var writer = FastJSONWriter(capacity: 256)
+            receipt.write(to: &writer, withSessionToken: false)
+            return writer.bytes
+        case let fetch as FetchPending:
+            var writer = FastJSONWriter(capacity: 128)
+            writer.beginObject()
+            writer.field("protocolVersion", fetch.protocolVersion)
+            writer.field("cryptoVersion", fetch.cryptoVersion)
+            writer.field("cursor", fetch.cursor)
+            if let limit = fetch.limit { writer.field("limit", limit) }
+            writer.endObject()
+            return writer.bytes
+        default:
+            // Any other payload: its JSON with the one member taken out.
+            let encoded = try ProtocolJSON.encoder.encode(payload)
+            guard var object = try JSONSerialization.jsonObject(with: encoded) as? [String: Any] else {
+                throw WhisperError(.internalError, "payload did not encode as an object")
+            }
+            object["sessionToken"] = nil
+            return Array(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
+        }
+    }
+
+    /// A stored payload made readable by the payload types again: their schema has a
+    /// `sessionToken`, so an empty one is put back (the router never uses it: the entry's
+    /// `wid` is the session's identity). An entry written by an earlier gateway still
+    /// has its token and is read as it is.
+    public static func decodablePayload(_ stored: [UInt8]) -> [UInt8] {
+        guard !stored.containsSubsequence(Self.tokenKey) else { return stored }
+        var index = 0
+        while index < stored.count, [0x20, 0x0A, 0x0D, 0x09].contains(stored[index]) { index += 1 }
+        guard index < stored.count, stored[index] == UInt8(ascii: "{") else { return stored }
+        var next = index + 1
+        while next < stored.count, [0x20, 0x0A, 0x0D, 0x09].contains(stored[next]) { next += 1 }
+        let empty = next < stored.count && stored[next] == UInt8(ascii: "}")
+        let member = Array(#""sessionToken":"""#.utf8) + (empty ? [] : [UInt8(ascii: ",")])
+        var result: [UInt8] = []
+        result.reserveCapacity(stored.count + member.count)
+        result += stored[..<(index + 1)]
+        result += member
+        result += stored[(index + 1)...]
+        return result
+    }
+
+    static let tokenKey = Array(#""sessionToken""#.utf8)
+
     /// A sender's bucket for `send_message`. Its hash tag is the stream's whole key, so
     /// it lives in the stream's hash slot and one script can charge it and add the entry
     /// (also under Redis Cluster).
-    public static func senderBucket(_ whisperId: String) -> String { "{\(key)}:send:\(whisperId)" }
+    public static func senderBucket(_ whisperId: String) -> String { bucket("send", whisperId) }
+
+    /// An identity's bucket for one kind of routed frame (`send`, `receipt`, `fetch`), in
+    /// the stream's hash slot like the sender's.
+    public static func bucket(_ kind: String, _ whisperId: String) -> String { "{\(key)}:\(kind):\(whisperId)" }
 
     /// KEYS: stream, sender's bucket. ARGV: capacity, refill per ms, stream cap, then the
     /// entry's fields and values. Returns {1, entry id} or {0, retry after ms}.
@@ -109,5 +177,18 @@ public enum PushStream {
     /// `XADD stream:push MAXLEN ~ N * to <whisperId> kind <kind> id <messageId|callId> at <ms>`
     public static func job(to whisperId: String, kind: Kind, id: String, at timestamp: Int64) -> RedisCommand {
         RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*", "to", whisperId, "kind", kind.rawValue, "id", id, "at", timestamp])
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Whether `needle` occurs in these bytes (a plain scan; the needles are short).
+    func containsSubsequence(_ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= count else { return needle.isEmpty }
+        var start = 0
+        while start + needle.count <= count {
+            if self[start] == needle[0], self[start..<(start + needle.count)].elementsEqual(needle) { return true }
+            start += 1
+        }
+        return false
     }
 }

@@ -51,6 +51,9 @@ public struct SendMessage: PrivilegedPayload, Equatable {
         try check.uuid(messageId, "messageId")
         try check.whisperID(from, "from")
         try check.whisperID(to, "to")
+        // One active device per identity: a message to oneself would come back to the
+        // device that sent it. Refused, so it cannot fill one's own queue either.
+        try check.require(to != from, "to", "must not be the sender's own Whisper ID")
         try check.timestamp(timestamp, "timestamp")
         try check.base64(nonce, "nonce", bytes: 24)
         try check.base64(ciphertext, "ciphertext")

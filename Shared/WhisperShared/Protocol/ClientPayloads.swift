@@ -154,11 +154,21 @@ extension Format {
     }
 
     /// `^[A-Za-z0-9_-]{1,128}$`: a `fetch_pending` cursor as the server issued it.
+    /// A position in a pending queue, as the server hands it out (`nextCursor`): the
+    /// Redis stream entry ID `<ms>-<seq>`, each part a decimal of at most 20 digits
+    /// that fits in 64 bits unsigned, and not the greatest ID of all (no entry can
+    /// follow it, and Redis refuses a range that starts after it). Checked here so that
+    /// no cursor reaches Redis that Redis would refuse.
     public static func isCursor(_ value: String) -> Bool {
-        let count = value.utf8.count
-        return (1...128).contains(count) && value.utf8.allSatisfy {
-            isLowerAlnum($0) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-")
+        let parts = value.utf8.split(separator: UInt8(ascii: "-"), omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return false }
+        var numbers: [UInt64] = []
+        for part in parts {
+            guard (1...20).contains(part.count), part.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                  let number = UInt64(String(decoding: part, as: UTF8.self)) else { return false }
+            numbers.append(number)
         }
+        return !(numbers[0] == UInt64.max && numbers[1] == UInt64.max)
     }
 }
 

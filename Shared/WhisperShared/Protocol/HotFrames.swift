@@ -68,10 +68,15 @@ extension SendMessage: HotPayload {
     }
 
     public func write(to writer: inout FastJSONWriter) {
+        write(to: &writer, withSessionToken: true)
+    }
+
+    /// Without `sessionToken`: what the gateway passes on once it has checked it.
+    public func write(to writer: inout FastJSONWriter, withSessionToken: Bool) {
         writer.beginObject()
         writer.field("protocolVersion", protocolVersion)
         writer.field("cryptoVersion", cryptoVersion)
-        writer.field("sessionToken", sessionToken)
+        if withSessionToken { writer.field("sessionToken", sessionToken) }
         writer.field("messageId", messageId)
         writer.messageFields(
             from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
@@ -109,10 +114,15 @@ extension DeliveryReceipt: HotPayload {
     }
 
     public func write(to writer: inout FastJSONWriter) {
+        write(to: &writer, withSessionToken: true)
+    }
+
+    /// Without `sessionToken`: what the gateway passes on once it has checked it.
+    public func write(to writer: inout FastJSONWriter, withSessionToken: Bool) {
         writer.beginObject()
         writer.field("protocolVersion", protocolVersion)
         writer.field("cryptoVersion", cryptoVersion)
-        writer.field("sessionToken", sessionToken)
+        if withSessionToken { writer.field("sessionToken", sessionToken) }
         writer.field("messageId", messageId)
         writer.field("from", from)
         writer.field("to", to)

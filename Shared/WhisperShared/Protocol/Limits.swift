@@ -24,6 +24,16 @@ public enum Limits {
     /// Box overhead (Poly1305 tag) added to a text message's plaintext.
     public static let BOX_OVERHEAD_BYTES = 16
 
+    /// The largest a message may be as it is stored and delivered (its whole
+    /// `message_received` payload: ciphertext, signature, reactions, attachment pointer
+    /// and every other field), whatever field makes it up.
+    public static let MAX_STORED_MESSAGE_BYTES = 32_768
+    /// A `pending_messages` page stops before its messages pass this many bytes (or at
+    /// `limit` messages, whichever comes first); it always holds at least one message.
+    public static let FETCH_PENDING_MAX_BYTES = 262_144
+
     public static let SUPPORTED_PROTOCOL_VERSIONS: Set<Int> = [1]
-    public static let SUPPORTED_CRYPTO_VERSIONS: Set<Int> = [1]
+    /// 1: the original suite. 2: the same message cryptography with the
+    /// domain-separated registration proof (`RegistrationProof`).
+    public static let SUPPORTED_CRYPTO_VERSIONS: Set<Int> = [1, 2]
 }

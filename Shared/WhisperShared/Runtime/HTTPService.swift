@@ -16,7 +16,9 @@ public func buildHTTPService(
     logger: Logger,
     extraReadinessChecks: [ReadinessCheck] = [],
     routes: (Router<BasicRequestContext>, ServiceEnvironment) -> Void = { _, _ in },
+    internalListener: InternalListener? = nil,
     workers: (ServiceEnvironment) -> [any Service] = { _ in [] },
+    startupProblems: [String] = [],
     onServerRunning: (@Sendable (Int) async -> Void)? = nil
 ) -> HTTPServiceHandle {
     let environment = ServiceEnvironment(settings: settings, logger: logger)
@@ -29,6 +31,25 @@ public func buildHTTPService(
         draining: draining
     ).register(on: router)
     routes(router, environment)
+    var internalApps: [any Service] = []
+    if let internalListener {
+        // A port of its own for what only other services call, so that the public port
+        // (behind the load balancer) never exposes it.
+        let internalRouter = Router(context: BasicRequestContext.self)
+        internalRouter.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
+        internalListener.routes(internalRouter, environment)
+        internalApps.append(Application(
+            router: internalRouter,
+            configuration: .init(
+                address: .hostname(internalListener.http.host, port: internalListener.http.port),
+                serverName: "whisper-\(settings.service)-internal"
+            ),
+            onServerRunning: { channel in
+                await internalListener.onServerRunning?(channel.localAddress?.port ?? 0)
+            },
+            logger: environment.logger
+        ))
+    }
     var app = Application(
         router: router,
         configuration: .init(
@@ -41,8 +62,9 @@ public func buildHTTPService(
         logger: environment.logger
     )
     app.addServices(DrainSignal(flag: draining))
+    let refusals: [any Service] = startupProblems.isEmpty ? [] : [RefuseToStart(problems: startupProblems)]
     let assembly = ServiceAssembly(
-        services: environment.clientServices + workers(environment) + [app],
+        services: refusals + environment.clientServices + workers(environment) + internalApps + [app],
         logger: environment.logger,
         gracePeriod: settings.shutdownGracePeriod
     )
@@ -65,4 +87,40 @@ public struct DrainSignal: Service {
             flag.startDraining()
         }
     }
+}
+
+/// A second listener of a service: its address and its routes.
+public struct InternalListener: Sendable {
+    public var http: HTTPSettings
+    public var routes: @Sendable (Router<BasicRequestContext>, ServiceEnvironment) -> Void
+    public var onServerRunning: (@Sendable (Int) async -> Void)?
+
+    public init(
+        http: HTTPSettings, onServerRunning: (@Sendable (Int) async -> Void)? = nil,
+        routes: @escaping @Sendable (Router<BasicRequestContext>, ServiceEnvironment) -> Void
+    ) {
+        self.http = http
+        self.routes = routes
+        self.onServerRunning = onServerRunning
+    }
+}
+
+/// Stops a service at start when its settings cannot work, whichever way they were
+/// made (environment, files, or code): the group ends with this error before anything
+/// listens.
+public struct RefuseToStart: Service {
+    public let problems: [String]
+
+    public init(problems: [String]) {
+        self.problems = problems
+    }
+
+    public func run() async throws {
+        throw SettingsError(problems: problems)
+    }
+}
+
+public struct SettingsError: Error, CustomStringConvertible {
+    public let problems: [String]
+    public var description: String { "refusing to start: " + problems.joined(separator: "; ") }
 }

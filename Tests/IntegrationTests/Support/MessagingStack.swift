@@ -28,11 +28,9 @@ struct MessagingStack {
         var authSettings = TestServers.authSettings(database, redis: redis)
         configureAuth(&authSettings)
         let finalAuthSettings = authSettings
-        let auth = try await RunningService.start { running in
-            buildAuth(settings: finalAuthSettings, logger: TestServers.logger, onServerRunning: running).assembly
-        }
+        let auth = try await TestServers.startAuth(finalAuthSettings)
         var gateways: [RunningService] = []
-        var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.port, redis: redis)
+        var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
         configureGateway(&gatewaySettings)
         for _ in 0..<2 {
             let settings = gatewaySettings
@@ -226,7 +224,7 @@ extension TestServers {
         let generous = RateLimitRule("100000/60s")!
         return RouterSettings(
             common: common(service: "router", postgres: database, redis: redis),
-            sendPerPair: generous, fetchPerIdentity: generous,
+            sendPerPair: generous,
             claimAfter: .seconds(1)
         )
     }

@@ -133,6 +133,8 @@ struct RunningService: Sendable {
     let port: Int
     let group: ServiceGroup
     let task: Task<Void, any Error>
+    /// auth's internal port (frame endpoints), once `TestServers.startAuth` saw it listen.
+    var internalPort = 0
 
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
@@ -204,18 +206,33 @@ extension TestServers {
         let generous = RateLimitRule("100000/60s")!
         return AuthSettings(
             common: common(service: "auth", postgres: database, redis: redis), internalToken: internalToken,
+            internalHTTP: HTTPSettings(host: "127.0.0.1", port: (try? freePort()) ?? 0),
             registerPerIP: generous, registerPerIdentity: generous, updateTokensPerIdentity: generous,
             updateTokensPerIP: generous, keyLookupPerIdentity: generous
         )
     }
 
+    /// Starts auth and waits until both its ports listen (the internal one answers 404 at `/`).
+    static func startAuth(_ settings: AuthSettings) async throws -> RunningService {
+        var auth = try await RunningService.start { running in
+            buildAuth(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        _ = try await HTTP.waitFor("http://127.0.0.1:\(settings.internalHTTP.port)/") { $0.status == 404 }
+        auth.internalPort = settings.internalHTTP.port
+        return auth
+    }
+
+    /// `authPort`: auth's internal port (`AuthSettings.internalHTTP`), where the frame endpoints are.
     static func gatewaySettings(_ database: PostgresSettings, authPort: Int, redis: RedisConfiguration = TestServers.redis) -> GatewaySettings {
         GatewaySettings(
             common: common(service: "gateway", postgres: database, redis: redis),
             authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken,
             // Tests leave sockets open at the end; do not wait long for them.
             drainTimeout: .milliseconds(300),
-            sendPerSender: RateLimitRule("100000/60s")!
+            sendPerSender: RateLimitRule("100000/60s")!,
+            // Every test client comes from 127.0.0.1: per-address limits would join them all.
+            routedPerAddress: RateLimitRule("1000000/60s")!,
+            maxSocketsPerAddress: 100_000
         )
     }
 }

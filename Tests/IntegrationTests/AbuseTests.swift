@@ -1,0 +1,387 @@
+import AuthService
+import Foundation
+import GatewayService
+import NIOCore
+import NIOPosix
+import RouterService
+import ServiceLifecycle
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Issue 13: each attack of one account (or none) on everyone else, sent for real, and
+/// the limit holding while a well-behaved user on the same gateway is still served.
+@Suite struct AbuseTests {
+    /// Carol sends Dave a message: accepted and received, whatever the attacker does.
+    private func stillServed(_ stack: MessagingStack, on gateway: Int = 0) async throws {
+        let carol = try await stack.user(on: gateway)
+        let dave = try await stack.user(on: 1 - gateway)
+        let (sent, received) = try await carol.sendAndWaitForArrival("still here", to: dave)
+        #expect(received.messageId == sent.messageId)
+        await carol.connection.close()
+        await dave.connection.close()
+    }
+
+    private static func reactions(keys: Int, idsEach: Int) -> [String: [String]] {
+        Dictionary(uniqueKeysWithValues: (0..<keys).map { key in ("r\(key)", (0..<idsEach).map { _ in WhisperID.generate() }) })
+    }
+
+    // MARK: - Storage per user
+
+    @Test func paddedReactionsAreRefusedAndAFullQueueRefusesItsSenders() async throws {
+        let stack = try await MessagingStack.start(router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 50, bytes: 4_000) })
+        let mallory = try await stack.user(on: 0)
+        let victim = try await stack.user(on: 1)
+
+        // 64 reactions of 256 IDs each: about 345 KB in one frame, under the frame limit.
+        var padded = mallory.message("padded", to: victim)
+        padded.reactions = Self.reactions(keys: 64, idsEach: 256)
+        await expectRefused(.invalidPayload, "padded reactions") { try await mallory.connection.send(padded) }
+        // Reactions of a sensible size still pass.
+        var small = mallory.message("small reactions", to: victim)
+        small.reactions = Self.reactions(keys: 2, idsEach: 3)
+        try await mallory.connection.send(small)
+
+        // The victim never acknowledges: its queue fills up to 4,000 bytes, then refuses.
+        var accepted = 1
+        var refused = false
+        for index in 0..<40 {
+            do {
+                try await mallory.connection.send(mallory.message("flood \(index)", to: victim))
+                accepted += 1
+            } catch WhisperClientError.refused(let code, _) {
+                #expect(code == .rateLimited)
+                refused = true
+                break
+            }
+        }
+        #expect(refused, "the queue cap in bytes refused a sender")
+        #expect(accepted < 20)
+        let held = try await stack.withRedis { try await PendingQueue(redis: $0).bytes(recipient: victim.whisperId) }
+        #expect(held > 0 && held <= 4_000, "bytes held: \(held)")
+        #expect(try await stack.pendingDepth(victim.whisperId) == accepted)
+
+        // The recipient takes one: room for one more.
+        let first = try #require(try await victim.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        try await victim.connection.acknowledge(first)
+        try await waitUntil { try await stack.pendingDepth(victim.whisperId) == accepted - 1 }
+        try await mallory.connection.send(mallory.message("after an acknowledgement", to: victim))
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func aQueueIsCappedInMessages() async throws {
+        let stack = try await MessagingStack.start(router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 3, bytes: 1 << 20) })
+        let mallory = try await stack.user(on: 0)
+        let victim = try await stack.offlineUser(on: 1)
+        _ = try await mallory.send(3, to: victim, labelled: "fill")
+        await expectRefused(.rateLimited, "fourth message") { try await mallory.connection.send(mallory.message("one too many", to: victim)) }
+        #expect(try await stack.pendingDepth(victim.whisperId) == 3)
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func aMessageToOneselfIsRefused() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        await expectRefused(.invalidPayload, "message to self") { try await alice.connection.send(alice.message("me", to: alice)) }
+        #expect(try await stack.pendingDepth(alice.whisperId) == 0)
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func receiptsWaitingForAnOfflineSenderAreCapped() async throws {
+        let stack = try await MessagingStack.start(router: { $0.receiptsWaitingMax = 3 })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let sent = try await alice.send(5, to: bob, labelled: "receipts")
+        let received = try await bob.events(.messageReceived, count: 5)
+        await alice.connection.close()
+        try await stack.waitUntilOffline(alice)
+        for frame in received {
+            try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self)))
+        }
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        #expect(sent.count == 5)
+        #expect(try await stack.storedReceipts(alice.whisperId) == 3, "only the newest 3 wait")
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    // MARK: - Pages and slow readers
+
+    @Test func pagesStopAtTheirByteBudget() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1)
+        // About 11 KB each with their reactions: 40 of them are far over one page's budget.
+        var sent: Set<String> = []
+        for index in 0..<40 {
+            var message = alice.message("big \(index)", to: bob)
+            message.reactions = Self.reactions(keys: 2, idsEach: 256)
+            try await alice.connection.send(message)
+            sent.insert(message.messageId)
+        }
+        let back = try await stack.reconnect(bob, on: 1)
+        var seen: Set<String> = []
+        var cursor: String?
+        var pages = 0
+        repeat {
+            let frame = try await back.connection.request(
+                FetchPending(sessionToken: bob.token, cursor: cursor, limit: Limits.FETCH_PENDING_LIMIT_MAX)
+            )
+            let page = try #require(frame.payload(as: PendingMessages.self))
+            let bodies = page.messages.map { (try? JSONEncoder().encode($0))?.count ?? 0 }.reduce(0, +)
+            #expect(!page.messages.isEmpty)
+            #expect(bodies <= Limits.FETCH_PENDING_MAX_BYTES + Limits.MAX_STORED_MESSAGE_BYTES, "page of \(bodies) bytes")
+            #expect(page.messages.count < 40, "a page stops at its byte budget, not at limit")
+            seen.formUnion(page.messages.map(\.messageId))
+            cursor = page.nextCursor
+            pages += 1
+        } while cursor != nil && pages < 20
+        #expect(seen == sent, "walking the pages gives every message")
+        #expect(pages >= 2)
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    // MARK: - Limits at the edge
+
+    @Test func aReceiptFloodIsCutAtTheGatewayAndRepeatsAreNotPassedOn() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.receiptsPerIdentity = RateLimitRule(capacity: 8, period: .seconds(60)) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+
+        // One real message, then the same receipts over and over: passed on once each.
+        let (_, received) = try await alice.sendAndWaitForArrival("read me", to: bob)
+        for _ in 0..<2 { try await bob.connection.acknowledge(received, status: .delivered) }
+        for _ in 0..<3 { try await bob.connection.acknowledge(received, status: .read) }
+        let delivered = try await alice.events(.messageDelivered, count: 2)
+        let before = try await stack.routerStreamLength()
+
+        // Random messageIds: 3 more fit the bucket of 8, then each is refused at the edge.
+        for _ in 0..<12 {
+            try await bob.connection.sendOnly(DeliveryReceipt(
+                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                status: .read, timestamp: Clock.millisecondsNow()
+            ))
+        }
+        try await bob.events(.error, count: 9)
+        #expect(try await stack.routerStreamLength() - before == 3, "refused receipts never enter the router stream")
+        // A receipt for a message the sender is still told about comes after all those:
+        // by then every repeat above was handled, and none was passed on.
+        try await waitUntil { try await stack.unacknowledgedEntries() == 0 }
+        #expect(await alice.events.all(.messageDelivered).count == delivered.count)
+        let statuses = try delivered.map { try #require($0.payload(as: MessageDelivered.self)).status }
+        #expect(Set(statuses) == [.delivered, .read])
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func fetchesAreChargedAtTheGatewayPerIdentity() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
+        let alice = try await stack.user(on: 0)
+        _ = try await alice.connection.fetchPending()
+        _ = try await alice.connection.fetchPending()
+        let before = try await stack.routerStreamLength()
+        await expectRefused(.rateLimited, "third fetch") { _ = try await alice.connection.fetchPending() }
+        #expect(try await stack.routerStreamLength() == before, "the refused fetch never reached the stream")
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func unknownRecipientsAreRememberedNotQueriedEachTime() async throws {
+        let stack = try await MessagingStack.start(routers: 1)
+        let alice = try await stack.user(on: 0)
+        let nobody = TestUser(whisperId: WhisperID.generate(), keys: alice.keys, token: "", connection: alice.connection, events: alice.events)
+        func queries() async throws -> Int {
+            let text = try await stack.metricsText(of: stack.routers)
+            let line = text.split(separator: "\n").first { $0.hasPrefix("whisper_identity_queries_total") }
+            return line.flatMap { $0.split(separator: " ").last }.flatMap { Int(Double($0) ?? -1) } ?? 0
+        }
+        await expectRefused(.notFound, "first try") { try await alice.connection.send(alice.message("hello?", to: nobody)) }
+        let after = try await queries()
+        for index in 0..<5 {
+            await expectRefused(.notFound, "again \(index)") { try await alice.connection.send(alice.message("hello? \(index)", to: nobody)) }
+        }
+        #expect(try await queries() == after, "an unknown recipient costs no query while remembered")
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    // MARK: - Identities
+
+    @Test func namingAnotherIdentityDoesNotLockItOut() async throws {
+        let stack = try await MessagingStack.start(auth: { $0.registerPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
+        let victim = try await stack.user(on: 0)
+        let attacker = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+        try await attacker.connect()
+        let attackerKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        for _ in 0..<6 {
+            _ = try await attacker.request(RegisterBegin(cryptoVersion: 2, whisperId: victim.whisperId, deviceId: RandomID.uuid(), platform: .ios))
+        }
+        for _ in 0..<3 {
+            await expectRefused(.authFailed, "the attacker's keys are not the victim's") {
+                try await attacker.register(keys: attackerKeys, deviceId: RandomID.uuid(), platform: .android, whisperId: victim.whisperId)
+            }
+        }
+        // The victim signs in again (its first successful proof after registering).
+        let again = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+        try await again.connect()
+        let ack = try await again.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
+        #expect(ack.whisperId == victim.whisperId)
+        // Its own successful sign-ins do count: the third within the minute is limited.
+        let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await third.connect()
+        await expectRefused(.rateLimited, "third sign-in") {
+            try await third.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
+        }
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func aDeviceIdCannotBeMovedToAnotherIdentity() async throws {
+        let stack = try await MessagingStack.start()
+        let aliceKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let device = RandomID.uuid()
+        let alice = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await alice.connect()
+        let aliceAck = try await alice.register(keys: aliceKeys, deviceId: device, platform: .ios)
+        let mallory = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+        try await mallory.connect()
+        await expectRefused(.forbidden, "borrowed deviceId") {
+            try await mallory.register(keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), deviceId: device, platform: .android)
+        }
+        // Alice's session and device are untouched: she is still signed in on it.
+        let bob = try await stack.user(on: 1)
+        let message = MessageCrypto.makeMessage(
+            Array("still mine".utf8), from: (aliceAck.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: aliceAck.sessionToken
+        )
+        try await alice.send(message)
+        #expect(await alice.closeCode == nil)
+        // And the same identity may sign in on it again.
+        let back = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+        try await back.connect()
+        #expect(try await back.register(keys: aliceKeys, deviceId: device, platform: .ios, whisperId: aliceAck.whisperId).whisperId == aliceAck.whisperId)
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func theRegistrationProofIsDomainSeparatedFromVersion2() async throws {
+        let stack = try await MessagingStack.start()
+        let connection = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await connection.connect()
+        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let device = RandomID.uuid()
+        func attempt(claiming version: Int, signing signedVersion: Int) async throws -> ServerFrame {
+            let challenge = try #require(try await connection.request(RegisterBegin(deviceId: device, platform: .ios)).payload(as: RegisterChallenge.self))
+            let bytes = [UInt8](try #require(Data(base64Encoded: challenge.challenge)))
+            return try await connection.request(RegisterProof(
+                cryptoVersion: version, challengeId: challenge.challengeId, deviceId: device, platform: .ios,
+                encPublicKey: Data(keys.encPublicKey).base64EncodedString(), signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
+                signature: Data(keys.proveChallenge(bytes, cryptoVersion: signedVersion)).base64EncodedString()
+            ))
+        }
+        // A bare-challenge signature is no proof under version 2, and the reverse.
+        await expectRefused(.authFailed, "v1 signature claimed as v2") { _ = try await attempt(claiming: 2, signing: 1) }
+        await expectRefused(.authFailed, "v2 signature claimed as v1") { _ = try await attempt(claiming: 1, signing: 2) }
+        #expect(try await attempt(claiming: 2, signing: 2).type == .registerAck)
+        #expect(try await attempt(claiming: 1, signing: 1).type == .registerAck, "version 1 is still offered")
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    // MARK: - Connections
+
+    @Test func slowHeadersAndSocketsWithoutASessionAreClosed() async throws {
+        let stack = try await MessagingStack.start(gateway: {
+            $0.handshakeTimeout = .seconds(1)
+            $0.authenticationDeadline = .seconds(2)
+        })
+        let signedIn = try await stack.user(on: 0)
+        // Headers that never end.
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connect(host: "127.0.0.1", port: stack.gateways[0].port).get()
+        try await channel.writeAndFlush(channel.allocator.buffer(string: "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"))
+        try await waitUntil { !channel.isActive }
+        // A WebSocket that never signs in.
+        let idle = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await idle.connect()
+        try await waitUntil { await idle.closeCode != nil }
+        #expect(await idle.closeCode == .some(4004))
+        // The signed-in socket outlives both deadlines.
+        #expect(await signedIn.connection.closeCode == nil)
+        _ = try await signedIn.connection.ping()
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func socketsPerAddressAreCapped() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.maxSocketsPerAddress = 2 })
+        let first = try await stack.user(on: 0)
+        let second = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await second.connect()
+        let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        await #expect(throws: (any Error).self) { try await third.connect() }
+        let answer = try await HTTP.get("\(stack.gateways[0].baseURL)/ws")
+        #expect(answer.status == 429)
+        // One closes: room again.
+        await second.close()
+        try await waitUntil { (try await HTTP.get("\(stack.gateways[0].baseURL)/ws")).status == 400 }
+        let fourth = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+        try await fourth.connect()
+        await fourth.close()
+        _ = try await first.connection.ping()
+        // The other gateway counts its own sockets.
+        try await stillServed(stack, on: 1)
+        try await stack.stop()
+    }
+
+    // MARK: - Bad cursors, tokens at rest, start-up
+
+    @Test func cursorsRedisWouldRefuseAreBadInput() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        for cursor in ["18446744073709551616-0", "18446744073709551615-18446744073709551615", "1-2-3", "abc", "-1"] {
+            await expectRefused(.invalidPayload, cursor) { _ = try await alice.connection.fetchPending(cursor: cursor) }
+        }
+        #expect(try await alice.connection.fetchPending(cursor: "18446744073709551615-0").messages.isEmpty)
+        #expect(try await stack.unacknowledgedEntries() == 0)
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
+    @Test func theRouterStreamHoldsNoSessionTokens() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (_, received) = try await alice.sendAndWaitForArrival("no tokens at rest", to: bob)
+        var withReactions = alice.message("general path", to: bob)
+        withReactions.reactions = ["+1": [bob.whisperId]]
+        try await alice.connection.send(withReactions)
+        try await bob.connection.acknowledge(received)
+        _ = try await bob.connection.fetchPending()
+        try await alice.events(.messageDelivered)
+        let entries = try await stack.withRedis { try await $0.send("XRANGE", RouterStream.key, "-", "+").array ?? [] }
+        #expect(entries.count >= 4)
+        for entry in entries {
+            let fields = entry.array?.last?.array?.compactMap(\.bytes) ?? []
+            let text = fields.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+            #expect(!text.contains("sessionToken"))
+            #expect(!text.contains(alice.token) && !text.contains(bob.token))
+        }
+        try await stack.stop()
+    }
+
+    @Test func anEmptyInternalTokenStopsTheStart() async throws {
+        let database = try await TestDatabases.shared.make()
+        var settings = TestServers.authSettings(database)
+        settings.internalToken = ""
+        let group = buildAuth(settings: settings, logger: TestServers.logger).assembly.makeGroup(handleSignals: false)
+        await #expect(throws: SettingsError.self) { try await group.run() }
+        var gatewaySettings = TestServers.gatewaySettings(database, authPort: 1)
+        gatewaySettings.internalToken = ""
+        let gateway = buildGateway(settings: gatewaySettings, logger: TestServers.logger).assembly.makeGroup(handleSignals: false)
+        await #expect(throws: SettingsError.self) { try await gateway.run() }
+    }
+}
