@@ -190,6 +190,19 @@ import WhisperShared
         try await stack.stop()
     }
 
+    @Test func sessionFramesAreChargedPerIdentityOnEveryGateway() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.controlPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
+        let alice = try await stack.user(on: 0)
+        try await alice.connection.updateTokens(pushToken: .set("token-1"))
+        try await alice.connection.updateTokens(pushToken: .set("token-2"))
+        await expectRefused(.rateLimited, "third on the first gateway") { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
+        // The same identity on the other gateway shares the bucket.
+        let elsewhere = try await stack.reconnect(alice, on: 1)
+        await expectRefused(.rateLimited, "fourth, on the other gateway") { _ = try await elsewhere.connection.refreshSession() }
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
     @Test func unknownRecipientsAreRememberedNotQueriedEachTime() async throws {
         let stack = try await MessagingStack.start(routers: 1)
         let alice = try await stack.user(on: 0)

@@ -38,6 +38,13 @@ struct FrameHandler: Sendable {
                     await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
                     return
                 }
+                // Session and token frames, per identity across every gateway (one
+                // identity may hold sockets on several instances in a row).
+                if Self.controlFrames.contains(frame.type), let whisperId = connection.whisperId,
+                   case .limited(let retry) = try await limits.limiter.take("control", key: whisperId, rule: limits.controlPerIdentity) {
+                    await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+                    return
+                }
             }
             try await dispatch(frame, on: connection)
         } catch {
@@ -209,8 +216,12 @@ struct FrameLimits: Sendable {
     let sendPerSender: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
     let fetchPerIdentity: RateLimitRule
+    let controlPerIdentity: RateLimitRule
+    let limiter: RateLimiter
 
-    init(settings: GatewaySettings) {
+    init(settings: GatewaySettings, redis: RedisClient) {
+        controlPerIdentity = settings.controlPerIdentity
+        limiter = RateLimiter(redis: redis)
         controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)
         refusalsPerAddress = LocalBucketTable(rule: settings.refusalsPerAddress)
         routedPerAddress = LocalBucketTable(rule: settings.routedPerAddress)

@@ -22,6 +22,8 @@ public struct GatewaySettings: ServiceSettings {
     /// them: `RATE_LIMITED`, and the frame counts as refused.
     public var controlPerSocket: RateLimitRule
     public var controlPerAddress: RateLimitRule
+    /// `session_refresh`, `logout` and `update_tokens` per identity, all gateways together (Redis).
+    public var controlPerIdentity: RateLimitRule
     /// Refused frames (malformed, no live session, over a limit), per socket and per
     /// client address (this instance's count). Past them the socket is closed with 4003.
     public var refusalsPerSocket: RateLimitRule
@@ -71,8 +73,10 @@ public struct GatewaySettings: ServiceSettings {
         maxSockets: Int = 50_000,
         maxSocketsPerAddress: Int = 200,
         maxUnsentBytes: Int = 8 * 1_048_576,
-        allowedOrigins: [String] = []
+        allowedOrigins: [String] = [],
+        controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60))
     ) {
+        self.controlPerIdentity = controlPerIdentity
         self.receiptsPerIdentity = receiptsPerIdentity
         self.fetchPerIdentity = fetchPerIdentity
         self.routedPerAddress = routedPerAddress
@@ -109,6 +113,7 @@ public struct GatewaySettings: ServiceSettings {
         sendPerSender = settings.rateLimit("gateway.rate.limit.send.per.sender", default: "600/60s")
         controlPerSocket = settings.rateLimit("gateway.rate.limit.control.per.socket", default: "30/60s")
         controlPerAddress = settings.rateLimit("gateway.rate.limit.control.per.address", default: "600/60s")
+        controlPerIdentity = settings.rateLimit("gateway.rate.limit.control.per.identity", default: "60/60s")
         refusalsPerSocket = settings.rateLimit("gateway.rate.limit.refusals.per.socket", default: "20/60s")
         refusalsPerAddress = settings.rateLimit("gateway.rate.limit.refusals.per.address", default: "200/60s")
         presenceRefreshInterval = .seconds(settings.int("gateway.presence.refresh.seconds", default: 30, range: 1...60))
