@@ -365,24 +365,43 @@ import WhisperShared
     }
 
     @Test func theRouterStreamHoldsNoSessionTokens() async throws {
-        let stack = try await MessagingStack.start()
+        // No router: the entries stay in the stream as the gateways wrote them.
+        let stack = try await MessagingStack.start(routers: 0)
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let (_, received) = try await alice.sendAndWaitForArrival("no tokens at rest", to: bob)
+        try await alice.connection.sendOnly(alice.message("no tokens at rest", to: bob))
         var withReactions = alice.message("general path", to: bob)
         withReactions.reactions = ["+1": [bob.whisperId]]
-        try await alice.connection.send(withReactions)
-        try await bob.connection.acknowledge(received)
-        _ = try await bob.connection.fetchPending()
-        try await alice.events(.messageDelivered)
+        try await alice.connection.sendOnly(withReactions)
+        try await bob.connection.sendOnly(DeliveryReceipt(
+            sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+            status: .delivered, timestamp: Clock.millisecondsNow()
+        ))
+        try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, limit: 10))
+        try await waitUntil { try await stack.routerStreamBacklog() == 4 }
         let entries = try await stack.withRedis { try await $0.send("XRANGE", RouterStream.key, "-", "+").array ?? [] }
-        #expect(entries.count >= 4)
+        #expect(entries.count == 4)
         for entry in entries {
             let fields = entry.array?.last?.array?.compactMap(\.bytes) ?? []
             let text = fields.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+            #expect(text.contains("payload"))
             #expect(!text.contains("sessionToken"))
             #expect(!text.contains(alice.token) && !text.contains(bob.token))
         }
+        try await stack.stop()
+    }
+
+    @Test func handledEntriesLeaveTheRouterStream() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await alice.send(20, to: bob, labelled: "routed")
+        let received = try await bob.events(.messageReceived, count: 20)
+        for frame in received { try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self))) }
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        #expect(try await stack.routerStreamLength() >= 40)
+        // Acknowledged and deleted: no routed ciphertext stays in the stream.
+        try await waitUntil { try await stack.routerStreamBacklog() == 0 }
         try await stack.stop()
     }
 

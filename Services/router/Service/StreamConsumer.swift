@@ -155,8 +155,15 @@ struct StreamConsumer: Service {
         }
     }
 
+    /// Acknowledges and deletes, in one write: a handled entry has nothing left to give
+    /// (its message is stored for the recipient, its answer sent), so the stream keeps
+    /// only what is not handled yet and no routed ciphertext stays in Redis. The cap of
+    /// `RouterStream.maxLength` is then a bound on the backlog, not on history.
     private func acknowledge(_ ids: [String]) async throws {
-        try await redis.send(RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids))
+        _ = try await redis.pipeline([
+            RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids),
+            RedisCommand("XDEL", [RouterStream.key] + ids),
+        ])
     }
 
     private func ensureGroup() async throws {

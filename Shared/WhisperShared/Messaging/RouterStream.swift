@@ -7,7 +7,8 @@ public enum RouterStream {
     public static let key = "stream:router"
     public static let group = "routers"
     /// Approximate cap on the stream's length; entries past it are trimmed oldest first.
-    /// A trimmed entry was never acknowledged to its client, who sends it again.
+    /// Routers delete what they have handled, so this bounds the backlog of unhandled
+    /// entries. A trimmed entry was never acknowledged to its client, who sends it again.
     public static let maxLength = 1_000_000
 
     /// The frame types the router serves.

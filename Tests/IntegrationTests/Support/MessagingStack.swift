@@ -67,8 +67,22 @@ struct MessagingStack {
         try await withRedis { try await ReceiptQueue(redis: $0).count(for: whisperId) }
     }
 
-    /// Entries in the router stream (acknowledged or not).
+    /// Entries ever added to the router stream (`entries-added` of `XINFO STREAM`):
+    /// handled entries are deleted, so its length says only what waits.
     func routerStreamLength() async throws -> Int {
+        try await withRedis { redis in
+            let fields = try await redis.send("XINFO", "STREAM", RouterStream.key).array ?? []
+            var index = 0
+            while index + 1 < fields.count {
+                if fields[index].string == "entries-added" { return Int(fields[index + 1].int ?? 0) }
+                index += 2
+            }
+            return 0
+        }
+    }
+
+    /// Entries the router stream holds now (added and not yet handled).
+    func routerStreamBacklog() async throws -> Int {
         try await withRedis { Int(try await $0.send("XLEN", RouterStream.key).int ?? 0) }
     }
 
