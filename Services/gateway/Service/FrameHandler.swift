@@ -84,10 +84,15 @@ struct FrameHandler: Sendable {
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as RegisterProof:
             let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
-            if let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self) {
+            let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self)
+            // The ack goes out first: claiming presence may close a concurrent socket of
+            // the same identity, and that one's close must not overtake its own ack.
+            // Frames of a socket are handled one at a time, so the next frame finds the
+            // socket bound.
+            connection.sendRaw(answer)
+            if let ack {
                 await rebind(connection, to: ack.whisperId)
             }
-            connection.sendRaw(answer)
         case let payload as SessionRefresh:
             // The old token stops working: look the next one up afresh.
             connection.forgetVerifiedSession()
