@@ -359,7 +359,7 @@ import WhisperShared
             await expectRefused(.invalidPayload, cursor) { _ = try await alice.connection.fetchPending(cursor: cursor) }
         }
         #expect(try await alice.connection.fetchPending(cursor: "18446744073709551615-0").messages.isEmpty)
-        #expect(try await stack.unacknowledgedEntries() == 0)
+        try await waitUntil { try await stack.unacknowledgedEntries() == 0 }
         try await stillServed(stack)
         try await stack.stop()
     }

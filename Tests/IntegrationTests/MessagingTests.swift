@@ -246,6 +246,22 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// Each read carries the acknowledgements of what finished before it: with the
+    /// acknowledging task held back for an hour, every entry still leaves the group's
+    /// pending list and the stream (the read that ends an idle second takes the last).
+    @Test func readsCarryTheAcknowledgements() async throws {
+        let stack = try await MessagingStack.start(routers: 1) { $0.ackInterval = .seconds(3600) }
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        for index in 0..<10 {
+            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        }
+        _ = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(10))
+        try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
+        try await waitUntil { (try? await stack.routerStreamBacklog()) == 0 }
+        try await stack.stop()
+    }
+
     /// With a read linger, a router that just read a short batch waits before reading
     /// again; a lone message to an idle router still arrives, and so does a burst. How
     /// much the linger saves, and how long it holds a message, the benchmark measures.

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Prometheus
 import WhisperShared
 
 /// What the gateway does with each frame: the checks of spec 3.1 in order (size is
@@ -147,13 +148,21 @@ struct FrameHandler: Sendable {
             try await environment.redis.send(entry.addCommand)
             return
         }
-        if case .limited(let retry) = try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), on: environment.redis) {
+        let backlog = frame.type == .deliveryReceipt ? limits.routerBacklogMax * 2 : limits.routerBacklogMax
+        switch try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), backlogLimit: backlog, on: environment.redis) {
+        case .added:
+            break
+        case .limited(let retry):
             let what = switch frame.type {
             case .sendMessage: "messages"
             case .deliveryReceipt: "receipts"
             default: "fetches"
             }
             await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
+        case .busy:
+            // Not the client's doing: answered, but not counted against the socket.
+            limits.busyRefusals.increment()
+            await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
         }
     }
 
@@ -223,8 +232,14 @@ struct FrameLimits: Sendable {
     let fetchPerIdentity: RateLimitRule
     let controlPerIdentity: RateLimitRule
     let limiter: RateLimiter
+    let routerBacklogMax: Int
+    let busyRetryMs: Int
+    let busyRefusals: Counter
 
-    init(settings: GatewaySettings, redis: RedisClient) {
+    init(settings: GatewaySettings, redis: RedisClient, metrics: ServiceMetrics) {
+        routerBacklogMax = settings.routerBacklogMax
+        busyRetryMs = settings.busyRetryMs
+        busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED because the router stream's backlog was at its limit.")
         controlPerIdentity = settings.controlPerIdentity
         limiter = RateLimiter(redis: redis)
         controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)

@@ -29,7 +29,7 @@ public func buildGateway(
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
-        limits: FrameLimits(settings: settings, redis: environment.redis)
+        limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     )
     let admission = SocketAdmission(maxTotal: settings.maxSockets, maxPerAddress: settings.maxSocketsPerAddress)
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)

@@ -52,6 +52,13 @@ public struct GatewaySettings: ServiceSettings {
     /// When not empty, an upgrade whose `Origin` header names another origin is refused
     /// (403); requests without `Origin` (native apps) are always accepted.
     public var allowedOrigins: [String]
+    /// Backpressure: while the router stream holds this many entries not yet handled,
+    /// `send_message` and `fetch_pending` are refused with `RATE_LIMITED` (receipts at
+    /// twice as many: they finish work, and refusing them first would grow the queues).
+    /// The routers' lag stays about this many entries; 0 turns it off.
+    public var routerBacklogMax: Int
+    /// The retry hint given with such a refusal.
+    public var busyRetryMs: Int
     /// How often the presence of this instance's sockets is renewed (it expires after
     /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
     public var presenceRefreshInterval: Duration
@@ -74,8 +81,12 @@ public struct GatewaySettings: ServiceSettings {
         maxSocketsPerAddress: Int = 200,
         maxUnsentBytes: Int = 8 * 1_048_576,
         allowedOrigins: [String] = [],
-        controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60))
+        controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
+        routerBacklogMax: Int = 2_000,
+        busyRetryMs: Int = 1_000
     ) {
+        self.routerBacklogMax = routerBacklogMax
+        self.busyRetryMs = busyRetryMs
         self.controlPerIdentity = controlPerIdentity
         self.receiptsPerIdentity = receiptsPerIdentity
         self.fetchPerIdentity = fetchPerIdentity
@@ -126,5 +137,7 @@ public struct GatewaySettings: ServiceSettings {
         maxSocketsPerAddress = settings.int("gateway.max.sockets.per.address", default: 200, range: 1...1_000_000)
         maxUnsentBytes = settings.int("gateway.max.unsent.bytes", default: 8 * 1_048_576, range: 65_536...(1 << 30))
         allowedOrigins = settings.list("gateway.allowed.origins", default: [])
+        routerBacklogMax = settings.int("gateway.router.backlog.max", default: 2_000, range: 0...1_000_000)
+        busyRetryMs = settings.int("gateway.busy.retry.ms", default: 1_000, range: 1...60_000)
     }
 }

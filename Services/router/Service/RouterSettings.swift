@@ -19,11 +19,12 @@ public struct RouterSettings: ServiceSettings {
     public var claimAfter: Duration
     /// How long a cached identity's ban status is trusted.
     public var identityCacheTTL: Duration
-    /// Handled entries are acknowledged at most this often, together.
+    /// Handled entries ride on the next read's write; those that finish while the read
+    /// waits on an idle stream are acknowledged by themselves this long after.
     public var ackInterval: Duration
     /// After a read that did not fill a batch, the next read waits until this long after
-    /// the last one began, so that entries arriving meanwhile are read, handled and
-    /// answered together instead of one wake-up each (0: read again at once).
+    /// the last one began (0, the default: read again at once, so batches come from
+    /// load alone). A linger trades latency for fewer reads at low load.
     public var readLinger: Duration
 
     public init(
@@ -35,8 +36,8 @@ public struct RouterSettings: ServiceSettings {
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),
-        ackInterval: Duration = .milliseconds(10),
-        readLinger: Duration = .milliseconds(5)
+        ackInterval: Duration = .milliseconds(50),
+        readLinger: Duration = .zero
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
@@ -62,7 +63,7 @@ public struct RouterSettings: ServiceSettings {
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
-        ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 10, range: 0...1_000))
-        readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 5, range: 0...100))
+        ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 50, range: 0...1_000))
+        readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 0, range: 0...100))
     }
 }

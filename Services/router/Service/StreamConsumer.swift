@@ -65,10 +65,31 @@ struct StreamConsumer: Service {
                 }
                 let readStart = ContinuousClock.now
                 let count = min(settings.batchSize, lanes.room)
-                let reply = try await reader.send(RedisCommand("XREADGROUP", [
+                let read = RedisCommand("XREADGROUP", [
                     "GROUP", RouterStream.group, consumerName, "COUNT", count, "BLOCK", 1000,
                     "STREAMS", RouterStream.key, ">",
-                ]))
+                ])
+                // What finished since the last read is acknowledged in the same write:
+                // under load every read carries the acknowledgements, no round trip of
+                // their own. (The acknowledging task takes what a read blocked on an
+                // idle stream would hold back.)
+                let finished = lanes.takeFinished()
+                let reply: RESPValue
+                if finished.isEmpty {
+                    reply = try await reader.send(read)
+                } else {
+                    let replies: [RESPValue]
+                    do {
+                        replies = try await reader.pipeline(Self.acknowledgement(of: finished) + [read])
+                    } catch {
+                        // Not acknowledged: handled again after `claimAfter`, which is idempotent.
+                        logger.warning("router_ack_failed", metadata: ["count": "\(finished.count)", "error": "\(error)"])
+                        throw error
+                    }
+                    guard let last = replies.last else { throw RedisError.unexpectedReply("XREADGROUP") }
+                    if case .error(let message) = last { throw RedisError.server(message) }
+                    reply = last
+                }
                 readerConnected = true
                 let entries = Self.entries(ofReadReply: reply)
                 lingerUntil = settings.readLinger > .zero && entries.count < count ? readStart + settings.readLinger : nil
@@ -130,20 +151,16 @@ struct StreamConsumer: Service {
         }
     }
 
-    /// Acknowledges handled entries (refusals included), at most one XACK per
-    /// `ackInterval`, with every entry finished by then. Nothing waits for an
-    /// acknowledgement (the client was answered when the entry was handled); a router that
-    /// dies before it leaves those entries to be claimed and handled again, which is
-    /// idempotent. Gathering them saves Redis a command and the router a wake-up per entry.
+    /// Acknowledges handled entries (refusals included) that no read took along: each
+    /// read carries what finished before it, so this task only acts when entries
+    /// finished while the reader waits on an idle stream, `ackInterval` after the first
+    /// of them. Nothing waits for an acknowledgement (the client was answered when the
+    /// entry was handled); a router that dies before it leaves those entries to be
+    /// claimed and handled again, which is idempotent.
     private func acknowledge(from lanes: EntryLanes) async {
-        var last = ContinuousClock.now - settings.ackInterval
         for await _ in lanes.acknowledgements {
-            let wait = last + settings.ackInterval - .now
-            if wait > .zero {
-                // Cancelled while waiting (shutting down): `run` acknowledges what is left.
-                try? await Clock.sleep(for: wait)
-            }
-            last = .now
+            // Cancelled while waiting (shutting down): `run` acknowledges what is left.
+            try? await Clock.sleep(for: settings.ackInterval)
             let ids = lanes.takeFinished()
             guard !ids.isEmpty else { continue }
             do {
@@ -160,10 +177,11 @@ struct StreamConsumer: Service {
     /// only what is not handled yet and no routed ciphertext stays in Redis. The cap of
     /// `RouterStream.maxLength` is then a bound on the backlog, not on history.
     private func acknowledge(_ ids: [String]) async throws {
-        _ = try await redis.pipeline([
-            RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids),
-            RedisCommand("XDEL", [RouterStream.key] + ids),
-        ])
+        _ = try await redis.pipeline(Self.acknowledgement(of: ids))
+    }
+
+    static func acknowledgement(of ids: [String]) -> [RedisCommand] {
+        [RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids), RedisCommand("XDEL", [RouterStream.key] + ids)]
     }
 
     private func ensureGroup() async throws {

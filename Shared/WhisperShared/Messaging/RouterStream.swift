@@ -55,17 +55,36 @@ public enum RouterStream {
         /// script; when the bucket is empty nothing is added. The gateway admits each
         /// `send_message` this way, so a sender over the limit is refused at the edge
         /// and never reaches a router.
-        public func add(chargingSender rule: RateLimitRule, on redis: RedisClient) async throws -> RateLimiter.Decision {
+        public func add(chargingSender rule: RateLimitRule, on redis: RedisClient) async throws -> Admission {
             try await add(charging: rule, bucket: senderBucket(whisperId), on: redis)
         }
 
-        /// Adds the entry after taking a token from `bucket` (one of `RouterStream.bucket`).
-        public func add(charging rule: RateLimitRule, bucket: String, on redis: RedisClient) async throws -> RateLimiter.Decision {
+        /// What became of an entry offered to the stream.
+        public enum Admission: Sendable, Equatable {
+            case added
+            /// The identity's bucket for the frame's kind was empty.
+            case limited(retryAfterMs: Int)
+            /// The stream holds `backlog` entries not yet handled or more: the routers
+            /// are behind, so nothing is added (backpressure).
+            case busy
+        }
+
+        /// Adds the entry after taking a token from `bucket` (one of `RouterStream.bucket`),
+        /// unless the stream already holds `backlogLimit` entries (0: no limit), in one
+        /// script. The bucket is charged only for an entry that is added.
+        public func add(charging rule: RateLimitRule, bucket: String, backlogLimit: Int = 0, on redis: RedisClient) async throws -> Admission {
             let reply = try await redis.evaluate(
                 admitScript, keys: [key, bucket],
-                arguments: RateLimiter.arguments(rule) + [maxLength] + fields
+                arguments: RateLimiter.arguments(rule) + [maxLength, backlogLimit] + fields
             )
-            return try RateLimiter.decision(reply, "router stream admission")
+            guard let values = reply.array, values.count == 2, let outcome = values[0].int else {
+                throw RedisError.unexpectedReply("router stream admission")
+            }
+            switch outcome {
+            case 1: return .added
+            case 2: return .busy
+            default: return .limited(retryAfterMs: Int(values[1].int ?? 0))
+            }
         }
 
         /// Reads an entry from its field list; nil for a malformed one.
@@ -152,12 +171,16 @@ public enum RouterStream {
     /// the stream's hash slot like the sender's.
     public static func bucket(_ kind: String, _ whisperId: String) -> String { "{\(key)}:\(kind):\(whisperId)" }
 
-    /// KEYS: stream, sender's bucket. ARGV: capacity, refill per ms, stream cap, then the
-    /// entry's fields and values. Returns {1, entry id} or {0, retry after ms}.
+    /// KEYS: stream, the identity's bucket. ARGV: capacity, refill per ms, stream cap,
+    /// backlog limit (0: none), then the entry's fields and values. Routers delete what
+    /// they handled, so `XLEN` is the backlog. Returns {1, entry id}, {0, retry after ms}
+    /// or {2, 0} (busy).
     static let admitScript = RedisScript(RateLimiter.bucketLua + """
+        local backlog = tonumber(ARGV[4])
+        if backlog > 0 and redis.call('XLEN', KEYS[1]) >= backlog then return {2, 0} end
         local retry = take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms())
         if retry > 0 then return {0, retry} end
-        return {1, redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 4))}
+        return {1, redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', unpack(ARGV, 5))}
         """)
 }
 

@@ -1,0 +1,65 @@
+import Foundation
+import GatewayService
+import RouterService
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Past the routers' capacity the gateways push back: while the router stream holds
+/// `routerBacklogMax` entries not yet handled, new messages and fetches are refused
+/// with `RATE_LIMITED` (receipts at twice that), nothing is added, and the socket is
+/// not held to account for it.
+@Suite(.serialized)
+struct BackpressureTests {
+    @Test func aFullBacklogRefusesNewWorkUntilTheRoutersCatchUp() async throws {
+        // No router: whatever enters the stream stays there until one starts.
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.routerBacklogMax = 3 })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let queued = (0..<3).map { alice.message("queued \($0)", to: bob) }
+        for message in queued { try await alice.connection.sendOnly(message) }
+        try await waitUntil { try await stack.routerStreamBacklog() == 3 }
+
+        // Full: refused at the gateway with a retry hint, nothing added.
+        do {
+            try await alice.connection.send(alice.message("one too many", to: bob))
+            Issue.record("a message past the backlog limit was accepted")
+        } catch WhisperClientError.refused(let code, let message) {
+            #expect(code == .rateLimited)
+            #expect(message.contains("busy") && message.contains("retry in"), "\(message)")
+        }
+        await expectRefused(.rateLimited, "fetch") { _ = try await bob.connection.fetchPending() }
+        #expect(try await stack.routerStreamBacklog() == 3)
+
+        // Receipts still get in, up to twice the limit.
+        for _ in 0..<3 {
+            try await bob.connection.sendOnly(DeliveryReceipt(
+                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                status: .read, timestamp: Clock.millisecondsNow()
+            ))
+        }
+        try await waitUntil { try await stack.routerStreamBacklog() == 6 }
+
+        // The server's state is not the client's fault: more refusals than a socket may
+        // have (20 in a minute) and the socket stays open.
+        for index in 0..<25 {
+            await expectRefused(.rateLimited, "busy \(index)") { try await alice.connection.send(alice.message("busy \(index)", to: bob)) }
+        }
+        _ = try await alice.connection.ping()
+        let busy = try await stack.metricsText(of: [stack.gateways[0]])
+        #expect(busy.contains("whisper_gateway_busy_refusals_total 26"), "one message and 25 more refused on gateway 0")
+
+        // A router starts and works the backlog off: what was admitted arrives, in order,
+        // and new messages are accepted again.
+        let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
+        let router = try await RunningService.start { running in
+            buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        let received = try await bob.events(.messageReceived, count: 3)
+        #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
+        try await waitUntil { try await stack.routerStreamBacklog() == 0 }
+        try await alice.connection.send(alice.message("room again", to: bob))
+        try await router.stop()
+        try await stack.stop()
+    }
+}
