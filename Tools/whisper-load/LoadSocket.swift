@@ -121,6 +121,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     var next = ContinuousClock.now
     /// A send came due while `window` messages waited for their answer.
     var due = 0
+    var bindAttempts = 0
     var generator = SystemRandomNumberGenerator()
 
     init(role: LoadRole, bound: EventLoopPromise<Void>) {
@@ -133,6 +134,10 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        requestBind(context: context)
+    }
+
+    private func requestBind(context: ChannelHandlerContext) {
         let fetch = FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, cursor: nil, limit: 1)
         write(ClientFrameCodec.encode(fetch, requestId: bindRequestId), context: context)
     }
@@ -170,6 +175,14 @@ private final class LoadSocketHandler: ChannelInboundHandler {
         }
         if !started {
             guard frame.requestId == bindRequestId else { return }
+            // A busy server (its backlog at the limit) asks to come back: as a client does.
+            if frame.type == .error, frame.payload(as: ErrorPayload.self)?.code == .rateLimited, bindAttempts < 100 {
+                bindAttempts += 1
+                let loop = context.eventLoop
+                let handlerContext = NIOLoopBound(context, eventLoop: loop)
+                loop.scheduleTask(in: .milliseconds(100)) { self.requestBind(context: handlerContext.value) }
+                return
+            }
             guard frame.type == .pendingMessages else {
                 bound.fail(LoadSocketError.refused(frame.type.rawValue))
                 context.close(promise: nil)

@@ -148,7 +148,8 @@ struct FrameHandler: Sendable {
             try await environment.redis.send(entry.addCommand)
             return
         }
-        let backlog = frame.type == .deliveryReceipt ? limits.routerBacklogMax * 2 : limits.routerBacklogMax
+        // Receipts and fetches finish work (they empty queues): they get in until twice the limit.
+        let backlog = frame.type == .sendMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
         switch try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), backlogLimit: backlog, on: environment.redis) {
         case .added:
             break

@@ -53,7 +53,7 @@ public struct GatewaySettings: ServiceSettings {
     /// (403); requests without `Origin` (native apps) are always accepted.
     public var allowedOrigins: [String]
     /// Backpressure: while the router stream holds this many entries not yet handled,
-    /// `send_message` and `fetch_pending` are refused with `RATE_LIMITED` (receipts at
+    /// `send_message` is refused with `RATE_LIMITED` (receipts and `fetch_pending` at
     /// twice as many: they finish work, and refusing them first would grow the queues).
     /// The routers' lag stays about this many entries; 0 turns it off.
     public var routerBacklogMax: Int
