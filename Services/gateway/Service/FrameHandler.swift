@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Prometheus
+import Synchronization
 import WhisperShared
 
 /// What the gateway does with each frame: the checks of spec 3.1 in order (size is
@@ -131,6 +132,13 @@ struct FrameHandler: Sendable {
             await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
             return
         }
+        // Refused without a round trip while the stream was found full a moment ago:
+        // under overload a refusal must cost less than the work it turns away.
+        if frame.type == .sendMessage, limits.busy.holds() {
+            limits.busyRefusals.increment()
+            await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
+            return
+        }
         let payload = try RouterStream.storedPayload(frame.payload)
         // The router checks the exact stored size; this only keeps what cannot pass out of the stream.
         if frame.type == .sendMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 64 {
@@ -162,6 +170,7 @@ struct FrameHandler: Sendable {
             await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
+            if frame.type == .sendMessage { limits.busy.hold() }
             limits.busyRefusals.increment()
             await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
         }
@@ -236,6 +245,7 @@ struct FrameLimits: Sendable {
     let routerBacklogMax: Int
     let busyRetryMs: Int
     let busyRefusals: Counter
+    let busy = BusyHold()
 
     init(settings: GatewaySettings, redis: RedisClient, metrics: ServiceMetrics) {
         routerBacklogMax = settings.routerBacklogMax
@@ -259,5 +269,22 @@ struct FrameLimits: Sendable {
         case .fetchPending: ("fetch", fetchPerIdentity)
         default: nil
         }
+    }
+}
+
+/// Remembers for a moment that the router stream was full, so that the messages that
+/// follow are refused in memory instead of each costing a script round trip. The
+/// moment (25 ms) is short against the retry hint: the routers take a few hundred
+/// entries off the backlog meanwhile.
+final class BusyHold: Sendable {
+    static let span: Int64 = 25
+    private let until = Atomic<Int64>(0)
+
+    func hold() {
+        until.store(Clock.millisecondsNow() &+ Self.span, ordering: .relaxed)
+    }
+
+    func holds() -> Bool {
+        Clock.millisecondsNow() < until.load(ordering: .relaxed)
     }
 }
