@@ -329,6 +329,40 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// Connections of any kind are capped per instance (by default by the open-file
+    /// limit): one past the cap is closed on accept, those within it are untouched,
+    /// and room comes back as they close. Clients cannot use up the descriptors.
+    @Test func connectionsPastTheCapAreClosedOnAccept() async throws {
+        let stack = try await MessagingStack.start(gateway: {
+            $0.maxConnections = 4
+            $0.handshakeTimeout = .seconds(60)
+        })
+        let port = stack.gateways[0].port
+        func open() async throws -> any Channel {
+            try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+        }
+        // Six connections against a cap of four (the stack's own HTTP client may hold
+        // one more): at least two are closed at once, and never more than four stay.
+        var held: [any Channel] = []
+        for _ in 0..<6 { held.append(try await open()) }
+        try await waitUntil { held.filter { !$0.isActive }.count >= 2 }
+        let socket = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+        await #expect(throws: (any Error).self) { try await socket.connect() }
+        let stillOpen = held.filter(\.isActive).count
+        #expect(stillOpen >= 3 && stillOpen <= 4, "connections within the cap stay open: \(stillOpen)")
+        let metrics = try await stack.metricsText(of: [stack.gateways[0]])
+        #expect(metrics.contains("whisper_gateway_connections_refused_total"))
+        for channel in held { try? await channel.close() }
+        try await waitUntil {
+            let again = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+            guard (try? await again.connect()) != nil else { return false }
+            await again.close()
+            return true
+        }
+        try await stillServed(stack)
+        try await stack.stop()
+    }
+
     @Test func socketsPerAddressAreCapped() async throws {
         let stack = try await MessagingStack.start(gateway: { $0.maxSocketsPerAddress = 2 })
         let first = try await stack.user(on: 0)

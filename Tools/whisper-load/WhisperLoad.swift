@@ -45,6 +45,15 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "How sends are spaced: 'even' (each sender at a fixed interval, senders' phases spread over it, so the whole load is smooth) or 'poisson' (random, exponentially distributed gaps: independent clients).")
     var arrivals: Arrivals = .even
 
+    @Option(help: "Instead of sending: open this many registered, idle sockets and hold them, to measure what an idle socket costs a gateway (with --rss-of).")
+    var idleSockets = 0
+
+    @Option(help: "With --idle-sockets: the gateway's process ID, whose resident memory is read before and after the sockets open.")
+    var rssOf: Int32?
+
+    @Option(help: "With --idle-sockets: registrations in flight at once.")
+    var concurrency = 16
+
     static func main() async {
         // Before any task starts: the generator's tasks run on NIO's event loops, as the
         // services' do, instead of hopping to a second thread pool per socket event.
@@ -65,6 +74,10 @@ struct WhisperLoad: AsyncParsableCommand {
         var logger = Logger(label: "whisper-load")
         logger.logLevel = .error
         let gateways = self.gateways
+        if idleSockets > 0 {
+            try await holdIdleSockets(gateways: gateways, logger: logger)
+            return
+        }
         print("registering \(pairs * 2) identities over \(gateways.count) gateway(s)...")
         var senders: [Party] = []
         var recipients: [Party] = []
@@ -115,6 +128,57 @@ struct WhisperLoad: AsyncParsableCommand {
         getrusage(RUSAGE_SELF.rawValue, &usage)
         let cpuSeconds = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
         print(String(format: "load generator CPU: %.1f s, %.3f ms per message sent", cpuSeconds, cpuSeconds * 1000 / Double(max(stats.sentCount, 1))))
+    }
+}
+
+extension WhisperLoad {
+    /// Registers `idleSockets` identities, each on a socket that stays open afterwards
+    /// (a registered socket is bound to its identity and holds its presence, as an app's
+    /// does between messages), then reports the gateway's resident memory per socket.
+    func holdIdleSockets(gateways: [String], logger: Logger) async throws {
+        let count = idleSockets
+        let before = rssOf.flatMap(Self.residentKiB)
+        print("opening \(count) registered idle sockets over \(gateways.count) gateway(s)...")
+        let started = ContinuousClock.now
+        var connections: [WhisperConnection] = []
+        connections.reserveCapacity(count)
+        try await withThrowingTaskGroup(of: WhisperConnection.self) { group in
+            var next = 0
+            func addOne() {
+                let url = gateways[next % gateways.count]
+                next += 1
+                group.addTask {
+                    let connection = WhisperConnection(url: url, logger: logger)
+                    try await connection.connect()
+                    _ = try await connection.register(keys: WhisperKeys(seed: Sodium.randomBytes(64)), deviceId: RandomID.uuid(), platform: .android)
+                    return connection
+                }
+            }
+            for _ in 0..<min(max(1, concurrency), count) { addOne() }
+            for try await connection in group {
+                connections.append(connection)
+                if next < count { addOne() }
+            }
+        }
+        let opened = ContinuousClock.now - started
+        print(String(format: "%d sockets registered and open after %.1f s", connections.count, Double(opened.components.seconds)))
+        // Let the gateway settle (buffers of the registration handed back) before reading.
+        try await Task.sleep(for: .seconds(5))
+        if let pid = rssOf, let before, let after = Self.residentKiB(pid) {
+            let perSocket = Double(after - before) / Double(max(connections.count, 1))
+            print(String(format: "gateway resident memory: %d KiB before, %d KiB with %d idle sockets: %.1f KiB per socket",
+                         before, after, connections.count, perSocket))
+        }
+        for connection in connections { await connection.close() }
+    }
+
+    /// VmRSS of a process, in KiB.
+    static func residentKiB(_ pid: Int32) -> Int? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Int($0) }
+        }
+        return nil
     }
 }
 

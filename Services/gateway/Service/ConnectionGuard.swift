@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import Prometheus
 import Synchronization
 import WhisperShared
 
@@ -13,12 +14,22 @@ import WhisperShared
 /// (`HandshakeDeadline.lift(on:)`); plain HTTP connections (health checks, metrics
 /// scrapes) keep it and are closed when it passes, which their clients absorb by
 /// connecting again.
+///
+/// It also counts every accepted connection (`ConnectionCap`): past the cap a new one is
+/// closed at once, before it costs more than its file descriptor for a moment, so that
+/// clients can never use up the process's descriptors (at `EMFILE` parts of the runtime
+/// trap, and the process would stop for everyone).
 struct HandshakeDeadlineChannel<Base: ServerChildChannel>: ServerChildChannel {
     typealias Value = Base.Value
     let base: Base
     let timeout: Duration
+    let cap: ConnectionCap
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        guard cap.take(channel) else {
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+        }
         let timeout = TimeAmount.nanoseconds(Int64(clamping: timeout.nanoseconds))
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
@@ -70,15 +81,53 @@ final class HandshakeDeadline: ChannelInboundHandler, RemovableChannelHandler {
 extension HTTPServerBuilder {
     /// `http1WebSocketUpgrade(webSocketRouter:configuration:)` behind a handshake deadline.
     static func guardedWebSocketUpgrade<Builder: HTTPResponderBuilder & _HB_SendableMetatype>(
-        webSocketRouter: Builder, configuration: HTTP1WebSocketUpgradeChannel.Configuration, handshakeTimeout: Duration
+        webSocketRouter: Builder, configuration: HTTP1WebSocketUpgradeChannel.Configuration, handshakeTimeout: Duration,
+        connectionCap: ConnectionCap
     ) -> HTTPServerBuilder where Builder.Responder.Context: WebSocketRequestContext {
         let webSocketResponder = webSocketRouter.buildResponder()
         return .init { responder in
             HandshakeDeadlineChannel(
                 base: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: configuration),
-                timeout: handshakeTimeout
+                timeout: handshakeTimeout,
+                cap: connectionCap
             )
         }
+    }
+}
+
+/// TCP connections open on this instance (WebSockets, upgrades in progress, health
+/// checks), at most `limit`.
+final class ConnectionCap: Sendable {
+    let limit: Int
+    private let open = Atomic<Int>(0)
+    let refused: Counter
+
+    init(limit: Int, metrics: ServiceMetrics) {
+        self.limit = limit
+        refused = metrics.counter("gateway_connections_refused", help: "TCP connections closed on accept because the instance was at its connection cap.")
+    }
+
+    /// Counts `channel` unless the cap is reached; a counted one is released when it closes.
+    func take(_ channel: any Channel) -> Bool {
+        let taken = open.wrappingAdd(1, ordering: .relaxed).newValue
+        guard taken <= limit else {
+            open.wrappingSubtract(1, ordering: .relaxed)
+            refused.increment()
+            return false
+        }
+        channel.closeFuture.whenComplete { _ in self.open.wrappingSubtract(1, ordering: .relaxed) }
+        return true
+    }
+
+    var count: Int { open.load(ordering: .relaxed) }
+
+    /// The cap for this process: the configured one, or what its open-file limit leaves
+    /// after `reserve` descriptors for everything else (Redis, Postgres, HTTP clients,
+    /// logs, /proc), whichever is lower. The soft limit is raised to the hard one first.
+    static func limit(configured: Int, reserve: Int = 512) -> (limit: Int, files: Int) {
+        let files = OpenFileLimit.raiseToMaximum()
+        let available = max(64, files - reserve)
+        return (configured > 0 ? min(configured, available) : available, files)
     }
 }
 

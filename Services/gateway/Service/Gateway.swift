@@ -31,7 +31,16 @@ public func buildGateway(
         presence: presence,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     )
-    let admission = SocketAdmission(maxTotal: settings.maxSockets, maxPerAddress: settings.maxSocketsPerAddress)
+    let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
+    let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)
+    // Every socket is a connection: the socket cap never promises more than the descriptors allow.
+    let socketLimit = min(settings.maxSockets, connectionLimit)
+    if socketLimit < settings.maxSockets {
+        environment.logger.warning("socket_cap_lowered", metadata: [
+            "configured": "\(settings.maxSockets)", "effective": "\(socketLimit)", "openFileLimit": "\(files)",
+        ])
+    }
+    let admission = SocketAdmission(maxTotal: socketLimit, maxPerAddress: settings.maxSocketsPerAddress)
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(connections: connections, settler: settler, metrics: environment.metrics, logger: environment.logger)
     let subscriber = RedisSubscriber(
@@ -110,7 +119,8 @@ public func buildGateway(
                 autoPing: .enabled(timePeriod: settings.pingInterval),
                 closeTimeout: settings.drainTimeout
             )),
-            handshakeTimeout: settings.handshakeTimeout
+            handshakeTimeout: settings.handshakeTimeout,
+            connectionCap: connectionCap
         ),
         configuration: .init(
             address: .hostname(settings.common.http.host, port: settings.common.http.port),

@@ -46,6 +46,10 @@ public struct GatewaySettings: ServiceSettings {
     /// upgrade is answered 503 or 429, with `Retry-After`.
     public var maxSockets: Int
     public var maxSocketsPerAddress: Int
+    /// TCP connections of any kind open at once on this instance; past it a new one is
+    /// closed on accept. 0: what the process's open-file limit allows, less 512 kept
+    /// for everything else (the socket cap is lowered to match when it is higher).
+    public var maxConnections: Int
     /// Bytes handed to a socket while it has no room in its send buffer before it
     /// counts as not reading and is dropped.
     public var maxUnsentBytes: Int
@@ -79,6 +83,7 @@ public struct GatewaySettings: ServiceSettings {
         authenticationDeadline: Duration = .seconds(60),
         maxSockets: Int = 50_000,
         maxSocketsPerAddress: Int = 200,
+        maxConnections: Int = 0,
         maxUnsentBytes: Int = 8 * 1_048_576,
         allowedOrigins: [String] = [],
         controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
@@ -95,6 +100,7 @@ public struct GatewaySettings: ServiceSettings {
         self.authenticationDeadline = authenticationDeadline
         self.maxSockets = maxSockets
         self.maxSocketsPerAddress = maxSocketsPerAddress
+        self.maxConnections = maxConnections
         self.maxUnsentBytes = maxUnsentBytes
         self.allowedOrigins = allowedOrigins
         self.common = common
@@ -135,6 +141,7 @@ public struct GatewaySettings: ServiceSettings {
         authenticationDeadline = .seconds(settings.int("gateway.auth.deadline.seconds", default: 60, range: 5...3_600))
         maxSockets = settings.int("gateway.max.sockets", default: 50_000, range: 1...10_000_000)
         maxSocketsPerAddress = settings.int("gateway.max.sockets.per.address", default: 200, range: 1...1_000_000)
+        maxConnections = settings.int("gateway.max.connections", default: 0, range: 0...10_000_000)
         maxUnsentBytes = settings.int("gateway.max.unsent.bytes", default: 8 * 1_048_576, range: 65_536...(1 << 30))
         allowedOrigins = settings.list("gateway.allowed.origins", default: [])
         routerBacklogMax = settings.int("gateway.router.backlog.max", default: 2_000, range: 0...1_000_000)
