@@ -265,4 +265,42 @@ import WhisperShared
         try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 0 }
         try await stack.stop()
     }
+    /// A gateway serves a receipt in three steps (look up, keep for the sender, apply).
+    /// One that dies after keeping and before applying leaves the message pending: the
+    /// recipient gets it again, acknowledges it again, and then it leaves the queue.
+    @Test func aReceiptKeptButNotAppliedLeavesTheMessageToBeAcknowledgedAgain() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (message, received) = try await alice.sendAndWaitForArrival("hi", to: bob)
+        // Steps one and two as a gateway runs them, then nothing (the gateway "died").
+        try await stack.withRedis { redis in
+            let pending = PendingQueue(redis: redis)
+            let (check, socket) = try await pending.checkReceipt(
+                recipient: bob.whisperId, messageId: message.messageId, delivered: true, locating: alice.whisperId,
+                charging: RateLimitRule(capacity: 10, period: .seconds(60))
+            )
+            #expect(check == .pass(sender: alice.whisperId))
+            #expect(socket != nil, "Alice's socket is found in the same round trip")
+            let frame = MessageDelivered(messageId: message.messageId, status: .delivered, timestamp: Clock.millisecondsNow())
+            try await ReceiptQueue(redis: redis).keep(ServerFrameCodec.encode(frame), for: alice.whisperId, handingTo: socket)
+        }
+        let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(first.messageId == message.messageId)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1, "not applied: still pending")
+
+        // Bob fetches, finds the message again and acknowledges it through his gateway.
+        let page = try await bob.connection.fetchPending()
+        #expect(page.messages.map(\.messageId) == [message.messageId])
+        try await bob.connection.acknowledge(received)
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        // Told once more (the receipt came twice, which clients take as a state)...
+        let told = try await alice.events(.messageDelivered, count: 2)
+        #expect(told.compactMap { $0.payload(as: MessageDelivered.self)?.messageId } == [message.messageId, message.messageId])
+        // ...and a repeat now changes nothing and tells nobody.
+        try await bob.connection.acknowledge(received)
+        _ = try await bob.connection.ping()
+        #expect(await alice.events.all(.messageDelivered).count == 2)
+        try await stack.stop()
+    }
 }

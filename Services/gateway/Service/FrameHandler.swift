@@ -13,6 +13,7 @@ struct FrameHandler: Sendable {
     let sessions: SessionStore
     let presence: PresenceStore
     let limits: FrameLimits
+    let receipts: ReceiptDesk
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -108,6 +109,8 @@ struct FrameHandler: Sendable {
             connection.sendRaw(answer)
         case let payload as UpdateTokens:
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as DeliveryReceipt:
+            try await serveReceipt(payload, requestId: frame.requestId, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
             try await enqueueForRouter(frame, on: connection)
         default:
@@ -118,7 +121,7 @@ struct FrameHandler: Sendable {
         }
     }
 
-    /// Messages, receipts and pending-queue pages go to the routers through the router
+    /// Messages and pending-queue pages go to the routers through the router
     /// stream; a router answers through this instance's channel. Each is charged first
     /// to its address (in memory), then to its identity's bucket for its kind, in the
     /// script that adds it: a frame over either limit never reaches a router, and is
@@ -156,23 +159,41 @@ struct FrameHandler: Sendable {
             try await environment.redis.send(entry.addCommand)
             return
         }
-        // Receipts and fetches finish work (they empty queues): they get in until twice the limit.
+        // Fetches finish work (they empty queues): they get in until twice the limit.
         let backlog = frame.type == .sendMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
         switch try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), backlogLimit: backlog, on: environment.redis) {
         case .added:
             break
         case .limited(let retry):
-            let what = switch frame.type {
-            case .sendMessage: "messages"
-            case .deliveryReceipt: "receipts"
-            default: "fetches"
-            }
+            let what = frame.type == .sendMessage ? "messages" : "fetches"
             await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
             if frame.type == .sendMessage { limits.busy.hold() }
             limits.busyRefusals.increment()
             await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
+        }
+    }
+
+    /// Receipts are served here (`ReceiptDesk`), limited like the routed frames: per
+    /// address in memory, per identity in the script that looks the message up. They
+    /// never enter the router stream, so a busy stream does not hold them back (they
+    /// empty queues).
+    private func serveReceipt(_ receipt: DeliveryReceipt, requestId: String?, on connection: ClientConnection) async throws {
+        guard let whisperId = connection.whisperId else {
+            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: requestId, on: connection)
+            return
+        }
+        guard limits.routedPerAddress.take(connection.remoteAddress) else {
+            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: requestId, on: connection)
+            return
+        }
+        guard receipt.from == whisperId else {
+            await refuse(.forbidden, "from must be the Whisper ID of this session", requestId: requestId, on: connection)
+            return
+        }
+        if case .limited(let retry) = try await receipts.serve(receipt, from: whisperId, charging: limits.receiptsPerIdentity) {
+            await refuse(.rateLimited, "too many receipts; retry in \(retry) ms", requestId: requestId, on: connection)
         }
     }
 
@@ -265,7 +286,6 @@ struct FrameLimits: Sendable {
     func perIdentity(_ type: ClientFrameType) -> (kind: String, rule: RateLimitRule)? {
         switch type {
         case .sendMessage: ("send", sendPerSender)
-        case .deliveryReceipt: ("receipt", receiptsPerIdentity)
         case .fetchPending: ("fetch", fetchPerIdentity)
         default: nil
         }

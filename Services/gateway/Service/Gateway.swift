@@ -29,14 +29,15 @@ public func buildGateway(
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
-        limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
+        limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
+        receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax)
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)
     // Every socket is a connection: the socket cap never promises more than the descriptors allow.
     let socketLimit = min(settings.maxSockets, connectionLimit)
     if socketLimit < settings.maxSockets {
-        environment.logger.warning("socket_cap_lowered", metadata: [
+        environment.logger.notice("socket_cap_lowered", metadata: [
             "configured": "\(settings.maxSockets)", "effective": "\(socketLimit)", "openFileLimit": "\(files)",
         ])
     }

@@ -57,12 +57,16 @@ public struct GatewaySettings: ServiceSettings {
     /// (403); requests without `Origin` (native apps) are always accepted.
     public var allowedOrigins: [String]
     /// Backpressure: while the router stream holds this many entries not yet handled,
-    /// `send_message` is refused with `RATE_LIMITED` (receipts and `fetch_pending` at
-    /// twice as many: they finish work, and refusing them first would grow the queues).
+    /// `send_message` is refused with `RATE_LIMITED` (`fetch_pending` at twice as many:
+    /// it finishes work, and refusing it first would grow the queues; receipts never
+    /// enter the stream).
     /// The routers' lag stays about this many entries; 0 turns it off.
     public var routerBacklogMax: Int
     /// The retry hint given with such a refusal.
     public var busyRetryMs: Int
+    /// Receipts (`message_delivered`) that wait for one offline sender; past it the
+    /// oldest are dropped. The gateway serves receipts, so it keeps them.
+    public var receiptsWaitingMax: Int
     /// How often the presence of this instance's sockets is renewed (it expires after
     /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
     public var presenceRefreshInterval: Duration
@@ -88,8 +92,10 @@ public struct GatewaySettings: ServiceSettings {
         allowedOrigins: [String] = [],
         controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
         routerBacklogMax: Int = 2_000,
-        busyRetryMs: Int = 1_000
+        busyRetryMs: Int = 1_000,
+        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity
     ) {
+        self.receiptsWaitingMax = receiptsWaitingMax
         self.routerBacklogMax = routerBacklogMax
         self.busyRetryMs = busyRetryMs
         self.controlPerIdentity = controlPerIdentity
@@ -146,5 +152,6 @@ public struct GatewaySettings: ServiceSettings {
         allowedOrigins = settings.list("gateway.allowed.origins", default: [])
         routerBacklogMax = settings.int("gateway.router.backlog.max", default: 2_000, range: 0...1_000_000)
         busyRetryMs = settings.int("gateway.busy.retry.ms", default: 1_000, range: 1...60_000)
+        receiptsWaitingMax = settings.int("gateway.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
     }
 }

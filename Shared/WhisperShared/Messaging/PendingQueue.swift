@@ -153,6 +153,71 @@ public struct PendingQueue: Sendable {
         return (.unknown, nil)
     }
 
+    /// What a receipt's first step found (`checkReceipt`).
+    public enum ReceiptCheck: Sendable, Equatable {
+        /// The message is the recipient's, from `sender`, and this status was not yet
+        /// passed on: keep the receipt for the sender, then apply it (`applyReceipt`).
+        case pass(sender: String)
+        /// No such message for this recipient, or this status was passed on before.
+        case ignore
+        /// The recipient's bucket for receipts (`receiptBucket`) was empty.
+        case limited(retryAfterMs: Int)
+    }
+
+    /// The first of a receipt's steps as a gateway serves it: charges the recipient's
+    /// bucket for receipts and looks the message up without changing it, and in the
+    /// same round trip finds where `sender` (whom the receipt names) is connected.
+    /// The receipt is then kept for its sender (`ReceiptQueue.keep`) and only after
+    /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
+    /// and the recipient acknowledges it again when it fetches it again.
+    public func checkReceipt(
+        recipient: String, messageId: String, delivered: Bool, locating sender: String, charging rule: RateLimitRule
+    ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
+        let (reply, others) = try await redis.evaluate(
+            Self.receiptCheckScript, keys: [Self.messageKey(recipient, messageId), Self.receiptBucket(recipient)],
+            arguments: [delivered ? 1 : 0] + RateLimiter.arguments(rule),
+            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
+        )
+        guard let parts = reply.array, parts.count == 2, let status = parts[0].int else {
+            throw RedisError.unexpectedReply("receipt check")
+        }
+        if status == 0 { return (.limited(retryAfterMs: Int(parts[1].int ?? 0)), nil) }
+        guard let from = parts[1].string, !from.isEmpty else { return (.ignore, nil) }
+        return (.pass(sender: from), others.first?.string.flatMap(PresenceRecord.init(encoded:)))
+    }
+
+    /// The last step of a receipt: `delivered` takes the message out of the queue,
+    /// `read` marks it (each once). Returns whether this call changed the message.
+    @discardableResult
+    public func applyReceipt(recipient: String, messageId: String, delivered: Bool) async throws -> Bool {
+        let reply = try await redis.evaluate(
+            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), Self.bytesKey(recipient)],
+            arguments: [delivered ? 1 : 0, 0]
+        )
+        return !(reply.string ?? "").isEmpty
+    }
+
+    /// A recipient's bucket for the receipts it sends, in its own hash slot.
+    public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
+
+    /// KEYS: message key, the recipient's receipt bucket. ARGV: 1 when delivered (else
+    /// read), the bucket's capacity and refill per ms. Returns {0, retry after ms} when
+    /// the bucket is empty, else {1, sender} when the receipt is to be passed on and
+    /// {1, ''} when not. Changes nothing but the bucket.
+    static let receiptCheckScript = RedisScript(RateLimiter.bucketLua + """
+        local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+        if retry > 0 then return {0, retry} end
+        local message = redis.call('HMGET', KEYS[1], 'from', 'state', 'read')
+        local from = message[1]
+        if not from then return {1, ''} end
+        if ARGV[1] == '1' then
+            if message[2] ~= 'pending' then return {1, ''} end
+        elseif message[3] then
+            return {1, ''}
+        end
+        return {1, from}
+        """)
+
     /// Messages waiting for a recipient (after dropping expired ones).
     public func depth(recipient: String) async throws -> Int {
         Int(try await redis.send("XLEN", RedisKeys.pending(recipient)).int ?? 0)
