@@ -13,6 +13,8 @@ let services: [(executable: String, library: String, folder: String, extra: [Tar
     ("router", "RouterService", "router", []),
     ("push-sender", "PushSenderService", "push-sender", [
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "JWTKit", package: "jwt-kit"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
     ]),
     ("attachment-signer", "AttachmentSignerService", "attachment-signer", []),
     ("turn-cred", "TurnCredService", "turn-cred", []),
@@ -100,6 +102,13 @@ var targets: [Target] = [
             "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            // Local APNs and FCM stand-ins: HTTP/2 over TLS with certificates made in the test.
+            .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "_CryptoExtras", package: "swift-crypto"),
         ] + services.map { .target(name: $0.library) },
         path: "Tests/IntegrationTests"
     ),
@@ -174,6 +183,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/hummingbird-project/swift-websocket", from: "1.6.2"),
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
+        .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: targets,
     swiftLanguageModes: [.v6]

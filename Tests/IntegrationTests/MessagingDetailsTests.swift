@@ -113,7 +113,8 @@ import WhisperShared
         // Accept -> written to the recipient's socket, measured by the recipient's gateway.
         #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3, "\(gateways)")
         #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3)
-        #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "receipt"]) == 3)
+        // Receipts are served by the gateways.
+        #expect(Metrics.value(in: gateways, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 3)
         #expect(Metrics.value(in: routers, "whisper_pending_queue_depth_count") == 3)
         #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
         #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)

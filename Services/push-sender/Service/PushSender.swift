@@ -1,15 +1,113 @@
+import AsyncHTTPClient
 import Logging
+import ServiceLifecycle
 import WhisperShared
 
-/// Delivers wake-up pushes through APNs and FCM from the push stream.
-public enum PushSenderIdentity: ServiceIdentity {
-    public static let serviceName = "push-sender"
-    public static let defaultPort = 8083
+/// Assembles one push-sender instance: a consumer of the push stream that wakes
+/// offline devices through APNs and FCM (docs/architecture.md, "Wake-ups").
+public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
+    var problems: [String] = []
+    let client = ProviderHTTP.makeClient(extraTrustRootsPath: settings.extraTrustRootsPath, requestTimeout: settings.requestTimeout)
+    var apns: (any PushProvider)?
+    if let configuration = settings.apns {
+        do {
+            apns = try APNsProvider(settings: configuration, client: client)
+        } catch {
+            problems.append("PUSH_APNS_KEY_PATH does not hold a P-256 private key in PEM: \(error)")
+        }
+    }
+    var fcm: (any PushProvider)?
+    if let configuration = settings.fcm {
+        do {
+            fcm = try FCMProvider(settings: configuration, client: client)
+        } catch {
+            problems.append("the FCM service account's private_key is not an RSA private key in PEM: \(error)")
+        }
+    }
+    return buildHTTPService(
+        settings: settings.common,
+        logger: logger,
+        workers: { [apns, fcm] environment in
+            if apns == nil { environment.logger.notice("push_provider_off", metadata: ["provider": "apns"]) }
+            if fcm == nil { environment.logger.notice("push_provider_off", metadata: ["provider": "fcm"]) }
+            var readerConfiguration = settings.common.redis
+            readerConfiguration.clientName = "whisper-push-reader"
+            let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
+            let worker = PushWorker(
+                reader: reader, redis: environment.redis,
+                devices: DeviceDirectory(postgres: environment.postgres, logger: environment.logger),
+                apns: apns, fcm: fcm, consumerName: settings.common.instanceID, settings: settings,
+                metrics: PushMetrics(metrics: environment.metrics), logger: environment.logger
+            )
+            return [reader, worker, HTTPClientShutdown(client: client)]
+        },
+        startupProblems: problems,
+        onServerRunning: onServerRunning
+    )
 }
 
-public typealias PushSenderSettings = CommonServiceSettings<PushSenderIdentity>
+/// Closes the providers' HTTP client when the service stops.
+struct HTTPClientShutdown: Service {
+    let client: HTTPClient
 
-/// Assembles one push-sender instance.
-public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
-    buildHTTPService(settings: settings.common, logger: logger, onServerRunning: onServerRunning)
+    func run() async throws {
+        try? await gracefulShutdown()
+        try await client.shutdown()
+    }
+}
+
+/// `push-sender replay-dead`: moves dead-lettered wake-ups back into the push stream as
+/// new jobs (first attempt), oldest first, and deletes them from the dead-letter stream.
+public enum ReplayDeadCommand {
+    /// Returns how many were moved (at most `limit`).
+    public static func run(settings: PushSenderSettings, limit: Int, logger: Logger) async throws -> Int {
+        let redis = RedisClient(configuration: settings.common.redis, logger: logger)
+        return try await withThrowingTaskGroup(of: Int?.self) { group in
+            group.addTask {
+                try await redis.run()
+                return nil
+            }
+            var moved = 0
+            var connected = false
+            for _ in 0..<200 where !connected {
+                connected = redis.isConnected
+                if !connected { try await Task.sleep(for: .milliseconds(25)) }
+            }
+            while moved < limit {
+                let reply = try await redis.evaluate(
+                    replayScript, keys: [PushStream.deadKey, PushStream.key],
+                    arguments: [min(500, limit - moved), PushStream.maxLength, Clock.millisecondsNow()]
+                )
+                let count = Int(reply.int ?? 0)
+                moved += count
+                if count == 0 { break }
+            }
+            group.cancelAll()
+            return moved
+        }
+    }
+
+    /// KEYS: dead-letter stream, push stream (one slot). ARGV: count, stream cap, now ms.
+    /// Keeps a job's `to`, `kind` and `id`; `at` becomes now (the wait starts again).
+    static let replayScript = RedisScript("""
+        local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', tonumber(ARGV[1]))
+        for _, entry in ipairs(entries) do
+            local fields = entry[2]
+            local job = {}
+            for i = 1, #fields, 2 do
+                local name = fields[i]
+                if name == 'to' or name == 'kind' or name == 'id' then
+                    table.insert(job, name)
+                    table.insert(job, fields[i + 1])
+                end
+            end
+            if #job == 6 then
+                table.insert(job, 'at')
+                table.insert(job, ARGV[3])
+                redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(job))
+            end
+            redis.call('XDEL', KEYS[1], entry[1])
+        end
+        return #entries
+        """)
 }

@@ -200,7 +200,61 @@ public enum PushStream {
 
     /// `XADD stream:push MAXLEN ~ N * to <whisperId> kind <kind> id <messageId|callId> at <ms>`
     public static func job(to whisperId: String, kind: Kind, id: String, at timestamp: Int64) -> RedisCommand {
-        RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*", "to", whisperId, "kind", kind.rawValue, "id", id, "at", timestamp])
+        RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*"] + Job(to: whisperId, kind: kind, id: id, at: timestamp).fields)
+    }
+
+    /// Wake-ups waiting for their next attempt: a sorted set scored by when it is due,
+    /// in the stream's hash slot (its tag is the stream's whole name).
+    public static let retryKey = "{stream:push}:retry"
+    /// Wake-ups that failed for good (attempts used up, a provider that refuses them):
+    /// a stream an operator reads and replays (`push-sender replay-dead`).
+    public static let deadKey = "{stream:push}:dead"
+    public static let deadMaxLength = 100_000
+
+    /// Set when a message wake-up goes out, for the coalescing window; deleted when a
+    /// socket of the identity signs in (the wake-up was answered). In the identity's slot.
+    public static func wokenKey(_ whisperId: String) -> String { "push:{\(whisperId)}:woken" }
+
+    /// One wake-up job as the stream holds it.
+    public struct Job: Sendable, Equatable {
+        public var to: String
+        public var kind: Kind
+        /// The message ID (`kind message`) or call ID (`kind call`) it is about.
+        public var id: String
+        /// When the job was made (ms since 1970).
+        public var at: Int64
+        /// Attempts already made (0 for a new job).
+        public var attempt: Int
+
+        public init(to: String, kind: Kind, id: String, at: Int64, attempt: Int = 0) {
+            self.to = to
+            self.kind = kind
+            self.id = id
+            self.at = at
+            self.attempt = attempt
+        }
+
+        public var fields: [any RedisArgument] {
+            var fields: [any RedisArgument] = ["to", to, "kind", kind.rawValue, "id", id, "at", at]
+            if attempt > 0 { fields += ["attempt", attempt] }
+            return fields
+        }
+
+        /// Reads a job from an entry's field list; nil for a malformed one.
+        public init?(fields: [RESPValue]) {
+            var values: [String: String] = [:]
+            var index = 0
+            while index + 1 < fields.count {
+                if let name = fields[index].string, let value = fields[index + 1].string { values[name] = value }
+                index += 2
+            }
+            guard let to = values["to"], WhisperID.isValid(to), let kind = values["kind"].flatMap(Kind.init(rawValue:)),
+                  let id = values["id"], !id.isEmpty, id.utf8.count <= 128,
+                  let at = values["at"].flatMap(Int64.init) else { return nil }
+            let attempt = values["attempt"].flatMap(Int.init) ?? 0
+            guard (0...1_000).contains(attempt) else { return nil }
+            self.init(to: to, kind: kind, id: id, at: at, attempt: attempt)
+        }
     }
 }
 

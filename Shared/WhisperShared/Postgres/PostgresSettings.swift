@@ -82,3 +82,12 @@ public struct PostgresSettings: Sendable {
         return configuration
     }
 }
+
+/// Printed without the password: service descriptions reach debug logs (swift-service-lifecycle).
+extension PostgresSettings: CustomStringConvertible, CustomDebugStringConvertible {
+    public var description: String {
+        "PostgresSettings(\(host):\(port)/\(database), user \(username), password \(password == nil ? "none" : "redacted"))"
+    }
+
+    public var debugDescription: String { description }
+}

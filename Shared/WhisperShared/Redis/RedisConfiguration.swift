@@ -92,3 +92,12 @@ extension String {
         return String(decoding: bytes, as: UTF8.self)
     }
 }
+
+/// Printed without the password: service descriptions reach debug logs (swift-service-lifecycle).
+extension RedisConfiguration: CustomStringConvertible, CustomDebugStringConvertible {
+    public var description: String {
+        "RedisConfiguration(\(host):\(port)/\(database), password \(password == nil ? "none" : "redacted"))"
+    }
+
+    public var debugDescription: String { description }
+}

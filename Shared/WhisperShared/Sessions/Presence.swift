@@ -32,11 +32,17 @@ public struct PresenceStore: Sendable {
         try await redis.send("GET", RedisKeys.presence(whisperId)).string.flatMap(PresenceRecord.init(encoded:))
     }
 
-    /// Records this socket as the identity's live one; returns the one it replaced.
+    /// Records this socket as the identity's live one; returns the one it replaced. In
+    /// the same write it ends the identity's wake-up window (`PushStream.wokenKey`):
+    /// the device answered, so the next message that finds it offline wakes it again.
     @discardableResult
     public func set(_ whisperId: String, to record: PresenceRecord) async throws -> PresenceRecord? {
-        try await redis.send("SET", RedisKeys.presence(whisperId), record.encoded, "PX", Int(Self.ttl.milliseconds), "GET")
-            .string.flatMap(PresenceRecord.init(encoded:))
+        let replies = try await redis.pipeline([
+            RedisCommand("SET", RedisKeys.presence(whisperId), record.encoded, "PX", Int(Self.ttl.milliseconds), "GET"),
+            RedisCommand("DEL", PushStream.wokenKey(whisperId)),
+        ])
+        if case .error(let message)? = replies.first { throw RedisError.server(message) }
+        return replies.first?.string.flatMap(PresenceRecord.init(encoded:))
     }
 
     /// Extends the entries of sockets that are still open, in one round trip.

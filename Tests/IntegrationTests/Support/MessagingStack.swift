@@ -126,18 +126,20 @@ struct MessagingStack {
     }
 
     /// A registered user on gateway `index`.
-    func user(on index: Int) async throws -> TestUser {
+    func user(on index: Int, platform: Platform = .ios, pushToken: String? = nil, voipToken: String? = nil) async throws -> TestUser {
         let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
         let connection = WhisperConnection(url: "ws://127.0.0.1:\(gateways[index].port)/ws", logger: TestServers.logger)
         try await connection.connect()
-        let ack = try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .ios)
+        let ack = try await connection.register(
+            keys: keys, deviceId: UUID().uuidString.lowercased(), platform: platform, pushToken: pushToken, voipToken: voipToken
+        )
         return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
     }
 
     /// A registered user whose socket is closed again: offline, with a session to come
     /// back with (`reconnect`).
-    func offlineUser(on index: Int) async throws -> TestUser {
-        let user = try await user(on: index)
+    func offlineUser(on index: Int, platform: Platform = .ios, pushToken: String? = nil) async throws -> TestUser {
+        let user = try await user(on: index, platform: platform, pushToken: pushToken)
         await user.connection.close()
         try await waitUntilOffline(user)
         return user

@@ -18,9 +18,12 @@ enum TestServers {
     static let repoRoot = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
+    /// `WHISPER_TEST_LOG_LEVEL` (default `error`) for the services under test and the tests' logger.
+    static let logLevel = environment["WHISPER_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .error
+
     static var logger: Logger {
         var logger = Logger(label: "test")
-        logger.logLevel = .error
+        logger.logLevel = logLevel
         return logger
     }
 
@@ -39,7 +42,7 @@ enum TestServers {
             http: HTTPSettings(host: "127.0.0.1", port: 0),
             postgres: postgres,
             redis: redis,
-            logLevel: .error,
+            logLevel: logLevel,
             shutdownGracePeriod: .seconds(5)
         )
     }

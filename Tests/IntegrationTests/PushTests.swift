@@ -1,0 +1,248 @@
+import Foundation
+import PostgresNIO
+import PushSenderService
+import Synchronization
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// push-sender end to end: messages through gateway and router to offline users, the
+/// push stream, and local APNs and FCM stand-ins over HTTP/2 and TLS that check the
+/// provider tokens and script their answers.
+@Suite(.serialized)
+struct PushTests {
+    /// The two fakes, their keys, and the answers they give (changed by each test).
+    final class Providers: Sendable {
+        let keys: ProviderKeys
+        let certificates: TestCertificates
+        let apns: FakeHTTP2Server
+        let fcm: FakeHTTP2Server
+        let script: Script
+
+        /// What the fakes answer, and how many provider tokens they refused.
+        final class Script: Sendable {
+            let apns = Mutex<ProviderReply>(.ok)
+            let fcm = Mutex<ProviderReply>(.ok)
+            let invalid = Atomic<Int>(0)
+            let tokenAudience = Mutex<String>("")
+        }
+
+        init() async throws {
+            let keys = try ProviderKeys()
+            let certificates = try TestCertificates.make()
+            let script = Script()
+            self.keys = keys
+            self.certificates = certificates
+            self.script = script
+            apns = try await FakeHTTP2Server(certificates: certificates) { request in
+                guard await keys.verifyAPNs(request.header("authorization")) != nil else {
+                    script.invalid.add(1, ordering: .relaxed)
+                    return ProviderReply(status: 403, body: #"{"reason":"InvalidProviderToken"}"#)
+                }
+                return script.apns.withLock { $0 }
+            }
+            fcm = try await FakeHTTP2Server(certificates: certificates) { request in
+                if request.path == "/token" {
+                    let form = String(decoding: request.body, as: UTF8.self)
+                    let assertion = form.split(separator: "&").first { $0.hasPrefix("assertion=") }.map { String($0.dropFirst("assertion=".count)) } ?? ""
+                    let audience = script.tokenAudience.withLock { $0 }
+                    guard form.contains("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"),
+                          await keys.verifyFCMAssertion(assertion, email: "push@whisper-test.iam.gserviceaccount.com", audience: audience) else {
+                        script.invalid.add(1, ordering: .relaxed)
+                        return ProviderReply(status: 400, body: #"{"error":"invalid_grant"}"#)
+                    }
+                    return ProviderReply(status: 200, body: #"{"access_token":"ya29.test-access","expires_in":3599,"token_type":"Bearer"}"#)
+                }
+                guard request.header("authorization") == "Bearer ya29.test-access" else {
+                    script.invalid.add(1, ordering: .relaxed)
+                    return ProviderReply(status: 401, body: #"{"error":{"code":401,"status":"UNAUTHENTICATED"}}"#)
+                }
+                return script.fcm.withLock { $0 }
+            }
+            let audience = "\(fcm.baseURL)/token"
+            script.tokenAudience.withLock { $0 = audience }
+        }
+
+        func answerAPNs(_ reply: ProviderReply) { script.apns.withLock { $0 = reply } }
+        func answerFCM(_ reply: ProviderReply) { script.fcm.withLock { $0 = reply } }
+        var rejectedTokens: Int { script.invalid.load(ordering: .relaxed) }
+
+        /// Requests to APNs's device path, and FCM's send path (not its token endpoint).
+        var apnsPushes: [ProviderRequest] { apns.requests.filter { $0.path.hasPrefix("/3/device/") } }
+        var fcmPushes: [ProviderRequest] { fcm.requests.filter { $0.path.hasSuffix("/messages:send") } }
+
+        func settings(_ database: PostgresSettings, redis: RedisConfiguration, adjust: (inout PushSenderSettings) -> Void = { _ in }) throws -> PushSenderSettings {
+            var settings = PushSenderSettings(
+                common: TestServers.common(service: "push-sender", postgres: database, redis: redis),
+                apns: .init(keyPEM: keys.apnsKey.pemRepresentation, keyID: keys.apnsKeyID, teamID: keys.teamID, topic: "app.whisper.test", baseURL: apns.baseURL),
+                fcm: .init(serviceAccount: keys.serviceAccount(tokenURI: "\(fcm.baseURL)/token"), baseURL: fcm.baseURL),
+                extraTrustRootsPath: certificates.caPath,
+                coalesceWindow: .seconds(60), maxAttempts: 4, retryInitial: .milliseconds(100), retryMaximum: .milliseconds(400),
+                claimAfter: .seconds(2)
+            )
+            adjust(&settings)
+            return settings
+        }
+
+        func stop() async {
+            await apns.stop()
+            await fcm.stop()
+        }
+    }
+
+    static func startPushSender(_ settings: PushSenderSettings) async throws -> RunningService {
+        try await RunningService.start { running in
+            buildPushSender(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+    }
+
+    static let apnsToken = String(repeating: "ab12", count: 16)
+    static let fcmToken = "fcm-token:APA91b" + String(repeating: "x", count: 40)
+
+    @Test func offlineUsersAreWokenOnceThroughTheirProviderWithoutContent() async throws {
+        let providers = try await Providers()
+        let stack = try await MessagingStack.start()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
+        let alice = try await stack.user(on: 0)
+        let iosUser = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+        let androidUser = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
+
+        // Ten messages within the window: one wake-up each.
+        for index in 0..<10 {
+            try await alice.connection.send(alice.message("secret words \(index)", to: iosUser))
+            try await alice.connection.send(alice.message("secret words \(index)", to: androidUser))
+        }
+        try await waitUntil { providers.apnsPushes.count >= 1 && providers.fcmPushes.count >= 1 }
+        try await waitUntil {
+            let idle = try await stack.pushJobs().isEmpty
+            let metrics = try await stack.metricsText(of: [sender])
+            return idle && metrics.contains("whisper_push_coalesced_total 18")
+        }
+        #expect(providers.apnsPushes.count == 1)
+        #expect(providers.fcmPushes.count == 1)
+        #expect(providers.rejectedTokens == 0, "every provider token the fakes saw verified")
+
+        let apns = try #require(providers.apnsPushes.first)
+        #expect(apns.path == "/3/device/\(Self.apnsToken)")
+        #expect(apns.method == "POST")
+        #expect(apns.header("apns-topic") == "app.whisper.test")
+        #expect(apns.header("apns-push-type") == "alert")
+        #expect(apns.header("apns-priority") == "10")
+        #expect(apns.header("apns-collapse-id") == "whisper-pending")
+        #expect(Int64(apns.header("apns-expiration") ?? "") ?? 0 > Clock.millisecondsNow() / 1000)
+        let fcm = try #require(providers.fcmPushes.first)
+        #expect(fcm.path == "/v1/projects/whisper-test/messages:send")
+        let message = try #require(fcm.json?["message"] as? [String: Any])
+        #expect(message["token"] as? String == Self.fcmToken)
+        #expect(message["notification"] == nil, "data only")
+        #expect((message["android"] as? [String: Any])?["priority"] as? String == "HIGH")
+        #expect((message["data"] as? [String: String])?["kind"] == "message")
+        // No content, no sender, no message ID in either.
+        for request in [apns, fcm] {
+            let body = String(decoding: request.body, as: UTF8.self)
+            #expect(!body.contains("secret") && !body.contains(alice.whisperId) && !body.contains("WSP-"), "\(body)")
+        }
+
+        // Signing in ends the window: the next message to an offline device wakes it again.
+        let back = try await stack.reconnect(iosUser, on: 1)
+        _ = try await back.connection.fetchPending()
+        await back.connection.close()
+        try await stack.waitUntilOffline(iosUser)
+        try await alice.connection.send(alice.message("after the window", to: iosUser))
+        try await waitUntil { providers.apnsPushes.count == 2 }
+
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+
+    @Test func aDeadTokenIsRemovedAndNotUsedAgain() async throws {
+        let providers = try await Providers()
+        providers.answerAPNs(ProviderReply(status: 410, body: #"{"reason":"Unregistered","timestamp":1767268801500}"#))
+        let stack = try await MessagingStack.start()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+        try await alice.connection.send(alice.message("one", to: bob))
+        try await waitUntil { try await stack.pushToken(of: bob.whisperId) == nil }
+        #expect(providers.apnsPushes.count == 1)
+        try await alice.connection.send(alice.message("two", to: bob))
+        try await waitUntil {
+            let idle = try await stack.pushJobs().isEmpty
+            let metrics = try await stack.metricsText(of: [sender])
+            return idle && metrics.contains(#"whisper_push_skipped_total{reason="no_token"} 1"#)
+        }
+        #expect(providers.apnsPushes.count == 1, "the removed token is not used again")
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+
+    @Test func rateLimitedPushesWaitForRetryAfter() async throws {
+        let providers = try await Providers()
+        providers.answerFCM(ProviderReply(status: 429, headers: [("retry-after", "2")], body: #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"}]}}"#))
+        let stack = try await MessagingStack.start()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
+        try await alice.connection.send(alice.message("one", to: bob))
+        try await waitUntil { providers.fcmPushes.count == 1 }
+        let first = ContinuousClock.now
+        providers.answerFCM(.ok)
+        try await waitUntil(timeout: .seconds(20)) { providers.fcmPushes.count == 2 }
+        #expect(ContinuousClock.now - first >= .seconds(2) - .milliseconds(50), "not before Retry-After")
+        try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="fcm",outcome="delivered"} 1"#) }
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+
+    @Test func anOutageEndsInTheDeadLetterStreamAndReplaySendsThem() async throws {
+        let providers = try await Providers()
+        providers.answerAPNs(ProviderReply(status: 503, body: #"{"reason":"ServiceUnavailable"}"#))
+        let stack = try await MessagingStack.start()
+        let settings = try providers.settings(stack.database, redis: stack.redis) { $0.maxAttempts = 3 }
+        let sender = try await stack.startPushSender(settings)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+        try await alice.connection.send(alice.message("one", to: bob))
+        try await waitUntil(timeout: .seconds(20)) { try await stack.deadPushes() == 1 }
+        #expect(providers.apnsPushes.count == 3, "the bounded attempts, then the dead letter")
+
+        providers.answerAPNs(.ok)
+        let moved = try await ReplayDeadCommand.run(settings: settings, limit: 100, logger: TestServers.logger)
+        #expect(moved == 1)
+        try await waitUntil { providers.apnsPushes.count == 4 }
+        #expect(try await stack.deadPushes() == 0)
+        try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 1"#) }
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+}
+
+extension MessagingStack {
+    func startPushSender(_ settings: PushSenderSettings) async throws -> RunningService {
+        try await PushTests.startPushSender(settings)
+    }
+
+    func deadPushes() async throws -> Int {
+        try await withRedis { Int(try await $0.send("XLEN", PushStream.deadKey).int ?? 0) }
+    }
+
+    /// The push token of the identity's active device.
+    func pushToken(of whisperId: String) async throws -> String? {
+        let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
+        return try await withThrowingTaskGroup(of: String??.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            var token: String?
+            let rows = try await client.query("SELECT push_token FROM devices WHERE whisper_id = \(whisperId) AND active", logger: TestServers.logger)
+            for try await value in rows.decode(String?.self) { token = value }
+            group.cancelAll()
+            return token
+        }
+    }
+}
