@@ -219,6 +219,57 @@ struct PushTests {
         try await stack.stop()
         await providers.stop()
     }
+
+    /// A push-sender process killed with SIGKILL while its requests are in flight loses
+    /// no job: another push-sender claims them and sends every wake-up.
+    @Test func aKilledPushSenderLosesNoJob() async throws {
+        let providers = try await Providers()
+        providers.answerAPNs(ProviderReply(status: 200, stall: true))
+        let stack = try await MessagingStack.start()
+        let keyPath = try providers.keys.writeAPNsKey()
+        var environment = Executables.environment(stack.database)
+        environment["WHISPER_REDIS_URL"] = "redis://\(stack.redis.host):\(stack.redis.port)"
+        environment["WHISPER_INSTANCE_ID"] = "push-sender-doomed"
+        environment["PUSH_SENDER_HTTP_PORT"] = "0"
+        environment["PUSH_APNS_KEY_PATH"] = keyPath
+        environment["PUSH_APNS_KEY_ID"] = providers.keys.apnsKeyID
+        environment["PUSH_APNS_TEAM_ID"] = providers.keys.teamID
+        environment["PUSH_APNS_TOPIC"] = "app.whisper.test"
+        environment["PUSH_APNS_URL"] = providers.apns.baseURL
+        environment["PUSH_TLS_EXTRA_ROOTS"] = providers.certificates.caPath
+        environment["PUSH_COALESCE_WINDOW_SECONDS"] = "0"
+        environment["PUSH_REQUEST_TIMEOUT_SECONDS"] = "300"
+        let (doomed, output) = try Executables.launch("push-sender", environment: environment)
+        defer { if doomed.isRunning { kill(doomed.processIdentifier, SIGKILL) } }
+
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+        for index in 0..<5 { try await alice.connection.send(alice.message("m\(index)", to: bob)) }
+        // All five read and on their way (the stand-in holds them unanswered).
+        let reached = (try? await waitUntil(timeout: .seconds(30)) { providers.apnsPushes.count == 5 }) != nil
+        kill(doomed.processIdentifier, SIGKILL)
+        doomed.waitUntilExit()
+        let events = Executables.logLines(output).compactMap { line in (line["event"] as? String).map { "\($0) \(line["error"] ?? "")" } }
+        let waiting = try await stack.pushJobs().count
+        let group = try await stack.withRedis { try await $0.send("XINFO", "GROUPS", PushStream.key) }
+        try #require(reached, "the first push-sender did not reach APNs (\(providers.apns.requests.count) requests, \(waiting) jobs, \(group), redis \(environment["WHISPER_REDIS_URL"] ?? "")): \(events)")
+        #expect(try await stack.pushJobs().count == 5, "nothing was acknowledged")
+
+        providers.answerAPNs(.ok)
+        let rescuer = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) {
+            $0.coalesceWindow = .zero
+            $0.claimAfter = .seconds(1)
+        })
+        try await waitUntil(timeout: .seconds(20)) {
+            let metrics = try await stack.metricsText(of: [rescuer])
+            return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 5"#)
+        }
+        try await waitUntil { try await stack.pushJobs().isEmpty }
+        #expect(providers.apnsPushes.count == 10)
+        try await rescuer.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
 }
 
 extension MessagingStack {

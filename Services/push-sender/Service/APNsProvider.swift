@@ -21,9 +21,13 @@ struct APNsProvider: PushProvider {
     let client: HTTPClient
     let tokens: APNsTokenCache
 
-    init(settings: PushSenderSettings.APNsSettings, client: HTTPClient) throws {
+    /// The longest one request may take (`PUSH_REQUEST_TIMEOUT_SECONDS`).
+    let timeout: TimeAmount
+
+    init(settings: PushSenderSettings.APNsSettings, client: HTTPClient, timeout: Duration) throws {
         self.settings = settings
         self.client = client
+        self.timeout = .nanoseconds(timeout.nanoseconds)
         tokens = try APNsTokenCache(keyPEM: settings.keyPEM, keyID: settings.keyID, teamID: settings.teamID)
     }
 
@@ -63,7 +67,7 @@ struct APNsProvider: PushProvider {
         }
         request.body = .bytes(ByteBuffer(string: body))
         do {
-            let response = try await client.execute(request, timeout: .seconds(30))
+            let response = try await client.execute(request, timeout: timeout)
             let bytes = try await response.body.collect(upTo: 64 * 1024)
             return answer(status: response.status.code, headers: response.headers, body: bytes)
         } catch {

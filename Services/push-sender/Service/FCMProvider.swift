@@ -16,9 +16,13 @@ struct FCMProvider: PushProvider {
     let client: HTTPClient
     let tokens: FCMAccessTokens
 
-    init(settings: PushSenderSettings.FCMSettings, client: HTTPClient) throws {
+    /// The longest one request may take (`PUSH_REQUEST_TIMEOUT_SECONDS`).
+    let timeout: TimeAmount
+
+    init(settings: PushSenderSettings.FCMSettings, client: HTTPClient, timeout: Duration) throws {
         self.settings = settings
         self.client = client
+        self.timeout = .nanoseconds(timeout.nanoseconds)
         tokens = try FCMAccessTokens(account: settings.serviceAccount, client: client)
     }
 
@@ -55,7 +59,7 @@ struct FCMProvider: PushProvider {
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body))
         do {
-            let response = try await client.execute(request, timeout: .seconds(30))
+            let response = try await client.execute(request, timeout: timeout)
             let bytes = try await response.body.collect(upTo: 64 * 1024)
             return answer(status: response.status.code, headers: response.headers, body: bytes)
         } catch {

@@ -11,7 +11,7 @@ public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServ
     var apns: (any PushProvider)?
     if let configuration = settings.apns {
         do {
-            apns = try APNsProvider(settings: configuration, client: client)
+            apns = try APNsProvider(settings: configuration, client: client, timeout: settings.requestTimeout)
         } catch {
             problems.append("PUSH_APNS_KEY_PATH does not hold a P-256 private key in PEM: \(error)")
         }
@@ -19,7 +19,7 @@ public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServ
     var fcm: (any PushProvider)?
     if let configuration = settings.fcm {
         do {
-            fcm = try FCMProvider(settings: configuration, client: client)
+            fcm = try FCMProvider(settings: configuration, client: client, timeout: settings.requestTimeout)
         } catch {
             problems.append("the FCM service account's private_key is not an RSA private key in PEM: \(error)")
         }
@@ -37,7 +37,8 @@ public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServ
                 reader: reader, redis: environment.redis,
                 devices: DeviceDirectory(postgres: environment.postgres, logger: environment.logger),
                 apns: apns, fcm: fcm, consumerName: settings.common.instanceID, settings: settings,
-                metrics: PushMetrics(metrics: environment.metrics), logger: environment.logger
+                metrics: PushMetrics(metrics: environment.metrics), logger: environment.logger,
+                providerSlots: ["apns": Slots(settings.inFlightPerProvider), "fcm": Slots(settings.inFlightPerProvider)]
             )
             return [reader, worker, HTTPClientShutdown(client: client)]
         },

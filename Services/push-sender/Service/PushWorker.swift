@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 import WhisperShared
 
 /// Reads `stream:push` as one consumer of the group `push-senders` and turns each job
@@ -22,14 +23,33 @@ struct PushWorker: Service, CustomStringConvertible {
     let settings: PushSenderSettings
     let metrics: PushMetrics
     let logger: Logger
+    /// Requests open per provider, at most `inFlightPerProvider` each.
+    let providerSlots: [String: Slots]
+
+    /// Jobs being handled at once, at most: reading stops while this many are open.
+    var maxJobs: Int { max(settings.batchSize, settings.inFlightPerProvider) * 2 }
 
     func run() async throws {
+        let jobs = Slots(maxJobs)
+        let finished = Finished()
         await cancelWhenGracefulShutdown {
-            await loop()
+            await withDiscardingTaskGroup { group in
+                await loop(jobs: jobs, finished: finished) { entry in
+                    group.addTask {
+                        await handle(entry)
+                        finished.add(entry.id)
+                        jobs.release()
+                    }
+                }
+            }
+            // Stopping: what finished is acknowledged; the rest is claimed elsewhere.
+            try? await acknowledge(finished.take())
         }
     }
 
-    private func loop() async {
+    /// Reads while there is room, so a slow or stalled provider holds up only the jobs
+    /// waiting for it, not the stream; acknowledges what finished in the same loop.
+    private func loop(jobs: Slots, finished: Finished, start: (Entry) -> Void) async {
         var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
         var groupReady = false
         var readerConnected = false
@@ -40,18 +60,25 @@ struct PushWorker: Service, CustomStringConvertible {
                     try await ensureGroup()
                     groupReady = true
                 }
+                try await acknowledge(finished.take())
                 try await moveDueRetries()
+                await jobs.waitForRoom()
                 let reply = try await reader.send(RedisCommand("XREADGROUP", [
-                    "GROUP", PushStream.group, consumerName, "COUNT", settings.batchSize, "BLOCK", 500,
+                    "GROUP", PushStream.group, consumerName, "COUNT", min(settings.batchSize, max(1, jobs.available)), "BLOCK", 500,
                     "STREAMS", PushStream.key, ">",
                 ]))
                 readerConnected = true
-                let entries = Self.entries(ofReadReply: reply)
-                if !entries.isEmpty {
-                    try await handle(entries)
+                for entry in Self.entries(ofReadReply: reply) {
+                    await jobs.acquire()
+                    finished.started(entry.id)
+                    start(entry)
                 }
                 if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
-                    try await claimAbandoned()
+                    for entry in try await claimAbandoned(finished: finished) {
+                        await jobs.acquire()
+                        finished.started(entry.id)
+                        start(entry)
+                    }
                     lastClaim = ContinuousClock.now
                 }
                 backoff.reset()
@@ -68,6 +95,17 @@ struct PushWorker: Service, CustomStringConvertible {
         }
     }
 
+    typealias Entry = (id: String, job: PushStream.Job?, fields: [RESPValue])
+
+    /// Acknowledges and deletes finished jobs in one write.
+    private func acknowledge(_ ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        _ = try await redis.pipeline([
+            RedisCommand("XACK", [PushStream.key, PushStream.group] + ids),
+            RedisCommand("XDEL", [PushStream.key] + ids),
+        ])
+    }
+
     private func ensureGroup() async throws {
         do {
             try await redis.send("XGROUP", "CREATE", PushStream.key, PushStream.group, "0", "MKSTREAM")
@@ -76,29 +114,7 @@ struct PushWorker: Service, CustomStringConvertible {
         }
     }
 
-    /// Handles a batch, at most `inFlightPerProvider` jobs at once, then acknowledges
-    /// and deletes every entry of it in one write.
-    private func handle(_ entries: [(id: String, job: PushStream.Job?, fields: [RESPValue])]) async throws {
-        let limit = max(1, settings.inFlightPerProvider)
-        await withTaskGroup(of: Void.self) { group in
-            var running = 0
-            for entry in entries {
-                if running >= limit {
-                    await group.next()
-                    running -= 1
-                }
-                running += 1
-                group.addTask { await handle(entry) }
-            }
-        }
-        let ids = entries.map(\.id)
-        _ = try await redis.pipeline([
-            RedisCommand("XACK", [PushStream.key, PushStream.group] + ids),
-            RedisCommand("XDEL", [PushStream.key] + ids),
-        ])
-    }
-
-    private func handle(_ entry: (id: String, job: PushStream.Job?, fields: [RESPValue])) async {
+    private func handle(_ entry: Entry) async {
         guard let job = entry.job else {
             // A claimed entry that was deleted meanwhile: already finished elsewhere.
             if entry.fields.isEmpty { return }
@@ -153,9 +169,12 @@ struct PushWorker: Service, CustomStringConvertible {
             await deadLetter(job, reason: "provider_not_configured", attempts: job.attempt)
             return
         }
+        let slot = providerSlots[provider.name]
+        await slot?.acquire()
         let started = ContinuousClock.now
         let answer = await provider.send(Wakeup(job: job, token: token, tokenKind: kind), ttl: job.kind == .call ? settings.callTTL : settings.messageTTL)
         metrics.providerLatency(provider.name, ContinuousClock.now - started)
+        slot?.release()
         let tokenHash = ProviderHTTP.tokenHash(token)
         switch answer {
         case .delivered:
@@ -293,21 +312,22 @@ struct PushWorker: Service, CustomStringConvertible {
 
     // MARK: - Claims
 
-    private func claimAbandoned() async throws {
+    /// Jobs idle longer than `claimAfter` in another push-sender (it died), taken over.
+    private func claimAbandoned(finished: Finished) async throws -> [Entry] {
         var start = "0-0"
+        var claimed: [Entry] = []
         for _ in 0..<20 {
             let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
                 PushStream.key, PushStream.group, consumerName, Int(settings.claimAfter.milliseconds), start, "COUNT", settings.batchSize,
             ]))
-            guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { return }
-            let entries = Self.entries(parts[1])
-            if !entries.isEmpty {
-                logger.info("push_claimed_jobs", metadata: ["count": "\(entries.count)"])
-                try await handle(entries)
-            }
-            if next == "0-0" { return }
+            guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { break }
+            // One of our own still in flight for that long (a stalled provider) is not abandoned.
+            claimed += Self.entries(parts[1]).filter { !finished.isHandling($0.id) }
+            if next == "0-0" || claimed.count >= settings.batchSize { break }
             start = next
         }
+        if !claimed.isEmpty { logger.info("push_claimed_jobs", metadata: ["count": "\(claimed.count)"]) }
+        return claimed
     }
 
     static func entries(ofReadReply reply: RESPValue) -> [(id: String, job: PushStream.Job?, fields: [RESPValue])] {
@@ -324,6 +344,93 @@ struct PushWorker: Service, CustomStringConvertible {
             // A claimed entry deleted meanwhile comes back without fields: nothing to do.
             guard let fields = parts[1].array else { return (id, nil, []) }
             return (id, PushStream.Job(fields: fields), fields)
+        }
+    }
+}
+
+/// A counting semaphore for tasks: `acquire` waits while none is free.
+final class Slots: Sendable {
+    private struct State {
+        var free: Int
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var roomWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+
+    init(_ count: Int) {
+        state = Mutex(State(free: max(1, count)))
+    }
+
+    var available: Int { state.withLock { $0.free } }
+
+    func acquire() async {
+        if state.withLock({ state in
+            guard state.free > 0 else { return false }
+            state.free -= 1
+            return true
+        }) { return }
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.free > 0 {
+                    state.free -= 1
+                    return true
+                }
+                state.waiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Waits until at least one is free (without taking it).
+    func waitForRoom() async {
+        if available > 0 { return }
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state -> Bool in
+                if state.free > 0 { return true }
+                state.roomWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    func release() {
+        let (waiter, room) = state.withLock { state -> (CheckedContinuation<Void, Never>?, [CheckedContinuation<Void, Never>]) in
+            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), []) }
+            state.free += 1
+            defer { state.roomWaiters.removeAll() }
+            return (nil, state.roomWaiters)
+        }
+        waiter?.resume()
+        room.forEach { $0.resume() }
+    }
+}
+
+/// IDs of jobs finished and not yet acknowledged, and of jobs being handled.
+final class Finished: Sendable {
+    private let state = Mutex<(done: [String], handling: Set<String>)>(([], []))
+
+    func started(_ id: String) {
+        state.withLock { _ = $0.handling.insert(id) }
+    }
+
+    func add(_ id: String) {
+        state.withLock { state in
+            state.handling.remove(id)
+            state.done.append(id)
+        }
+    }
+
+    func isHandling(_ id: String) -> Bool {
+        state.withLock { $0.handling.contains(id) }
+    }
+
+    func take() -> [String] {
+        state.withLock { state in
+            defer { state.done.removeAll(keepingCapacity: true) }
+            return state.done
         }
     }
 }
