@@ -13,7 +13,7 @@ import WhisperShared
         var type: String
     }
 
-    /// Every ```json block of docs/protocol.md (blocks marked ```json http are HTTP bodies).
+    /// Every ```json block of docs/protocol.md (blocks marked ```json http are HTTP bodies, ```json push provider payloads).
     static func examples() throws -> [Example] {
         let text = try String(contentsOf: root.appendingPathComponent("docs/protocol.md"), encoding: .utf8)
         var examples: [Example] = []
