@@ -102,17 +102,43 @@ var targets: [Target] = [
             "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
-            // Local APNs and FCM stand-ins: HTTP/2 over TLS with certificates made in the test.
+            "PushFakes",
             .product(name: "JWTKit", package: "jwt-kit"),
-            .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-            .product(name: "NIOSSL", package: "swift-nio-ssl"),
-            .product(name: "X509", package: "swift-certificates"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "_CryptoExtras", package: "swift-crypto"),
         ] + services.map { .target(name: $0.library) },
         path: "Tests/IntegrationTests"
     ),
 ]
+
+// Local APNs and FCM stand-ins (HTTP/2 over TLS, certificates made at run time) for the
+// tests and the push benchmark.
+targets.append(.target(
+    name: "PushFakes",
+    dependencies: [
+        "PushSenderService",
+        .product(name: "JWTKit", package: "jwt-kit"),
+        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOPosix", package: "swift-nio"),
+        .product(name: "NIOHTTP1", package: "swift-nio"),
+        .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+        .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        .product(name: "X509", package: "swift-certificates"),
+        .product(name: "SwiftASN1", package: "swift-asn1"),
+        .product(name: "Crypto", package: "swift-crypto"),
+        .product(name: "_CryptoExtras", package: "swift-crypto"),
+    ],
+    path: "Tests/PushFakes"
+))
+
+targets.append(.executableTarget(
+    name: "whisper-push-bench",
+    dependencies: [
+        "PushFakes", "WhisperShared",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "PostgresNIO", package: "postgres-nio"),
+    ],
+    path: "Tools/whisper-push-bench"
+))
 
 targets.append(.executableTarget(
     name: "whisper-load",

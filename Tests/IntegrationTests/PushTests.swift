@@ -1,5 +1,6 @@
 import Foundation
 import PostgresNIO
+import PushFakes
 import PushSenderService
 import Synchronization
 import Testing

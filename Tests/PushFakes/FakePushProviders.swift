@@ -12,17 +12,19 @@ import Synchronization
 import SwiftASN1
 import X509
 
+/// Local stand-ins for APNs and FCM, for the tests and the push benchmark.
+
 /// A certificate authority made for one test, and a server certificate it signed for
 /// 127.0.0.1. The push-sender trusts the CA through `PUSH_TLS_EXTRA_ROOTS`, as an
 /// operator would configure it; verification stays on.
-struct TestCertificates {
-    let caPEM: String
-    let serverCertificate: NIOSSLCertificate
-    let serverKey: NIOSSLPrivateKey
+public struct TestCertificates: Sendable {
+    public let caPEM: String
+    public let serverCertificate: NIOSSLCertificate
+    public let serverKey: NIOSSLPrivateKey
     /// The CA's PEM in a file, for the setting.
-    let caPath: String
+    public let caPath: String
 
-    static func make() throws -> TestCertificates {
+    public static func make() throws -> TestCertificates {
         let caKey = P256.Signing.PrivateKey()
         let caName = try DistinguishedName { CommonName("Whisper test CA") }
         let now = Date()
@@ -61,46 +63,56 @@ struct TestCertificates {
 }
 
 /// One request a fake provider received.
-struct ProviderRequest: Sendable {
-    var method: String
-    var path: String
-    var headers: [(String, String)]
-    var body: [UInt8]
+public struct ProviderRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+    /// When it arrived (ms since 1970).
+    public var receivedAt: Int64
 
-    func header(_ name: String) -> String? {
+    public func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
 
-    var json: [String: Any]? {
+    public var json: [String: Any]? {
         (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
     }
 }
 
 /// What a fake answers: a status, headers and a body; or nothing at all (a stall).
-struct ProviderReply: Sendable {
-    var status: Int
-    var headers: [(String, String)] = []
-    var body: String = ""
-    var stall = false
+public struct ProviderReply: Sendable {
+    public var status: Int
+    public var headers: [(String, String)] = []
+    public var body: String = ""
+    public var stall = false
 
-    static let ok = ProviderReply(status: 200)
+    public init(status: Int, headers: [(String, String)] = [], body: String = "", stall: Bool = false) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.stall = stall
+    }
+
+    public static let ok = ProviderReply(status: 200)
 }
 
 /// A local HTTP/2 server over TLS (ALPN `h2`) that records every request and answers
 /// as its `responder` says. Speaks what APNs and FCM speak on the wire; the test's
 /// responder checks and scripts the answers.
-final class FakeHTTP2Server: Sendable {
-    let port: Int
+public final class FakeHTTP2Server: Sendable {
+    public let port: Int
     private let channel: any Channel
     private let log = RequestLog()
     /// Requests received, in order.
-    var requests: [ProviderRequest] { log.list.withLock { $0 } }
+    public var requests: [ProviderRequest] { log.list.withLock { $0 } }
+    public var requestCount: Int { log.list.withLock { $0.count } }
 
     final class RequestLog: Sendable {
         let list = Mutex<[ProviderRequest]>([])
     }
 
-    init(certificates: TestCertificates, responder: @escaping @Sendable (ProviderRequest) async -> ProviderReply) async throws {
+    public init(certificates: TestCertificates, responder: @escaping @Sendable (ProviderRequest) async -> ProviderReply) async throws {
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(certificates.serverCertificate)], privateKey: .privateKey(certificates.serverKey)
         )
@@ -128,9 +140,9 @@ final class FakeHTTP2Server: Sendable {
         port = channel.localAddress?.port ?? 0
     }
 
-    var baseURL: String { "https://127.0.0.1:\(port)" }
+    public var baseURL: String { "https://127.0.0.1:\(port)" }
 
-    func stop() async {
+    public func stop() async {
         try? await channel.close()
     }
 }
@@ -158,7 +170,10 @@ private final class RecordingHandler: ChannelInboundHandler, @unchecked Sendable
             body += buffer.readBytes(length: buffer.readableBytes) ?? []
         case .end:
             guard let head else { return }
-            let request = ProviderRequest(method: head.method.rawValue, path: head.uri, headers: head.headers.map { ($0.name, $0.value) }, body: body)
+            let request = ProviderRequest(
+                method: head.method.rawValue, path: head.uri, headers: head.headers.map { ($0.name, $0.value) }, body: body,
+                receivedAt: Int64(Date().timeIntervalSince1970 * 1000)
+            )
             record(request)
             let responder = responder
             let loop = context.eventLoop
@@ -185,19 +200,19 @@ private final class RecordingHandler: ChannelInboundHandler, @unchecked Sendable
 }
 
 /// Keys the fakes check the push-sender's JWTs with.
-struct ProviderKeys {
-    let apnsKey = P256.Signing.PrivateKey()
-    let apnsKeyID = "ABC123DEFG"
-    let teamID = "TEAM123456"
-    let fcmKey: _RSA.Signing.PrivateKey
+public struct ProviderKeys: Sendable {
+    public let apnsKey = P256.Signing.PrivateKey()
+    public let apnsKeyID = "ABC123DEFG"
+    public let teamID = "TEAM123456"
+    public let fcmKey: _RSA.Signing.PrivateKey
 
-    init() throws {
+    public init() throws {
         fcmKey = try _RSA.Signing.PrivateKey(keySize: .bits2048)
     }
 
     /// Verifies an APNs provider token: ES256 with the team's key, `kid` and `iss` right,
     /// issued within the last hour. Returns its `iat`.
-    func verifyAPNs(_ authorization: String?) async -> Date? {
+    public func verifyAPNs(_ authorization: String?) async -> Date? {
         guard let authorization, authorization.hasPrefix("bearer ") else { return nil }
         let token = String(authorization.dropFirst("bearer ".count))
         let keys = JWTKeyCollection()
@@ -210,7 +225,7 @@ struct ProviderKeys {
     }
 
     /// Verifies an FCM OAuth assertion (RS256 with the service account's key, its claims).
-    func verifyFCMAssertion(_ assertion: String, email: String, audience: String) async -> Bool {
+    public func verifyFCMAssertion(_ assertion: String, email: String, audience: String) async -> Bool {
         let keys = JWTKeyCollection()
         guard let publicKey = try? Insecure.RSA.PublicKey(pem: fcmKey.publicKey.pemRepresentation) else { return false }
         await keys.add(rsa: publicKey, digestAlgorithm: .sha256)
@@ -245,13 +260,13 @@ struct ProviderKeys {
     }
 
     /// The `.p8` file of the APNs key (PKCS#8 PEM, as Apple hands it out).
-    func writeAPNsKey() throws -> String {
+    public func writeAPNsKey() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-test-apns-\(UUID().uuidString).p8").path
         try apnsKey.pemRepresentation.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 
-    func serviceAccount(tokenURI: String) -> PushSenderSettings.ServiceAccount {
+    public func serviceAccount(tokenURI: String) -> PushSenderSettings.ServiceAccount {
         PushSenderSettings.ServiceAccount(
             projectID: "whisper-test", clientEmail: "push@whisper-test.iam.gserviceaccount.com",
             privateKeyPEM: fcmKey.pemRepresentation, tokenURI: tokenURI
