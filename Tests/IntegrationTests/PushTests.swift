@@ -221,6 +221,39 @@ struct PushTests {
         await providers.stop()
     }
 
+    /// Call jobs (from call signaling, a later issue) go to the VoIP token and topic at
+    /// once, each one: never coalesced.
+    @Test func callsGoToTheVoIPTokenAndAreNeverCoalesced() async throws {
+        let providers = try await Providers()
+        let stack = try await MessagingStack.start()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
+        let voipToken = String(repeating: "cd34", count: 16)
+        let bob = try await stack.user(on: 1, platform: .ios, pushToken: Self.apnsToken, voipToken: voipToken)
+        await bob.connection.close()
+        try await stack.waitUntilOffline(bob)
+        let calls = [RandomID.uuid(), RandomID.uuid()]
+        try await stack.withRedis { redis in
+            for call in calls {
+                try await redis.send(PushStream.job(to: bob.whisperId, kind: .call, id: call, at: Clock.millisecondsNow()))
+            }
+        }
+        try await waitUntil { providers.apnsPushes.count == 2 }
+        // Handled at once, so in either order.
+        let called = Set(providers.apnsPushes.compactMap { ($0.json?["whisper"] as? [String: Any])?["callId"] as? String })
+        #expect(called == Set(calls))
+        for request in providers.apnsPushes {
+            #expect(request.path == "/3/device/\(voipToken)")
+            #expect(request.header("apns-push-type") == "voip")
+            #expect(request.header("apns-topic") == "app.whisper.test.voip")
+            #expect(request.header("apns-collapse-id") == nil)
+            let whisper = request.json?["whisper"] as? [String: Any]
+            #expect(whisper?["kind"] as? String == "call")
+        }
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+
     /// A push-sender process killed with SIGKILL while its requests are in flight loses
     /// no job: another push-sender claims them and sends every wake-up.
     @Test func aKilledPushSenderLosesNoJob() async throws {
