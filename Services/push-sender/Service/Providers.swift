@@ -27,6 +27,20 @@ enum ProviderAnswer: Sendable, Equatable {
     case failed(reason: String)
 }
 
+extension ProviderAnswer {
+    /// The same answer with `token` replaced by `stand-in` in its reason.
+    func redacting(_ token: String, as standIn: String) -> ProviderAnswer {
+        guard !token.isEmpty else { return self }
+        func clean(_ reason: String) -> String { reason.replacingOccurrences(of: token, with: "<token \(standIn)>") }
+        switch self {
+        case .delivered: return self
+        case .retry(let after, let reason): return .retry(after: after, reason: clean(reason))
+        case .deadToken(let reason): return .deadToken(reason: clean(reason))
+        case .failed(let reason): return .failed(reason: clean(reason))
+        }
+    }
+}
+
 /// A push provider (APNs, FCM).
 protocol PushProvider: Sendable {
     /// `apns` or `fcm`, for metrics and logs.

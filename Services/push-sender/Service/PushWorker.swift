@@ -172,10 +172,13 @@ struct PushWorker: Service, CustomStringConvertible {
         let slot = providerSlots[provider.name]
         await slot?.acquire()
         let started = ContinuousClock.now
-        let answer = await provider.send(Wakeup(job: job, token: token, tokenKind: kind), ttl: job.kind == .call ? settings.callTTL : settings.messageTTL)
+        let raw = await provider.send(Wakeup(job: job, token: token, tokenKind: kind), ttl: job.kind == .call ? settings.callTTL : settings.messageTTL)
         metrics.providerLatency(provider.name, ContinuousClock.now - started)
         slot?.release()
         let tokenHash = ProviderHTTP.tokenHash(token)
+        // A provider's or the HTTP client's text could quote the request; it never
+        // carries the token into a log line or the dead-letter stream.
+        let answer = raw.redacting(token, as: tokenHash)
         switch answer {
         case .delivered:
             metrics.sent(provider.name, "delivered")
