@@ -221,6 +221,29 @@ struct PushTests {
         await providers.stop()
     }
 
+    /// APNs ends connections with GOAWAY now and then: the next wake-up goes out on a
+    /// new connection.
+    @Test func aConnectionEndedWithGoAwayIsReplaced() async throws {
+        let providers = try await Providers()
+        providers.answerAPNs(ProviderReply(status: 200, goAway: true))
+        let stack = try await MessagingStack.start()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+        for index in 0..<3 {
+            try await alice.connection.send(alice.message("m\(index)", to: bob))
+            try await waitUntil { providers.apnsPushes.count == index + 1 }
+        }
+        try await waitUntil {
+            let metrics = try await stack.metricsText(of: [sender])
+            return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 3"#)
+        }
+        #expect(providers.apns.connectionCount == 3, "each GOAWAY ended its connection; a new one carried the next push")
+        try await sender.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+
     /// Call jobs (from call signaling, a later issue) go to the VoIP token and topic at
     /// once, each one: never coalesced.
     @Test func callsGoToTheVoIPTokenAndAreNeverCoalesced() async throws {

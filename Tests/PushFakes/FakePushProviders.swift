@@ -86,12 +86,16 @@ public struct ProviderReply: Sendable {
     public var headers: [(String, String)] = []
     public var body: String = ""
     public var stall = false
+    /// After the answer, end the connection with GOAWAY (as providers do when they
+    /// shed or recycle connections).
+    public var goAway = false
 
-    public init(status: Int, headers: [(String, String)] = [], body: String = "", stall: Bool = false) {
+    public init(status: Int, headers: [(String, String)] = [], body: String = "", stall: Bool = false, goAway: Bool = false) {
         self.status = status
         self.headers = headers
         self.body = body
         self.stall = stall
+        self.goAway = goAway
     }
 
     public static let ok = ProviderReply(status: 200)
@@ -107,9 +111,12 @@ public final class FakeHTTP2Server: Sendable {
     /// Requests received, in order.
     public var requests: [ProviderRequest] { log.list.withLock { $0 } }
     public var requestCount: Int { log.list.withLock { $0.count } }
+    /// TCP connections accepted so far.
+    public var connectionCount: Int { log.connections.load(ordering: .relaxed) }
 
     final class RequestLog: Sendable {
         let list = Mutex<[ProviderRequest]>([])
+        let connections = Atomic<Int>(0)
     }
 
     public init(certificates: TestCertificates, responder: @escaping @Sendable (ProviderRequest) async -> ProviderReply) async throws {
@@ -123,7 +130,8 @@ public final class FakeHTTP2Server: Sendable {
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                log.connections.add(1, ordering: .relaxed)
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
                 }.flatMap {
                     channel.configureHTTP2Pipeline(mode: .server) { stream in
@@ -196,6 +204,10 @@ private final class RecordingHandler: ChannelInboundHandler, @unchecked Sendable
         context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http2, status: .init(statusCode: reply.status), headers: headers))), promise: nil)
         if bytes.readableBytes > 0 { context.write(wrapOutboundOut(.body(.byteBuffer(bytes))), promise: nil) }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        if reply.goAway, let connection = context.channel.parent {
+            let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: .maxID, errorCode: .noError, opaqueData: nil))
+            connection.writeAndFlush(goAway).whenComplete { _ in connection.close(promise: nil) }
+        }
     }
 }
 
