@@ -192,6 +192,7 @@ struct PushTests {
         providers.answerFCM(.ok)
         try await waitUntil(timeout: .seconds(20)) { providers.fcmPushes.count == 2 }
         #expect(ContinuousClock.now - first >= .seconds(2) - .milliseconds(50), "not before Retry-After")
+        #expect(providers.fcm.requests.filter { $0.path == "/token" }.count == 1, "the access token is kept between requests")
         try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="fcm",outcome="delivered"} 1"#) }
         try await sender.stop()
         try await stack.stop()
@@ -239,6 +240,7 @@ struct PushTests {
             return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 3"#)
         }
         #expect(providers.apns.connectionCount == 3, "each GOAWAY ended its connection; a new one carried the next push")
+        #expect(Set(providers.apnsPushes.compactMap { $0.header("authorization") }).count == 1, "one provider token, reused")
         try await sender.stop()
         try await stack.stop()
         await providers.stop()

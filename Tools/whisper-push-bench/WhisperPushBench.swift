@@ -149,6 +149,7 @@ struct WhisperPushBench: AsyncParsableCommand {
             let elapsed = (ContinuousClock.now - began).seconds
             let cpu = (Self.cpuSeconds(process.processIdentifier) ?? 0) - (cpuBefore ?? 0)
             print(String(format: "backlog: %d wake-ups in %.2f s: %.0f wake-ups/s; push-sender CPU %.3f ms per wake-up", backlog, elapsed, Double(backlog) / elapsed, cpu * 1000 / Double(backlog)))
+            print("connections the stand-in accepted in all: \(apns.connectionCount)")
         }
         await apns.stop()
     }
