@@ -3,7 +3,9 @@ import NIOCore
 import NIOHTTP1
 import PushFakes
 @testable import PushSenderService
+import PostgresNIO
 import Testing
+import WhisperShared
 
 /// How each provider answer is read: delivered, retried (with its Retry-After), a dead
 /// token, or a failure for the dead-letter stream. The wire formats are APNs's
@@ -78,5 +80,30 @@ import Testing
             let base = min(Double(1 << (attempt - 1)), 60.0)
             #expect(delay >= .milliseconds(Int64(base * 500)) && delay <= .milliseconds(Int64(base * 1000)), "attempt \(attempt): \(delay)")
         }
+    }
+
+    /// A dead token is removed only while it is still the device's: a token the app
+    /// replaced meanwhile (`update_tokens`) stays.
+    @Test func aDeadTokenIsRemovedOnlyWhileItIsStillTheDevices() async throws {
+        let stack = try await MessagingStack.start()
+        let bob = try await stack.user(on: 0, platform: .ios, pushToken: "aa11")
+        try await bob.connection.updateTokens(pushToken: .set("bb22"))
+        let client = PostgresClient(configuration: stack.database.clientConfiguration, backgroundLogger: TestServers.logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await client.run() }
+            let devices = DeviceDirectory(postgres: client, logger: TestServers.logger)
+            let staleRemoved = try await devices.removeToken("aa11", kind: .push, of: bob.whisperId)
+            #expect(!staleRemoved, "the old token is gone already")
+            let kept = try await devices.activeDevice(of: bob.whisperId)?.pushToken
+            #expect(kept == "bb22")
+            let wrongKind = try await devices.removeToken("bb22", kind: .voip, of: bob.whisperId)
+            #expect(!wrongKind, "not the VoIP token")
+            let removed = try await devices.removeToken("bb22", kind: .push, of: bob.whisperId)
+            #expect(removed)
+            let after = try await devices.activeDevice(of: bob.whisperId)
+            #expect(after != nil && after?.pushToken == nil)
+            group.cancelAll()
+        }
+        try await stack.stop()
     }
 }
