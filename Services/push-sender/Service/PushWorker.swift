@@ -60,7 +60,14 @@ struct PushWorker: Service, CustomStringConvertible {
                     try await ensureGroup()
                     groupReady = true
                 }
-                try await acknowledge(finished.take())
+                let done = finished.take()
+                do {
+                    try await acknowledge(done)
+                } catch {
+                    // Kept for the next turn: not handled a second time once Redis is back.
+                    finished.restore(done)
+                    throw error
+                }
                 try await moveDueRetries()
                 await jobs.waitForRoom()
                 let reply = try await reader.send(RedisCommand("XREADGROUP", [
@@ -428,6 +435,10 @@ final class Finished: Sendable {
 
     func isHandling(_ id: String) -> Bool {
         state.withLock { $0.handling.contains(id) }
+    }
+
+    func restore(_ ids: [String]) {
+        state.withLock { $0.done.insert(contentsOf: ids, at: 0) }
     }
 
     func take() -> [String] {
