@@ -232,6 +232,12 @@ public actor WhisperConnection {
     }
 
     /// Sends a frame that gets no answer (receipts).
+    /// Tells a direct peer that this user is (or stopped) typing. The server relays at
+    /// most one a 2 seconds per peer and answers nothing; a call more often is harmless.
+    public func sendTyping(to peer: String, isTyping: Bool) async throws {
+        try await sendOnly(Typing(sessionToken: try token(), to: peer, isTyping: isTyping))
+    }
+
     public func sendOnly<P: ClientPayload>(_ payload: P) async throws {
         guard let outbound else { throw WhisperClientError.notConnected }
         try await outbound.write(.text(String(decoding: ClientFrameCodec.encode(payload), as: UTF8.self)))

@@ -14,6 +14,7 @@ struct FrameHandler: Sendable {
     let presence: PresenceStore
     let limits: FrameLimits
     let receipts: ReceiptDesk
+    let typing: TypingDesk
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -109,6 +110,17 @@ struct FrameHandler: Sendable {
             connection.sendRaw(answer)
         case let payload as UpdateTokens:
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as Typing:
+            // Charged to the address like routed frames; past it, refused like them.
+            guard let whisperId = connection.whisperId else {
+                await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                return
+            }
+            guard limits.routedPerAddress.take(connection.remoteAddress) else {
+                await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+                return
+            }
+            try await typing.relay(payload, from: whisperId)
         case let payload as DeliveryReceipt:
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):

@@ -30,7 +30,8 @@ public func buildGateway(
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
-        receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax)
+        receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax),
+        typing: TypingDesk(redis: environment.redis, metrics: environment.metrics)
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)

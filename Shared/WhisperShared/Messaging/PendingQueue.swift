@@ -64,12 +64,12 @@ public struct PendingQueue: Sendable {
             Self.storeScript,
             keys: [
                 RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
-                Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient),
+                Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
             ],
             arguments: [
                 sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
                 accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
-            ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes]
+            ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
         )
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         let live = parts.count > 3 && (parts[3].int ?? 0) > 0
@@ -263,10 +263,11 @@ public struct PendingQueue: Sendable {
 
         """
 
-    /// KEYS: queue, message key, presence key, the pair's bucket, byte count (all in the
-    /// recipient's slot). ARGV: sender, body, ttl ms, messageId, sender's gateway
-    /// channel, accepted command, acceptedAt, redeliver flag, the bucket's capacity and
-    /// refill per ms, the queue's cap in messages and in bytes. The presence value is
+    /// KEYS: queue, message key, presence key, the pair's bucket, byte count, the
+    /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
+    /// messageId, sender's gateway channel, accepted command, acceptedAt, redeliver flag,
+    /// the bucket's capacity and refill per ms, the queue's cap in messages and in bytes,
+    /// the peers' cap and their expiry ms. The presence value is
     /// `<gateway> <connId>` (`PresenceRecord`); the command format is `GatewayCommand`'s.
     static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
         local function deliver()
@@ -304,6 +305,11 @@ public struct PendingQueue: Sendable {
         redis.call('PEXPIRE', KEYS[5], ARGV[3])
         redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
+        redis.call('ZADD', KEYS[6], now, ARGV[1])
+        if redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[13]) then
+            redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[13]) + 1))
+        end
+        redis.call('PEXPIRE', KEYS[6], ARGV[14])
         redis.call('PUBLISH', ARGV[5], ARGV[6])
         return {'stored', id, redis.call('XLEN', KEYS[1]), deliver()}
         """)

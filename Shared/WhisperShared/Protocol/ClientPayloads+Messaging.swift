@@ -284,6 +284,14 @@ public struct Typing: PrivilegedPayload, Equatable {
     public var to: String
     public var isTyping: Bool
 
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, to: String, isTyping: Bool) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.to = to
+        self.isTyping = isTyping
+    }
+
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.whisperID(to, "to")

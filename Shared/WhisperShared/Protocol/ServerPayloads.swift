@@ -292,6 +292,12 @@ public struct PeerTyping: ServerPayload, Equatable {
     public var from: String
     public var isTyping: Bool
     public var timestamp: Int64
+
+    public init(from: String, isTyping: Bool, timestamp: Int64) {
+        self.from = from
+        self.isTyping = isTyping
+        self.timestamp = timestamp
+    }
 }
 
 public enum PresenceStatus: String, Codable, Sendable { case online, offline }
