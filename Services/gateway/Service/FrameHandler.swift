@@ -112,14 +112,7 @@ struct FrameHandler: Sendable {
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as Typing:
             // Charged to the address like routed frames; past it, refused like them.
-            guard let whisperId = connection.whisperId else {
-                await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
-                return
-            }
-            guard limits.routedPerAddress.take(connection.remoteAddress) else {
-                await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
-                return
-            }
+            guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
             try await typing.relay(payload, from: whisperId)
         case let payload as DeliveryReceipt:
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
@@ -139,14 +132,7 @@ struct FrameHandler: Sendable {
     /// script that adds it: a frame over either limit never reaches a router, and is
     /// refused like any other (a client that ignores `RATE_LIMITED` is soon closed).
     private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        guard let whisperId = connection.whisperId else {
-            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
-            return
-        }
-        guard limits.routedPerAddress.take(connection.remoteAddress) else {
-            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
-            return
-        }
+        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
         // Refused without a round trip while the stream was found full a moment ago:
         // under overload a refusal must cost less than the work it turns away.
         if frame.type == .sendMessage, limits.busy.holds() {
@@ -187,19 +173,27 @@ struct FrameHandler: Sendable {
         }
     }
 
+    /// The checks every message, receipt, fetch and typing frame passes first: the socket
+    /// acts for an identity, and its address is within the routed-frame limit (in
+    /// memory). Returns the identity, or nil once the frame has been refused.
+    private func admitRouted(requestId: String?, on connection: ClientConnection) async -> String? {
+        guard let whisperId = connection.whisperId else {
+            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: requestId, on: connection)
+            return nil
+        }
+        guard limits.routedPerAddress.take(connection.remoteAddress) else {
+            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: requestId, on: connection)
+            return nil
+        }
+        return whisperId
+    }
+
     /// Receipts are served here (`ReceiptDesk`), limited like the routed frames: per
     /// address in memory, per identity in the script that looks the message up. They
     /// never enter the router stream, so a busy stream does not hold them back (they
     /// empty queues).
     private func serveReceipt(_ receipt: DeliveryReceipt, requestId: String?, on connection: ClientConnection) async throws {
-        guard let whisperId = connection.whisperId else {
-            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: requestId, on: connection)
-            return
-        }
-        guard limits.routedPerAddress.take(connection.remoteAddress) else {
-            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: requestId, on: connection)
-            return
-        }
+        guard let whisperId = await admitRouted(requestId: requestId, on: connection) else { return }
         guard receipt.from == whisperId else {
             await refuse(.forbidden, "from must be the Whisper ID of this session", requestId: requestId, on: connection)
             return

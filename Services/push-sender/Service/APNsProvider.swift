@@ -66,13 +66,7 @@ struct APNsProvider: PushProvider {
             body = #"{"whisper":{"v":1,"kind":"call","callId":"\#(Self.jsonSafe(wakeup.job.id))"}}"#
         }
         request.body = .bytes(ByteBuffer(string: body))
-        do {
-            let response = try await client.execute(request, timeout: timeout)
-            let bytes = try await response.body.collect(upTo: 64 * 1024)
-            return answer(status: response.status.code, headers: response.headers, body: bytes)
-        } catch {
-            return .retry(after: nil, reason: "connection: \(error)")
-        }
+        return await ProviderHTTP.exchange(request, on: client, timeout: timeout) { answer(status: $0, headers: $1, body: $2) }
     }
 
     /// Reads APNs's answer: 200, or a status with `{"reason": "..."}`.

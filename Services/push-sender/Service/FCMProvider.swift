@@ -58,13 +58,7 @@ struct FCMProvider: PushProvider {
         request.headers.add(name: "authorization", value: "Bearer \(accessToken)")
         request.headers.add(name: "content-type", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body))
-        do {
-            let response = try await client.execute(request, timeout: timeout)
-            let bytes = try await response.body.collect(upTo: 64 * 1024)
-            return answer(status: response.status.code, headers: response.headers, body: bytes)
-        } catch {
-            return .retry(after: nil, reason: "connection: \(error)")
-        }
+        return await ProviderHTTP.exchange(request, on: client, timeout: timeout) { answer(status: $0, headers: $1, body: $2) }
     }
 
     /// Reads FCM's answer: 200, or a status with a Google API error whose details may

@@ -67,6 +67,22 @@ enum ProviderHTTP {
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 
+    /// Sends a request and reads its answer (at most 64 KiB of body): `read` turns the
+    /// status, headers and body into the provider's answer; a request that fails on the
+    /// way (connection, TLS, timeout) is worth another attempt.
+    static func exchange(
+        _ request: HTTPClientRequest, on client: HTTPClient, timeout: TimeAmount,
+        read: (UInt, HTTPHeaders, ByteBuffer) -> ProviderAnswer
+    ) async -> ProviderAnswer {
+        do {
+            let response = try await client.execute(request, timeout: timeout)
+            let body = try await response.body.collect(upTo: 64 * 1024)
+            return read(response.status.code, response.headers, body)
+        } catch {
+            return .retry(after: nil, reason: "connection: \(error)")
+        }
+    }
+
     /// Seconds of a `Retry-After` header (the delay form; a date is read as no hint).
     static func retryAfter(_ headers: HTTPHeaders) -> Duration? {
         guard let value = headers.first(name: "retry-after"), let seconds = Int(value.trimmingCharacters(in: .whitespaces)),

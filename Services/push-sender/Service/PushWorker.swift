@@ -54,6 +54,13 @@ struct PushWorker: Service, CustomStringConvertible {
         var groupReady = false
         var readerConnected = false
         var lastClaim = ContinuousClock.now
+        func begin(_ entries: [Entry]) async {
+            for entry in entries {
+                await jobs.acquire()
+                finished.started(entry.id)
+                start(entry)
+            }
+        }
         while !Task.isCancelled {
             do {
                 if !groupReady {
@@ -75,17 +82,9 @@ struct PushWorker: Service, CustomStringConvertible {
                     "STREAMS", PushStream.key, ">",
                 ]))
                 readerConnected = true
-                for entry in Self.entries(ofReadReply: reply) {
-                    await jobs.acquire()
-                    finished.started(entry.id)
-                    start(entry)
-                }
+                await begin(Self.entries(ofReadReply: reply))
                 if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
-                    for entry in try await claimAbandoned(finished: finished) {
-                        await jobs.acquire()
-                        finished.started(entry.id)
-                        start(entry)
-                    }
+                    await begin(try await claimAbandoned(finished: finished))
                     lastClaim = ContinuousClock.now
                 }
                 backoff.reset()

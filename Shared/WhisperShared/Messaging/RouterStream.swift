@@ -115,10 +115,6 @@ public enum RouterStream {
             var writer = FastJSONWriter(capacity: 512 + message.ciphertext.utf8.count)
             message.write(to: &writer, withSessionToken: false)
             return writer.bytes
-        case let receipt as DeliveryReceipt:
-            var writer = FastJSONWriter(capacity: 256)
-            receipt.write(to: &writer, withSessionToken: false)
-            return writer.bytes
         case let fetch as FetchPending:
             var writer = FastJSONWriter(capacity: 128)
             writer.beginObject()
