@@ -61,6 +61,32 @@ public enum MessageCrypto {
         )
     }
 
+    /// One group message as its copies (spec 7, pairwise fan-out): for each member, the
+    /// plaintext boxed to that member and signed over the groupId (docs/protocol.md
+    /// section 11), all under one `messageId`. Send each with `group_send_message`.
+    public static func makeGroupCopies(
+        _ plaintext: [UInt8], groupId: String, from sender: (whisperId: String, keys: WhisperKeys), to members: [PeerKeys],
+        sessionToken: String, msgType: MessageType = .text, messageId: String = RandomID.uuid(),
+        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil
+    ) -> [GroupSendMessage] {
+        members.filter { $0.whisperId != sender.whisperId }.map { member in
+            let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+            let ciphertext = X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: member.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
+            let nonceText = Data(nonce).base64EncodedString()
+            let ciphertextText = Data(ciphertext).base64EncodedString()
+            let signed = CanonicalSigning.bytes(
+                messageType: ClientFrameType.groupSendMessage.rawValue, messageId: messageId, from: sender.whisperId,
+                toOrGroupId: groupId, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
+            )
+            return GroupSendMessage(
+                sessionToken: sessionToken, groupId: groupId, messageId: messageId, from: sender.whisperId, to: member.whisperId,
+                msgType: msgType, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText,
+                sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString(),
+                replyTo: replyTo, attachment: attachment
+            )
+        }
+    }
+
     /// Verifies the sender's signature, then decrypts. Spec 4.2: verify, decrypt, store,
     /// and only then send the delivery receipt.
     public static func open(

@@ -96,9 +96,10 @@ public actor WhisperConnection {
     public var closeCode: UInt16?? { closedCode }
 
     /// Sends a frame and waits for the frame that answers it.
-    public func request<P: ClientPayload>(_ payload: P, timeout: Duration = .seconds(10)) async throws -> ServerFrame {
+    /// A resend after a lost answer should reuse the `requestId` (group_create names
+    /// the same group for the same one).
+    public func request<P: ClientPayload>(_ payload: P, requestId: String = RandomID.uuid(), timeout: Duration = .seconds(10)) async throws -> ServerFrame {
         guard let outbound else { throw closedCode != nil ? WhisperClientError.closed(code: closedCode ?? nil) : .notConnected }
-        let requestId = RandomID.uuid()
         let text = String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self)
         // Registered before the write: the answer may come while the write is awaited.
         waiting[requestId] = .sent(deadline: .now + timeout)
@@ -231,13 +232,66 @@ public actor WhisperConnection {
         return page
     }
 
-    /// Sends a frame that gets no answer (receipts).
+    /// Creates a group with the given members (the caller becomes its owner). Send it
+    /// again after a lost answer: the `requestId` of `request` makes a resend name the same group.
+    public func createGroup(title: String, memberIds: [String]) async throws -> GroupCreated {
+        let frame = try await request(GroupCreate(sessionToken: try token(), title: title, memberIds: memberIds))
+        guard let created = frame.payload(as: GroupCreated.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return created
+    }
+
+    /// Changes a group: members added or removed (owner only), the title, or leaving it
+    /// (`removeMembers` with one's own ID).
+    public func updateGroup(_ groupId: String, add: [String]? = nil, remove: [String]? = nil, title: String? = nil) async throws -> GroupUpdated {
+        let frame = try await request(GroupUpdate(sessionToken: try token(), groupId: groupId, addMembers: add, removeMembers: remove, title: title))
+        guard let updated = frame.payload(as: GroupUpdated.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return updated
+    }
+
+    /// Sends one member's copy of a group message (`MessageCrypto.makeGroupCopies`);
+    /// returns when the server has stored it for that member.
+    @discardableResult
+    public func send(_ copy: GroupSendMessage, timeout: Duration = .seconds(10)) async throws -> MessageAccepted {
+        let frame = try await request(copy, timeout: timeout)
+        guard let accepted = frame.payload(as: MessageAccepted.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return accepted
+    }
+
+    /// Sends every copy of a group message, all at once; each member's outcome (a
+    /// refused copy does not stop the others; resend the failed ones, it is idempotent).
+    public func sendGroup(_ copies: [GroupSendMessage], timeout: Duration = .seconds(10)) async -> [String: Result<MessageAccepted, any Error>] {
+        await withTaskGroup(of: (String, Result<MessageAccepted, any Error>).self) { group in
+            for copy in copies {
+                group.addTask {
+                    do {
+                        return (copy.to, .success(try await self.send(copy, timeout: timeout)))
+                    } catch {
+                        return (copy.to, .failure(error))
+                    }
+                }
+            }
+            var outcomes: [String: Result<MessageAccepted, any Error>] = [:]
+            for await (member, outcome) in group { outcomes[member] = outcome }
+            return outcomes
+        }
+    }
+
+    /// Watches the presence of direct peers (replacing the previous list on this socket);
+    /// returns their status now. `presence` events follow as they come and go. IDs that
+    /// are not direct peers are left out of the answer and not watched.
+    public func subscribePresence(_ whisperIds: [String]) async throws -> PresenceSnapshot {
+        let frame = try await request(PresenceSubscribe(sessionToken: try token(), whisperIds: whisperIds))
+        guard let snapshot = frame.payload(as: PresenceSnapshot.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return snapshot
+    }
+
     /// Tells a direct peer that this user is (or stopped) typing. The server relays at
     /// most one a 2 seconds per peer and answers nothing; a call more often is harmless.
     public func sendTyping(to peer: String, isTyping: Bool) async throws {
         try await sendOnly(Typing(sessionToken: try token(), to: peer, isTyping: isTyping))
     }
 
+    /// Sends a frame that gets no answer (receipts, typing).
     public func sendOnly<P: ClientPayload>(_ payload: P) async throws {
         guard let outbound else { throw WhisperClientError.notConnected }
         try await outbound.write(.text(String(decoding: ClientFrameCodec.encode(payload), as: UTF8.self)))

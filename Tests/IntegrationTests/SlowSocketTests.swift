@@ -87,7 +87,7 @@ import WhisperShared
 
 /// Completes `upgraded` once the HTTP answer to the upgrade request has come (101),
 /// then asks for nothing more.
-private final class UpgradeWatcher: ChannelInboundHandler {
+final class UpgradeWatcher: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
 
     let upgraded: EventLoopPromise<Void>

@@ -36,6 +36,8 @@ public final class ClientConnection: Sendable {
     private let unsentFrames = Atomic<Int>(0)
     private let unsentBytes = Atomic<Int>(0)
     let maxUnsentBytes: Int
+    /// The identities this socket watches the presence of (`presence_subscribe`).
+    private let watched = Mutex<[String]>([])
     /// Set once a close was asked for: nothing is written after it.
     private let closing = Atomic<Bool>(false)
     /// This socket's share of the limits on frames that do no other work and on refused
@@ -78,6 +80,14 @@ public final class ClientConnection: Sendable {
         forgetVerifiedSession()
         return binding.withLock { current in
             defer { current = nil }
+            return current
+        }
+    }
+
+    /// Sets the identities this socket watches; returns the ones it watched before.
+    func replaceWatched(with whisperIds: [String]) -> [String] {
+        watched.withLock { current in
+            defer { current = whisperIds }
             return current
         }
     }

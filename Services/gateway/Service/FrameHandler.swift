@@ -15,6 +15,7 @@ struct FrameHandler: Sendable {
     let limits: FrameLimits
     let receipts: ReceiptDesk
     let typing: TypingDesk
+    let watching: PresenceDesk
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -114,6 +115,13 @@ struct FrameHandler: Sendable {
             // Charged to the address like routed frames; past it, refused like them.
             guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
             try await typing.relay(payload, from: whisperId)
+        case let payload as PresenceSubscribe:
+            guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+            if case .limited(let retry) = try await limits.limiter.take("presence_subscribe", key: whisperId, rule: limits.presenceSubscribePerIdentity) {
+                await refuse(.rateLimited, "too many presence_subscribe frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+                return
+            }
+            connection.send(try await watching.subscribe(payload.whisperIds, watcher: whisperId, on: connection), requestId: frame.requestId)
         case let payload as DeliveryReceipt:
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
@@ -133,16 +141,21 @@ struct FrameHandler: Sendable {
     /// refused like any other (a client that ignores `RATE_LIMITED` is soon closed).
     private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+        let isMessage = frame.type == .sendMessage || frame.type == .groupSendMessage
+        if frame.type == .groupCreate || frame.type == .groupUpdate, !limits.groupOpsPerAddress.take(connection.remoteAddress) {
+            await refuse(.rateLimited, "too many group changes from this address; slow down", requestId: frame.requestId, on: connection)
+            return
+        }
         // Refused without a round trip while the stream was found full a moment ago:
         // under overload a refusal must cost less than the work it turns away.
-        if frame.type == .sendMessage, limits.busy.holds() {
+        if isMessage, limits.busy.holds() {
             limits.busyRefusals.increment()
             await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
             return
         }
         let payload = try RouterStream.storedPayload(frame.payload)
         // The router checks the exact stored size; this only keeps what cannot pass out of the stream.
-        if frame.type == .sendMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 64 {
+        if isMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 128 {
             await refuse(
                 .invalidPayload, "the message is \(payload.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)",
                 requestId: frame.requestId, on: connection
@@ -158,16 +171,16 @@ struct FrameHandler: Sendable {
             return
         }
         // Fetches finish work (they empty queues): they get in until twice the limit.
-        let backlog = frame.type == .sendMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
+        let backlog = isMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
         switch try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), backlogLimit: backlog, on: environment.redis) {
         case .added:
             break
         case .limited(let retry):
-            let what = frame.type == .sendMessage ? "messages" : "fetches"
+            let what = isMessage ? "messages" : kind == "group" ? "group changes" : "fetches"
             await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
-            if frame.type == .sendMessage { limits.busy.hold() }
+            if isMessage { limits.busy.hold() }
             limits.busyRefusals.increment()
             await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
         }
@@ -223,7 +236,10 @@ struct FrameHandler: Sendable {
     /// After a registration on this socket: act for the new identity.
     private func rebind(_ connection: ClientConnection, to whisperId: String) async {
         if let previous = connection.unbind(), previous != whisperId {
-            try? await presence.clear(previous, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))
+            await watching.unsubscribeAll(previous, on: connection)
+            if (try? await presence.clear(previous, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))) == true {
+                await announce(previous, .offline, on: connection)
+            }
         }
         _ = connection.bind(to: whisperId)
         await claimPresence(whisperId, for: connection)
@@ -234,18 +250,35 @@ struct FrameHandler: Sendable {
     private func claimPresence(_ whisperId: String, for connection: ClientConnection) async {
         let mine = PresenceRecord(gateway: instanceID, connId: connection.id)
         do {
-            if let previous = try await presence.set(whisperId, to: mine), previous != mine {
-                try await GatewayCommand(kind: .supersede, connId: previous.connId).publish(to: previous.gateway, on: environment.redis)
+            if let previous = try await presence.set(whisperId, to: mine) {
+                if previous != mine {
+                    try await GatewayCommand(kind: .supersede, connId: previous.connId).publish(to: previous.gateway, on: environment.redis)
+                }
+            } else {
+                await announce(whisperId, .online, on: connection)
             }
         } catch {
             connection.logger.warning("presence_update_failed", metadata: ["error": "\(error)"])
         }
     }
 
-    /// When the socket logs out or closes: it no longer stands for its identity.
+    /// When the socket logs out or closes: it no longer stands for its identity, its
+    /// presence subscriptions end, and if it was the identity's live socket, the
+    /// identity's watchers are told it went offline.
     func release(_ connection: ClientConnection) async {
         guard let whisperId = connection.unbind() else { return }
-        try? await presence.clear(whisperId, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))
+        await watching.unsubscribeAll(whisperId, on: connection)
+        if (try? await presence.clear(whisperId, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))) == true {
+            await announce(whisperId, .offline, on: connection)
+        }
+    }
+
+    private func announce(_ whisperId: String, _ status: PresenceStatus, on connection: ClientConnection) async {
+        do {
+            try await watching.announce(whisperId, status)
+        } catch {
+            connection.logger.warning("presence_announce_failed", metadata: ["error": "\(error)"])
+        }
     }
 
     private func context(of connection: ClientConnection) -> ConnectionContext {
@@ -264,7 +297,10 @@ struct FrameLimits: Sendable {
     let controlPerAddress: LocalBucketTable
     let refusalsPerAddress: LocalBucketTable
     let routedPerAddress: LocalBucketTable
+    let groupOpsPerAddress: LocalBucketTable
     let sendPerSender: RateLimitRule
+    let groupOpsPerIdentity: RateLimitRule
+    let presenceSubscribePerIdentity: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
     let fetchPerIdentity: RateLimitRule
     let controlPerIdentity: RateLimitRule
@@ -283,7 +319,10 @@ struct FrameLimits: Sendable {
         controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)
         refusalsPerAddress = LocalBucketTable(rule: settings.refusalsPerAddress)
         routedPerAddress = LocalBucketTable(rule: settings.routedPerAddress)
+        groupOpsPerAddress = LocalBucketTable(rule: settings.groupOpsPerAddress)
         sendPerSender = settings.sendPerSender
+        groupOpsPerIdentity = settings.groupOpsPerIdentity
+        presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
         receiptsPerIdentity = settings.receiptsPerIdentity
         fetchPerIdentity = settings.fetchPerIdentity
     }
@@ -291,8 +330,10 @@ struct FrameLimits: Sendable {
     /// The bucket kind and rule charged per identity for a routed frame.
     func perIdentity(_ type: ClientFrameType) -> (kind: String, rule: RateLimitRule)? {
         switch type {
-        case .sendMessage: ("send", sendPerSender)
+        // A group copy is a message: each counts like a send_message.
+        case .sendMessage, .groupSendMessage: ("send", sendPerSender)
         case .fetchPending: ("fetch", fetchPerIdentity)
+        case .groupCreate, .groupUpdate: ("group", groupOpsPerIdentity)
         default: nil
         }
     }

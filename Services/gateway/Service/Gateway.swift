@@ -31,7 +31,11 @@ public func buildGateway(
         presence: presence,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax),
-        typing: TypingDesk(redis: environment.redis, metrics: environment.metrics)
+        typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
+        watching: PresenceDesk(
+            redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.presenceEventsPerIdentity,
+            metrics: environment.metrics
+        )
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)

@@ -67,6 +67,15 @@ public struct GatewaySettings: ServiceSettings {
     /// Receipts (`message_delivered`) that wait for one offline sender; past it the
     /// oldest are dropped. The gateway serves receipts, so it keeps them.
     public var receiptsWaitingMax: Int
+    /// `group_create` and `group_update` per identity (all gateways, charged as the
+    /// frame enters the router stream) and per client address (this instance's count).
+    public var groupOpsPerIdentity: RateLimitRule
+    public var groupOpsPerAddress: RateLimitRule
+    /// `presence_subscribe` frames per identity (all gateways).
+    public var presenceSubscribePerIdentity: RateLimitRule
+    /// Presence events (online, offline) one identity's comings and goings may cause;
+    /// past it they are not sent (a reconnect loop does not flood its peers).
+    public var presenceEventsPerIdentity: RateLimitRule
     /// How often the presence of this instance's sockets is renewed (it expires after
     /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
     public var presenceRefreshInterval: Duration
@@ -93,8 +102,16 @@ public struct GatewaySettings: ServiceSettings {
         controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
         routerBacklogMax: Int = 2_000,
         busyRetryMs: Int = 1_000,
-        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity
+        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity,
+        groupOpsPerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
+        groupOpsPerAddress: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
+        presenceSubscribePerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
+        presenceEventsPerIdentity: RateLimitRule = RateLimitRule(capacity: 12, period: .seconds(60))
     ) {
+        self.groupOpsPerIdentity = groupOpsPerIdentity
+        self.groupOpsPerAddress = groupOpsPerAddress
+        self.presenceSubscribePerIdentity = presenceSubscribePerIdentity
+        self.presenceEventsPerIdentity = presenceEventsPerIdentity
         self.receiptsWaitingMax = receiptsWaitingMax
         self.routerBacklogMax = routerBacklogMax
         self.busyRetryMs = busyRetryMs
@@ -153,5 +170,9 @@ public struct GatewaySettings: ServiceSettings {
         routerBacklogMax = settings.int("gateway.router.backlog.max", default: 2_000, range: 0...1_000_000)
         busyRetryMs = settings.int("gateway.busy.retry.ms", default: 1_000, range: 1...60_000)
         receiptsWaitingMax = settings.int("gateway.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
+        groupOpsPerIdentity = settings.rateLimit("gateway.rate.limit.group.per.identity", default: "30/60s")
+        groupOpsPerAddress = settings.rateLimit("gateway.rate.limit.group.per.address", default: "120/60s")
+        presenceSubscribePerIdentity = settings.rateLimit("gateway.rate.limit.presence.subscribe.per.identity", default: "30/60s")
+        presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
     }
 }

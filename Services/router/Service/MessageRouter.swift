@@ -5,6 +5,8 @@ import WhisperShared
 /// What routing a frame produced, for metrics and tests.
 enum RoutingOutcome: String, Sendable, CaseIterable {
     case delivered, queued, duplicate, receipt, ignored, page, refused
+    /// A group created or changed (`group_create`, `group_update`).
+    case group
 }
 
 /// Serves `send_message`, `delivery_receipt` and `fetch_pending` from the router stream
@@ -15,6 +17,7 @@ struct MessageRouter: Sendable {
     let identities: IdentityCache
     let pending: PendingQueue
     let receipts: ReceiptQueue
+    let groups: GroupDesk
     let settings: RouterSettings
     let metrics: RouterMetrics
     let logger: Logger
@@ -27,6 +30,17 @@ struct MessageRouter: Sendable {
             switch entry.type {
             case .sendMessage:
                 return try await send(try decode(SendMessage.self, entry), entry: entry, redelivery: redelivery)
+            case .groupSendMessage:
+                let copy = try decode(GroupSendMessage.self, entry)
+                return try await send(copy.envelope, groupId: copy.groupId, entry: entry, redelivery: redelivery)
+            case .groupCreate:
+                try await reply(try await groups.create(try decode(GroupCreate.self, entry), entry: entry), to: entry)
+                metrics.routed(.group)
+                return .group
+            case .groupUpdate:
+                try await reply(try await groups.update(try decode(GroupUpdate.self, entry), entry: entry), to: entry)
+                metrics.routed(.group)
+                return .group
             case .deliveryReceipt:
                 return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry, redelivery: redelivery)
             case .fetchPending:
@@ -83,7 +97,11 @@ struct MessageRouter: Sendable {
     /// sender (cached), the signature (CPU only), the recipient (cached, unknown ones
     /// too), and last the store script, which charges the pair's bucket and the
     /// recipient's queue cap. docs/architecture.md lists the order.
-    private func send(_ message: SendMessage, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
+    ///
+    /// A group copy (`groupId` set) is signed over the groupId and checked once more
+    /// after the recipient: both ends must be members of the group (cached membership,
+    /// whose version the store script checks against the recipient's record).
+    private func send(_ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
         let now = Clock.millisecondsNow()
         guard message.from == entry.whisperId else {
             throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
@@ -93,7 +111,7 @@ struct MessageRouter: Sendable {
             throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
         }
         let received = MessageReceived(
-            messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType,
+            messageId: message.messageId, groupId: groupId, from: message.from, to: message.to, msgType: message.msgType,
             timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
             replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
         )
@@ -108,8 +126,9 @@ struct MessageRouter: Sendable {
         // The sender's own limit was charged by the gateway as it added the entry; the
         // limit per recipient is charged by the store script (no round trip of its own).
         let signedBytes = CanonicalSigning.bytes(
-            messageType: ClientFrameType.sendMessage.rawValue, messageId: message.messageId, from: message.from,
-            toOrGroupId: message.to, timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext
+            messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
+            from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
+            ciphertext: message.ciphertext
         )
         guard let signature = Data(base64Encoded: message.sig),
               CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
@@ -119,15 +138,43 @@ struct MessageRouter: Sendable {
             throw WhisperError(.notFound, "no such recipient")
         }
         guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
+        var membership: PendingQueue.GroupCheck?
+        if let groupId {
+            membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+        }
 
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
-        let (stored, live) = try await pending.store(
-            recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
-            accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
-            pairLimit: settings.sendPerPair
-        )
+        var attempts = 0
+        var result: (PendingQueue.StoreResult, Bool)
+        while true {
+            result = try await pending.store(
+                recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
+                accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
+                pairLimit: settings.sendPerPair, group: membership
+            )
+            attempts += 1
+            guard let groupId, attempts < 4 else { break }
+            switch result.0 {
+            case .stale:
+                // The group changed since this router read it: read it again.
+                groups.directory.forget(groupId)
+                membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+                continue
+            case .notMember:
+                membership = try await groups.recheck(sender: message.from, recipient: message.to, groupId: groupId)
+                continue
+            default:
+                break
+            }
+            break
+        }
+        let (stored, live) = result
         let outcome: RoutingOutcome
         switch stored {
+        case .notMember:
+            throw WhisperError(.forbidden, "to is not a member of this group")
+        case .stale:
+            throw WhisperError(.internalError, "the group is changing; try again")
         case .conflict:
             throw WhisperError(.invalidPayload, "messageId is already used by another message")
         case .limited(let retry):

@@ -11,14 +11,22 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             var readerConfiguration = settings.common.redis
             readerConfiguration.clientName = "whisper-router-reader"
             let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
+            let identities = IdentityCache(
+                postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
+                unknownTTL: settings.unknownIdentityTTL
+            )
             let router = MessageRouter(
                 redis: environment.redis,
-                identities: IdentityCache(
-                    postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
-                    unknownTTL: settings.unknownIdentityTTL
-                ),
+                identities: identities,
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
                 receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                groups: GroupDesk(
+                    postgres: environment.postgres, redis: environment.redis,
+                    directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
+                    identities: identities,
+                    events: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                    logger: environment.logger
+                ),
                 settings: settings,
                 metrics: RouterMetrics(metrics: environment.metrics),
                 logger: environment.logger

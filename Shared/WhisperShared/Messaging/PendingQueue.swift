@@ -45,6 +45,22 @@ public struct PendingQueue: Sendable {
         case limited(retryAfterMs: Int)
         /// The recipient's queue is at its cap in messages or bytes: nothing was stored.
         case full
+        /// A group copy whose recipient is not a member of the group (any more).
+        case notMember
+        /// A group copy checked against a membership version that is no longer the
+        /// recipient's record (`current`): the group changed; check again and retry.
+        case stale(current: Int64)
+    }
+
+    /// The group a copy belongs to and the membership version its checks used.
+    public struct GroupCheck: Sendable, Equatable {
+        public var groupId: String
+        public var epoch: Int64
+
+        public init(groupId: String, epoch: Int64) {
+            self.groupId = groupId
+            self.epoch = epoch
+        }
     }
 
     /// Stores a message unless its messageId is already known for this recipient or the
@@ -58,19 +74,22 @@ public struct PendingQueue: Sendable {
     /// Returns what happened and whether a live socket was handed the message.
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
-        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule
+        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
+        group: GroupCheck? = nil
     ) async throws -> (result: StoreResult, deliveredLive: Bool) {
-        let reply = try await redis.evaluate(
-            Self.storeScript,
-            keys: [
-                RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
-                Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
-            ],
-            arguments: [
-                sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
-                accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
-            ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
-        )
+        var keys = [
+            RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
+            Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
+        ]
+        var arguments: [any RedisArgument] = [
+            sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
+            accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
+        ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
+        if let group {
+            keys.append(RedisKeys.groups(recipient))
+            arguments += [group.groupId, group.epoch]
+        }
+        let reply = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         let live = parts.count > 3 && (parts[3].int ?? 0) > 0
         switch status {
@@ -82,6 +101,10 @@ public struct PendingQueue: Sendable {
             return (.limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), false)
         case "full":
             return (.full, false)
+        case "not_member":
+            return (.notMember, false)
+        case "stale":
+            return (.stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), false)
         default:
             return (.conflict, false)
         }
@@ -267,8 +290,13 @@ public struct PendingQueue: Sendable {
     /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
     /// messageId, sender's gateway channel, accepted command, acceptedAt, redeliver flag,
     /// the bucket's capacity and refill per ms, the queue's cap in messages and in bytes,
-    /// the peers' cap and their expiry ms. The presence value is
+    /// the peers' cap and their expiry ms; for a group copy also KEYS[7], the
+    /// recipient's groups, and ARGV 15 and 16, the groupId and the membership version the
+    /// router checked the sender against. The presence value is
     /// `<gateway> <connId>` (`PresenceRecord`); the command format is `GatewayCommand`'s.
+    /// A resend of a stored copy is answered as a duplicate even if the recipient has
+    /// left since (it was accepted before); a new copy is stored only while the
+    /// recipient's record names the group at the version checked.
     static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
         local function deliver()
             local holder = redis.call('GET', KEYS[3])
@@ -289,6 +317,11 @@ public struct PendingQueue: Sendable {
                 delivered = deliver()
             end
             return {'duplicate', '', 0, delivered}
+        end
+        if ARGV[15] then
+            local epoch = redis.call('HGET', KEYS[7], ARGV[15])
+            if not epoch then return {'not_member'} end
+            if epoch ~= ARGV[16] then return {'stale', epoch} end
         end
         local now = now_ms()
         expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)

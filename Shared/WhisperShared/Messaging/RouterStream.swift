@@ -12,7 +12,9 @@ public enum RouterStream {
     public static let maxLength = 1_000_000
 
     /// The frame types the router serves.
-    public static let frameTypes: Set<ClientFrameType> = [.sendMessage, .deliveryReceipt, .fetchPending]
+    public static let frameTypes: Set<ClientFrameType> = [
+        .sendMessage, .deliveryReceipt, .fetchPending, .groupSendMessage, .groupCreate, .groupUpdate,
+    ]
 
     /// One entry, as fields of the stream entry.
     public struct Entry: Sendable, Equatable {
@@ -114,6 +116,19 @@ public enum RouterStream {
         case let message as SendMessage:
             var writer = FastJSONWriter(capacity: 512 + message.ciphertext.utf8.count)
             message.write(to: &writer, withSessionToken: false)
+            return writer.bytes
+        case let copy as GroupSendMessage:
+            var writer = FastJSONWriter(capacity: 560 + copy.ciphertext.utf8.count)
+            writer.beginObject()
+            writer.field("protocolVersion", copy.protocolVersion)
+            writer.field("cryptoVersion", copy.cryptoVersion)
+            writer.field("groupId", copy.groupId)
+            writer.field("messageId", copy.messageId)
+            writer.messageFields(
+                from: copy.from, to: copy.to, msgType: copy.msgType, timestamp: copy.timestamp, nonce: copy.nonce,
+                ciphertext: copy.ciphertext, sig: copy.sig, replyTo: copy.replyTo, reactions: copy.reactions, attachment: copy.attachment
+            )
+            writer.endObject()
             return writer.bytes
         case let fetch as FetchPending:
             var writer = FastJSONWriter(capacity: 128)

@@ -140,6 +140,12 @@ public enum Migrations {
             )
             """,
         ]),
+        // Groups get a membership version: every change of members bumps it, and the
+        // per-member records in Redis (`RedisKeys.groups`) carry it, so that a router
+        // can tell whether the membership it cached is still the current one.
+        Migration(version: 2, name: "group_epoch", statements: [
+            "ALTER TABLE groups ADD COLUMN epoch bigint NOT NULL DEFAULT 1 CHECK (epoch > 0)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

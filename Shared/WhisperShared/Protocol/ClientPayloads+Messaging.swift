@@ -95,6 +95,37 @@ public struct GroupSendMessage: PrivilegedPayload, Equatable {
     public var reactions: [String: [String]]?
     public var attachment: AttachmentPointer?
 
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, groupId: String, messageId: String, from: String,
+        to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
+        replyTo: String? = nil, reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.groupId = groupId
+        self.messageId = messageId
+        self.from = from
+        self.to = to
+        self.msgType = msgType
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+        self.replyTo = replyTo
+        self.reactions = reactions
+        self.attachment = attachment
+    }
+
+    /// The copy as a 1:1 message to its member (the fields the two share).
+    public var envelope: SendMessage {
+        SendMessage(
+            protocolVersion: protocolVersion, cryptoVersion: cryptoVersion, sessionToken: sessionToken, messageId: messageId,
+            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
+            replyTo: replyTo, reactions: reactions, attachment: attachment
+        )
+    }
+
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.require(Format.isGroupID(groupId), "groupId", "must be a group ID (grp-<uuid>)")
@@ -186,6 +217,14 @@ public struct GroupCreate: PrivilegedPayload, Equatable {
     /// Everyone but the creator, who always becomes the owner.
     public var memberIds: [String]
 
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, title: String, memberIds: [String]) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.title = title
+        self.memberIds = memberIds
+    }
+
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.text(title, "title", characters: 1...Limits.MAX_GROUP_TITLE_CHARS)
@@ -206,6 +245,19 @@ public struct GroupUpdate: PrivilegedPayload, Equatable {
     public var addMembers: [String]?
     public var removeMembers: [String]?
     public var title: String?
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, groupId: String,
+        addMembers: [String]? = nil, removeMembers: [String]? = nil, title: String? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.groupId = groupId
+        self.addMembers = addMembers
+        self.removeMembers = removeMembers
+        self.title = title
+    }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
@@ -307,6 +359,13 @@ public struct PresenceSubscribe: PrivilegedPayload, Equatable {
     public var sessionToken: String
     /// The direct peers (contacts, open conversations) to watch; replaces the previous list.
     public var whisperIds: [String]
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, whisperIds: [String]) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.whisperIds = whisperIds
+    }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()

@@ -222,24 +222,55 @@ public struct PendingMessages: ServerPayload, Equatable {
     }
 }
 
+/// A new group, to its creator (the answer) and to every member.
 public struct GroupCreated: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.groupCreated
     public var groupId: String
     public var title: String
+    /// Every member, the creator first, then in the order they were added.
     public var memberIds: [String]
+    /// The member who may add and remove others (the creator, until they leave).
+    public var ownerId: String
     public var createdBy: String
     public var createdAt: Int64
+
+    public init(groupId: String, title: String, memberIds: [String], ownerId: String, createdBy: String, createdAt: Int64) {
+        self.groupId = groupId
+        self.title = title
+        self.memberIds = memberIds
+        self.ownerId = ownerId
+        self.createdBy = createdBy
+        self.createdAt = createdAt
+    }
 }
 
+/// A changed group, to the member who changed it (the answer) and to every member
+/// before and after the change. A removed member's copy has empty `memberIds`.
 public struct GroupUpdated: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.groupUpdated
     public var groupId: String
     public var title: String
     public var memberIds: [String]
+    /// The owner after the change (absent when the group is gone, or in a removed member's copy).
+    public var ownerId: String?
     public var added: [String]
     public var removed: [String]
     public var updatedBy: String
     public var updatedAt: Int64
+
+    public init(
+        groupId: String, title: String, memberIds: [String], ownerId: String?, added: [String], removed: [String],
+        updatedBy: String, updatedAt: Int64
+    ) {
+        self.groupId = groupId
+        self.title = title
+        self.memberIds = memberIds
+        self.ownerId = ownerId
+        self.added = added
+        self.removed = removed
+        self.updatedBy = updatedBy
+        self.updatedAt = updatedAt
+    }
 }
 
 /// The signed fields of a call signaling frame as the peer receives them.
@@ -307,15 +338,31 @@ public struct PresenceUpdate: ServerPayload, Equatable {
     public var whisperId: String
     public var status: PresenceStatus
     public var timestamp: Int64
+
+    public init(whisperId: String, status: PresenceStatus, timestamp: Int64) {
+        self.whisperId = whisperId
+        self.status = status
+        self.timestamp = timestamp
+    }
 }
 
 public struct PresenceSnapshot: ServerPayload, Equatable {
     public struct Peer: Codable, Sendable, Equatable {
         public var whisperId: String
         public var status: PresenceStatus
+
+        public init(whisperId: String, status: PresenceStatus) {
+            self.whisperId = whisperId
+            self.status = status
+        }
     }
     public static let frameType = ServerFrameType.presenceSnapshot
+    /// The subscribed IDs that are direct peers, with their status now; the others are left out.
     public var peers: [Peer]
+
+    public init(peers: [Peer]) {
+        self.peers = peers
+    }
 }
 
 public struct ReportAccepted: ServerPayload, Equatable {

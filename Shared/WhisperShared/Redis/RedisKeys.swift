@@ -12,6 +12,14 @@ public enum RedisKeys {
     /// Two identities are direct peers when either is in the other's set within
     /// `Peers.window` (docs/protocol.md section 8).
     public static func peers(_ whisperId: String) -> String { "peers:{\(whisperId)}" }
+    /// The groups an identity belongs to: a hash of groupId → the group's membership
+    /// version (`groups.epoch`) as of the last change. Written by the router that
+    /// changes a group, before the change is answered; read by the store script of each
+    /// group copy, in the recipient's slot (docs/architecture.md, "Groups").
+    public static func groups(_ whisperId: String) -> String { "groups:{\(whisperId)}" }
+    /// Who watches an identity's presence: a hash of watcher Whisper ID →
+    /// `<expires ms> <gateway> <connId>` (the watcher's socket that subscribed).
+    public static func watchers(_ whisperId: String) -> String { "watchers:{\(whisperId)}" }
     /// The pub/sub channel a gateway instance listens on for frames to its sockets.
     public static func gatewayChannel(_ instanceID: String) -> String { "gateway:\(instanceID)" }
 }

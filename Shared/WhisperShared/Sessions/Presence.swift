@@ -58,9 +58,12 @@ public struct PresenceStore: Sendable {
         try await redis.send("SCRIPT", "LOAD", Self.refreshIfOwned.source)
     }
 
-    /// Removes the entry if it still names this socket (a newer socket may have taken over).
-    public func clear(_ whisperId: String, ifOwnedBy record: PresenceRecord) async throws {
-        try await redis.evaluate(RedisScript.deleteIfEquals, keys: [RedisKeys.presence(whisperId)], arguments: [record.encoded])
+    /// Removes the entry if it still names this socket (a newer socket may have taken
+    /// over); true when it did (the identity has gone offline).
+    @discardableResult
+    public func clear(_ whisperId: String, ifOwnedBy record: PresenceRecord) async throws -> Bool {
+        let reply = try await redis.evaluate(RedisScript.deleteIfEquals, keys: [RedisKeys.presence(whisperId)], arguments: [record.encoded])
+        return (reply.int ?? 0) > 0
     }
 
     static let refreshIfOwned = RedisScript("""

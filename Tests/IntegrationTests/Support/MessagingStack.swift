@@ -1,6 +1,7 @@
 import AuthService
 import Foundation
 import GatewayService
+import PostgresNIO
 import Testing
 import RouterService
 import WhisperClient
@@ -55,6 +56,19 @@ struct MessagingStack {
     /// Runs `body` with a Redis client of its own on the stack's Redis.
     func withRedis<T: Sendable>(_ body: (RedisClient) async throws -> T) async throws -> T {
         try await TestServers.withRedis(redis, body)
+    }
+
+    /// Runs `body` with a Postgres client of its own on the stack's database.
+    func withPostgres<T: Sendable>(_ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
+        let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                await client.run()
+                return nil
+            }
+            defer { group.cancelAll() }
+            return try await body(client)
+        }
     }
 
     /// Messages waiting in a recipient's pending queue.

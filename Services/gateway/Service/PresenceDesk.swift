@@ -1,0 +1,174 @@
+import Prometheus
+import WhisperShared
+
+/// Presence (docs/protocol.md section 8): a socket subscribes to the direct peers it
+/// wants to watch (`presence_subscribe`) and is told when one comes online (a socket
+/// of theirs takes a session) or goes offline (its last socket closes, logs out, or
+/// stops answering pings). Nothing else: no "last seen", no periodic updates.
+///
+/// A subscription is kept in the watched identity's slot, `watchers:{W}`: watcher →
+/// `<expires ms> <gateway> <connId>`, so whichever gateway sees W come or go finds the
+/// sockets to tell in one script, which also charges W's bucket of presence events.
+/// The relation is checked when subscribing: only direct peers are recorded (and only
+/// they appear in the snapshot), so a stranger never learns anyone's presence.
+struct PresenceDesk: Sendable {
+    /// A subscription lasts as long as the socket that made it, and at most this long.
+    static let lifetime: Duration = .seconds(86_400)
+    /// Sockets that may watch one identity at once; past it new subscriptions are not
+    /// recorded (the snapshot is still answered) until old ones end.
+    static let watchersMax = 1_000
+
+    let redis: RedisClient
+    let instanceID: String
+    /// Presence events one identity's comings and goings may cause (each tells all its watchers).
+    let eventsPerIdentity: RateLimitRule
+    private let sent: Counter
+    private let limited: Counter
+
+    init(redis: RedisClient, instanceID: String, eventsPerIdentity: RateLimitRule, metrics: ServiceMetrics) {
+        self.redis = redis
+        self.instanceID = instanceID
+        self.eventsPerIdentity = eventsPerIdentity
+        let help = "presence changes by outcome: sent (to every watcher) or limited (over the identity's limit, not sent)."
+        sent = metrics.counter("gateway_presence_events", help: help, labels: [("outcome", "sent")])
+        limited = metrics.counter("gateway_presence_events", help: help, labels: [("outcome", "limited")])
+    }
+
+    /// Replaces the socket's subscriptions with the direct peers among `whisperIds` and
+    /// returns their presence now.
+    func subscribe(_ whisperIds: [String], watcher: String, on connection: ClientConnection) async throws -> PresenceSnapshot {
+        var seen: Set<String> = [watcher]
+        let targets = whisperIds.filter { seen.insert($0).inserted }
+        let since = Double(Clock.millisecondsNow() &- Int64(Peers.window.milliseconds))
+        var relations: [RESPValue] = []
+        if !targets.isEmpty {
+            relations = try await redis.pipeline(targets.flatMap { target in
+                [RedisCommand("ZSCORE", RedisKeys.peers(watcher), target), RedisCommand("ZSCORE", RedisKeys.peers(target), watcher)]
+            })
+        }
+        let peers = targets.enumerated().filter { index, _ in
+            guard relations.count > 2 * index + 1 else { return false }
+            let scores = [relations[2 * index], relations[2 * index + 1]].compactMap { $0.string.flatMap(Double.init) }
+            return scores.contains { $0 >= since }
+        }.map(\.element)
+
+        let now = Clock.millisecondsNow()
+        let value = "\(now &+ Int64(Self.lifetime.milliseconds)) \(instanceID) \(connection.id)"
+        let previous = connection.replaceWatched(with: peers)
+        let dropped = previous.filter { !peers.contains($0) }
+        let statuses = try await withThrowingTaskGroup(of: (String, Bool).self) { group in
+            for peer in peers {
+                group.addTask {
+                    let reply = try await redis.evaluate(
+                        Self.watchScript, keys: [RedisKeys.watchers(peer), RedisKeys.presence(peer)],
+                        arguments: [watcher, value, now, Self.watchersMax, Int(Self.lifetime.milliseconds)]
+                    )
+                    return (peer, (reply.array?.last?.int ?? 0) > 0)
+                }
+            }
+            for peer in dropped {
+                group.addTask {
+                    try await redis.evaluate(Self.unwatchScript, keys: [RedisKeys.watchers(peer)], arguments: [watcher, " \(connection.id)"])
+                    return ("", false)
+                }
+            }
+            var statuses: [String: Bool] = [:]
+            for try await (peer, online) in group where !peer.isEmpty { statuses[peer] = online }
+            return statuses
+        }
+        return PresenceSnapshot(peers: peers.map { PresenceSnapshot.Peer(whisperId: $0, status: statuses[$0] == true ? .online : .offline) })
+    }
+
+    /// Ends the socket's subscriptions (it closed).
+    func unsubscribeAll(_ watcher: String, on connection: ClientConnection) async {
+        let watched = connection.replaceWatched(with: [])
+        guard !watched.isEmpty else { return }
+        await withTaskGroup(of: Void.self) { group in
+            for peer in watched {
+                group.addTask {
+                    _ = try? await redis.evaluate(Self.unwatchScript, keys: [RedisKeys.watchers(peer)], arguments: [watcher, " \(connection.id)"])
+                }
+            }
+        }
+    }
+
+    /// Tells the sockets watching `whisperId` that it came online or went offline,
+    /// unless its bucket of presence events is empty (then nobody is told; the next
+    /// change that gets through, or a new subscription's snapshot, says how it is).
+    func announce(_ whisperId: String, _ status: PresenceStatus) async throws {
+        let now = Clock.millisecondsNow()
+        let reply = try await redis.evaluate(
+            Self.announceScript, keys: [RedisKeys.watchers(whisperId), RedisKeys.rateLimit(whisperId, "presence")],
+            arguments: RateLimiter.arguments(eventsPerIdentity) + [now]
+        )
+        guard let parts = reply.array, let outcome = parts.first?.int else { throw RedisError.unexpectedReply("presence announce") }
+        guard outcome == 1 else {
+            if outcome == 0 { limited.increment() }
+            return
+        }
+        let frame = ServerFrameCodec.encode(PresenceUpdate(whisperId: whisperId, status: status, timestamp: now))
+        var commands: [RedisCommand] = []
+        var index = 1
+        while index + 1 < parts.count {
+            if let gateway = parts[index].string, let connId = parts[index + 1].string {
+                let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame)
+                commands.append(RedisCommand("PUBLISH", RedisKeys.gatewayChannel(gateway), command.encoded))
+            }
+            index += 2
+        }
+        guard !commands.isEmpty else { return }
+        _ = try await redis.pipeline(commands)
+        sent.increment()
+    }
+
+    /// KEYS: the watched identity's watchers, its presence. ARGV: watcher, entry value,
+    /// now (ms), the cap on watchers, the hash's expiry (ms). Makes room by dropping
+    /// expired entries when at the cap. Returns {recorded 1|0, online 1|0}.
+    static let watchScript = RedisScript("""
+        if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+            local all = redis.call('HGETALL', KEYS[1])
+            for i = 1, #all, 2 do
+                local expires = tonumber(string.match(all[i + 1], '^(%d+)'))
+                if not expires or expires <= tonumber(ARGV[3]) then redis.call('HDEL', KEYS[1], all[i]) end
+            end
+            if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
+                return {0, redis.call('EXISTS', KEYS[2])}
+            end
+        end
+        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+        redis.call('PEXPIRE', KEYS[1], ARGV[5])
+        return {1, redis.call('EXISTS', KEYS[2])}
+        """)
+
+    /// KEYS: the watched identity's watchers. ARGV: watcher, " <connId>". Removes the
+    /// watcher's entry only if that socket made it (a newer socket may have replaced it).
+    static let unwatchScript = RedisScript("""
+        local value = redis.call('HGET', KEYS[1], ARGV[1])
+        if value and string.sub(value, -string.len(ARGV[2])) == ARGV[2] then
+            return redis.call('HDEL', KEYS[1], ARGV[1])
+        end
+        return 0
+        """)
+
+    /// KEYS: the identity's watchers, its bucket of presence events. ARGV: the bucket's
+    /// capacity and refill per ms, now (ms). Returns {2} when nobody watches (nothing
+    /// charged), {0} when the bucket is empty, else {1, gateway, connId, ...} of every
+    /// live subscription (expired ones are dropped).
+    static let announceScript = RedisScript(RateLimiter.bucketLua + """
+        local all = redis.call('HGETALL', KEYS[1])
+        if #all == 0 then return {2} end
+        local now = tonumber(ARGV[3])
+        if take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms()) > 0 then return {0} end
+        local out = {1}
+        for i = 1, #all, 2 do
+            local expires, gateway, conn = string.match(all[i + 1], '^(%d+) (%S+) (%S+)$')
+            if expires and tonumber(expires) > now then
+                out[#out + 1] = gateway
+                out[#out + 1] = conn
+            else
+                redis.call('HDEL', KEYS[1], all[i])
+            end
+        end
+        return out
+        """)
+}

@@ -1,0 +1,417 @@
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import Prometheus
+import Synchronization
+import WhisperShared
+
+/// A group as one membership version left it.
+struct GroupView: Sendable, Equatable {
+    var groupId: String
+    /// The membership version (`groups.epoch`): bumped by every change of members.
+    var epoch: Int64
+    var title: String
+    var createdBy: String
+    var createdAt: Int64
+    /// Members in the order they joined (the owner of a new group first).
+    var memberIds: [String]
+    var roles: [String: String]
+
+    var owner: String? { memberIds.first { roles[$0] == "owner" } }
+
+    func isMember(_ whisperId: String) -> Bool { roles[whisperId] != nil }
+
+    /// Reads a group and its members, locking the group's row when `lock` is given (an
+    /// update takes `FOR UPDATE`, a record repair `FOR SHARE`). Nil when there is no such group.
+    static func load(_ groupId: String, lock: String? = nil, on connection: PostgresConnection, logger: Logger) async throws -> GroupView? {
+        let lockClause = lock.map { " FOR \($0) OF g" } ?? ""
+        let rows = try await connection.query(
+            PostgresQuery(unsafeSQL: """
+                SELECT g.epoch, g.title, g.created_by, (extract(epoch FROM g.created_at) * 1000)::int8, m.whisper_id, m.role
+                FROM groups g LEFT JOIN group_members m ON m.group_id = g.group_id
+                WHERE g.group_id = $1 ORDER BY m.added_at, m.whisper_id\(lockClause)
+                """, binds: binds(groupId)),
+            logger: logger
+        )
+        return try await read(groupId, rows)
+    }
+
+    static func load(_ groupId: String, on client: PostgresClient, logger: Logger) async throws -> GroupView? {
+        try await client.withConnection { try await load(groupId, on: $0, logger: logger) }
+    }
+
+    private static func binds(_ groupId: String) -> PostgresBindings {
+        var binds = PostgresBindings()
+        binds.append(groupId)
+        return binds
+    }
+
+    private static func read(_ groupId: String, _ rows: PostgresRowSequence) async throws -> GroupView? {
+        var view: GroupView?
+        for try await (epoch, title, createdBy, createdAt, member, role) in rows.decode((Int64, String, String, Int64, String?, String?).self) {
+            if view == nil {
+                view = GroupView(groupId: groupId, epoch: epoch, title: title, createdBy: createdBy, createdAt: createdAt, memberIds: [], roles: [:])
+            }
+            if let member, let role {
+                view?.memberIds.append(member)
+                view?.roles[member] = role
+            }
+        }
+        return view
+    }
+}
+
+/// Group memberships cached in each router, so that a group copy costs no database
+/// round trip. A cached view is never trusted alone: the copy's store script compares
+/// its version with the recipient's record in Redis (`RedisKeys.groups`), which every
+/// change rewrites before it is answered, and a mismatch makes the router read the
+/// group again. So a change is seen by every router at once, without messages between
+/// them; the TTL only bounds how long an unused group takes memory.
+final class GroupDirectory: Sendable {
+    private struct Entry {
+        var view: GroupView?
+        var fetchedAt: ContinuousClock.Instant
+    }
+
+    private let postgres: PostgresClient
+    private let logger: Logger
+    private let ttl: Duration
+    private let unknownTTL: Duration
+    private let capacity: Int
+    private let entries = Mutex<[String: Entry]>([:])
+    private let queries: Counter
+
+    init(postgres: PostgresClient, logger: Logger, metrics: ServiceMetrics, ttl: Duration = .seconds(300), unknownTTL: Duration = .seconds(5), capacity: Int = 50_000) {
+        self.postgres = postgres
+        self.logger = logger
+        self.ttl = ttl
+        self.unknownTTL = unknownTTL
+        self.capacity = capacity
+        queries = metrics.counter("group_queries", help: "Groups the router read from Postgres (cache misses and changed groups).")
+    }
+
+    /// The group as cached, or as Postgres has it now.
+    func view(_ groupId: String) async throws -> GroupView? {
+        let now = ContinuousClock.now
+        if let entry = entries.withLock({ $0[groupId] }), now - entry.fetchedAt < (entry.view == nil ? unknownTTL : ttl) {
+            return entry.view
+        }
+        queries.increment()
+        let view = try await GroupView.load(groupId, on: postgres, logger: logger)
+        remember(groupId, view, at: now)
+        return view
+    }
+
+    func remember(_ groupId: String, _ view: GroupView?, at now: ContinuousClock.Instant = .now) {
+        entries.withLock { entries in
+            if entries.count >= capacity, entries[groupId] == nil { entries.removeAll(keepingCapacity: true) }
+            entries[groupId] = Entry(view: view, fetchedAt: now)
+        }
+    }
+
+    func forget(_ groupId: String) {
+        _ = entries.withLock { $0.removeValue(forKey: groupId) }
+    }
+}
+
+/// `group_create` and `group_update` (docs/protocol.md section 6), and the membership
+/// check of each `group_send_message` copy.
+///
+/// A change is made in one Postgres transaction that holds the group's row: the rows,
+/// then the per-member records in Redis (`groups:{member}` → version), then the commit;
+/// changes of one group take turns, so the records follow them in order. Only then are
+/// the members told (`group_created`/`group_updated`, stored for each like receipts, so
+/// an offline member gets them with its next `fetch_pending`) and the author answered.
+/// The stream entry is acknowledged after all that: a router that dies midway leaves it
+/// to another, which finds the change made and completes the rest (members may then be
+/// told twice; the frames carry the whole state, so a repeat changes nothing).
+struct GroupDesk: Sendable {
+    let postgres: PostgresClient
+    let redis: RedisClient
+    let directory: GroupDirectory
+    let identities: IdentityCache
+    let events: ReceiptQueue
+    let logger: Logger
+
+    // MARK: - Membership of a copy
+
+    /// Checks that `sender` and `recipient` are members of the group, as cached; the
+    /// version checked goes with the copy to the store script.
+    func admit(sender: String, recipient: String, groupId: String) async throws -> PendingQueue.GroupCheck {
+        guard let view = try await directory.view(groupId) else { throw WhisperError(.notFound, "no such group") }
+        guard view.isMember(sender) else { throw WhisperError(.forbidden, "the sender is not a member of this group") }
+        guard view.isMember(recipient) else { throw WhisperError(.forbidden, "to is not a member of this group") }
+        return PendingQueue.GroupCheck(groupId: groupId, epoch: view.epoch)
+    }
+
+    /// After the store script found no record of the group for `recipient`: reads the
+    /// group again and, if Postgres still lists the recipient (the record was lost, for
+    /// example with Redis data), writes the record back while holding the group's row,
+    /// so no change can slip in between. Returns the check to retry with.
+    func recheck(sender: String, recipient: String, groupId: String) async throws -> PendingQueue.GroupCheck {
+        directory.forget(groupId)
+        let check = try await admit(sender: sender, recipient: recipient, groupId: groupId)
+        let repaired = try await transaction { connection -> Bool in
+            guard let view = try await GroupView.load(groupId, lock: "SHARE", on: connection, logger: logger),
+                  view.isMember(recipient), view.epoch == check.epoch else { return false }
+            try await redis.send("HSETNX", RedisKeys.groups(recipient), groupId, view.epoch)
+            return true
+        }
+        guard repaired else {
+            directory.forget(groupId)
+            throw WhisperError(.forbidden, "to is not a member of this group")
+        }
+        logger.warning("group_record_restored", metadata: ["groupId": "\(groupId)", "whisperId": "\(recipient)"])
+        return check
+    }
+
+    // MARK: - group_create
+
+    /// Creates the group; the answer and every member's `group_created`. A resend with
+    /// the same `requestId` (an answer lost with its socket) finds the group it made and
+    /// answers the same.
+    func create(_ request: GroupCreate, entry: RouterStream.Entry) async throws -> [UInt8] {
+        let creator = entry.whisperId
+        try await checkAuthor(creator)
+        var seen: Set<String> = [creator]
+        let others = request.memberIds.filter { seen.insert($0).inserted }
+        guard !others.isEmpty else {
+            throw WhisperError(.invalidPayload, "memberIds must name at least one identity besides the creator")
+        }
+        try await checkNewMembers(others)
+        let groupId = Self.groupId(creator: creator, requestId: entry.requestId)
+        let view = try await transaction { connection -> GroupView in
+            let inserted = try await connection.query(
+                """
+                INSERT INTO groups (group_id, title, created_by) VALUES (\(groupId), \(request.title), \(creator))
+                ON CONFLICT (group_id) DO NOTHING RETURNING group_id
+                """,
+                logger: logger
+            ).decode(String.self).first { _ in true }
+            if inserted != nil {
+                _ = try await connection.query(
+                    """
+                    INSERT INTO group_members (group_id, whisper_id, role, added_by, added_at)
+                    SELECT \(groupId), member, CASE WHEN member = \(creator) THEN 'owner' ELSE 'member' END, \(creator),
+                           now() + (ordinality - 1) * interval '1 microsecond'
+                    FROM unnest(\([creator] + others)::text[]) WITH ORDINALITY AS m(member, ordinality)
+                    """,
+                    logger: logger
+                )
+            }
+            guard let view = try await GroupView.load(groupId, lock: "UPDATE", on: connection, logger: logger) else {
+                throw WhisperError(.internalError, "the group was not stored; try again")
+            }
+            guard view.createdBy == creator else {
+                throw WhisperError(.invalidPayload, "requestId names another group; use a new requestId")
+            }
+            try await writeRecords(groupId: groupId, epoch: view.epoch, members: view.memberIds, removed: [])
+            return view
+        }
+        directory.remember(groupId, view)
+        let created = GroupCreated(
+            groupId: groupId, title: view.title, memberIds: view.memberIds, ownerId: view.owner ?? creator,
+            createdBy: view.createdBy, createdAt: view.createdAt
+        )
+        try await tell(ServerFrameCodec.encode(created), to: view.memberIds.filter { $0 != creator })
+        logger.info("group_created", metadata: ["groupId": "\(groupId)", "whisperId": "\(creator)", "members": "\(view.memberIds.count)"])
+        return ServerFrameCodec.encode(created, requestId: entry.requestId)
+    }
+
+    /// A new group's ID: random, or, when the frame has a `requestId`, derived from the
+    /// creator and that ID, so a resent `group_create` names the same group.
+    static func groupId(creator: String, requestId: String?) -> String {
+        guard let requestId else { return "grp-" + RandomID.uuid() }
+        var generator = DigestWords(SHA256.hash(data: Array("whisper group v1\n\(creator)\n\(requestId)".utf8)))
+        return "grp-" + RandomID.uuid(using: &generator)
+    }
+
+    // MARK: - group_update
+
+    /// What an update changed.
+    private struct Change: Sendable {
+        var before: GroupView
+        /// Nil when the last member left (the group is gone).
+        var after: GroupView?
+        var added: [String]
+        var removed: [String]
+    }
+
+    /// Applies an update: any member may change the title or leave; only the owner may
+    /// add or remove others. When the owner leaves, the member who joined earliest
+    /// becomes the owner; when the last member leaves, the group is deleted.
+    func update(_ request: GroupUpdate, entry: RouterStream.Entry) async throws -> [UInt8] {
+        let author = entry.whisperId
+        try await checkAuthor(author)
+        let adds = Self.unique(request.addMembers ?? [])
+        let removes = Self.unique(request.removeMembers ?? [])
+        guard Set(adds).isDisjoint(with: removes) else {
+            throw WhisperError(.invalidPayload, "a Whisper ID is in both addMembers and removeMembers")
+        }
+        try await checkNewMembers(adds.filter { $0 != author })
+        let groupId = request.groupId
+        let change = try await transaction { connection -> Change in
+            guard let before = try await GroupView.load(groupId, lock: "UPDATE", on: connection, logger: logger) else {
+                throw WhisperError(.notFound, "no such group")
+            }
+            guard let role = before.roles[author] else { throw WhisperError(.forbidden, "not a member of this group") }
+            let touchesOthers = adds.contains { $0 != author } || removes.contains { $0 != author }
+            guard !touchesOthers || role == "owner" else {
+                throw WhisperError(.forbidden, "only the group's owner may add or remove other members")
+            }
+            let added = adds.filter { !before.isMember($0) }
+            let removed = removes.filter { before.isMember($0) }
+            let remaining = before.memberIds.filter { !removed.contains($0) } + added
+            guard remaining.count <= Limits.MAX_GROUP_MEMBERS else {
+                throw WhisperError(.invalidPayload, "the group would have \(remaining.count) members; at most \(Limits.MAX_GROUP_MEMBERS)")
+            }
+            let title = request.title ?? before.title
+            let membersChange = !added.isEmpty || !removed.isEmpty
+            guard membersChange || title != before.title else {
+                return Change(before: before, after: before, added: [], removed: [])
+            }
+            guard !remaining.isEmpty else {
+                _ = try await connection.query("DELETE FROM groups WHERE group_id = \(groupId)", logger: logger)
+                try await writeRecords(groupId: groupId, epoch: before.epoch + 1, members: [], removed: removed)
+                return Change(before: before, after: nil, added: [], removed: removed)
+            }
+            let epoch = membersChange ? before.epoch + 1 : before.epoch
+            _ = try await connection.query(
+                "UPDATE groups SET title = \(title), epoch = \(epoch), updated_at = now() WHERE group_id = \(groupId)", logger: logger
+            )
+            if !removed.isEmpty {
+                _ = try await connection.query(
+                    "DELETE FROM group_members WHERE group_id = \(groupId) AND whisper_id = ANY(\(removed)::text[])", logger: logger
+                )
+            }
+            if !added.isEmpty {
+                _ = try await connection.query(
+                    """
+                    INSERT INTO group_members (group_id, whisper_id, role, added_by, added_at)
+                    SELECT \(groupId), member, 'member', \(author), now() + (ordinality - 1) * interval '1 microsecond'
+                    FROM unnest(\(added)::text[]) WITH ORDINALITY AS m(member, ordinality)
+                    """,
+                    logger: logger
+                )
+            }
+            if let owner = before.owner, removed.contains(owner), let heir = remaining.first {
+                _ = try await connection.query(
+                    "UPDATE group_members SET role = 'owner' WHERE group_id = \(groupId) AND whisper_id = \(heir)", logger: logger
+                )
+            }
+            guard let after = try await GroupView.load(groupId, on: connection, logger: logger) else {
+                throw WhisperError(.internalError, "the group was not stored; try again")
+            }
+            if membersChange {
+                try await writeRecords(groupId: groupId, epoch: epoch, members: after.memberIds, removed: removed)
+            }
+            return Change(before: before, after: after, added: added, removed: removed)
+        }
+        directory.remember(groupId, change.after)
+        let now = Clock.millisecondsNow()
+        let updated = GroupUpdated(
+            groupId: groupId, title: change.after?.title ?? change.before.title, memberIds: change.after?.memberIds ?? [],
+            ownerId: change.after?.owner, added: change.added, removed: change.removed, updatedBy: author, updatedAt: now
+        )
+        if change.after != change.before {
+            let members = (change.after?.memberIds ?? []).filter { $0 != author }
+            try await tell(ServerFrameCodec.encode(updated), to: members)
+            var farewell = updated
+            farewell.memberIds = []
+            farewell.added = []
+            farewell.ownerId = nil
+            try await tell(ServerFrameCodec.encode(farewell), to: change.removed.filter { $0 != author })
+            logger.info("group_updated", metadata: [
+                "groupId": "\(groupId)", "whisperId": "\(author)", "added": "\(change.added.count)", "removed": "\(change.removed.count)",
+            ])
+        }
+        var answer = updated
+        if change.after == nil || change.removed.contains(author) {
+            answer.memberIds = []
+            answer.ownerId = nil
+        }
+        return ServerFrameCodec.encode(answer, requestId: entry.requestId)
+    }
+
+    // MARK: - Shared steps
+
+    /// Runs `body` in a transaction. A refusal decided inside it (rolled back, nothing
+    /// changed) reaches the client as it is; PostgresNIO wraps what the body throws.
+    private func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await postgres.withTransaction(logger: logger) { connection -> T in try await body(connection) }
+        } catch let failure as PostgresTransactionError {
+            if let refusal = failure.closureError as? WhisperError, failure.rollbackError == nil { throw refusal }
+            throw failure
+        }
+    }
+
+    /// The author of a change must exist and not be banned.
+    private func checkAuthor(_ whisperId: String) async throws {
+        guard let author = try await identities.lookup(whisperId) else {
+            throw WhisperError(.notRegistered, "the identity of this session does not exist")
+        }
+        guard !author.banned else { throw WhisperError(.userBanned, "this identity is banned") }
+    }
+
+    /// Identities joining a group must exist and not be banned.
+    private func checkNewMembers(_ whisperIds: [String]) async throws {
+        for whisperId in whisperIds {
+            guard let member = try await identities.lookup(whisperId) else {
+                throw WhisperError(.notFound, "no such identity: \(whisperId)")
+            }
+            guard !member.banned else { throw WhisperError(.forbidden, "\(whisperId) is banned") }
+        }
+    }
+
+    /// The per-member records a copy's store script checks: every member gets the
+    /// group's version, every removed member loses the group. One pipeline.
+    private func writeRecords(groupId: String, epoch: Int64, members: [String], removed: [String]) async throws {
+        let commands = members.map { RedisCommand("HSET", RedisKeys.groups($0), groupId, epoch) }
+            + removed.map { RedisCommand("HDEL", RedisKeys.groups($0), groupId) }
+        guard !commands.isEmpty else { return }
+        for reply in try await redis.pipeline(commands) {
+            if case .error(let message) = reply { throw RedisError.server(message) }
+        }
+    }
+
+    /// Stores `frame` for each member and hands it to the live socket of each that has
+    /// one (as receipts are: it leaves the store once a socket has taken it, else it
+    /// comes before the next `fetch_pending` page).
+    private func tell(_ frame: [UInt8], to members: [String]) async throws {
+        guard !members.isEmpty else { return }
+        let sockets = try await redis.pipeline(members.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (index, member) in members.enumerated() {
+                let socket = sockets[index].string.flatMap(PresenceRecord.init(encoded:))
+                group.addTask { try await events.keep(frame, for: member, handingTo: socket) }
+            }
+            try await group.waitForAll()
+        }
+    }
+
+    private static func unique(_ ids: [String]) -> [String] {
+        var seen: Set<String> = []
+        return ids.filter { seen.insert($0).inserted }
+    }
+}
+
+/// Words of a digest, for `RandomID.uuid(using:)`: a UUID that a hash decides.
+private struct DigestWords: RandomNumberGenerator {
+    private var words: [UInt64]
+    private var index = 0
+
+    init(_ digest: SHA256.Digest) {
+        let bytes = Array(digest)
+        words = stride(from: 0, to: bytes.count, by: 8).map { start in
+            bytes[start..<(start + 8)].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        }
+    }
+
+    mutating func next() -> UInt64 {
+        defer { index = (index + 1) % words.count }
+        return words[index]
+    }
+}
