@@ -1,4 +1,6 @@
 import Foundation
+import PostgresNIO
+@testable import RouterService
 import Testing
 import WhisperClient
 import WhisperShared
@@ -251,5 +253,64 @@ extension TestUser {
     /// Where this user's socket is (its presence record).
     func socket(in stack: MessagingStack) async -> PresenceRecord? {
         try? await stack.withRedis { try await PresenceStore(redis: $0).lookup(whisperId) }
+    }
+}
+
+/// A router whose cached membership predates a change, as one that had a copy in hand
+/// when the change was answered: the store script's version check stops it.
+@Suite(.serialized)
+struct GroupCacheTests {
+    @Test func aRouterHoldingTheOldMembershipRefusesCopiesToAndFromARemovedMember() async throws {
+        let stack = try await MessagingStack.start()
+        let owner = try await stack.user(on: 0)
+        let stays = try await stack.user(on: 1)
+        let leaves = try await stack.user(on: 1)
+        let created = try await owner.connection.createGroup(title: "Stale", memberIds: [stays.whisperId, leaves.whisperId])
+
+        try await stack.withPostgres { postgres in
+            try await stack.withRedis { redis in
+                let metrics = ServiceMetrics(service: "router", instanceID: "stale")
+                let identities = IdentityCache(postgres: postgres, logger: TestServers.logger, metrics: metrics, ttl: .seconds(30))
+                let directory = GroupDirectory(postgres: postgres, logger: TestServers.logger, metrics: metrics)
+                let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
+                let router = MessageRouter(
+                    redis: redis, identities: identities, pending: PendingQueue(redis: redis), receipts: ReceiptQueue(redis: redis),
+                    groups: GroupDesk(
+                        postgres: postgres, redis: redis, directory: directory, identities: identities, events: ReceiptQueue(redis: redis),
+                        logger: TestServers.logger
+                    ),
+                    settings: settings, metrics: RouterMetrics(metrics: metrics), logger: TestServers.logger
+                )
+                // This router learns the group while `leaves` is a member.
+                let before = try #require(try await directory.view(created.groupId))
+                #expect(before.isMember(leaves.whisperId))
+
+                // Another router (the stack's) removes `leaves`; the change is answered.
+                _ = try await owner.connection.updateGroup(created.groupId, remove: [leaves.whisperId])
+
+                func entry(_ copy: GroupSendMessage, from sender: TestUser) throws -> RouterStream.Entry {
+                    RouterStream.Entry(
+                        gateway: "gone", connId: "gone", whisperId: sender.whisperId, type: .groupSendMessage, requestId: nil,
+                        payload: try RouterStream.storedPayload(copy), receivedAt: Clock.millisecondsNow()
+                    )
+                }
+                let toLeaver = try #require(stays.groupCopies("to a former member", groupId: created.groupId, to: [leaves]).first)
+                #expect(try await router.handle(try entry(toLeaver, from: stays)) == .refused)
+                directory.remember(created.groupId, before)
+                let fromLeaver = try #require(leaves.groupCopies("from a former member", groupId: created.groupId, to: [stays]).first)
+                #expect(try await router.handle(try entry(fromLeaver, from: leaves)) == .refused)
+                // A copy between members still passes, after the router read the group again.
+                directory.remember(created.groupId, before)
+                let between = try #require(stays.groupCopies("still here", groupId: created.groupId, to: [owner]).first)
+                let outcome = try await router.handle(try entry(between, from: stays))
+                #expect(outcome == .delivered || outcome == .queued)
+                #expect(try await directory.view(created.groupId)?.isMember(leaves.whisperId) == false)
+            }
+        }
+        #expect(try await stack.pendingDepth(leaves.whisperId) == 0)
+        #expect(try await stack.pendingDepth(stays.whisperId) == 0)
+        #expect(try await stack.pendingDepth(owner.whisperId) == 1)
+        #expect(await leaves.events.all(.messageReceived).isEmpty)
+        try await stack.stop()
     }
 }
