@@ -106,9 +106,14 @@ final class SilentSocket: Sendable {
         self.channel = channel
     }
 
-    static func open(port: Int) async throws -> SilentSocket {
+    /// `receiveBuffer`: a small one makes the server's side fill soon.
+    static func open(port: Int, receiveBuffer: Int? = nil) async throws -> SilentSocket {
         let upgraded = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
-        let channel = try await ClientBootstrap(group: upgraded.futureResult.eventLoop)
+        var bootstrap = ClientBootstrap(group: upgraded.futureResult.eventLoop)
+        if let receiveBuffer {
+            bootstrap = bootstrap.channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(receiveBuffer))
+        }
+        let channel = try await bootstrap
             .channelOption(.autoRead, value: false)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(UpgradeWatcher(upgraded: upgraded)) }

@@ -41,20 +41,7 @@ import WhisperShared
 
         // A WebSocket whose client reads the upgrade answer and nothing after it, with a
         // small receive buffer so that the server's side fills soon.
-        let upgraded = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
-        let channel = try await ClientBootstrap(group: upgraded.futureResult.eventLoop)
-            .channelOption(.socketOption(.so_rcvbuf), value: 4_096)
-            .channelOption(.autoRead, value: false)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(UpgradeWatcher(upgraded: upgraded)) }
-            }
-            .connect(host: "127.0.0.1", port: gateway.port)
-            .get()
-        let request = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        try await channel.writeAndFlush(channel.allocator.buffer(string: request))
-        channel.read()
-        try await upgraded.futureResult.get()
+        let socket = try await SilentSocket.open(port: gateway.port, receiveBuffer: 4_096)
         try await waitUntil(timeout: .seconds(5)) { connections.count == 1 }
         let connId = try #require(connections.connectionIDs().first)
 
@@ -78,7 +65,7 @@ import WhisperShared
         try await waitUntil(timeout: .seconds(10)) { connections.count == 0 }
         #expect(connections.count == 0)
 
-        try? await channel.close()
+        await socket.close()
         try await gateway.stop()
         try await auth.stop()
         return handed

@@ -198,7 +198,7 @@ struct PushWorker: Service, CustomStringConvertible {
         case .deadToken(let reason):
             metrics.sent(provider.name, "dead_token")
             let removed = try await devices.removeToken(token, kind: kind, of: job.to)
-            try? await redis.send("DEL", PushStream.wokenKey(job.to))
+            _ = try? await redis.send("DEL", PushStream.wokenKey(job.to))
             logger.info("push_token_removed", metadata: [
                 "provider": "\(provider.name)", "reason": "\(reason)", "token": "\(tokenHash)", "removed": "\(removed)",
             ])
