@@ -53,6 +53,7 @@ struct GroupTests {
         try await members[0].connection.acknowledge(first)
         let receipt = try #require(try await owner.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
         #expect(receipt.messageId == first.messageId)
+        #expect(receipt.from == members[0].whisperId)
         for member in members { #expect(await member.events.all(.messageReceived).count == 2) }
         try await stack.stop()
     }

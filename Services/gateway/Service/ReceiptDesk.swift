@@ -55,7 +55,7 @@ struct ReceiptDesk: Sendable {
             // recipient's to acknowledge) but told to nobody.
             let tell = sender == receipt.to
             if tell {
-                let frame = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp)
+                let frame = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
                 try await receipts.keep(ServerFrameCodec.encode(frame), for: sender, handingTo: socket)
             }
             try await pending.applyReceipt(recipient: recipient, messageId: receipt.messageId, delivered: delivered)

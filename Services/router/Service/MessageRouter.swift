@@ -244,7 +244,7 @@ struct MessageRouter: Sendable {
             metrics.routed(.ignored)
             return .ignored
         }
-        let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp)
+        let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
         // Stored first, handed to the sender's socket in the same script; it leaves the
         // store once that socket has taken it, else it waits for the next fetch_pending.
         try await receipts.keep(ServerFrameCodec.encode(delivered), for: sender, handingTo: socket)

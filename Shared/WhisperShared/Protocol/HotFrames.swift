@@ -195,7 +195,7 @@ extension MessageAccepted: HotPayload {
 
 extension MessageDelivered: HotPayload {
     public init?(fast object: FastJSON.Object) {
-        var messageId: String?, status: ReceiptStatus?, timestamp: Int64?
+        var messageId: String?, status: ReceiptStatus?, timestamp: Int64?, from: String?
         for field in object.fields {
             switch (field.key, field.value) {
             case ("messageId", .string(let value)): messageId = value
@@ -203,11 +203,12 @@ extension MessageDelivered: HotPayload {
                 guard let value = ReceiptStatus(rawValue: value) else { return nil }
                 status = value
             case ("timestamp", .integer(let value)): timestamp = value
+            case ("from", .string(let value)): from = value
             default: return nil
             }
         }
         guard let messageId, let status, let timestamp else { return nil }
-        self.init(messageId: messageId, status: status, timestamp: timestamp)
+        self.init(messageId: messageId, status: status, timestamp: timestamp, from: from)
     }
 
     public func write(to writer: inout FastJSONWriter) {
@@ -215,6 +216,7 @@ extension MessageDelivered: HotPayload {
         writer.field("messageId", messageId)
         writer.field("status", status.rawValue)
         writer.field("timestamp", timestamp)
+        writer.field("from", from)
         writer.endObject()
     }
 }

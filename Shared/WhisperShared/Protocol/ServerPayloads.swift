@@ -203,11 +203,15 @@ public struct MessageDelivered: ServerPayload, Equatable {
     public var messageId: String
     public var status: ReceiptStatus
     public var timestamp: Int64
+    /// The recipient whose receipt this is (tells a group message's copies apart, which
+    /// share one messageId). Absent from receipts stored by earlier versions.
+    public var from: String?
 
-    public init(messageId: String, status: ReceiptStatus, timestamp: Int64) {
+    public init(messageId: String, status: ReceiptStatus, timestamp: Int64, from: String? = nil) {
         self.messageId = messageId
         self.status = status
         self.timestamp = timestamp
+        self.from = from
     }
 }
 
