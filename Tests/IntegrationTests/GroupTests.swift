@@ -280,6 +280,11 @@ struct GroupCacheTests {
                         postgres: postgres, redis: redis, directory: directory, identities: identities, events: ReceiptQueue(redis: redis),
                         logger: TestServers.logger
                     ),
+                    calls: CallDesk(
+                        redis: redis, identities: identities, frames: ReceiptQueue(redis: redis),
+                        settings: .init(ringTimeout: .seconds(45), answeredTTL: .seconds(3_600), sweepInterval: .seconds(1)),
+                        metrics: CallMetrics(metrics: metrics), logger: TestServers.logger
+                    ),
                     settings: settings, metrics: RouterMetrics(metrics: metrics), logger: TestServers.logger
                 )
                 // This router learns the group while `leaves` is a member.

@@ -21,7 +21,7 @@ import WhisperShared
         ("router", { buildRouter(settings: RouterSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("push-sender", { buildPushSender(settings: PushSenderSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
-        ("turn-cred", { buildTurnCred(settings: TurnCredSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("turn-cred", { buildTurnCred(settings: TestServers.turnCredSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("admin", { buildAdmin(settings: AdminSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("gc-worker", { buildGCWorker(settings: GCWorkerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
     ]

@@ -30,40 +30,11 @@ struct AuthRoutes: Sendable {
         frame(UpdateTokens.self, on: router) { try await registration.updateTokens($0, context: $1) }
     }
 
-    /// `POST /internal/v1/frames/<type>`: always 200 with the server frame to write back.
     private func frame<P: ClientPayload, R: ServerPayload>(
         _ type: P.Type, on router: Router<BasicRequestContext>,
         _ handle: @escaping @Sendable (P, ConnectionContext) async throws -> R
     ) {
-        let expected = Array(settings.internalToken.utf8)
-        router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, context -> Response in
-            let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
-            guard !expected.isEmpty, Sodium.constantTimeEqual(presented, expected) else {
-                throw WhisperHTTPError(.authFailed, "internal endpoint")
-            }
-            let body = try await request.body.collect(upTo: Limits.MAX_WS_FRAME_BYTES * 2)
-            let forwarded: InternalFrameRequest<P>
-            do {
-                forwarded = try JSONDecoder().decode(InternalFrameRequest<P>.self, from: Data(buffer: body))
-                try forwarded.payload.validate()
-            } catch {
-                throw WhisperHTTPError(.invalidPayload, "malformed internal request")
-            }
-            let bytes: [UInt8]
-            do {
-                bytes = ServerFrameCodec.encode(try await handle(forwarded.payload, forwarded.context), requestId: forwarded.requestId)
-            } catch let error as WhisperError {
-                metrics.recordError(error.code)
-                bytes = ServerFrameCodec.encodeError(error.code, error.message, requestId: forwarded.requestId)
-            } catch {
-                metrics.recordError(.internalError)
-                logger.error("frame_failed", metadata: ["type": "\(P.frameType.rawValue)", "error": "\(error)", "connId": "\(forwarded.context.connId)"])
-                bytes = ServerFrameCodec.encodeError(.internalError, "the server failed; try again", requestId: forwarded.requestId)
-            }
-            var headers = HTTPFields()
-            headers[.contentType] = "application/json"
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
-        }
+        InternalFrameEndpoints(internalToken: settings.internalToken, metrics: metrics, logger: logger).register(type, on: router, handle)
     }
 
     /// `GET /users/{whisperId}/keys` (spec 3.6).
@@ -91,12 +62,7 @@ struct AuthRoutes: Sendable {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    /// The session behind `Authorization: Bearer <sessionToken>`, or 401.
     private func authenticate(_ request: Request) async throws -> SessionRecord {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
-              let record = try await sessions.lookup(String(header.dropFirst("Bearer ".count))) else {
-            throw WhisperHTTPError(.notRegistered, "a valid session token is required", headers: [.wwwAuthenticate: "Bearer"])
-        }
-        return record
+        try await sessions.authenticate(request)
     }
 }

@@ -10,6 +10,8 @@ import WhisperShared
 struct FrameHandler: Sendable {
     let environment: ServiceEnvironment
     let auth: ServiceClient
+    /// turn-cred's internal port, when TURN is offered.
+    let turnCred: ServiceClient?
     let sessions: SessionStore
     let presence: PresenceStore
     let limits: FrameLimits
@@ -111,6 +113,13 @@ struct FrameHandler: Sendable {
             connection.sendRaw(answer)
         case let payload as UpdateTokens:
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as GetTurnCredentials:
+            guard let turnCred else {
+                await refuse(.forbidden, "get_turn_credentials is not available on this server (no TURN service configured)", requestId: frame.requestId, on: connection)
+                return
+            }
+            guard await admitRouted(requestId: frame.requestId, on: connection) != nil else { return }
+            connection.sendRaw(try await turnCred.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as Typing:
             // Charged to the address like routed frames; past it, refused like them.
             guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
@@ -176,7 +185,7 @@ struct FrameHandler: Sendable {
         case .added:
             break
         case .limited(let retry):
-            let what = isMessage ? "messages" : kind == "group" ? "group changes" : "fetches"
+            let what = isMessage ? "messages" : kind == "group" ? "group changes" : kind == "call" ? "calls" : kind == "signal" ? "call signals" : "fetches"
             await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
@@ -301,6 +310,8 @@ struct FrameLimits: Sendable {
     let sendPerSender: RateLimitRule
     let groupOpsPerIdentity: RateLimitRule
     let presenceSubscribePerIdentity: RateLimitRule
+    let callsPerIdentity: RateLimitRule
+    let callSignalsPerIdentity: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
     let fetchPerIdentity: RateLimitRule
     let controlPerIdentity: RateLimitRule
@@ -323,6 +334,8 @@ struct FrameLimits: Sendable {
         sendPerSender = settings.sendPerSender
         groupOpsPerIdentity = settings.groupOpsPerIdentity
         presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
+        callsPerIdentity = settings.callsPerIdentity
+        callSignalsPerIdentity = settings.callSignalsPerIdentity
         receiptsPerIdentity = settings.receiptsPerIdentity
         fetchPerIdentity = settings.fetchPerIdentity
     }
@@ -334,6 +347,8 @@ struct FrameLimits: Sendable {
         case .sendMessage, .groupSendMessage: ("send", sendPerSender)
         case .fetchPending: ("fetch", fetchPerIdentity)
         case .groupCreate, .groupUpdate: ("group", groupOpsPerIdentity)
+        case .callInitiate: ("call", callsPerIdentity)
+        case .callAnswer, .callIceCandidate, .callEnd: ("signal", callSignalsPerIdentity)
         default: nil
         }
     }

@@ -27,6 +27,7 @@ public func buildGateway(
     let frames = FrameHandler(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
+        turnCred: settings.turnCredURL.isEmpty ? nil : ServiceClient(baseURL: settings.turnCredURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),

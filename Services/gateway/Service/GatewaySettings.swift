@@ -79,6 +79,13 @@ public struct GatewaySettings: ServiceSettings {
     /// How often the presence of this instance's sockets is renewed (it expires after
     /// `PresenceStore.ttl` without a renewal, so a dead instance's sockets stop counting).
     public var presenceRefreshInterval: Duration
+    /// `call_initiate` frames per identity (all gateways), and the other signaling
+    /// frames of calls (`call_answer`, `call_ice_candidate`, `call_end`) together.
+    public var callsPerIdentity: RateLimitRule
+    public var callSignalsPerIdentity: RateLimitRule
+    /// Base URL of turn-cred's internal port, which serves `get_turn_credentials`
+    /// (empty: the frame is answered `FORBIDDEN`, TURN is not offered).
+    public var turnCredURL: String
 
     public init(
         common: CommonSettings, authURL: String, internalToken: String,
@@ -106,8 +113,14 @@ public struct GatewaySettings: ServiceSettings {
         groupOpsPerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
         groupOpsPerAddress: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
         presenceSubscribePerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
-        presenceEventsPerIdentity: RateLimitRule = RateLimitRule(capacity: 12, period: .seconds(60))
+        presenceEventsPerIdentity: RateLimitRule = RateLimitRule(capacity: 12, period: .seconds(60)),
+        callsPerIdentity: RateLimitRule = RateLimitRule(capacity: 20, period: .seconds(60)),
+        callSignalsPerIdentity: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60)),
+        turnCredURL: String = ""
     ) {
+        self.callsPerIdentity = callsPerIdentity
+        self.callSignalsPerIdentity = callSignalsPerIdentity
+        self.turnCredURL = turnCredURL
         self.groupOpsPerIdentity = groupOpsPerIdentity
         self.groupOpsPerAddress = groupOpsPerAddress
         self.presenceSubscribePerIdentity = presenceSubscribePerIdentity
@@ -174,5 +187,11 @@ public struct GatewaySettings: ServiceSettings {
         groupOpsPerAddress = settings.rateLimit("gateway.rate.limit.group.per.address", default: "120/60s")
         presenceSubscribePerIdentity = settings.rateLimit("gateway.rate.limit.presence.subscribe.per.identity", default: "30/60s")
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
+        callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
+        callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")
+        turnCredURL = settings.string("gateway.turn.cred.url", default: "")
+        if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {
+            settings.reject("gateway.turn.cred.url", because: "must be empty or an http:// or https:// URL")
+        }
     }
 }

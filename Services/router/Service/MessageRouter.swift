@@ -7,6 +7,8 @@ enum RoutingOutcome: String, Sendable, CaseIterable {
     case delivered, queued, duplicate, receipt, ignored, page, refused
     /// A group created or changed (`group_create`, `group_update`).
     case group
+    /// A call signaling frame passed on (or a call ended).
+    case call
 }
 
 /// Serves `send_message`, `delivery_receipt` and `fetch_pending` from the router stream
@@ -18,6 +20,7 @@ struct MessageRouter: Sendable {
     let pending: PendingQueue
     let receipts: ReceiptQueue
     let groups: GroupDesk
+    let calls: CallDesk
     let settings: RouterSettings
     let metrics: RouterMetrics
     let logger: Logger
@@ -41,6 +44,14 @@ struct MessageRouter: Sendable {
                 try await reply(try await groups.update(try decode(GroupUpdate.self, entry), entry: entry), to: entry)
                 metrics.routed(.group)
                 return .group
+            case .callInitiate:
+                return try await counted(calls.initiate(try decode(CallInitiate.self, entry), entry: entry))
+            case .callAnswer:
+                return try await counted(calls.answer(try decode(CallAnswer.self, entry), entry: entry))
+            case .callIceCandidate:
+                return try await counted(calls.candidate(try decode(CallIceCandidate.self, entry), entry: entry))
+            case .callEnd:
+                return try await counted(calls.end(try decode(CallEnd.self, entry), entry: entry))
             case .deliveryReceipt:
                 return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry, redelivery: redelivery)
             case .fetchPending:
@@ -56,6 +67,11 @@ struct MessageRouter: Sendable {
             ])
             return .refused
         }
+    }
+
+    private func counted(_ outcome: RoutingOutcome) -> RoutingOutcome {
+        metrics.routed(outcome)
+        return outcome
     }
 
     /// `send_message` and `delivery_receipt`: the fast reader first (chosen at compile time).
@@ -258,6 +274,8 @@ struct MessageRouter: Sendable {
         // Charged at the gateway, per identity and per address, as the entry was added.
         // Receipts that waited for this sender go first (each settled once written).
         try await receipts.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
+        // A call ringing for this identity (the fetch that follows a VoIP push).
+        try await calls.handOver(to: entry.whisperId, gateway: entry.gateway, connId: entry.connId)
         let limit = min(request.limit ?? Limits.FETCH_PENDING_LIMIT_DEFAULT, Limits.FETCH_PENDING_LIMIT_MAX)
         let page = try await pending.page(recipient: entry.whisperId, after: request.cursor, limit: limit)
         var payload = Array(#"{"messages":["#.utf8)

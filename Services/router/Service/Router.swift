@@ -1,8 +1,10 @@
 import Logging
+import ServiceLifecycle
 import WhisperShared
 
 /// Assembles one router instance: a consumer of the router stream that routes
-/// messages, receipts and pending-queue pages.
+/// messages, receipts, pending-queue pages, group changes and call signaling, and a
+/// sweeper that ends calls whose ring timeout has passed.
 public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
     buildHTTPService(
         settings: settings.common,
@@ -14,6 +16,14 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             let identities = IdentityCache(
                 postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
                 unknownTTL: settings.unknownIdentityTTL
+            )
+            let calls = CallDesk(
+                redis: environment.redis, identities: identities,
+                frames: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                settings: .init(
+                    ringTimeout: settings.callRingTimeout, answeredTTL: settings.callAnsweredTTL, sweepInterval: settings.callSweepInterval
+                ),
+                metrics: CallMetrics(metrics: environment.metrics), logger: environment.logger
             )
             let router = MessageRouter(
                 redis: environment.redis,
@@ -27,6 +37,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                     events: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                     logger: environment.logger
                 ),
+                calls: calls,
                 settings: settings,
                 metrics: RouterMetrics(metrics: environment.metrics),
                 logger: environment.logger
@@ -35,8 +46,19 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 reader: reader, redis: environment.redis, router: router,
                 consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
             )
-            return [reader, consumer]
+            return [reader, consumer, CallSweeper(calls: calls)]
         },
         onServerRunning: onServerRunning
     )
+}
+
+/// Ends calls nobody answered (`CallDesk.sweep`) until the service stops.
+struct CallSweeper: Service {
+    let calls: CallDesk
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await calls.sweep()
+        }
+    }
 }

@@ -26,6 +26,13 @@ public struct RouterSettings: ServiceSettings {
     /// the last one began (0, the default: read again at once, so batches come from
     /// load alone). A linger trades latency for fewer reads at low load.
     public var readLinger: Duration
+    /// How long a call rings before the server ends it (`timeout`, or `unavailable` when
+    /// the callee's device was never reached).
+    public var callRingTimeout: Duration
+    /// How long an answered call's state lives without a signal on it (each one extends it).
+    public var callAnsweredTTL: Duration
+    /// How often a router looks for calls whose ring timeout has passed.
+    public var callSweepInterval: Duration
 
     public init(
         common: CommonSettings,
@@ -37,7 +44,10 @@ public struct RouterSettings: ServiceSettings {
         claimAfter: Duration = .seconds(10),
         identityCacheTTL: Duration = .seconds(30),
         ackInterval: Duration = .milliseconds(50),
-        readLinger: Duration = .zero
+        readLinger: Duration = .zero,
+        callRingTimeout: Duration = .seconds(45),
+        callAnsweredTTL: Duration = .seconds(86_400),
+        callSweepInterval: Duration = .seconds(1)
     ) {
         self.common = common
         self.sendPerPair = sendPerPair
@@ -49,6 +59,9 @@ public struct RouterSettings: ServiceSettings {
         self.identityCacheTTL = identityCacheTTL
         self.ackInterval = ackInterval
         self.readLinger = readLinger
+        self.callRingTimeout = callRingTimeout
+        self.callAnsweredTTL = callAnsweredTTL
+        self.callSweepInterval = callSweepInterval
     }
 
     public init(from settings: SettingsReader) {
@@ -65,5 +78,8 @@ public struct RouterSettings: ServiceSettings {
         identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
         ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 50, range: 0...1_000))
         readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 0, range: 0...100))
+        callRingTimeout = .seconds(settings.int("router.call.ring.timeout.seconds", default: 45, range: 1...600))
+        callAnsweredTTL = .seconds(settings.int("router.call.answered.ttl.seconds", default: 86_400, range: 60...604_800))
+        callSweepInterval = .milliseconds(settings.int("router.call.sweep.interval.ms", default: 1_000, range: 50...60_000))
     }
 }

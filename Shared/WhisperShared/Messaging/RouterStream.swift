@@ -14,6 +14,7 @@ public enum RouterStream {
     /// The frame types the router serves.
     public static let frameTypes: Set<ClientFrameType> = [
         .sendMessage, .deliveryReceipt, .fetchPending, .groupSendMessage, .groupCreate, .groupUpdate,
+        .callInitiate, .callAnswer, .callIceCandidate, .callEnd,
     ]
 
     /// One entry, as fields of the stream entry.

@@ -296,6 +296,24 @@ public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable 
     /// `call_end` only: why the call ended. Not signed.
     public var reason: CallEndReason?
 
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, callId: String, from: String, to: String,
+        timestamp: Int64, nonce: String, ciphertext: String, sig: String, media: CallMedia? = nil, reason: CallEndReason? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.callId = callId
+        self.from = from
+        self.to = to
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+        self.media = media
+        self.reason = reason
+    }
+
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.uuid(callId, "callId")
@@ -304,6 +322,10 @@ public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable 
         try check.timestamp(timestamp, "timestamp")
         try check.base64(nonce, "nonce", bytes: 24)
         try check.base64(ciphertext, "ciphertext")
+        try check.require(
+            Format.decodedLength(ofBase64: ciphertext) <= Limits.MAX_CALL_SIGNAL_BYTES, "ciphertext",
+            "must hold at most \(Limits.MAX_CALL_SIGNAL_BYTES) bytes"
+        )
         try check.base64(sig, "sig", bytes: 64)
         try check.require(media == nil || Marker.frameType == .callInitiate, "media", "is only allowed on call_initiate")
         try check.require(reason == nil || Marker.frameType == .callEnd, "reason", "is only allowed on call_end")

@@ -31,6 +31,12 @@ public enum Limits {
     /// A `pending_messages` page stops before its messages pass this many bytes (or at
     /// `limit` messages, whichever comes first); it always holds at least one message.
     public static let FETCH_PENDING_MAX_BYTES = 262_144
+    /// The decoded ciphertext of one call signaling frame (an encrypted SDP offer or
+    /// answer, or an ICE candidate). Video offers run to about 10 KB.
+    public static let MAX_CALL_SIGNAL_BYTES = 32_768
+    /// ICE candidates the caller sends while the call rings, kept for a callee who is
+    /// woken by a push and fetches the call afterwards.
+    public static let MAX_BUFFERED_CANDIDATES = 64
 
     public static let SUPPORTED_PROTOCOL_VERSIONS: Set<Int> = [1]
     /// 1: the original suite. 2: the same message cryptography with the

@@ -288,7 +288,25 @@ public struct CallSignalDelivery<Marker: CallDeliveryFrame>: ServerPayload, Equa
     public var ciphertext: String
     public var sig: String
     public var media: CallMedia?
-    public var reason: CallEndReason?
+
+    public init(callId: String, from: String, to: String, timestamp: Int64, nonce: String, ciphertext: String, sig: String, media: CallMedia? = nil) {
+        self.callId = callId
+        self.from = from
+        self.to = to
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+        self.media = media
+    }
+
+    /// The peer's frame as the other party receives it.
+    public init<Signal: CallSignalFrame>(_ signal: CallSignal<Signal>) {
+        self.init(
+            callId: signal.callId, from: signal.from, to: signal.to, timestamp: signal.timestamp, nonce: signal.nonce,
+            ciphertext: signal.ciphertext, sig: signal.sig, media: signal.media
+        )
+    }
 }
 
 public protocol CallDeliveryFrame: Sendable {
@@ -298,12 +316,73 @@ public protocol CallDeliveryFrame: Sendable {
 public enum CallIncomingFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callIncoming }
 public enum CallAnsweredFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callAnswered }
 public enum CallRemoteCandidateFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callRemoteCandidate }
-public enum CallEndedFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callEnded }
 
 public typealias CallIncoming = CallSignalDelivery<CallIncomingFrame>
 public typealias CallAnswered = CallSignalDelivery<CallAnsweredFrame>
 public typealias CallRemoteCandidate = CallSignalDelivery<CallRemoteCandidateFrame>
-public typealias CallEnded = CallSignalDelivery<CallEndedFrame>
+
+/// A call is over. Either the peer's signed `call_end` (`origin` `peer`: nonce,
+/// ciphertext and sig as the peer sent them) or the server's own word (`origin`
+/// `server`: no signature; `reason` one of `ServerCallEndReason`).
+public struct CallEnded: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.callEnded
+
+    public enum Origin: String, Codable, Sendable {
+        case peer
+        case server
+    }
+
+    public var callId: String
+    /// The other party of the call (for a peer's frame, the one who ended it).
+    public var from: String
+    /// The party this frame is for.
+    public var to: String
+    public var timestamp: Int64
+    public var origin: Origin
+    /// A peer's reason (`CallEndReason`, optional) or the server's (`ServerCallEndReason`).
+    public var reason: String?
+    public var nonce: String?
+    public var ciphertext: String?
+    public var sig: String?
+
+    public init(callId: String, from: String, to: String, timestamp: Int64, origin: Origin, reason: String?, nonce: String? = nil, ciphertext: String? = nil, sig: String? = nil) {
+        self.callId = callId
+        self.from = from
+        self.to = to
+        self.timestamp = timestamp
+        self.origin = origin
+        self.reason = reason
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+    }
+
+    /// The peer's signed `call_end`, passed on.
+    public init(_ end: CallEnd) {
+        self.init(
+            callId: end.callId, from: end.from, to: end.to, timestamp: end.timestamp, origin: .peer, reason: end.reason?.rawValue,
+            nonce: end.nonce, ciphertext: end.ciphertext, sig: end.sig
+        )
+    }
+
+    /// The server ends the call between `peer` and `party`, telling `party`.
+    public init(callId: String, peer: String, party: String, reason: ServerCallEndReason, at timestamp: Int64) {
+        self.init(callId: callId, from: peer, to: party, timestamp: timestamp, origin: .server, reason: reason.rawValue)
+    }
+}
+
+/// Why the server ended a call (`call_ended` with `origin` `server`).
+public enum ServerCallEndReason: String, Codable, Sendable, CaseIterable {
+    /// The callee's device had the call and nobody answered within the ring timeout.
+    case timeout
+    /// The callee's device was never reached within the ring timeout (offline; a VoIP
+    /// push was sent).
+    case unavailable
+    /// The callee was already in another call.
+    case busy
+    /// The caller started another call before this one was over.
+    case replaced
+}
 
 /// Tells the caller the callee's device has been reached (live socket or VoIP push).
 public struct CallRinging: ServerPayload, Equatable {
@@ -311,6 +390,21 @@ public struct CallRinging: ServerPayload, Equatable {
     public var callId: String
     public var to: String
     public var timestamp: Int64
+    /// How the callee was reached: `socket` (the offer is on the callee's device) or
+    /// `push` (a VoIP / high-priority push is on its way).
+    public var via: Via?
+
+    public enum Via: String, Codable, Sendable {
+        case socket
+        case push
+    }
+
+    public init(callId: String, to: String, timestamp: Int64, via: Via?) {
+        self.callId = callId
+        self.to = to
+        self.timestamp = timestamp
+        self.via = via
+    }
 }
 
 public struct TurnCredentials: ServerPayload, Equatable {
@@ -320,6 +414,14 @@ public struct TurnCredentials: ServerPayload, Equatable {
     public var credential: String
     public var ttlSeconds: Int
     public var expiresAt: Int64
+
+    public init(urls: [String], username: String, credential: String, ttlSeconds: Int, expiresAt: Int64) {
+        self.urls = urls
+        self.username = username
+        self.credential = credential
+        self.ttlSeconds = ttlSeconds
+        self.expiresAt = expiresAt
+    }
 }
 
 public struct PeerTyping: ServerPayload, Equatable {

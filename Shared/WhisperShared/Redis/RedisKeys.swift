@@ -6,7 +6,14 @@ public enum RedisKeys {
     public static func presence(_ whisperId: String) -> String { "presence:{\(whisperId)}" }
     public static func pending(_ whisperId: String) -> String { "pending:{\(whisperId)}" }
     public static func rateLimit(_ key: String, _ action: String) -> String { "ratelimit:{\(key)}:\(action)" }
+    /// One call's state: a hash (parties, state, the offer, timestamps), in the call's slot.
     public static func call(_ callId: String) -> String { "call:{\(callId)}" }
+    /// ICE candidates the caller sent while the call rang (a list, in the call's slot).
+    public static func callCandidates(_ callId: String) -> String { "call:{\(callId)}:ice" }
+    /// The call an identity is in (ringing or answered): its callId.
+    public static func line(_ whisperId: String) -> String { "line:{\(whisperId)}" }
+    /// Calls that are ringing, scored by when their ring timeout falls due (ms).
+    public static let ringingCalls = "calls:ringing"
     /// Who sent this identity a message lately: a sorted set of Whisper IDs scored by
     /// the last message's time (ms), written with each stored message (`PendingQueue`).
     /// Two identities are direct peers when either is in the other's set within

@@ -6,6 +6,7 @@ import NIOPosix
 import PostgresNIO
 import ServiceLifecycle
 import Testing
+import TurnCredService
 import WhisperShared
 
 /// Where the real servers started by scripts/test listen.
@@ -223,6 +224,14 @@ extension TestServers {
         _ = try await HTTP.waitFor("http://127.0.0.1:\(settings.internalHTTP.port)/") { $0.status == 404 }
         auth.internalPort = settings.internalHTTP.port
         return auth
+    }
+
+    static func turnCredSettings(common: CommonSettings, secrets: [String] = ["test-turn-secret-0123456789"], ttl: Duration = .seconds(3_600)) -> TurnCredSettings {
+        TurnCredSettings(
+            common: common, internalToken: internalToken, secrets: secrets,
+            urls: ["turn:127.0.0.1:3478?transport=udp", "stun:127.0.0.1:3478"],
+            internalHTTP: HTTPSettings(host: "127.0.0.1", port: (try? freePort()) ?? 0), ttl: ttl
+        )
     }
 
     /// `authPort`: auth's internal port (`AuthSettings.internalHTTP`), where the frame endpoints are.

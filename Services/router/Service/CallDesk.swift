@@ -1,0 +1,528 @@
+import Foundation
+import Logging
+import Prometheus
+import WhisperShared
+
+/// Call signaling (spec 9.1; docs/protocol.md section 7). Every frame is checked like a
+/// message (session identity, timestamp window, size, Ed25519 signature over the
+/// canonical bytes) and then against the call's state in Redis:
+///
+/// - `call:{callId}`: a hash with the parties, the state (`ringing`, `answered`,
+///   `ended`), the callee's `call_incoming` frame (the offer, for a callee woken by a
+///   push), whether the callee's device had it, and the times. It expires on its own:
+///   ring timeout + a minute while ringing, `answeredTTL` once answered (each signal
+///   extends it), ten minutes once ended (so a repeated frame finds it).
+/// - `line:{W}`: the call `W` is in. A second call to `W` while that call is live ends
+///   with `busy`; a caller who starts a new call ends their previous one (`replaced`).
+/// - `calls:ringing`: ringing calls by ring deadline. Every router sweeps it; the
+///   router that claims a due call ends it with `timeout` (the callee's device had it)
+///   or `unavailable` (it never did).
+///
+/// Each step writes one hash slot, so the key space still fits Redis Cluster; each is
+/// idempotent, so a stream entry handled twice (its router died) changes nothing twice.
+struct CallDesk: Sendable {
+    let redis: RedisClient
+    let identities: IdentityCache
+    /// Where a callee who was not on line is told about a missed call (the same
+    /// per-identity frame store that keeps receipts and group events).
+    let frames: ReceiptQueue
+    let settings: CallSettings
+    let metrics: CallMetrics
+    let logger: Logger
+
+    struct CallSettings: Sendable {
+        var ringTimeout: Duration
+        var answeredTTL: Duration
+        /// How long an ended call's record stays, for repeated frames.
+        var endedTTL: Duration = .seconds(600)
+        var sweepInterval: Duration
+        /// How long a router that claimed a due call has to end it before another may.
+        var sweepLease: Duration = .seconds(30)
+    }
+
+    // MARK: - Frames from the parties
+
+    func initiate(_ signal: CallInitiate, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        try await verify(signal, entry: entry)
+        guard signal.to != signal.from else { throw WhisperError(.invalidPayload, "to must be another identity than from") }
+        guard let callee = try await identities.lookup(signal.to) else { throw WhisperError(.notFound, "no such callee") }
+        guard !callee.banned else { throw WhisperError(.forbidden, "the callee is banned") }
+        let callId = signal.callId
+        let offer = ServerFrameCodec.encode(CallIncoming(signal))
+        let socket = "\(entry.gateway) \(entry.connId)"
+        switch try await open(signal, offer: offer, callerSocket: socket) {
+        case .conflict:
+            throw WhisperError(.invalidPayload, "callId is already used by another call")
+        case .existing(let state) where state != .ringing:
+            // A repeat of a call that has moved on: nothing to do again.
+            return .ignored
+        case .existing, .opened:
+            break
+        }
+        // The callee's line first: a busy callee must not cost the caller their other call.
+        if case .held(let other) = try await claimLine(of: signal.to, for: callId, party: .callee) {
+            logger.info("call_busy", metadata: ["callId": "\(callId)", "heldBy": "\(other)"])
+            let record = CallRecord(caller: signal.from, callee: signal.to, state: .ringing)
+            try await finish(callId, record, by: .server, reason: ServerCallEndReason.busy.rawValue, replyingTo: entry)
+            return .call
+        }
+        _ = try await claimLine(of: signal.from, for: callId, party: .caller)
+
+        let reached = try await deliver(offer, to: signal.to) != nil
+        if reached {
+            _ = try await redis.send("HSET", RedisKeys.call(callId), "reached", "1")
+        } else {
+            try await redis.send(PushStream.job(to: signal.to, kind: .call, id: callId, at: Clock.millisecondsNow()))
+        }
+        let deadline = Clock.millisecondsNow() &+ Int64(settings.ringTimeout.milliseconds)
+        _ = try await redis.send("ZADD", RedisKeys.ringingCalls, "NX", deadline, callId)
+        let ringing = CallRinging(callId: callId, to: signal.to, timestamp: Clock.millisecondsNow(), via: reached ? .socket : .push)
+        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: ServerFrameCodec.encode(ringing, requestId: entry.requestId))
+            .publish(to: entry.gateway, on: redis)
+        metrics.rang(afterMs: Clock.elapsedMilliseconds(since: entry.receivedAt))
+        logger.info("call_ringing", metadata: [
+            "callId": "\(callId)", "whisperId": "\(signal.from)", "via": "\(reached ? "socket" : "push")",
+        ])
+        return .call
+    }
+
+    func answer(_ signal: CallAnswer, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        try await verify(signal, entry: entry)
+        let record = try await party(of: signal)
+        guard signal.from == record.callee else { throw WhisperError(.forbidden, "only the callee answers a call") }
+        let reply = try await redis.evaluate(
+            Self.transitionScript, keys: [RedisKeys.call(signal.callId)],
+            arguments: ["answer", Clock.millisecondsNow(), "callee", "", Int(settings.answeredTTL.milliseconds), "\(entry.gateway) \(entry.connId)"]
+        )
+        switch Transition(reply) {
+        case .missing, .ended:
+            throw WhisperError(.notFound, "the call has ended")
+        case .unchanged:
+            return .ignored
+        case .done(_, let created, _):
+            _ = try await redis.pipeline([
+                RedisCommand("ZREM", [RedisKeys.ringingCalls, signal.callId]),
+                RedisCommand("DEL", [RedisKeys.callCandidates(signal.callId)]),
+                RedisCommand("PEXPIRE", [RedisKeys.line(record.caller), Int(settings.answeredTTL.milliseconds)]),
+                RedisCommand("PEXPIRE", [RedisKeys.line(record.callee), Int(settings.answeredTTL.milliseconds)]),
+            ])
+            _ = try await deliver(ServerFrameCodec.encode(CallAnswered(signal)), to: record.caller)
+            metrics.setup(.answered)
+            metrics.answered(afterMs: Clock.elapsedMilliseconds(since: created))
+            logger.info("call_answered", metadata: ["callId": "\(signal.callId)", "whisperId": "\(signal.from)"])
+            return .call
+        }
+    }
+
+    func candidate(_ signal: CallIceCandidate, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        try await verify(signal, entry: entry)
+        let record = try await party(of: signal)
+        guard record.state != .ended else { throw WhisperError(.notFound, "the call has ended") }
+        let frame = ServerFrameCodec.encode(CallRemoteCandidate(signal))
+        if record.state == .ringing, signal.from == record.caller {
+            // Kept for a callee who fetches the call after a push.
+            _ = try await redis.evaluate(
+                Self.bufferScript, keys: [RedisKeys.callCandidates(signal.callId), RedisKeys.call(signal.callId)],
+                arguments: [frame, Limits.MAX_BUFFERED_CANDIDATES]
+            )
+        } else if record.state == .answered {
+            _ = try await redis.pipeline([RedisKeys.call(signal.callId), RedisKeys.line(signal.from), RedisKeys.line(signal.to)].map {
+                RedisCommand("PEXPIRE", [$0, Int(settings.answeredTTL.milliseconds)])
+            })
+        }
+        _ = try await deliver(frame, to: signal.to)
+        return .call
+    }
+
+    func end(_ signal: CallEnd, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+        try await verify(signal, entry: entry)
+        let record = try await party(of: signal)
+        let by: Ender = signal.from == record.caller ? .caller : .callee
+        let ended = try await finish(
+            signal.callId, record, by: by, reason: (signal.reason ?? .hangup).rawValue, peerFrame: CallEnded(signal)
+        )
+        return ended ? .call : .ignored
+    }
+
+    // MARK: - After a push
+
+    /// A callee whose call rings hears of it on its next `fetch_pending` (the wake-up
+    /// after a VoIP push): the offer, then the candidates the caller has sent so far.
+    func handOver(to whisperId: String, gateway: String, connId: String) async throws {
+        guard let callId = try await redis.send("GET", RedisKeys.line(whisperId)).string else { return }
+        let replies = try await redis.pipeline([
+            RedisCommand("HMGET", [RedisKeys.call(callId), "state", "callee", "offer"]),
+            RedisCommand("LRANGE", [RedisKeys.callCandidates(callId), 0, -1]),
+        ])
+        guard let fields = replies.first?.array, fields.count == 3, fields[0].string == CallState.ringing.rawValue,
+              fields[1].string == whisperId, let offer = fields[2].bytes else { return }
+        var commands = [offer] + (replies.last?.array ?? []).compactMap(\.bytes)
+        commands = commands.map { GatewayCommand(kind: .deliver, connId: connId, frame: $0).encoded }
+        _ = try await redis.pipeline(
+            commands.map { RedisCommand("PUBLISH", [RedisKeys.gatewayChannel(gateway), $0]) }
+                + [RedisCommand("HSET", [RedisKeys.call(callId), "reached", "1"])]
+        )
+        logger.info("call_handed_over", metadata: ["callId": "\(callId)", "whisperId": "\(whisperId)"])
+    }
+
+    // MARK: - Ring timeout
+
+    /// Ends calls whose ring timeout has passed, until cancelled.
+    func sweep() async {
+        while !Task.isCancelled {
+            do {
+                try await sweepOnce()
+            } catch {
+                if Task.isCancelled { return }
+                logger.warning("call_sweep_failed", metadata: ["error": "\(error)"])
+            }
+            try? await Clock.sleep(for: settings.sweepInterval)
+        }
+    }
+
+    /// Claims the due calls (pushing each one's deadline a lease ahead, so that a router
+    /// dying here leaves it to another) and ends those still ringing.
+    func sweepOnce() async throws {
+        let now = Clock.millisecondsNow()
+        let reply = try await redis.evaluate(
+            Self.claimDueScript, keys: [RedisKeys.ringingCalls],
+            arguments: [now, now &+ Int64(settings.sweepLease.milliseconds), 100]
+        )
+        for callId in (reply.array ?? []).compactMap(\.string) {
+            if let record = try await load(callId), record.state == .ringing {
+                let reason: ServerCallEndReason = record.reached ? .timeout : .unavailable
+                try await finish(callId, record, by: .server, reason: reason.rawValue, onlyIfRinging: true)
+            }
+            _ = try await redis.send("ZREM", RedisKeys.ringingCalls, callId)
+        }
+    }
+
+    // MARK: - Steps
+
+    /// Session identity, timestamp window and signature: the rules of every signaling frame.
+    private func verify<Marker>(_ signal: CallSignal<Marker>, entry: RouterStream.Entry) async throws {
+        guard signal.from == entry.whisperId else { throw WhisperError(.forbidden, "from must be the Whisper ID of this session") }
+        let now = Clock.millisecondsNow()
+        guard Clock.isWithinSkew(signal.timestamp, of: now) else {
+            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
+        }
+        guard let sender = try await identities.lookup(signal.from) else {
+            throw WhisperError(.notRegistered, "the sending identity does not exist")
+        }
+        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
+        let signed = CanonicalSigning.bytes(
+            messageType: Marker.frameType.rawValue, messageId: signal.callId, from: signal.from, toOrGroupId: signal.to,
+            timestamp: signal.timestamp, nonce: signal.nonce, ciphertext: signal.ciphertext
+        )
+        guard let sig = Data(base64Encoded: signal.sig), CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else {
+            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
+        }
+    }
+
+    /// The call, when `from` and `to` are its two parties; anyone else is refused and
+    /// nothing is passed on.
+    private func party<Marker>(of signal: CallSignal<Marker>) async throws -> CallRecord {
+        guard let record = try await load(signal.callId) else { throw WhisperError(.notFound, "no such call") }
+        let parties = [record.caller, record.callee]
+        guard signal.from != signal.to, parties.contains(signal.from), parties.contains(signal.to) else {
+            throw WhisperError(.forbidden, "only the two parties of a call may signal on it")
+        }
+        return record
+    }
+
+    enum Opened: Equatable {
+        case opened
+        case existing(CallState)
+        case conflict
+    }
+
+    private func open(_ signal: CallInitiate, offer: [UInt8], callerSocket: String) async throws -> Opened {
+        let ttl = settings.ringTimeout + .seconds(60)
+        let reply = try await redis.evaluate(
+            Self.openScript, keys: [RedisKeys.call(signal.callId)],
+            arguments: [
+                signal.from, signal.to, signal.media?.rawValue ?? "", offer, Clock.millisecondsNow(), Int(ttl.milliseconds), callerSocket,
+            ]
+        )
+        guard let parts = reply.array, let outcome = parts.first?.string else { throw RedisError.unexpectedReply("call open") }
+        switch outcome {
+        case "opened": return .opened
+        case "conflict": return .conflict
+        default: return .existing(parts.dropFirst().first?.string.flatMap(CallState.init(rawValue:)) ?? .ended)
+        }
+    }
+
+    enum Party { case caller, callee }
+
+    enum LineClaim: Equatable {
+        case claimed
+        /// The callee is in another live call.
+        case held(String)
+    }
+
+    /// Puts the call on `whisperId`'s line. A line held by a call that is over (or whose
+    /// socket has left it) is taken over; a live one makes a callee busy, and is ended
+    /// (`replaced`) for a caller starting a new call.
+    private func claimLine(of whisperId: String, for callId: String, party: Party) async throws -> LineClaim {
+        let ttl = Int((settings.ringTimeout + .seconds(60)).milliseconds)
+        var replacing = ""
+        for _ in 0..<3 {
+            let reply = try await redis.evaluate(Self.claimLineScript, keys: [RedisKeys.line(whisperId)], arguments: [callId, ttl, replacing])
+            guard let held = reply.string, !held.isEmpty else { return .claimed }
+            if let other = try await load(held), try await isLive(other, for: whisperId) {
+                if party == .callee { return .held(held) }
+                try await finish(held, other, by: .server, reason: ServerCallEndReason.replaced.rawValue)
+            }
+            replacing = held
+        }
+        throw WhisperError(.internalError, "the line kept changing; try again")
+    }
+
+    /// A ringing call is live; an answered one while the party's socket that took part
+    /// in it is still their live socket (an app that died mid-call leaves no busy line).
+    private func isLive(_ record: CallRecord, for whisperId: String) async throws -> Bool {
+        switch record.state {
+        case .ended: return false
+        case .ringing: return true
+        case .answered:
+            let socket = whisperId == record.caller ? record.callerSocket : record.calleeSocket
+            guard let socket else { return false }
+            let live = try await PresenceStore(redis: redis).lookup(whisperId)
+            return live.map { "\($0.gateway) \($0.connId)" } == socket
+        }
+    }
+
+    enum Ender: String { case caller, callee, server }
+
+    /// Ends a ringing or answered call once: the state, the lines, the ring deadline,
+    /// then both parties are told (the other party with the peer's own frame, or both
+    /// with the server's). A callee who never answered finds it stored as a missed call
+    /// if not on line. False when the call was already over.
+    @discardableResult
+    private func finish(
+        _ callId: String, _ record: CallRecord, by ender: Ender, reason: String, peerFrame: CallEnded? = nil,
+        replyingTo entry: RouterStream.Entry? = nil, onlyIfRinging: Bool = false
+    ) async throws -> Bool {
+        let now = Clock.millisecondsNow()
+        let reply = try await redis.evaluate(
+            Self.transitionScript, keys: [RedisKeys.call(callId)],
+            arguments: [onlyIfRinging ? "expire" : "end", now, ender.rawValue, reason, Int(settings.endedTTL.milliseconds), ""]
+        )
+        let previous: CallState
+        switch Transition(reply) {
+        case .missing, .ended, .unchanged:
+            return false
+        case .done(let state, _, _):
+            previous = state
+        }
+        for party in [record.caller, record.callee] {
+            _ = try await redis.evaluate(RedisScript.deleteIfEquals, keys: [RedisKeys.line(party)], arguments: [callId])
+        }
+        _ = try await redis.pipeline([
+            RedisCommand("ZREM", [RedisKeys.ringingCalls, callId]),
+            RedisCommand("DEL", [RedisKeys.callCandidates(callId)]),
+        ])
+        // Each party is told once; a party who did not end it hears why.
+        var notices: [(to: String, frame: CallEnded)] = []
+        if let peerFrame {
+            notices.append((peerFrame.to, peerFrame))
+        } else if ender == .server, let reasonValue = ServerCallEndReason(rawValue: reason) {
+            for (party, peer) in [(record.caller, record.callee), (record.callee, record.caller)] {
+                notices.append((party, CallEnded(callId: callId, peer: peer, party: party, reason: reasonValue, at: now)))
+            }
+        }
+        for (party, frame) in notices {
+            if party == record.caller, let entry {
+                // The caller's own call_initiate gets its answer (busy) on its socket.
+                try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: ServerFrameCodec.encode(frame, requestId: entry.requestId))
+                    .publish(to: entry.gateway, on: redis)
+            } else if party == record.callee, previous == .ringing {
+                // A missed call: stored, and handed over now if the callee is on line.
+                try await frames.keep(ServerFrameCodec.encode(frame), for: party, handingTo: try await PresenceStore(redis: redis).lookup(party))
+            } else {
+                _ = try await deliver(ServerFrameCodec.encode(frame), to: party)
+            }
+        }
+        if previous == .ringing {
+            metrics.setup(CallMetrics.outcome(endedBy: ender, reason: reason))
+        }
+        logger.info("call_ended", metadata: ["callId": "\(callId)", "by": "\(ender.rawValue)", "reason": "\(reason)", "was": "\(previous.rawValue)"])
+        return true
+    }
+
+    /// Writes `frame` to the identity's live socket; the socket it went to, or nil when
+    /// the identity has none (or its gateway is gone).
+    @discardableResult
+    private func deliver(_ frame: [UInt8], to whisperId: String) async throws -> String? {
+        let reply = try await redis.evaluate(Self.deliverScript, keys: [RedisKeys.presence(whisperId)], arguments: [frame])
+        guard let parts = reply.array, parts.count == 2, (parts[0].int ?? 0) > 0 else { return nil }
+        return parts[1].string
+    }
+
+    private func load(_ callId: String) async throws -> CallRecord? {
+        let reply = try await redis.send(RedisCommand("HMGET", [
+            RedisKeys.call(callId), "caller", "callee", "state", "reached", "callerSocket", "calleeSocket",
+        ]))
+        guard let fields = reply.array, fields.count == 6, let caller = fields[0].string, let callee = fields[1].string,
+              let state = fields[2].string.flatMap(CallState.init(rawValue:)) else { return nil }
+        return CallRecord(
+            caller: caller, callee: callee, state: state, reached: fields[3].string == "1",
+            callerSocket: fields[4].string, calleeSocket: fields[5].string
+        )
+    }
+
+    // MARK: - Scripts
+
+    /// KEYS: call. ARGV: caller, callee, media, offer frame, now, ttl ms, caller socket.
+    /// Returns {'opened'}, {'existing', state} (the same parties) or {'conflict'}.
+    static let openScript = RedisScript("""
+        local found = redis.call('HMGET', KEYS[1], 'caller', 'callee', 'state')
+        if found[3] then
+            if found[1] ~= ARGV[1] or found[2] ~= ARGV[2] then return {'conflict'} end
+            return {'existing', found[3]}
+        end
+        redis.call('HSET', KEYS[1], 'caller', ARGV[1], 'callee', ARGV[2], 'state', 'ringing', 'media', ARGV[3],
+            'offer', ARGV[4], 'created', ARGV[5], 'callerSocket', ARGV[7])
+        redis.call('PEXPIRE', KEYS[1], ARGV[6])
+        return {'opened'}
+        """)
+
+    /// KEYS: line. ARGV: callId, ttl ms, a callId that may be replaced (or '').
+    /// Returns '' when the line is now the call's, else the callId holding it.
+    static let claimLineScript = RedisScript("""
+        local held = redis.call('GET', KEYS[1])
+        if held and held ~= ARGV[1] and held ~= ARGV[3] then return held end
+        redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+        return ''
+        """)
+
+    /// KEYS: call. ARGV: action (`answer`, `end`, or `expire`: end only while ringing),
+    /// now, by, reason, ttl ms, socket (answer). Returns {'missing'}, {'ended'},
+    /// {'unchanged'} or {'done', previous state, created, reached}.
+    static let transitionScript = RedisScript("""
+        local state = redis.call('HGET', KEYS[1], 'state')
+        if not state then return {'missing'} end
+        if state == 'ended' then return {'ended'} end
+        local action = ARGV[1]
+        if (action == 'answer' or action == 'expire') and state ~= 'ringing' then return {'unchanged'} end
+        local created = redis.call('HGET', KEYS[1], 'created') or '0'
+        local reached = redis.call('HGET', KEYS[1], 'reached') or '0'
+        if action == 'answer' then
+            redis.call('HSET', KEYS[1], 'state', 'answered', 'answered', ARGV[2], 'calleeSocket', ARGV[6])
+        else
+            redis.call('HSET', KEYS[1], 'state', 'ended', 'ended', ARGV[2], 'by', ARGV[3], 'reason', ARGV[4])
+            redis.call('HDEL', KEYS[1], 'offer')
+        end
+        redis.call('PEXPIRE', KEYS[1], ARGV[5])
+        return {'done', state, created, reached}
+        """)
+
+    /// KEYS: the call's candidate list, the call. ARGV: frame, cap.
+    static let bufferScript = RedisScript("""
+        redis.call('RPUSH', KEYS[1], ARGV[1])
+        redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+        local ttl = redis.call('PTTL', KEYS[2])
+        if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('DEL', KEYS[1]) end
+        return 1
+        """)
+
+    /// KEYS: presence. ARGV: frame. Publishes the frame to the identity's live socket as
+    /// a `GatewayCommand` of kind `deliver`; returns {receivers, '<gateway> <connId>'}.
+    static let deliverScript = RedisScript("""
+        local live = redis.call('GET', KEYS[1])
+        if not live then return {0, ''} end
+        local space = string.find(live, ' ', 1, true)
+        if not space then return {0, ''} end
+        local gateway = string.sub(live, 1, space - 1)
+        local conn = string.sub(live, space + 1)
+        return {redis.call('PUBLISH', 'gateway:' .. gateway, 'deliver\\n' .. conn .. '\\n\\n\\n' .. ARGV[1]), live}
+        """)
+
+    /// KEYS: ringing calls. ARGV: now, lease deadline, limit. Returns the due callIds,
+    /// each pushed to the lease deadline.
+    static let claimDueScript = RedisScript("""
+        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+        for _, callId in ipairs(due) do redis.call('ZADD', KEYS[1], 'XX', ARGV[2], callId) end
+        return due
+        """)
+}
+
+enum CallState: String, Sendable {
+    case ringing, answered, ended
+}
+
+struct CallRecord: Sendable {
+    var caller: String
+    var callee: String
+    var state: CallState
+    var reached = false
+    var callerSocket: String?
+    var calleeSocket: String?
+}
+
+/// What the transition script answered.
+enum Transition {
+    case missing, ended, unchanged
+    case done(previous: CallState, created: Int64, reached: Bool)
+
+    init(_ reply: RESPValue) {
+        let parts = reply.array ?? []
+        switch parts.first?.string {
+        case "done":
+            self = .done(
+                previous: parts.count > 1 ? parts[1].string.flatMap(CallState.init(rawValue:)) ?? .ringing : .ringing,
+                created: parts.count > 2 ? parts[2].string.flatMap { Int64($0) } ?? 0 : 0,
+                reached: parts.count > 3 && parts[3].string == "1"
+            )
+        case "ended": self = .ended
+        case "unchanged": self = .unchanged
+        default: self = .missing
+        }
+    }
+}
+
+/// Call metrics: setups by outcome, time to ring, time to answer.
+struct CallMetrics: Sendable {
+    enum Outcome: String, CaseIterable {
+        case answered, rejected, cancelled, busy, timeout, unavailable, failed
+    }
+
+    let outcomes: [Outcome: Counter]
+    let ringing: DurationHistogram
+    let answering: DurationHistogram
+
+    init(metrics: ServiceMetrics) {
+        outcomes = Dictionary(uniqueKeysWithValues: Outcome.allCases.map { outcome in
+            (outcome, metrics.counter("call_setups", help: "Calls by how their setup ended.", labels: [("outcome", outcome.rawValue)]))
+        })
+        ringing = metrics.histogram("call_time_to_ring", help: "From a call_initiate reaching its gateway to call_ringing going to the caller.")
+        answering = metrics.histogram(
+            "call_time_to_answer", help: "From a call starting to ring to its answer.",
+            buckets: [1, 2, 3, 5, 8, 13, 20, 30, 45, 60].map { .seconds($0) }
+        )
+    }
+
+    func setup(_ outcome: Outcome) {
+        outcomes[outcome]?.increment()
+    }
+
+    func rang(afterMs milliseconds: Int64) {
+        ringing.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: max(0, milliseconds)))
+    }
+
+    func answered(afterMs milliseconds: Int64) {
+        answering.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: max(0, milliseconds)))
+    }
+
+    /// How a call that ended before it was answered counts.
+    static func outcome(endedBy ender: CallDesk.Ender, reason: String) -> Outcome {
+        switch (ender, reason) {
+        case (.server, "timeout"): .timeout
+        case (.server, "unavailable"): .unavailable
+        case (_, "busy"): .busy
+        case (_, "failed"): .failed
+        case (.callee, _): .rejected
+        default: .cancelled
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+
+/// The internal frame endpoints services offer the gateway: `POST /internal/v1/frames/<type>`
+/// with an `InternalFrameRequest`, guarded by the shared internal token (compared in
+/// constant time). The answer is always 200 with the complete server frame to write
+/// back; a `WhisperError` becomes an `error` frame with its code, anything else
+/// `INTERNAL_ERROR` (logged, without the payload).
+public struct InternalFrameEndpoints: Sendable {
+    let internalToken: [UInt8]
+    let metrics: ServiceMetrics
+    let logger: Logger
+
+    public init(internalToken: String, metrics: ServiceMetrics, logger: Logger) {
+        self.internalToken = Array(internalToken.utf8)
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public func register<P: ClientPayload, R: ServerPayload>(
+        _ type: P.Type, on router: Router<BasicRequestContext>,
+        _ handle: @escaping @Sendable (P, ConnectionContext) async throws -> R
+    ) {
+        let expected = internalToken
+        let metrics = metrics
+        let logger = logger
+        router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, _ -> Response in
+            let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
+            guard !expected.isEmpty, Sodium.constantTimeEqual(presented, expected) else {
+                throw WhisperHTTPError(.authFailed, "internal endpoint")
+            }
+            let body = try await request.body.collect(upTo: Limits.MAX_WS_FRAME_BYTES * 2)
+            let forwarded: InternalFrameRequest<P>
+            do {
+                forwarded = try JSONDecoder().decode(InternalFrameRequest<P>.self, from: Data(buffer: body))
+                try forwarded.payload.validate()
+            } catch {
+                throw WhisperHTTPError(.invalidPayload, "malformed internal request")
+            }
+            let bytes: [UInt8]
+            do {
+                bytes = ServerFrameCodec.encode(try await handle(forwarded.payload, forwarded.context), requestId: forwarded.requestId)
+            } catch let error as WhisperError {
+                metrics.recordError(error.code)
+                bytes = ServerFrameCodec.encodeError(error.code, error.message, requestId: forwarded.requestId)
+            } catch {
+                metrics.recordError(.internalError)
+                logger.error("frame_failed", metadata: ["type": "\(P.frameType.rawValue)", "error": "\(error)", "connId": "\(forwarded.context.connId)"])
+                bytes = ServerFrameCodec.encodeError(.internalError, "the server failed; try again", requestId: forwarded.requestId)
+            }
+            var headers = HTTPFields()
+            headers[.contentType] = "application/json"
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+        }
+    }
+}
+
+extension SessionStore {
+    /// The session behind `Authorization: Bearer <sessionToken>`, or 401 `NOT_REGISTERED`.
+    public func authenticate(_ request: Request) async throws -> SessionRecord {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
+              let record = try await lookup(String(header.dropFirst("Bearer ".count))) else {
+            throw WhisperHTTPError(.notRegistered, "a valid session token is required", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        return record
+    }
+}
