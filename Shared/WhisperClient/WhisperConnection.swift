@@ -310,7 +310,7 @@ public actor WhisperConnection {
         self.sessionToken = sessionToken
     }
 
-    private func token() throws -> String {
+    func token() throws -> String {
         guard let sessionToken else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
         return sessionToken
     }

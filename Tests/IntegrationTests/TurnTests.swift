@@ -1,0 +1,153 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import Testing
+import TurnCredService
+import WhisperClient
+import WhisperShared
+
+/// TURN credentials from turn-cred, proven against a real coturn with coturn's own
+/// client (`turnutils_uclient`).
+@Suite struct TurnTests {
+    static let secret = "turn-secret-first-0123456789"
+    static let newSecret = "turn-secret-second-0123456789"
+
+    /// A messaging stack whose gateways forward `get_turn_credentials` to a turn-cred
+    /// with `secrets`.
+    static func start(secrets: [String], perIdentity: RateLimitRule? = nil) async throws -> (MessagingStack, RunningService, TurnCredSettings) {
+        let internalPort = try TestServers.freePort()
+        let stack = try await MessagingStack.start(routers: 1, gateway: { $0.turnCredURL = "http://127.0.0.1:\(internalPort)" })
+        let service = try await startTurnCred(on: stack, secrets: secrets, internalPort: internalPort, perIdentity: perIdentity)
+        return (stack, service.0, service.1)
+    }
+
+    static func startTurnCred(
+        on stack: MessagingStack, secrets: [String], internalPort: Int? = nil, perIdentity: RateLimitRule? = nil
+    ) async throws -> (RunningService, TurnCredSettings) {
+        var settings = TestServers.turnCredSettings(
+            common: TestServers.common(service: "turn-cred", postgres: stack.database, redis: stack.redis), secrets: secrets
+        )
+        if let internalPort { settings.internalHTTP.port = internalPort }
+        if let perIdentity { settings.perIdentity = perIdentity }
+        let final = settings
+        let service = try await RunningService.start { running in
+            buildTurnCred(settings: final, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        return (service, final)
+    }
+
+    static func fetch(from service: RunningService, token: String?) async throws -> (status: Int, body: [UInt8]) {
+        var request = HTTPClientRequest(url: "\(service.baseURL)/v1/turn/credentials")
+        request.method = .POST
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        return (Int(response.status.code), Array(body.readableBytesView))
+    }
+
+    @Test func credentialsFromTurnCredAllocateARelayAndForgedOrExpiredOnesDoNot() async throws {
+        let (stack, turnCred, settings) = try await Self.start(secrets: [Self.secret])
+        let coturn = try CoturnProcess(secrets: [Self.secret])
+        let alice = try await stack.user(on: 0)
+
+        // Over the WebSocket, through the gateway.
+        let before = Clock.millisecondsNow() / 1000
+        let credentials = try await alice.connection.turnCredentials()
+        let parts = credentials.username.split(separator: ":", maxSplits: 1)
+        #expect(parts.count == 2 && String(parts[1]) == alice.whisperId)
+        let expiry = try #require(parts.first.flatMap { Int64($0) })
+        #expect(expiry >= before + 3_600 && expiry <= Clock.millisecondsNow() / 1000 + 3_600)
+        #expect(credentials.expiresAt == expiry * 1000)
+        #expect(credentials.ttlSeconds == 3_600)
+        #expect(credentials.urls == settings.urls)
+        #expect(try coturn.allocates(username: credentials.username, credential: credentials.credential))
+
+        // Tampered: another password, or the password moved to another identity's name.
+        var forged = Array(credentials.credential)
+        forged[0] = forged[0] == "A" ? "B" : "A"
+        #expect(try !coturn.allocates(username: credentials.username, credential: String(forged)))
+        #expect(try !coturn.allocates(username: "\(expiry):WSP-ZZZZ-ZZZZ-ZZZZ", credential: credentials.credential))
+        // A later expiry with the old password (stretching a credential's life).
+        #expect(try !coturn.allocates(username: "\(expiry + 86_400):\(alice.whisperId)", credential: credentials.credential))
+
+        // Expired: signed with the right secret, but its time has passed.
+        let expired = TurnCredentialMint(secret: Self.secret, urls: settings.urls, ttl: .seconds(60))
+            .credentials(for: alice.whisperId, now: Clock.millisecondsNow() - 120_000)
+        #expect(try !coturn.allocates(username: expired.username, credential: expired.credential))
+
+        // Over HTTP with the session token; refused without one.
+        let reply = try await Self.fetch(from: turnCred, token: alice.token)
+        #expect(reply.status == 200)
+        let fromHTTP = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(reply.body))
+        #expect(fromHTTP.username.hasSuffix(":\(alice.whisperId)"))
+        #expect(try coturn.allocates(username: fromHTTP.username, credential: fromHTTP.credential))
+        let anonymous = try await Self.fetch(from: turnCred, token: nil)
+        #expect(anonymous.status == 401)
+        #expect(String(decoding: anonymous.body, as: UTF8.self).contains("NOT_REGISTERED"))
+        let bogus = try await Self.fetch(from: turnCred, token: "not-a-session-token")
+        #expect(bogus.status == 401)
+
+        try await turnCred.stop()
+        try await stack.stop()
+    }
+
+    /// A rotation: coturn lists the new secret and the old one, turn-cred signs with the
+    /// new one first. Credentials of both work while the old secret is listed; once it
+    /// is dropped, only the new ones do.
+    @Test func rotatedSecretsKeepEarlierCredentialsWorkingWhileListed() async throws {
+        let (stack, before, _) = try await Self.start(secrets: [Self.secret])
+        let (after, _) = try await Self.startTurnCred(on: stack, secrets: [Self.newSecret, Self.secret])
+        let alice = try await stack.user(on: 0)
+
+        let old = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: before, token: alice.token).body))
+        let new = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: after, token: alice.token).body))
+        #expect(old.credential == TurnCredentialMint.password(for: old.username, secret: Self.secret))
+        #expect(new.credential == TurnCredentialMint.password(for: new.username, secret: Self.newSecret))
+
+        let during = try CoturnProcess(secrets: [Self.newSecret, Self.secret])
+        #expect(try during.allocates(username: old.username, credential: old.credential))
+        #expect(try during.allocates(username: new.username, credential: new.credential))
+
+        let finished = try CoturnProcess(secrets: [Self.newSecret])
+        #expect(try finished.allocates(username: new.username, credential: new.credential))
+        #expect(try !finished.allocates(username: old.username, credential: old.credential))
+
+        try await after.stop()
+        try await before.stop()
+        try await stack.stop()
+    }
+
+    @Test func credentialsAreRateLimitedPerIdentityOverBothPaths() async throws {
+        let (stack, turnCred, _) = try await Self.start(secrets: [Self.secret], perIdentity: RateLimitRule(capacity: 2, period: .seconds(3_600)))
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await alice.connection.turnCredentials()
+        #expect(try await Self.fetch(from: turnCred, token: alice.token).status == 200)
+        // The third, either way, is refused; another identity is not affected.
+        do {
+            _ = try await alice.connection.turnCredentials()
+            Issue.record("a third credential within the hour was issued")
+        } catch WhisperClientError.refused(let code, _) {
+            #expect(code == .rateLimited)
+        }
+        let limited = try await Self.fetch(from: turnCred, token: alice.token)
+        #expect(limited.status == 429)
+        #expect(String(decoding: limited.body, as: UTF8.self).contains("RATE_LIMITED"))
+        _ = try await bob.connection.turnCredentials()
+
+        try await turnCred.stop()
+        try await stack.stop()
+    }
+
+    @Test func mintFollowsTheRestSchemeExactly() {
+        // username `<expiry>:<whisperId>`, password base64(HMAC-SHA1(secret, username)).
+        let mint = TurnCredentialMint(secret: "secret-for-a-fixed-vector", urls: ["turn:127.0.0.1:3478"], ttl: .seconds(86_400))
+        let made = mint.credentials(for: "WSP-AB3D-EF4G-HJKE", now: 1_767_268_800_000)
+        #expect(made.username == "1767355200:WSP-AB3D-EF4G-HJKE")
+        #expect(made.expiresAt == 1_767_355_200_000)
+        #expect(made.ttlSeconds == 86_400)
+        // Computed apart from this code (Python's hmac module).
+        #expect(made.credential == "Iis8bE1xiR1SI8uW2eDUpNlzb5g=")
+    }
+}
