@@ -20,6 +20,7 @@ ensure_packages() {
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [ -n "$(pg_bindir 2>/dev/null)" ] || missing+=(postgresql)
+    command -v turnserver >/dev/null 2>&1 || missing+=(coturn)
     if [ "${WHISPER_NEED_PROMTOOL:-0}" = 1 ]; then
         command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     fi
@@ -115,6 +116,36 @@ start_redis() {
 stop_redis() {
     local port="$2"
     redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+}
+
+# start_coturn NAME PORT SECRET: coturn on loopback in .data/NAME, in the REST-API mode
+# turn-cred serves (use-auth-secret), relaying on 127.0.0.1 only.
+start_coturn() {
+    local name="$1" port="$2" secret="$3" dir
+    dir="$DATA/$name"
+    mkdir -p "$dir"
+    if [ -f "$dir/turn.pid" ] && kill -0 "$(cat "$dir/turn.pid")" 2>/dev/null; then
+        return 0
+    fi
+    turnserver -o -n --listening-ip=127.0.0.1 --relay-ip=127.0.0.1 --listening-port="$port" \
+        --min-port="${WHISPER_TURN_MIN_PORT:-49160}" --max-port="${WHISPER_TURN_MAX_PORT:-49260}" \
+        --use-auth-secret --static-auth-secret="$secret" --realm=whisper.local \
+        --no-tls --no-dtls --no-cli --allow-loopback-peers \
+        --log-file="$dir/turn.log" --simple-log --pidfile="$dir/turn.pid" >/dev/null 2>&1 \
+        || die "coturn did not start (see $dir/turn.log)"
+    local i
+    for i in $(seq 1 50); do
+        [ -s "$dir/turn.pid" ] && (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "coturn did not start on port $port (see $dir/turn.log)"
+}
+
+stop_coturn() {
+    local dir="$DATA/$1"
+    [ -f "$dir/turn.pid" ] || return 0
+    kill -TERM "$(cat "$dir/turn.pid")" 2>/dev/null || true
+    rm -f "$dir/turn.pid"
 }
 
 SERVICES=(gateway auth router push-sender attachment-signer turn-cred admin gc-worker)
