@@ -228,4 +228,45 @@ import WhisperShared
         #expect(refused.first?.code == .forbidden)
         try await stack.stop()
     }
+
+    /// The callee declining (`rejected`), and a caller who starts another call while the
+    /// first still rings: the first ends `replaced` for both of its parties.
+    @Test func declinedAndReplacedCallsEndForBothParties() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let carol = try await stack.user(on: 1)
+
+        let declined = RandomID.uuid()
+        _ = try await alice.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: declined, from: alice, to: bob))
+        _ = try await bob.events(.callIncoming)
+        try await bob.connection.signal(Self.signal(CallEnd.self, "", callId: declined, from: bob, to: alice, reason: .declined))
+        let refusal = try #require(try await alice.events(.callEnded).first?.payload(as: CallEnded.self))
+        #expect(refusal.origin == .peer && refusal.reason == "declined" && refusal.callId == declined)
+
+        let first = RandomID.uuid()
+        _ = try await alice.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: first, from: alice, to: bob))
+        let second = RandomID.uuid()
+        let start = try await alice.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: second, from: alice, to: carol))
+        guard case .ringing = start else { Issue.record("not ringing: \(start)"); return }
+        let atBob = try await bob.events(.callEnded).compactMap { $0.payload(as: CallEnded.self) }.filter { $0.callId == first }
+        #expect(atBob.first?.reason == "replaced" && atBob.first?.origin == .server)
+        let atAlice = try await alice.events(.callEnded, count: 2).compactMap { $0.payload(as: CallEnded.self) }.filter { $0.callId == first }
+        #expect(atAlice.first?.reason == "replaced")
+        _ = try await carol.events(.callIncoming)
+        #expect(try await Self.callState(stack, first) == "ended")
+        #expect(try await Self.callState(stack, second) == "ringing")
+
+        // A signal past the size bound is refused at the gateway.
+        let big = Self.signal(CallIceCandidate.self, String(repeating: "c", count: Limits.MAX_CALL_SIGNAL_BYTES + 1), callId: second, from: alice, to: carol)
+        try await alice.connection.signal(big)
+        let refused = try await alice.events(.error).compactMap { $0.payload(as: ErrorPayload.self) }
+        #expect(refused.first?.code == .invalidPayload)
+        #expect(await carol.events.all(.callRemoteCandidate).isEmpty)
+
+        let metrics = try await stack.metricsText(of: stack.routers)
+        #expect(metrics.contains(#"whisper_call_setups_total{outcome="rejected"} 1"#))
+        #expect(metrics.contains(#"whisper_call_setups_total{outcome="cancelled"} 1"#))
+        try await stack.stop()
+    }
 }

@@ -172,6 +172,9 @@ struct CallDesk: Sendable {
         while !Task.isCancelled {
             do {
                 try await sweepOnce()
+            } catch RedisError.unavailable {
+                // Starting, stopping, or an outage the Redis client reports itself: the
+                // next sweep finds the same due calls.
             } catch {
                 if Task.isCancelled { return }
                 logger.warning("call_sweep_failed", metadata: ["error": "\(error)"])

@@ -274,8 +274,11 @@ struct MessageRouter: Sendable {
         // Charged at the gateway, per identity and per address, as the entry was added.
         // Receipts that waited for this sender go first (each settled once written).
         try await receipts.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
-        // A call ringing for this identity (the fetch that follows a VoIP push).
-        try await calls.handOver(to: entry.whisperId, gateway: entry.gateway, connId: entry.connId)
+        // A call ringing for this identity (the fetch that follows a VoIP push), once
+        // per walk through the queue.
+        if request.cursor == nil {
+            try await calls.handOver(to: entry.whisperId, gateway: entry.gateway, connId: entry.connId)
+        }
         let limit = min(request.limit ?? Limits.FETCH_PENDING_LIMIT_DEFAULT, Limits.FETCH_PENDING_LIMIT_MAX)
         let page = try await pending.page(recipient: entry.whisperId, after: request.cursor, limit: limit)
         var payload = Array(#"{"messages":["#.utf8)
