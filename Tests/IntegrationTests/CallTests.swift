@@ -32,9 +32,12 @@ import WhisperShared
         let bob = try await stack.user(on: 1)
         let callId = RandomID.uuid()
 
-        let start = try await alice.connection.startCall(Self.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .video))
+        let offer = Self.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .video)
+        let start = try await alice.connection.startCall(offer)
         guard case .ringing(let ringing) = start else { Issue.record("not ringing: \(start)"); return }
         #expect(ringing.callId == callId && ringing.to == bob.whisperId && ringing.via == .socket)
+        // Sent again (a lost answer): ringing again, still one call.
+        guard case .ringing = try await alice.connection.startCall(offer) else { Issue.record("a repeat did not ring"); return }
 
         let incoming = try #require(try await bob.events(.callIncoming).first)
         #expect(try Self.opened(incoming, as: CallIncoming.self, signedAs: .callInitiate, by: bob, from: alice) == "offer-sdp")
@@ -58,6 +61,7 @@ import WhisperShared
         #expect(ended.origin == .peer && ended.reason == "hangup" && ended.from == alice.whisperId)
         #expect(try CallCrypto.open(ended, by: (bob.whisperId, bob.keys), peer: alice.peerKeys) == [])
         #expect(try await Self.callState(stack, callId) == "ended")
+        await #expect(throws: WhisperClientError.refused(.notFound, "the call has ended")) { _ = try await alice.connection.startCall(offer) }
         let lines = try await stack.withRedis { try await $0.send("EXISTS", RedisKeys.line(alice.whisperId), RedisKeys.line(bob.whisperId)).int }
         #expect(lines == 0)
         let metrics = try await stack.metricsText(of: stack.routers)

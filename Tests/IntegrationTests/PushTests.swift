@@ -246,8 +246,8 @@ struct PushTests {
         await providers.stop()
     }
 
-    /// Call jobs (from call signaling, a later issue) go to the VoIP token and topic at
-    /// once, each one: never coalesced.
+    /// Calls to an offline callee (real `call_initiate`s) wake it through the VoIP token
+    /// and topic at once, each one: never coalesced.
     @Test func callsGoToTheVoIPTokenAndAreNeverCoalesced() async throws {
         let providers = try await Providers()
         let stack = try await MessagingStack.start()
@@ -256,10 +256,18 @@ struct PushTests {
         let bob = try await stack.user(on: 1, platform: .ios, pushToken: Self.apnsToken, voipToken: voipToken)
         await bob.connection.close()
         try await stack.waitUntilOffline(bob)
+        let alice = try await stack.user(on: 0)
+        let carol = try await stack.user(on: 0)
         let calls = [RandomID.uuid(), RandomID.uuid()]
-        try await stack.withRedis { redis in
-            for call in calls {
-                try await redis.send(PushStream.job(to: bob.whisperId, kind: .call, id: call, at: Clock.millisecondsNow()))
+        // One after the other: the first is cancelled before the second rings (a callee
+        // has one line; a second call while the first rings would be busy).
+        for (caller, call) in zip([alice, carol], calls) {
+            let start = try await caller.connection.startCall(CallTests.signal(CallInitiate.self, "offer", callId: call, from: caller, to: bob))
+            guard case .ringing(let ringing) = start else { Issue.record("not ringing: \(start)"); continue }
+            #expect(ringing.via == .push)
+            try await caller.connection.signal(CallTests.signal(CallEnd.self, "", callId: call, from: caller, to: bob, reason: .hangup))
+            try await stack.withRedis { redis in
+                try await waitUntil { try await redis.send("EXISTS", RedisKeys.line(bob.whisperId)).int == 0 }
             }
         }
         try await waitUntil { providers.apnsPushes.count == 2 }

@@ -53,9 +53,11 @@ struct CallDesk: Sendable {
         switch try await open(signal, offer: offer, callerSocket: socket) {
         case .conflict:
             throw WhisperError(.invalidPayload, "callId is already used by another call")
-        case .existing(let state) where state != .ringing:
+        case .existing(.answered):
             // A repeat of a call that has moved on: nothing to do again.
-            return .ignored
+            throw WhisperError(.invalidPayload, "the call is already answered")
+        case .existing(.ended):
+            throw WhisperError(.notFound, "the call has ended")
         case .existing, .opened:
             break
         }
