@@ -16,14 +16,19 @@ let services: [(executable: String, library: String, folder: String, extra: [Tar
         .product(name: "JWTKit", package: "jwt-kit"),
         .product(name: "NIOSSL", package: "swift-nio-ssl"),
     ]),
-    ("attachment-signer", "AttachmentSignerService", "attachment-signer", []),
+    ("attachment-signer", "AttachmentSignerService", "attachment-signer", [
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+    ]),
     ("turn-cred", "TurnCredService", "turn-cred", []),
     ("admin", "AdminService", "admin", []),
-    ("gc-worker", "GCWorkerService", "gc-worker", []),
+    ("gc-worker", "GCWorkerService", "gc-worker", [
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
+    ]),
 ]
 
 let sharedDependencies: [Target.Dependency] = [
     "CHiredis",
+    .product(name: "AsyncHTTPClient", package: "async-http-client"),
     "CSodium",
     .product(name: "Hummingbird", package: "hummingbird"),
     .product(name: "PostgresNIO", package: "postgres-nio"),

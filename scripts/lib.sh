@@ -29,6 +29,12 @@ ensure_packages() {
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
+    # The local S3-compatible store (moto's server mode, from PyPI).
+    if ! command -v moto_server >/dev/null 2>&1; then
+        log "installing: moto[server] (pip)"
+        python3 -m pip install -q 'moto[server]' >/dev/null || die "pip install moto[server] failed"
+        hash -r
+    fi
 }
 
 # Where Debian keeps the PostgreSQL server binaries (not on PATH).
@@ -146,6 +152,30 @@ stop_coturn() {
     [ -f "$dir/turn.pid" ] || return 0
     kill -TERM "$(cat "$dir/turn.pid")" 2>/dev/null || true
     rm -f "$dir/turn.pid"
+}
+
+# start_s3 NAME PORT BUCKET: moto's S3-compatible server on loopback with the bucket.
+# It keeps objects in memory: they go when it stops (use MinIO or S3 to keep them).
+start_s3() {
+    local name="$1" port="$2" bucket="$3" dir i
+    dir="$DATA/$name"
+    mkdir -p "$dir"
+    if ! { [ -f "$dir/moto.pid" ] && kill -0 "$(cat "$dir/moto.pid")" 2>/dev/null; }; then
+        setsid moto_server -H 127.0.0.1 -p "$port" >>"$dir/moto.log" 2>&1 </dev/null &
+        echo $! >"$dir/moto.pid"
+    fi
+    for i in $(seq 1 100); do
+        curl -fsS -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null && break
+        sleep 0.1
+    done
+    curl -fsS -o /dev/null -X PUT "http://127.0.0.1:$port/$bucket" || die "the S3 store did not start on port $port (see $dir/moto.log)"
+}
+
+stop_s3() {
+    local dir="$DATA/$1"
+    [ -f "$dir/moto.pid" ] || return 0
+    kill -TERM "$(cat "$dir/moto.pid")" 2>/dev/null || true
+    rm -f "$dir/moto.pid"
 }
 
 SERVICES=(gateway auth router push-sender attachment-signer turn-cred admin gc-worker)

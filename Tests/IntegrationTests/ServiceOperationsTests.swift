@@ -20,7 +20,7 @@ import WhisperShared
         ("auth", { buildAuth(settings: AuthSettings(common: $0, internalToken: TestServers.internalToken, internalHTTP: HTTPSettings(host: "127.0.0.1", port: 0)), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("router", { buildRouter(settings: RouterSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("push-sender", { buildPushSender(settings: PushSenderSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
-        ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0, s3: TestServers.s3Settings(port: 9)), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("turn-cred", { buildTurnCred(settings: TestServers.turnCredSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("admin", { buildAdmin(settings: AdminSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("gc-worker", { buildGCWorker(settings: GCWorkerSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),

@@ -146,6 +146,13 @@ public enum Migrations {
         Migration(version: 2, name: "group_epoch", statements: [
             "ALTER TABLE groups ADD COLUMN epoch bigint NOT NULL DEFAULT 1 CHECK (epoch > 0)",
         ]),
+        // An uploaded object is checked against its declaration (size, type) before it is
+        // first handed out: `verified_at` once it matched, `rejected_at` when it did not
+        // (never served; gc-worker deletes it).
+        Migration(version: 3, name: "attachment_checks", statements: [
+            "ALTER TABLE attachments ADD COLUMN verified_at timestamptz",
+            "ALTER TABLE attachments ADD COLUMN rejected_at timestamptz",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -226,6 +226,14 @@ extension TestServers {
         return auth
     }
 
+    /// The object store at a local moto server on `port`, path-style, bucket `whisper-test`.
+    static func s3Settings(port: Int, bucket: String = "whisper-test") -> S3Settings {
+        S3Settings(
+            location: S3Location(endpoint: "http://127.0.0.1:\(port)", region: "us-east-1", bucket: bucket, pathStyle: true),
+            accessKeyId: "testing", secretAccessKey: "testing"
+        )
+    }
+
     static func turnCredSettings(common: CommonSettings, secrets: [String] = ["test-turn-secret-0123456789"], ttl: Duration = .seconds(3_600)) -> TurnCredSettings {
         TurnCredSettings(
             common: common, internalToken: internalToken, secrets: secrets,

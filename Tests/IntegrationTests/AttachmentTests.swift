@@ -1,0 +1,157 @@
+import AsyncHTTPClient
+import AttachmentSignerService
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Presigned uploads and downloads against a real S3-compatible server (moto).
+@Suite struct AttachmentTests {
+    struct Signer {
+        let stack: MessagingStack
+        let moto: MotoProcess
+        let store: S3Client
+        let service: RunningService
+    }
+
+    static func start() async throws -> Signer {
+        let moto = try MotoProcess()
+        let store = try await moto.client()
+        let stack = try await MessagingStack.start(routers: 1)
+        let settings = AttachmentSignerSettings(
+            common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: moto.settings
+        )
+        let service = try await RunningService.start { running in
+            buildAttachmentSigner(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        return Signer(stack: stack, moto: moto, store: store, service: service)
+    }
+
+    static func call(_ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body)))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
+        return (Int(response.status.code), json)
+    }
+
+    static func transfer(_ method: HTTPMethod, _ url: String, body: [UInt8]? = nil, headers: [String: String] = [:]) async throws -> (status: Int, body: [UInt8]) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 64 << 20)
+        return (Int(response.status.code), Array(bytes.readableBytesView))
+    }
+
+    static func presign(_ signer: Signer, _ user: TestUser, contentType: String = "image/jpeg", size: Int, purpose: String = "message_attachment") async throws -> (status: Int, json: [String: Any]) {
+        try await call(.POST, "\(signer.service.baseURL)/attachments/presign", token: user.token, body: [
+            "contentType": contentType, "sizeBytes": size, "purpose": purpose,
+        ])
+    }
+
+    static func download(_ signer: Signer, _ objectKey: String, as user: TestUser) async throws -> (status: Int, json: [String: Any]) {
+        try await call(.GET, "\(signer.service.baseURL)/attachments/\(objectKey)/download", token: user.token)
+    }
+
+    @Test func anUploadThroughThePresignedURLComesBackThroughTheDownloadURL() async throws {
+        let signer = try await Self.start()
+        let alice = try await signer.stack.user(on: 0)
+        let mallory = try await signer.stack.user(on: 1)
+        let blob = Sodium.randomBytes(4_096)
+
+        let presigned = try await Self.presign(signer, alice, size: blob.count)
+        #expect(presigned.status == 200)
+        let uploadURL = try #require(presigned.json["uploadUrl"] as? String)
+        let objectKey = try #require(presigned.json["objectKey"] as? String)
+        let headers = try #require(presigned.json["headers"] as? [String: String])
+        #expect(Format.isObjectKey(objectKey))
+        #expect(headers == ["Content-Length": "4096", "Content-Type": "application/octet-stream"])
+        // The URL signs the length and the type with the host.
+        let query = try #require(URLComponents(string: uploadURL)?.queryItems)
+        #expect(query.first { $0.name == "X-Amz-SignedHeaders" }?.value == "content-length;content-type;host")
+        #expect(query.first { $0.name == "X-Amz-Expires" }?.value == "900")
+
+        // Not uploaded yet: nothing to hand out.
+        #expect(try await Self.download(signer, objectKey, as: alice).status == 404)
+        let put = try await Self.transfer(.PUT, uploadURL, body: blob, headers: headers)
+        #expect(put.status == 200)
+
+        let granted = try await Self.download(signer, objectKey, as: alice)
+        #expect(granted.status == 200)
+        let downloadURL = try #require(granted.json["downloadUrl"] as? String)
+        let fetched = try await Self.transfer(.GET, downloadURL)
+        #expect(fetched.status == 200 && fetched.body == blob)
+
+        // Someone it was never sent to learns nothing.
+        let refused = try await Self.download(signer, objectKey, as: mallory)
+        #expect(refused.status == 404)
+        #expect((refused.json["error"] as? [String: Any])?["code"] as? String == "NOT_FOUND")
+        #expect(try await Self.call(.GET, "\(signer.service.baseURL)/attachments/\(objectKey)/download", token: nil).status == 401)
+        try await signer.service.stop()
+        try await signer.stack.stop()
+    }
+
+    /// moto, like some S3-compatible stores, does not hold uploads to the presigned
+    /// signature: an object of another size is never handed out, and is marked for GC.
+    @Test func anObjectThatDiffersFromItsDeclarationIsNeverServed() async throws {
+        let signer = try await Self.start()
+        let alice = try await signer.stack.user(on: 0)
+        let presigned = try await Self.presign(signer, alice, size: 1_000)
+        let objectKey = try #require(presigned.json["objectKey"] as? String)
+        // Written behind the presigned URL's back, with another length and type.
+        try await signer.store.put(objectKey, body: Sodium.randomBytes(5_000), contentType: "text/html")
+
+        let refused = try await Self.download(signer, objectKey, as: alice)
+        #expect(refused.status == 404)
+        let rejected = try await signer.stack.withPostgres { postgres in
+            try await postgres.query("SELECT rejected_at IS NOT NULL FROM attachments WHERE object_key = \(objectKey)")
+                .decode(Bool.self).first { _ in true }
+        }
+        #expect(rejected == true)
+        // Still refused after a correct upload: a rejected object stays rejected.
+        try await signer.store.put(objectKey, body: Sodium.randomBytes(1_000), contentType: "application/octet-stream")
+        #expect(try await Self.download(signer, objectKey, as: alice).status == 404)
+        try await signer.service.stop()
+        try await signer.stack.stop()
+    }
+
+    @Test func presignRefusesOversizeWrongTypeAndUnknownPurpose() async throws {
+        let signer = try await Self.start()
+        let alice = try await signer.stack.user(on: 0)
+        let cases: [(String, Int, String)] = [
+            ("image/jpeg", Limits.MAX_IMAGE_BYTES + 1, "message_attachment"),
+            ("audio/ogg", Limits.MAX_VOICE_BYTES + 1, "message_attachment"),
+            ("application/pdf", Limits.MAX_FILE_BYTES + 1, "message_attachment"),
+            ("not a type", 10, "message_attachment"),
+            ("image/jpeg", 0, "message_attachment"),
+            ("image/jpeg", 10, "avatar-of-someone-else"),
+        ]
+        for (type, size, purpose) in cases {
+            let reply = try await Self.presign(signer, alice, contentType: type, size: size, purpose: purpose)
+            #expect(reply.status == 400, "\(type) \(size) \(purpose)")
+            #expect((reply.json["error"] as? [String: Any])?["code"] as? String == "INVALID_PAYLOAD")
+        }
+        // Within the limits of each kind.
+        #expect(try await Self.presign(signer, alice, contentType: "audio/ogg", size: Limits.MAX_VOICE_BYTES).status == 200)
+        #expect(try await Self.presign(signer, alice, contentType: "application/pdf", size: Limits.MAX_FILE_BYTES).status == 200)
+        let extra = try await Self.call(.POST, "\(signer.service.baseURL)/attachments/presign", token: alice.token, body: [
+            "contentType": "image/jpeg", "sizeBytes": 10, "purpose": "message_attachment", "bucket": "other",
+        ])
+        #expect(extra.status == 400)
+        let anonymous = try await Self.call(.POST, "\(signer.service.baseURL)/attachments/presign", token: nil, body: [:])
+        #expect(anonymous.status == 401)
+        try await signer.service.stop()
+        try await signer.stack.stop()
+    }
+}
