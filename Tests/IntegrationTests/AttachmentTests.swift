@@ -93,9 +93,30 @@ import WhisperShared
         let fetched = try await Self.transfer(.GET, downloadURL)
         #expect(fetched.status == 200 && fetched.body == blob)
 
+        // Sent to bob in a message: bob may fetch it, and the SDK opens it.
+        let bob = try await signer.stack.user(on: 1)
+        let photo = Array("a photo's bytes".utf8) + Sodium.randomBytes(2_000)
+        let sealed = AttachmentCrypto.seal(photo)
+        let second = try await Self.presign(signer, alice, size: sealed.ciphertext.count)
+        let photoKey = try #require(second.json["objectKey"] as? String)
+        let photoURL = try #require(second.json["uploadUrl"] as? String)
+        #expect(try await Self.transfer(.PUT, photoURL, body: sealed.ciphertext, headers: try #require(second.json["headers"] as? [String: String])).status == 200)
+        #expect(try await Self.download(signer, photoKey, as: bob).status == 404)
+        var message = alice.message("look", to: bob)
+        message.msgType = .image
+        message.attachment = AttachmentCrypto.pointer(to: sealed, objectKey: photoKey, contentType: "image/jpeg", from: alice.keys, to: bob.peerKeys)
+        try await alice.connection.send(message)
+        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        let pointer = try #require(received.attachment)
+        let forBob = try await Self.download(signer, pointer.objectKey, as: bob)
+        #expect(forBob.status == 200)
+        let bobsCopy = try await Self.transfer(.GET, try #require(forBob.json["downloadUrl"] as? String))
+        #expect(try AttachmentCrypto.open(bobsCopy.body, pointer: pointer, recipient: bob.keys, sender: alice.peerKeys) == photo)
+
         // Someone it was never sent to learns nothing.
         let refused = try await Self.download(signer, objectKey, as: mallory)
         #expect(refused.status == 404)
+        #expect(try await Self.download(signer, photoKey, as: mallory).status == 404)
         #expect((refused.json["error"] as? [String: Any])?["code"] as? String == "NOT_FOUND")
         #expect(try await Self.call(.GET, "\(signer.service.baseURL)/attachments/\(objectKey)/download", token: nil).status == 401)
         try await signer.service.stop()

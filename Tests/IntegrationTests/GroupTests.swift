@@ -285,6 +285,7 @@ struct GroupCacheTests {
                         settings: .init(ringTimeout: .seconds(45), answeredTTL: .seconds(3_600), sweepInterval: .seconds(1)),
                         metrics: CallMetrics(metrics: metrics), logger: TestServers.logger
                     ),
+                    attachments: AttachmentRecipients(postgres: postgres),
                     settings: settings, metrics: RouterMetrics(metrics: metrics), logger: TestServers.logger
                 )
                 // This router learns the group while `leaves` is a member.

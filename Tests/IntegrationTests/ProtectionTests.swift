@@ -62,13 +62,21 @@ import WhisperShared
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        func message(_ type: MessageType, size: Int64?) -> SendMessage {
+        // Each pointer names an upload of alice's of that size (as attachment-signer records it).
+        func message(_ type: MessageType, size: Int64?) async throws -> SendMessage {
             var message = alice.message("pointer", to: bob)
             message.msgType = type
-            message.attachment = size.map {
-                AttachmentPointer(
-                    objectKey: "att/2026/11/\(UUID().uuidString.lowercased()).bin", contentType: "application/octet-stream",
-                    ciphertextSize: $0, fileNonce: Data(count: 24).base64EncodedString(),
+            if let size {
+                let objectKey = "att/2026/11/\(UUID().uuidString.lowercased()).bin"
+                try await stack.withPostgres { postgres in
+                    try await postgres.query("""
+                        INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
+                        VALUES (\(objectKey), \(alice.whisperId), 'application/octet-stream', \(size), 'message_attachment', now() + interval '1 day')
+                        """)
+                }
+                message.attachment = AttachmentPointer(
+                    objectKey: objectKey, contentType: "application/octet-stream",
+                    ciphertextSize: size, fileNonce: Data(count: 24).base64EncodedString(),
                     fileKeyBox: FileKeyBox(nonce: Data(count: 24).base64EncodedString(), ciphertext: Data(count: 48).base64EncodedString())
                 )
             }
@@ -78,16 +86,27 @@ import WhisperShared
             (.image, Int64(Limits.MAX_IMAGE_BYTES)), (.voice, Int64(Limits.MAX_VOICE_BYTES)), (.file, Int64(Limits.MAX_FILE_BYTES)),
         ]
         for (type, limit) in limits {
-            try await alice.connection.send(message(type, size: limit))
+            try await alice.connection.send(try await message(type, size: limit))
             if limit < Int64(Limits.MAX_FILE_BYTES) {
-                await expectRefused(.invalidPayload, "\(type) one byte over") { try await alice.connection.send(message(type, size: limit + 1)) }
+                let over = try await message(type, size: limit + 1)
+                await expectRefused(.invalidPayload, "\(type) one byte over") { try await alice.connection.send(over) }
             }
-            await expectRefused(.invalidPayload, "\(type) without an attachment") { try await alice.connection.send(message(type, size: nil)) }
+            let bare = try await message(type, size: nil)
+            await expectRefused(.invalidPayload, "\(type) without an attachment") { try await alice.connection.send(bare) }
         }
         // The schema bound is the largest limit.
-        await expectRefused(.invalidPayload, "file over 50 MB") {
-            try await alice.connection.send(message(.file, size: Int64(Limits.MAX_FILE_BYTES) + 1))
-        }
+        var huge = try await message(.file, size: 1)
+        huge.attachment?.ciphertextSize = Int64(Limits.MAX_FILE_BYTES) + 1
+        await expectRefused(.invalidPayload, "file over 50 MB") { try await alice.connection.send(huge) }
+        // Someone else's upload, or one's own with another size, is not attached.
+        let borrowed = try await message(.image, size: 1_000)
+        var stolen = bob.message("pointer", to: alice)
+        stolen.msgType = .image
+        stolen.attachment = borrowed.attachment
+        await expectRefused(.forbidden, "another's upload") { try await bob.connection.send(stolen) }
+        var resized = try await message(.image, size: 1_000)
+        resized.attachment?.ciphertextSize = 999
+        await expectRefused(.invalidPayload, "another size") { try await alice.connection.send(resized) }
         #expect(try await stack.pendingDepth(bob.whisperId) == limits.count)
         try await stack.stop()
     }

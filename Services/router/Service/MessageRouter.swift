@@ -21,6 +21,7 @@ struct MessageRouter: Sendable {
     let receipts: ReceiptQueue
     let groups: GroupDesk
     let calls: CallDesk
+    let attachments: AttachmentRecipients
     let settings: RouterSettings
     let metrics: RouterMetrics
     let logger: Logger
@@ -157,6 +158,9 @@ struct MessageRouter: Sendable {
         var membership: PendingQueue.GroupCheck?
         if let groupId {
             membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+        }
+        if let attachment = message.attachment {
+            try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
         }
 
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))

@@ -38,6 +38,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                     logger: environment.logger
                 ),
                 calls: calls,
+                attachments: AttachmentRecipients(postgres: environment.postgres),
                 settings: settings,
                 metrics: RouterMetrics(metrics: environment.metrics),
                 logger: environment.logger
