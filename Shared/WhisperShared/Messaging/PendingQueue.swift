@@ -259,7 +259,7 @@ public struct PendingQueue: Sendable {
         Int(try await redis.send("GET", Self.bytesKey(recipient)).string.flatMap(Int.init) ?? 0)
     }
 
-    static func messageKey(_ recipient: String, _ messageId: String) -> String {
+    public static func messageKey(_ recipient: String, _ messageId: String) -> String {
         "pending:{\(recipient)}:msg:\(messageId.lowercased())"
     }
 

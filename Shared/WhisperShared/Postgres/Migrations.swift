@@ -152,6 +152,9 @@ public enum Migrations {
         Migration(version: 3, name: "attachment_checks", statements: [
             "ALTER TABLE attachments ADD COLUMN verified_at timestamptz",
             "ALTER TABLE attachments ADD COLUMN rejected_at timestamptz",
+            // When the router recorded a recipient: gc-worker settles only rows older than
+            // a grace period, so a message being stored is never taken for one delivered.
+            "ALTER TABLE attachment_recipients ADD COLUMN recorded_at timestamptz NOT NULL DEFAULT now()",
         ]),
     ]
 
