@@ -28,6 +28,10 @@ public func buildAuth(
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
             routes.registerPublic(on: router)
+            ContactsBackupRoutes(
+                postgres: environment.postgres, sessions: sessions, limiter: limiter, rule: settings.backupPerIdentity,
+                logger: environment.logger
+            ).register(on: router)
             shared.withLock { $0 = routes }
         },
         internalListener: InternalListener(http: settings.internalHTTP, onServerRunning: onInternalServerRunning) { router, _ in

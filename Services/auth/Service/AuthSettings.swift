@@ -18,6 +18,8 @@ public struct AuthSettings: ServiceSettings {
     public var updateTokensPerIdentity: RateLimitRule
     public var updateTokensPerIP: RateLimitRule
     public var keyLookupPerIdentity: RateLimitRule
+    /// Contacts backup reads, writes and deletes per identity.
+    public var backupPerIdentity: RateLimitRule
 
     public init(
         common: CommonSettings,
@@ -27,8 +29,10 @@ public struct AuthSettings: ServiceSettings {
         registerPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
         updateTokensPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
         updateTokensPerIP: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
-        keyLookupPerIdentity: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60))
+        keyLookupPerIdentity: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
+        backupPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60))
     ) {
+        self.backupPerIdentity = backupPerIdentity
         self.common = common
         self.internalToken = internalToken
         self.internalHTTP = internalHTTP
@@ -57,5 +61,6 @@ public struct AuthSettings: ServiceSettings {
         updateTokensPerIdentity = settings.rateLimit("auth.rate.limit.update.tokens.per.identity", default: "10/60s")
         updateTokensPerIP = settings.rateLimit("auth.rate.limit.update.tokens.per.ip", default: "60/60s")
         keyLookupPerIdentity = settings.rateLimit("auth.rate.limit.key.lookup.per.identity", default: "120/60s")
+        backupPerIdentity = settings.rateLimit("auth.rate.limit.backup.per.identity", default: "60/60s")
     }
 }
