@@ -140,7 +140,7 @@ struct AttachmentRoutes: Sendable {
             let session = try await sessions.authenticate(request)
             let body = try await request.body.collect(upTo: 4_096)
             let presign = try Self.checked(body)
-            try await charge("presign", session.whisperId, settings.presignPerIdentity)
+            try await limiter.charge("presign", session.whisperId, settings.presignPerIdentity)
             let now = Date()
             let objectKey = Self.objectKey(at: now)
             try await ledger.record(
@@ -152,7 +152,7 @@ struct AttachmentRoutes: Sendable {
             let url = settings.s3.publicSigner.presignedURL(method: "PUT", key: objectKey, expires: seconds, headers: headers, date: now)
             presigned.increment()
             logger.info("attachment_presigned", metadata: ["whisperId": "\(session.whisperId)", "objectKey": "\(objectKey)", "sizeBytes": "\(presign.sizeBytes)"])
-            return try Self.json([
+            return try JSONResponse.make([
                 "uploadUrl": url, "objectKey": objectKey, "expiresAt": Self.milliseconds(now) + Int64(seconds) * 1000, "headers": headers,
             ])
         }
@@ -166,7 +166,7 @@ struct AttachmentRoutes: Sendable {
             guard Format.isObjectKey(objectKey) else {
                 throw WhisperHTTPError(.invalidPayload, "objectKey must be one issued by /attachments/presign (att/YYYY/MM/<uuid>.bin)")
             }
-            try await charge("download", session.whisperId, settings.downloadPerIdentity)
+            try await limiter.charge("download", session.whisperId, settings.downloadPerIdentity)
             // Anyone who is neither its uploader nor a recipient learns nothing, not even
             // whether it exists.
             guard let record = try await ledger.find(objectKey, reader: session.whisperId), record.live, !record.rejected,
@@ -191,13 +191,7 @@ struct AttachmentRoutes: Sendable {
             let seconds = Int(settings.downloadURLTTL.components.seconds)
             let url = settings.s3.publicSigner.presignedURL(method: "GET", key: objectKey, expires: seconds, date: now)
             downloads.increment()
-            return try Self.json(["downloadUrl": url, "expiresAt": Self.milliseconds(now) + Int64(seconds) * 1000])
-        }
-    }
-
-    private func charge(_ action: String, _ whisperId: String, _ rule: RateLimitRule) async throws {
-        if case .limited(let retry) = try await limiter.take(action, key: whisperId, rule: rule) {
-            throw WhisperHTTPError(.rateLimited, "too many \(action) requests; retry in \(retry) ms", headers: [.retryAfter: "\(max(1, retry / 1000))"])
+            return try JSONResponse.make(["downloadUrl": url, "expiresAt": Self.milliseconds(now) + Int64(seconds) * 1000])
         }
     }
 
@@ -248,12 +242,4 @@ struct AttachmentRoutes: Sendable {
     }
 
     static func milliseconds(_ date: Date) -> Int64 { Int64(date.timeIntervalSince1970 * 1000) }
-
-    static func json(_ body: [String: Any]) throws -> Response {
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json"
-        headers[.cacheControl] = "no-store"
-        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
-    }
 }

@@ -42,7 +42,7 @@ struct ContactsBackupRoutes: Sendable {
             var updatedAt: Int64 = 0
             for try await value in rows.decode(Int64.self) { updatedAt = value }
             logger.info("contacts_backup_stored", metadata: ["whisperId": "\(session.whisperId)", "sizeBytes": "\(size)"])
-            return try Self.json(["success": true, "updatedAt": updatedAt])
+            return try JSONResponse.make(["success": true, "updatedAt": updatedAt])
         }
         router.get("/backup/contacts") { request, _ -> Response in
             let session = try await admit(request)
@@ -51,22 +51,20 @@ struct ContactsBackupRoutes: Sendable {
                 FROM contact_backups WHERE whisper_id = \(session.whisperId)
                 """, logger: logger)
             for try await (nonce, ciphertext, updatedAt) in rows.decode((String, String, Int64).self) {
-                return try Self.json(["nonce": nonce, "ciphertext": ciphertext, "updatedAt": updatedAt])
+                return try JSONResponse.make(["nonce": nonce, "ciphertext": ciphertext, "updatedAt": updatedAt])
             }
             throw WhisperHTTPError(.notFound, "no contacts backup for this identity")
         }
         router.delete("/backup/contacts") { request, _ -> Response in
             let session = try await admit(request)
             try await postgres.query("DELETE FROM contact_backups WHERE whisper_id = \(session.whisperId)", logger: logger)
-            return try Self.json(["success": true])
+            return try JSONResponse.make(["success": true])
         }
     }
 
     private func admit(_ request: Request) async throws -> SessionRecord {
         let session = try await sessions.authenticate(request)
-        if case .limited(let retry) = try await limiter.take("backup", key: session.whisperId, rule: rule) {
-            throw WhisperHTTPError(.rateLimited, "too many backup requests; retry in \(retry) ms", headers: [.retryAfter: "\(max(1, retry / 1000))"])
-        }
+        try await limiter.charge("backup", session.whisperId, rule)
         return session
     }
 
@@ -97,13 +95,5 @@ struct ContactsBackupRoutes: Sendable {
             throw WhisperHTTPError(.invalidPayload, "ciphertext is over \(maxCiphertextBytes) bytes")
         }
         return upload
-    }
-
-    static func json(_ body: [String: Any]) throws -> Response {
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json"
-        headers[.cacheControl] = "no-store"
-        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 }
