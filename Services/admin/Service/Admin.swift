@@ -1,15 +1,135 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
 import Logging
+import PostgresNIO
 import WhisperShared
 
-/// The operator API: stats, reports, bans, audit, GC trigger; also runs schema migrations (admin migrate).
-public enum AdminIdentity: ServiceIdentity {
+/// Settings of admin (docs/configuration.md lists each variable).
+public struct AdminSettings: ServiceSettings {
     public static let serviceName = "admin"
     public static let defaultPort = 8086
+    public var common: CommonSettings
+    /// Operators' bearer tokens, by name (`ADMIN_TOKENS=alice:<token>,ci:<token>`). The
+    /// name is the actor in the audit log. Not needed by `admin migrate`; the service
+    /// refuses to start without one.
+    public var tokens: [(name: String, token: String)]
+
+    public init(common: CommonSettings, tokens: [(name: String, token: String)] = []) {
+        self.common = common
+        self.tokens = tokens
+    }
+
+    public init(from settings: SettingsReader) {
+        common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
+        var tokens: [(String, String)] = []
+        for entry in settings.list("admin.tokens", default: [], secret: true) {
+            let parts = entry.split(separator: ":", maxSplits: 1).map(String.init)
+            guard parts.count == 2, AdminTokens.isName(parts[0]), parts[1].utf8.count >= 32 else {
+                settings.reject("admin.tokens", because: "each entry must be <name>:<token>, the name [a-z0-9-]{1,32}, the token at least 32 characters")
+                continue
+            }
+            tokens.append((parts[0], parts[1]))
+        }
+        self.tokens = tokens
+    }
 }
 
-public typealias AdminSettings = CommonServiceSettings<AdminIdentity>
+/// Operators' tokens, kept as SHA-256 digests only; a presented token is hashed and
+/// compared with every digest in constant time.
+public struct AdminTokens: Sendable {
+    let digests: [(name: String, digest: [UInt8])]
 
-/// Assembles one admin instance.
+    public init(_ tokens: [(name: String, token: String)]) {
+        digests = tokens.map { ($0.name, Array(SHA256.hash(data: Array($0.token.utf8)))) }
+    }
+
+    /// The operator's name, or nil.
+    public func name(for presented: String) -> String? {
+        let digest = Array(SHA256.hash(data: Array(presented.utf8)))
+        var found: String?
+        for entry in digests where Sodium.constantTimeEqual(entry.digest, digest) && found == nil {
+            found = entry.name
+        }
+        return found
+    }
+
+    static func isName(_ value: String) -> Bool {
+        (1...32).contains(value.utf8.count)
+            && value.utf8.allSatisfy {
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-")
+            }
+    }
+}
+
+/// Assembles one admin instance: the operator API (GC runs today; reports, bans and the
+/// console with the admin issue). `admin migrate` is a subcommand (MigrateCommand).
 public func buildAdmin(settings: AdminSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
-    buildHTTPService(settings: settings.common, logger: logger, onServerRunning: onServerRunning)
+    buildHTTPService(
+        settings: settings.common,
+        logger: logger,
+        routes: { router, environment in
+            AdminRoutes(
+                tokens: AdminTokens(settings.tokens), postgres: environment.postgres, redis: environment.redis, logger: environment.logger
+            ).register(on: router)
+        },
+        startupProblems: settings.tokens.isEmpty ? ["no admin token (ADMIN_TOKENS)"] : [],
+        onServerRunning: onServerRunning
+    )
+}
+
+struct AdminRoutes: Sendable {
+    let tokens: AdminTokens
+    let postgres: PostgresClient
+    let redis: RedisClient
+    let logger: Logger
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.post("/admin/attachments/gc/run") { request, _ -> Response in
+            let actor = try authenticate(request)
+            let jobId = RandomID.uuid()
+            let now = Clock.millisecondsNow()
+            // The audit row and the request commit together: a request that could not
+            // be queued leaves no record of having been made.
+            try await postgres.withTransaction(logger: logger) { connection in
+                try await AuditLog.record(
+                    on: connection, actor: actor, action: "attachments.gc.run", target: jobId, details: [:], logger: logger
+                )
+                try await GCRuns.queue(jobId, requestedBy: actor, at: now, on: redis)
+            }
+            logger.info("gc_run_requested", metadata: ["actor": "\(actor)", "jobId": "\(jobId)"])
+            var response = try JSONResponse.make(["jobId": jobId, "state": "queued"])
+            response.status = .accepted
+            return response
+        }
+        router.get("/admin/attachments/gc/runs/:jobId") { request, context -> Response in
+            _ = try authenticate(request)
+            guard let jobId = context.parameters.get("jobId"), Format.isUUID(jobId),
+                  let run = try await GCRuns.read(jobId, on: redis) else {
+                throw WhisperHTTPError(.notFound, "no such GC run")
+            }
+            return try JSONResponse.make(run)
+        }
+    }
+
+    private func authenticate(_ request: Request) throws -> String {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
+              let name = tokens.name(for: String(header.dropFirst("Bearer ".count))) else {
+            throw WhisperHTTPError(.authFailed, "an admin token is required", headers: [.wwwAuthenticate: "Bearer"])
+        }
+        return name
+    }
+}
+
+/// `audit_events`: who did what to what, written in the transaction of the action.
+enum AuditLog {
+    static func record(
+        on connection: PostgresConnection, actor: String, action: String, target: String?, details: [String: String], logger: Logger
+    ) async throws {
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: details, options: [.sortedKeys]), as: UTF8.self)
+        try await connection.query("""
+            INSERT INTO audit_events (actor, action, target, details) VALUES (\(actor), \(action), \(target), \(json)::jsonb)
+            """, logger: logger)
+    }
 }

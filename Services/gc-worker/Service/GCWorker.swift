@@ -51,32 +51,60 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                 postgres: environment.postgres, redis: environment.redis, store: S3Client(signer: settings.s3.signer),
                 batchSize: settings.batchSize, recipientGrace: settings.recipientGrace,
                 metrics: GCMetrics(metrics: environment.metrics), logger: environment.logger
-            ), interval: settings.interval, logger: environment.logger)]
+            ), redis: environment.redis, interval: settings.interval, logger: environment.logger)]
         },
         onServerRunning: onServerRunning
     )
 }
 
-/// Runs the collector every `interval` until the service stops.
+/// Runs the collector every `interval`, and whenever an operator asked for a run
+/// (`GCRuns`, checked every `pollInterval`), until the service stops.
 struct GCLoop: Service {
     let collector: AttachmentCollector
+    let redis: RedisClient
     let interval: Duration
+    var pollInterval: Duration = .seconds(1)
     let logger: Logger
 
     func run() async throws {
         await cancelWhenGracefulShutdown {
+            var nextScheduled = ContinuousClock.now
             while !Task.isCancelled {
                 do {
-                    let result = try await collector.run()
-                    logger.info("gc_run_done", metadata: [
-                        "settled": "\(result.settled)", "deleted": "\(result.deleted)", "bytes": "\(result.bytes)",
-                    ])
+                    if let jobId = try await GCRuns.next(on: redis) {
+                        try await runRequested(jobId)
+                    } else if ContinuousClock.now >= nextScheduled {
+                        nextScheduled = ContinuousClock.now + interval
+                        let result = try await collector.run()
+                        logger.info("gc_run_done", metadata: [
+                            "settled": "\(result.settled)", "deleted": "\(result.deleted)", "bytes": "\(result.bytes)",
+                        ])
+                    }
+                } catch RedisError.unavailable {
+                    // Starting, stopping, or an outage the Redis client reports itself.
                 } catch {
                     if Task.isCancelled { return }
                     logger.warning("gc_run_failed", metadata: ["error": "\(error)"])
                 }
-                try? await Clock.sleep(for: interval)
+                try? await Clock.sleep(for: pollInterval)
             }
+        }
+    }
+
+    private func runRequested(_ jobId: String) async throws {
+        try await GCRuns.update(jobId, [("state", "running"), ("startedAt", Clock.millisecondsNow())], on: redis)
+        do {
+            let result = try await collector.run()
+            try await GCRuns.update(jobId, [
+                ("state", "done"), ("finishedAt", Clock.millisecondsNow()), ("settled", result.settled), ("deleted", result.deleted),
+                ("bytes", result.bytes),
+            ], on: redis)
+            logger.info("gc_run_done", metadata: [
+                "jobId": "\(jobId)", "settled": "\(result.settled)", "deleted": "\(result.deleted)", "bytes": "\(result.bytes)",
+            ])
+        } catch {
+            try? await GCRuns.update(jobId, [("state", "failed"), ("finishedAt", Clock.millisecondsNow()), ("error", "\(error)")], on: redis)
+            throw error
         }
     }
 }

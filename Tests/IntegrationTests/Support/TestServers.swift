@@ -30,6 +30,7 @@ enum TestServers {
 
     /// The internal token test gateways and services share.
     static let internalToken = "test-internal-token-" + String(repeating: "0", count: 24)
+    static let adminToken = "test-admin-token-" + String(repeating: "a", count: 32)
 
     static var redis: RedisConfiguration {
         RedisConfiguration(url: redisURL)!
