@@ -45,17 +45,7 @@ public struct AuthSettings: ServiceSettings {
 
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        internalToken = settings.requiredString("whisper.internal.token", secret: true)
-        if !internalToken.isEmpty, internalToken.utf8.count < 32 {
-            settings.reject("whisper.internal.token", because: "must be at least 32 characters")
-        }
-        internalHTTP = HTTPSettings(
-            host: settings.string("auth.internal.http.host", default: common.http.host),
-            port: settings.int("auth.internal.http.port", default: Self.defaultInternalPort, range: 0...65535)
-        )
-        if internalHTTP.port != 0, internalHTTP.port == common.http.port {
-            settings.reject("auth.internal.http.port", because: "must differ from AUTH_HTTP_PORT")
-        }
+        (internalToken, internalHTTP) = settings.internalEndpoint(service: Self.serviceName, defaultPort: Self.defaultInternalPort, public: common)
         registerPerIP = settings.rateLimit("auth.rate.limit.register.per.ip", default: "30/60s")
         registerPerIdentity = settings.rateLimit("auth.rate.limit.register.per.identity", default: "10/60s")
         updateTokensPerIdentity = settings.rateLimit("auth.rate.limit.update.tokens.per.identity", default: "10/60s")

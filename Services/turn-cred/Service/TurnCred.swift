@@ -43,17 +43,7 @@ public struct TurnCredSettings: ServiceSettings {
 
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        internalToken = settings.requiredString("whisper.internal.token", secret: true)
-        if !internalToken.isEmpty, internalToken.utf8.count < 32 {
-            settings.reject("whisper.internal.token", because: "must be at least 32 characters")
-        }
-        internalHTTP = HTTPSettings(
-            host: settings.string("turn.cred.internal.http.host", default: common.http.host),
-            port: settings.int("turn.cred.internal.http.port", default: Self.defaultInternalPort, range: 0...65535)
-        )
-        if internalHTTP.port != 0, internalHTTP.port == common.http.port {
-            settings.reject("turn.cred.internal.http.port", because: "must differ from TURN_CRED_HTTP_PORT")
-        }
+        (internalToken, internalHTTP) = settings.internalEndpoint(service: Self.serviceName, defaultPort: Self.defaultInternalPort, public: common)
         secrets = settings.list("turn.cred.secrets", default: [], secret: true)
         if secrets.isEmpty {
             settings.reject("turn.cred.secrets", because: "is required: coturn's static-auth-secret (a comma-separated list, newest first)")

@@ -57,6 +57,28 @@ public struct InternalFrameEndpoints: Sendable {
     }
 }
 
+extension SettingsReader {
+    /// The shared internal token (`WHISPER_INTERNAL_TOKEN`, at least 32 characters) and
+    /// where a service's internal frame endpoints listen: `<PREFIX>_INTERNAL_HTTP_HOST`
+    /// (default: the public host) and `<PREFIX>_INTERNAL_HTTP_PORT`, which must differ
+    /// from the public port.
+    public func internalEndpoint(service: String, defaultPort: Int, public common: CommonSettings) -> (token: String, http: HTTPSettings) {
+        let token = requiredString("whisper.internal.token", secret: true)
+        if !token.isEmpty, token.utf8.count < 32 {
+            reject("whisper.internal.token", because: "must be at least 32 characters")
+        }
+        let prefix = service.replacingOccurrences(of: "-", with: ".")
+        let http = HTTPSettings(
+            host: string("\(prefix).internal.http.host", default: common.http.host),
+            port: int("\(prefix).internal.http.port", default: defaultPort, range: 0...65535)
+        )
+        if http.port != 0, http.port == common.http.port {
+            reject("\(prefix).internal.http.port", because: "must differ from \(Self.variableName("\(prefix).http.port"))")
+        }
+        return (token, http)
+    }
+}
+
 extension SessionStore {
     /// The session behind `Authorization: Bearer <sessionToken>`, or 401 `NOT_REGISTERED`.
     public func authenticate(_ request: Request) async throws -> SessionRecord {
