@@ -90,6 +90,13 @@ import WhisperShared
         let (message, received) = try await aliceFirst.sendAndWaitForArrival("are you there?", to: bob)
         await aliceFirst.connection.close()
         try await stack.waitUntilOffline(aliceFirst)
+        // A receipt kept longer than 72 hours ago (written here with its old ID) goes as
+        // the next one is kept.
+        let old = Clock.millisecondsNow() - Int64(PendingQueue.ttl.milliseconds) - 60_000
+        let stale = ServerFrameCodec.encode(MessageDelivered(messageId: RandomID.uuid(), status: .delivered, timestamp: old, from: bob.whisperId))
+        try await stack.withRedis { redis in
+            _ = try await redis.send("XADD", ReceiptQueue.key(aliceFirst.whisperId), "\(old)-0", "f", stale)
+        }
         try await bob.connection.acknowledge(received)
         try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 1 }
 
@@ -97,6 +104,7 @@ import WhisperShared
         _ = try await alice.connection.fetchPending()
         let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
         #expect(receipt.messageId == message.messageId)
+        #expect(await alice.events.all(.messageDelivered).count == 1)
         try await stack.stop()
     }
 

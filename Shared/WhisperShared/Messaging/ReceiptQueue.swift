@@ -7,6 +7,8 @@
 /// when a `fetch_pending` hands it over while a live copy is still being written
 /// (clients treat `message_delivered` as a state, idempotent by messageId and status).
 ///
+/// A receipt older than 72 hours is dropped as the next one is kept (`XTRIM MINID`),
+/// and the stream expires 72 hours after the last.
 /// At most `capacity` receipts wait per sender (the oldest go first past it): a sender
 /// who stays away while many of its messages are read cannot grow the store without
 /// bound. Each message gives at most one `delivered` and one `read` receipt.
@@ -22,7 +24,7 @@ public struct ReceiptQueue: Sendable {
 
     /// A stream; the name differs from the list (`receipts:{id}`) earlier versions kept,
     /// so one left from before an upgrade is no type error (it expires within 72 h).
-    static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}:waiting" }
+    public static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}:waiting" }
 
     /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
     /// socket's gateway in the same script (one round trip; the store comes first).
@@ -69,6 +71,10 @@ public struct ReceiptQueue: Sendable {
     /// owner, capacity. The command format is `GatewayCommand`'s (kind `receipt`).
     static let keepScript = RedisScript("""
         local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[6], '*', 'f', ARGV[1])
+        -- Receipts older than the ttl go, though newer ones keep the stream alive.
+        local clock = redis.call('TIME')
+        local cutoff = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - tonumber(ARGV[2])
+        if cutoff > 0 then redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff)) end
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
         if ARGV[3] ~= '' then
             redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])
