@@ -30,10 +30,9 @@ ensure_packages() {
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
     # The local S3-compatible store (moto's server mode, from PyPI).
-    if ! command -v moto_server >/dev/null 2>&1; then
+    if ! python3 -c 'import moto.server, flask' >/dev/null 2>&1; then
         log "installing: moto[server] (pip)"
         python3 -m pip install -q 'moto[server]' >/dev/null || die "pip install moto[server] failed"
-        hash -r
     fi
 }
 
@@ -161,7 +160,7 @@ start_s3() {
     dir="$DATA/$name"
     mkdir -p "$dir"
     if ! { [ -f "$dir/moto.pid" ] && kill -0 "$(cat "$dir/moto.pid")" 2>/dev/null; }; then
-        setsid moto_server -H 127.0.0.1 -p "$port" >>"$dir/moto.log" 2>&1 </dev/null &
+        setsid python3 -m moto.server -H 127.0.0.1 -p "$port" >>"$dir/moto.log" 2>&1 </dev/null &
         echo $! >"$dir/moto.pid"
     fi
     for i in $(seq 1 100); do

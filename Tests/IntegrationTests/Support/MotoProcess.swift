@@ -3,7 +3,8 @@ import WhisperShared
 
 /// moto's S3-compatible server (PyPI `moto[server]`) on loopback, with the test bucket.
 final class MotoProcess: @unchecked Sendable {
-    static let binary = TestServers.environment["WHISPER_TEST_MOTO_SERVER"] ?? "moto_server"
+    /// The Python that has `moto[server]` (`python3 -m pip install 'moto[server]'`).
+    static let python = TestServers.environment["WHISPER_TEST_PYTHON"] ?? "python3"
     let port: Int
     private var process: Process?
 
@@ -11,7 +12,7 @@ final class MotoProcess: @unchecked Sendable {
         port = try TestServers.freePort()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [Self.binary, "-H", "127.0.0.1", "-p", "\(port)"]
+        process.arguments = [Self.python, "-m", "moto.server", "-H", "127.0.0.1", "-p", "\(port)"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
