@@ -76,6 +76,19 @@ import WhisperShared
             return rows.map { "\($0.0) \($0.1) \($0.2 ?? "")" }
         }
         #expect(audit == ["ops-anna attachments.gc.run \(jobId)"])
+        // The same through the API, newest first, a page at a time.
+        let second = try await Self.call(.POST, url, token: TestServers.adminToken)
+        let secondJob = try #require(second.json["jobId"] as? String)
+        let page = try await Self.call(.GET, "\(admin.baseURL)/admin/audit?limit=1", token: TestServers.adminToken)
+        let newest = try #require((page.json["events"] as? [[String: Any]])?.first)
+        #expect(newest["target"] as? String == secondJob && newest["actor"] as? String == "ops-anna")
+        let cursor = try #require(page.json["nextCursor"] as? String)
+        let next = try await Self.call(.GET, "\(admin.baseURL)/admin/audit?limit=1&cursor=\(cursor)", token: TestServers.adminToken)
+        let older = try #require((next.json["events"] as? [[String: Any]])?.first)
+        #expect(older["target"] as? String == jobId && older["action"] as? String == "attachments.gc.run")
+        #expect(next.json["nextCursor"] == nil)
+        #expect(try await Self.call(.GET, "\(admin.baseURL)/admin/audit", token: nil).status == 401)
+        #expect(try await Self.call(.GET, "\(admin.baseURL)/admin/audit?limit=0", token: TestServers.adminToken).status == 400)
 
         try await worker.stop()
         try await admin.stop()

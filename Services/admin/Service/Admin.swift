@@ -86,6 +86,7 @@ struct AdminRoutes: Sendable {
     let logger: Logger
 
     func register(on router: Router<BasicRequestContext>) {
+        registerAudit(on: router)
         router.post("/admin/attachments/gc/run") { request, _ -> Response in
             let actor = try authenticate(request)
             let jobId = RandomID.uuid()
@@ -110,6 +111,42 @@ struct AdminRoutes: Sendable {
                 throw WhisperHTTPError(.notFound, "no such GC run")
             }
             return try JSONResponse.make(run)
+        }
+    }
+
+    /// `GET /admin/audit?limit=&cursor=`: newest first; `nextCursor` continues.
+    func registerAudit(on router: Router<BasicRequestContext>) {
+        router.get("/admin/audit") { request, _ -> Response in
+            _ = try authenticate(request)
+            let query = request.uri.queryParameters
+            let limit: Int
+            if let text = query["limit"].map(String.init) {
+                guard let value = Int(text), (1...200).contains(value) else {
+                    throw WhisperHTTPError(.invalidPayload, "limit must be 1 to 200")
+                }
+                limit = value
+            } else {
+                limit = 50
+            }
+            var before = Int64.max
+            if let text = query["cursor"].map(String.init) {
+                guard let value = Int64(text), value > 0 else { throw WhisperHTTPError(.invalidPayload, "cursor must be a nextCursor from this endpoint") }
+                before = value
+            }
+            let rows = try await postgres.query("""
+                SELECT id, (extract(epoch FROM occurred_at) * 1000)::bigint, actor, action, target, details::text
+                FROM audit_events WHERE id < \(before) ORDER BY id DESC LIMIT \(limit + 1)
+                """, logger: logger)
+            var events: [[String: Any]] = []
+            for try await (id, at, actor, action, target, details) in rows.decode((Int64, Int64, String, String, String?, String).self) {
+                var event: [String: Any] = ["id": id, "occurredAt": at, "actor": actor, "action": action]
+                event["target"] = target
+                event["details"] = (try? JSONSerialization.jsonObject(with: Data(details.utf8))) ?? [:]
+                events.append(event)
+            }
+            var body: [String: Any] = ["events": Array(events.prefix(limit))]
+            if events.count > limit, let last = events.prefix(limit).last?["id"] as? Int64 { body["nextCursor"] = String(last) }
+            return try JSONResponse.make(body)
         }
     }
 
