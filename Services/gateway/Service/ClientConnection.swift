@@ -1,5 +1,4 @@
 import Foundation
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
@@ -18,9 +17,9 @@ public final class ClientConnection: Sendable {
     /// handler), in the order they are handed over. No queue or writer task in between:
     /// each hop through one would cost a task switch per frame.
     let channel: any Channel
-    /// Used to close: hummingbird-websocket then runs the close handshake.
-    let outbound: WebSocketOutboundWriter
     let logger: Logger
+    /// Frames read from the socket and not handled yet (`SocketInbox`).
+    let inbox: SocketInbox
     /// The identity this socket acts for, once a session was used or created on it.
     private let binding = Mutex<String?>(nil)
     /// The token last found live for this socket, trusted for a few seconds so that a
@@ -43,22 +42,20 @@ public final class ClientConnection: Sendable {
     /// This socket's share of the limits on frames that do no other work and on refused
     /// frames (`GatewaySettings.controlPerSocket`, `refusalsPerSocket`).
     private let buckets: Mutex<(control: LocalBucket, refusals: LocalBucket)>
-    private let closeRequests: AsyncStream<(code: UInt16, reason: String)>
-    private let closeRequest: AsyncStream<(code: UInt16, reason: String)>.Continuation
 
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
 
     init(
-        channel: any Channel, outbound: WebSocketOutboundWriter, remoteAddress: String, logger: Logger,
-        controlLimit: RateLimitRule, refusalLimit: RateLimitRule, maxUnsentBytes: Int = 8 * 1_048_576
+        channel: any Channel, remoteAddress: String, logger: Logger,
+        controlLimit: RateLimitRule, refusalLimit: RateLimitRule, maxUnsentBytes: Int = 8 * 1_048_576,
+        inbox: SocketInbox.Bounds = .standard
     ) {
         self.maxUnsentBytes = maxUnsentBytes
         self.id = RandomID.uuid()
         self.buckets = Mutex((LocalBucket(rule: controlLimit), LocalBucket(rule: refusalLimit)))
-        (closeRequests, closeRequest) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.inbox = SocketInbox(bounds: inbox)
         self.channel = channel
-        self.outbound = outbound
         self.remoteAddress = remoteAddress
         var logger = logger
         logger[metadataKey: "connId"] = .string(id)
@@ -152,41 +149,18 @@ public final class ClientConnection: Sendable {
     }
 
     /// Closes the socket with this code, after the frames already written; nothing is
-    /// written after it. Callable from anywhere without waiting: the close handshake is
-    /// carried out by the socket's own task (`runClosing`), not a task of its own.
+    /// written after it. Callable from any thread without waiting: the socket's own
+    /// handler (`SocketHandler`, on its event loop) sends the close frame and closes the
+    /// connection when the client answers or the close timeout passes.
     func close(code: UInt16, reason: String) {
         guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
-        closeRequest.yield((code, reason))
+        channel.pipeline.fireUserInboundEventTriggered(SocketHandler.CloseRequest(code: code, reason: reason))
     }
 
-    /// Runs beside the socket's frame loop, as a child of the socket's task: carries out
-    /// a close asked for by `close(code:reason:)`. Returns after that, or once
-    /// `finishClosing()` says the socket is gone.
-    func runClosing() async {
-        for await (code, reason) in closeRequests {
-            try? await outbound.close(.unknown(code), reason: reason)
-            return
-        }
-    }
-
-    /// Runs beside the frame loop: closes the socket with 4004 when it holds no session
-    /// `deadline` after its upgrade (registration takes a few seconds; a socket that
-    /// never signs in only costs memory). Returns early when cancelled.
-    func enforceAuthentication(within deadline: Duration) async {
-        do {
-            try await Task.sleep(for: deadline)
-        } catch {
-            return
-        }
-        if whisperId == nil, !isClosing {
-            logger.info("socket_unauthenticated_timeout")
-            close(code: CloseCode.authenticationTimeout, reason: "no session on this socket in time")
-        }
-    }
-
-    /// The socket's frame loop ended: nothing more to close.
-    func finishClosing() {
-        closeRequest.finish()
+    /// The socket is closing for a reason of its own (the client's close frame, a
+    /// protocol error, a ping timeout): nothing more is written to it.
+    func markClosing() {
+        closing.store(true, ordering: .relaxed)
     }
 }
 
@@ -200,6 +174,8 @@ enum CloseCode {
     static let tooManyRefusals: UInt16 = 4003
     /// No session (registration or session token) within the deadline after the upgrade.
     static let authenticationTimeout: UInt16 = 4004
+    /// The instance is shutting down (after `reconnect`, for sockets still open).
+    static let goingAway: UInt16 = 1001
 }
 
 /// The sockets open on this instance, by connection id. A lock, not an actor: every

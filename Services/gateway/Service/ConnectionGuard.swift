@@ -1,47 +1,10 @@
 import Hummingbird
 import HummingbirdCore
-import HummingbirdWebSocket
 import Logging
 import NIOCore
 import Prometheus
 import Synchronization
 import WhisperShared
-
-/// The gateway's server channel with a deadline in front: every TCP connection must
-/// finish its WebSocket upgrade within `timeout` of opening, or it is closed. A client
-/// that sends its headers a byte at a time, or nothing at all, holds a connection for
-/// that long at most. The deadline is lifted once the socket is a WebSocket
-/// (`HandshakeDeadline.lift(on:)`); plain HTTP connections (health checks, metrics
-/// scrapes) keep it and are closed when it passes, which their clients absorb by
-/// connecting again.
-///
-/// It also counts every accepted connection (`ConnectionCap`): past the cap a new one is
-/// closed at once, before it costs more than its file descriptor for a moment, so that
-/// clients can never use up the process's descriptors (at `EMFILE` parts of the runtime
-/// trap, and the process would stop for everyone).
-struct HandshakeDeadlineChannel<Base: ServerChildChannel>: ServerChildChannel {
-    typealias Value = Base.Value
-    let base: Base
-    let timeout: Duration
-    let cap: ConnectionCap
-
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        guard cap.take(channel) else {
-            channel.close(promise: nil)
-            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
-        }
-        let timeout = TimeAmount.nanoseconds(Int64(clamping: timeout.nanoseconds))
-        return channel.eventLoop.makeCompletedFuture {
-            try channel.pipeline.syncOperations.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
-        }.flatMap {
-            base.setup(channel: channel, logger: logger)
-        }
-    }
-
-    func handle(value: Value, logger: Logger) async {
-        await base.handle(value: value, logger: logger)
-    }
-}
 
 /// Closes its channel when the deadline passes, unless removed first.
 final class HandshakeDeadline: ChannelInboundHandler, RemovableChannelHandler {
@@ -72,27 +35,6 @@ final class HandshakeDeadline: ChannelInboundHandler, RemovableChannelHandler {
         context.fireChannelInactive()
     }
 
-    /// The socket became a WebSocket: no deadline any more.
-    static func lift(on channel: any Channel) async {
-        try? await channel.pipeline.removeHandler(name: name).get()
-    }
-}
-
-extension HTTPServerBuilder {
-    /// `http1WebSocketUpgrade(webSocketRouter:configuration:)` behind a handshake deadline.
-    static func guardedWebSocketUpgrade<Builder: HTTPResponderBuilder & _HB_SendableMetatype>(
-        webSocketRouter: Builder, configuration: HTTP1WebSocketUpgradeChannel.Configuration, handshakeTimeout: Duration,
-        connectionCap: ConnectionCap
-    ) -> HTTPServerBuilder where Builder.Responder.Context: WebSocketRequestContext {
-        let webSocketResponder = webSocketRouter.buildResponder()
-        return .init { responder in
-            HandshakeDeadlineChannel(
-                base: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: configuration),
-                timeout: handshakeTimeout,
-                cap: connectionCap
-            )
-        }
-    }
 }
 
 /// TCP connections open on this instance (WebSockets, upgrades in progress, health
@@ -180,22 +122,32 @@ final class SocketAdmission: Sendable {
     /// Why an upgrade from `address` would be refused now, as the HTTP answer.
     func refusal(for address: String) -> HTTPError? {
         let (total, fromAddress) = state.withLock { ($0.total, $0.perAddress[address, default: 0]) }
-        if total >= maxTotal {
-            return HTTPError(.serviceUnavailable, headers: [.retryAfter: "5"], message: "this gateway is at its socket limit; try again")
-        }
-        if fromAddress >= maxPerAddress {
-            return HTTPError(.tooManyRequests, headers: [.retryAfter: "30"], message: "too many sockets from this address")
-        }
+        if total >= maxTotal { return Self.answer(.instanceFull) }
+        if fromAddress >= maxPerAddress { return Self.answer(.addressFull) }
         return nil
+    }
+
+    /// The HTTP answer to an upgrade refused with `decision`.
+    static func answer(_ decision: Decision) -> HTTPError? {
+        switch decision {
+        case .admitted:
+            nil
+        case .instanceFull:
+            HTTPError(.serviceUnavailable, headers: [.retryAfter: "5"], message: "this gateway is at its socket limit; try again")
+        case .addressFull:
+            HTTPError(.tooManyRequests, headers: [.retryAfter: "30"], message: "too many sockets from this address")
+        }
     }
 }
 
-/// Upgrades refused for what the request says.
+/// Upgrades refused for what the request says or the instance's state.
 enum UpgradeRefusal {
+    static let draining = HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "this gateway is shutting down; connect again")
+
     /// With allowed origins configured, a request naming another origin (a page on
     /// another site) is refused; one without `Origin` (a native app) is not.
-    static func origin(of request: Request, allowed: [String]) -> HTTPError? {
-        guard !allowed.isEmpty, let origin = request.headers[.origin], !allowed.contains(origin) else { return nil }
+    static func origin(_ origin: String?, allowed: [String]) -> HTTPError? {
+        guard !allowed.isEmpty, let origin, !allowed.contains(origin) else { return nil }
         return HTTPError(.forbidden, message: "this origin may not open a WebSocket here")
     }
 }

@@ -1,8 +1,9 @@
 import Foundation
 import Hummingbird
-import HummingbirdWebSocket
+import HummingbirdCore
 import Logging
 import NIOCore
+import NIOHTTP1
 import ServiceLifecycle
 import WhisperShared
 
@@ -66,69 +67,54 @@ public func buildGateway(
         .register(on: router)
     // Reached by a GET /ws that was not upgraded: the reason, as an HTTP status.
     router.get("/ws") { request, context -> Response in
-        if let refusal = UpgradeRefusal.origin(of: request, allowed: settings.allowedOrigins) { throw refusal }
-        if draining.isDraining {
-            throw HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "this gateway is shutting down; connect again")
-        }
+        if let refusal = UpgradeRefusal.origin(request.headers[.origin], allowed: settings.allowedOrigins) { throw refusal }
+        if draining.isDraining { throw UpgradeRefusal.draining }
         if let refusal = admission.refusal(for: context.remoteAddress) { throw refusal }
         throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
     }
 
-    let webSocketRouter = Router(context: GatewayRequestContext.self)
-    webSocketRouter.ws("/ws") { request, context in
-        // A refused upgrade goes on to the HTTP router, whose /ws route says why.
-        guard !draining.isDraining, UpgradeRefusal.origin(of: request, allowed: settings.allowedOrigins) == nil else { return .dontUpgrade }
-        return admission.admit(context.remoteAddress, channel: context.channel) == .admitted ? .upgrade([:]) : .dontUpgrade
-    } onUpgrade: { inbound, outbound, context in
-        await HandshakeDeadline.lift(on: context.requestContext.channel)
+    let socketSettings = SocketHandler.Settings(
+        pingInterval: .nanoseconds(Int64(clamping: settings.pingInterval.nanoseconds)),
+        closeTimeout: .nanoseconds(Int64(clamping: settings.drainTimeout.nanoseconds)),
+        authenticationDeadline: .nanoseconds(Int64(clamping: settings.authenticationDeadline.nanoseconds)),
+        maxMessageBytes: Limits.MAX_WS_FRAME_BYTES
+    )
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError? = { head, channel in
+        guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
+            return HTTPError(.notFound, message: "WebSockets are served at /ws")
+        }
+        if let refusal = UpgradeRefusal.origin(head.headers["origin"].first, allowed: settings.allowedOrigins) { return refusal }
+        if draining.isDraining { return UpgradeRefusal.draining }
+        return SocketAdmission.answer(admission.admit(ClientAddress.of(channel), channel: channel))
+    }
+    let upgraded: @Sendable (any Channel) throws -> Void = { channel in
         let connection = ClientConnection(
-            channel: context.requestContext.channel, outbound: outbound,
-            remoteAddress: context.requestContext.remoteAddress, logger: context.logger,
+            channel: channel, remoteAddress: ClientAddress.of(channel), logger: environment.logger,
             controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket,
             maxUnsentBytes: settings.maxUnsentBytes
         )
         connections.add(connection)
-        // Oversize frames and the like end the loop with an error: the WebSocket layer
-        // closes with its code. Either way the socket gives up its identity (presence)
-        // before it leaves the registry, in this task: a frame for it that arrives
-        // meanwhile still finds it, and nothing is left running after the socket.
-        let ended: (any Error)? = await withTaskGroup(of: Void.self) { group in
-            group.addTask { await connection.runClosing() }
-            group.addTask { await connection.enforceAuthentication(within: settings.authenticationDeadline) }
-            defer {
-                connection.finishClosing()
-                group.cancelAll()
+        // Once the socket closed and what it sent was handled, it gives up its identity
+        // (presence) and then leaves the registry: a frame for it that arrives meanwhile
+        // still finds it, and nothing is left running after the socket.
+        try channel.pipeline.syncOperations.addHandler(SocketHandler(
+            connection: connection, settings: socketSettings,
+            onMessage: { bytes, connection in await frames.handle(bytes, on: connection) },
+            onClosed: { connection in
+                await frames.release(connection)
+                connections.remove(connection.id)
             }
-            do {
-                for try await message in inbound.messages(maxSize: Limits.MAX_WS_FRAME_BYTES) {
-                    let bytes: [UInt8] = switch message {
-                    case .text(let text): Array(text.utf8)
-                    case .binary(let buffer): Array(buffer.readableBytesView)
-                    }
-                    await frames.handle(bytes, on: connection)
-                }
-                return nil
-            } catch {
-                return error
-            }
-        }
-        await frames.release(connection)
-        connections.remove(connection.id)
-        if let ended { throw ended }
+        ))
     }
 
     let app = Application(
         router: router,
-        server: .guardedWebSocketUpgrade(
-            webSocketRouter: webSocketRouter,
-            configuration: .init(ws: .init(
-                maxFrameSize: Limits.MAX_WS_FRAME_BYTES,
-                autoPing: .enabled(timePeriod: settings.pingInterval),
-                closeTimeout: settings.drainTimeout
-            )),
-            handshakeTimeout: settings.handshakeTimeout,
-            connectionCap: connectionCap
-        ),
+        server: HTTPServerBuilder { responder in
+            GatewayServerChannel(
+                responder: responder, handshakeTimeout: settings.handshakeTimeout, cap: connectionCap,
+                maxFrameBytes: Limits.MAX_WS_FRAME_BYTES, admit: admit, upgraded: upgraded
+            )
+        },
         configuration: .init(
             address: .hostname(settings.common.http.host, port: settings.common.http.port),
             serverName: "whisper-gateway"

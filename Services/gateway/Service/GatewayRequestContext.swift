@@ -1,20 +1,16 @@
 import Hummingbird
-import HummingbirdWebSocket
 import NIOCore
 
-/// The request context of the gateway's routes: what hummingbird-websocket needs,
-/// plus the peer's address for per-IP rate limits and the connection's channel (the
-/// gateway writes its frames to it directly).
-public struct GatewayRequestContext: RequestContext, WebSocketRequestContext {
+/// The request context of the gateway's HTTP routes, with the peer's address for the
+/// per-address limits.
+public struct GatewayRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
-    public let webSocket: WebSocketHandlerReference<Self>
     /// The client's address as every limit of the gateway keys it (`ClientAddress`).
     public let remoteAddress: String
     public let channel: any Channel
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
-        self.webSocket = .init()
         self.remoteAddress = ClientAddress.of(source.channel)
         self.channel = source.channel
     }

@@ -1,0 +1,138 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOHTTPTypes
+import NIOHTTPTypesHTTP1
+import NIOWebSocket
+
+/// What each TCP connection of the gateway becomes: a client WebSocket at `/ws`, or
+/// plain HTTP for everything else (health, readiness, metrics, and the reason a `/ws`
+/// request was not upgraded).
+///
+/// Every connection is counted against `ConnectionCap` as it is accepted (past the cap
+/// it is closed at once, before it costs more than its descriptor for a moment) and must
+/// finish its upgrade within `handshakeTimeout` (`HandshakeDeadline`), so slow headers
+/// hold a connection for that long at most; plain HTTP connections keep the deadline.
+///
+/// An upgraded socket is served by NIO handlers alone (`SocketHandler`): no task waits
+/// on it while it is idle, which is what keeps an idle socket small. HTTP goes to
+/// hummingbird's router as usual.
+struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
+    enum Negotiated: Sendable {
+        case webSocket
+        case http(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>)
+        /// An upgrade request that was refused, with the answer that says why.
+        case refused(NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>, HTTPError)
+    }
+
+    struct Value: ServerChildChannelValue {
+        let negotiated: EventLoopFuture<Negotiated>
+        let channel: any Channel
+    }
+
+    let responder: Responder
+    let handshakeTimeout: Duration
+    let cap: ConnectionCap
+    let maxFrameBytes: Int
+    /// Why this upgrade request may not become a socket (path, origin, draining, caps),
+    /// or nil when it may; runs on the connection's event loop.
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError?
+    /// Adds the socket's handlers once the upgrade is answered (on the event loop).
+    let upgraded: @Sendable (any Channel) throws -> Void
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        guard cap.take(channel) else {
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+        }
+        let timeout = TimeAmount.nanoseconds(Int64(clamping: handshakeTimeout.nanoseconds))
+        return channel.eventLoop.makeCompletedFuture {
+            let pipeline = channel.pipeline.syncOperations
+            try pipeline.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
+            let admit = self.admit
+            let upgraded = self.upgraded
+            let refusal = NIOLoopBoundBox<HTTPError?>(nil, eventLoop: channel.eventLoop)
+            let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
+                maxFrameSize: maxFrameBytes,
+                enableAutomaticErrorHandling: true,
+                shouldUpgrade: { channel, head in
+                    refusal.value = admit(head, channel)
+                    return channel.eventLoop.makeSucceededFuture(refusal.value == nil ? HTTPHeaders() : nil)
+                },
+                upgradePipelineHandler: { channel, _ in
+                    channel.eventLoop.makeCompletedFuture {
+                        // A WebSocket now: no handshake deadline any more.
+                        _ = channel.pipeline.syncOperations.removeHandler(name: HandshakeDeadline.name)
+                        try upgraded(channel)
+                        return .webSocket
+                    }
+                }
+            )
+            let notUpgraded = NIOTypedHTTPServerUpgradeConfiguration<Negotiated>(
+                upgraders: [upgrader],
+                notUpgradingCompletionHandler: { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let pipeline = channel.pipeline.syncOperations
+                        try pipeline.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try pipeline.addHandler(HTTPConnectionStateHandler(idleTimeout: nil, logger: logger))
+                        let http = try NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>(
+                            wrappingChannelSynchronously: channel, configuration: .init(isOutboundHalfClosureEnabled: true)
+                        )
+                        if let refused = refusal.value { return .refused(http, refused) }
+                        return .http(http)
+                    }
+                }
+            )
+            var configuration = NIOUpgradableHTTPServerPipelineConfiguration<Negotiated>(upgradeConfiguration: notUpgraded)
+            // As hummingbird's own HTTP/1 channel: its async channel orders requests and
+            // answers errors; header names and values are checked by HTTP types.
+            configuration.enablePipelining = false
+            configuration.enableErrorHandling = false
+            configuration.enableResponseHeaderValidation = false
+            let negotiated = try pipeline.configureUpgradableHTTPServerPipeline(configuration: configuration)
+            return Value(negotiated: negotiated, channel: channel)
+        }
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        do {
+            switch try await value.negotiated.get() {
+            case .webSocket:
+                // Served by its handlers from here on; nothing to wait for.
+                return
+            case .http(let http):
+                await handleHTTP(asyncChannel: http, logger: logger)
+            case .refused(let http, let refusal):
+                try await Self.answer(refusal, on: http)
+            }
+        } catch {
+            logger.debug("connection_setup_failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Answers a refused upgrade with its status and reason (the body hummingbird gives
+    /// an `HTTPError`) and closes the connection: the request it came with was taken by
+    /// the upgrade attempt, so it cannot go to the router.
+    static func answer(_ refusal: HTTPError, on http: NIOAsyncChannel<HTTPRequestPart, HTTPResponsePart>) async throws {
+        struct Body: Encodable {
+            struct Reason: Encodable { let message: String }
+            let error: Reason
+        }
+        let body = try JSONEncoder().encode(Body(error: .init(message: refusal.body ?? refusal.status.reasonPhrase)))
+        var headers = refusal.headers
+        headers[.connection] = "close"
+        headers[.contentType] = "application/json; charset=utf-8"
+        headers[.contentLength] = "\(body.count)"
+        try await http.executeThenClose { _, outbound in
+            try await outbound.write(contentsOf: [
+                .head(HTTPResponse(status: refusal.status, headerFields: headers)),
+                .body(ByteBuffer(bytes: body)),
+                .end(nil),
+            ])
+        }
+    }
+}

@@ -1,0 +1,369 @@
+import Logging
+import NIOCore
+import NIOWebSocket
+import Synchronization
+import WhisperShared
+
+/// The WebSocket protocol of one client socket, run on the socket's event loop once the
+/// upgrade is done: puts fragmented messages together (at most `maxMessageBytes`, else
+/// close 1009), answers pings, pings the client and drops it when it stops answering,
+/// carries out the close handshake from either side, and closes a socket that holds no
+/// session after the sign-in deadline (4004).
+///
+/// Complete messages go to the socket's `SocketInbox`; a task handles them one after
+/// another and ends when the inbox is empty. So an idle socket costs its channel, this
+/// handler and its `ClientConnection`, and no task, stream or buffer: the gateway holds
+/// tens of thousands of them (docs/benchmarks.md, "Idle sockets").
+final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    /// Asks the handler to close with this code (sent by `ClientConnection.close`).
+    struct CloseRequest: Sendable {
+        let code: UInt16
+        let reason: String
+    }
+
+    struct Settings: Sendable {
+        /// How often the server pings; a client that sends nothing (no pong, no frame)
+        /// between two pings is dropped.
+        var pingInterval: TimeAmount
+        /// How long a close the server started waits for the client's close frame.
+        var closeTimeout: TimeAmount
+        /// Time from the upgrade to holding a session.
+        var authenticationDeadline: TimeAmount
+        /// Largest message, fragments put together.
+        var maxMessageBytes: Int
+    }
+
+    /// Handles one complete message of the socket (in arrival order, one at a time).
+    typealias MessageHandler = @Sendable ([UInt8], ClientConnection) async -> Void
+    /// Runs once after the socket closed and every message read from it was handled.
+    typealias Farewell = @Sendable (ClientConnection) async -> Void
+
+    private let connection: ClientConnection
+    private let settings: Settings
+    private let onMessage: MessageHandler
+    private let onClosed: Farewell
+
+    /// A text or binary message whose later fragments have not all come yet.
+    private var fragments: ByteBuffer?
+    /// A ping went out and nothing came back since.
+    private var awaitingAnswer = false
+    /// This side sent its close frame: the next close frame ends the connection.
+    private var closeSent = false
+    private var pinger: RepeatedTask?
+    private var signInDeadline: Scheduled<Void>?
+    private var closeDeadline: Scheduled<Void>?
+
+    init(connection: ClientConnection, settings: Settings, onMessage: @escaping MessageHandler, onClosed: @escaping Farewell) {
+        self.connection = connection
+        self.settings = settings
+        self.onMessage = onMessage
+        self.onClosed = onClosed
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: settings.pingInterval, delay: settings.pingInterval) { _ in
+            bound.value.handler.ping(context: bound.value.context)
+        }
+        let connection = connection
+        signInDeadline = context.eventLoop.scheduleTask(in: settings.authenticationDeadline) {
+            guard connection.whisperId == nil, !connection.isClosing else { return }
+            connection.logger.info("socket_unauthenticated_timeout")
+            connection.close(code: CloseCode.authenticationTimeout, reason: "no session on this socket in time")
+        }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        stopTimers()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        awaitingAnswer = false
+        guard frame.maskKey != nil, frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
+            fail(context: context, .protocolError, "client frames must be masked and use no extension bits")
+            return
+        }
+        switch frame.opcode {
+        case .text, .binary:
+            guard fragments == nil else {
+                fail(context: context, .protocolError, "a new message began before the last one ended")
+                return
+            }
+            if frame.fin {
+                deliver(frame.unmaskedData, context: context)
+            } else {
+                fragments = frame.unmaskedData
+            }
+        case .continuation:
+            guard var message = fragments else {
+                fail(context: context, .protocolError, "a continuation frame without a message")
+                return
+            }
+            fragments = nil
+            var part = frame.unmaskedData
+            guard message.readableBytes <= settings.maxMessageBytes - part.readableBytes else {
+                fail(context: context, .messageTooLarge, "message too large")
+                return
+            }
+            message.writeBuffer(&part)
+            if frame.fin {
+                deliver(message, context: context)
+            } else {
+                fragments = message
+            }
+        case .ping:
+            guard !closeSent else { return }
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .pong:
+            break
+        case .connectionClose:
+            receivedClose(frame, context: context)
+        default:
+            fail(context: context, .protocolError, "unknown opcode")
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let request = event as? CloseRequest {
+            sendClose(context: context, code: WebSocketErrorCode(codeNumber: Int(request.code)), reason: request.reason, closeNow: false)
+        } else if event is ChannelShouldQuiesceEvent {
+            // The server stops: what the drainer did not move elsewhere is closed here.
+            connection.markClosing()
+            sendClose(context: context, code: .goingAway, reason: "server shutting down", closeNow: false)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stopTimers()
+        connection.markClosing()
+        if connection.inbox.end() {
+            startHandling()
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        // Frame decoding errors were answered with their close code by NIO's
+        // WebSocketProtocolErrorHandler, ahead of this handler; the rest are the
+        // connection's (reset, broken pipe): either way the socket is done.
+        connection.logger.debug("socket_error", metadata: ["error": "\(error)"])
+        connection.markClosing()
+        context.close(promise: nil)
+    }
+
+    // MARK: -
+
+    private func deliver(_ message: ByteBuffer, context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        let arrival = connection.inbox.push(Array(message.readableBytesView))
+        if arrival.pauseReading {
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
+        }
+        if arrival.startHandling {
+            startHandling()
+        }
+    }
+
+    private func startHandling() {
+        let connection = connection
+        let onMessage = onMessage
+        let onClosed = onClosed
+        Task {
+            while true {
+                switch connection.inbox.next() {
+                case .message(let bytes, let resumeReading):
+                    if resumeReading {
+                        connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
+                    }
+                    await onMessage(bytes, connection)
+                case .idle:
+                    return
+                case .ended:
+                    await onClosed(connection)
+                    return
+                }
+            }
+        }
+    }
+
+    private func ping(context: ChannelHandlerContext) {
+        guard !closeSent else { return }
+        // A socket whose reading is paused cannot show its pongs; it is not dead.
+        if awaitingAnswer, !connection.inbox.isPaused {
+            connection.logger.info("socket_ping_timeout")
+            connection.markClosing()
+            sendClose(context: context, code: .goingAway, reason: "ping timeout", closeNow: true)
+            return
+        }
+        awaitingAnswer = true
+        var payload = context.channel.allocator.buffer(capacity: 8)
+        payload.writeInteger(UInt64.random(in: .min ... .max))
+        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: payload)), promise: nil)
+    }
+
+    private func receivedClose(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+        connection.markClosing()
+        guard !closeSent else {
+            context.close(promise: nil)
+            return
+        }
+        // The answer repeats the client's code (RFC 6455, 5.5.1).
+        var data = frame.unmaskedData
+        let code = data.readableBytes >= 2 ? data.readInteger(as: UInt16.self) : nil
+        closeSent = true
+        var answer = context.channel.allocator.buffer(capacity: 2)
+        if let code { answer.writeInteger(code) }
+        closeAfterWriting(WebSocketFrame(fin: true, opcode: .connectionClose, data: answer), context: context)
+    }
+
+    private func fail(context: ChannelHandlerContext, _ code: WebSocketErrorCode, _ reason: String) {
+        connection.logger.info("socket_protocol_error", metadata: ["reason": "\(reason)"])
+        connection.markClosing()
+        fragments = nil
+        guard !closeSent else {
+            context.close(promise: nil)
+            return
+        }
+        sendClose(context: context, code: code, reason: reason, closeNow: true)
+    }
+
+    /// Sends the close frame once. `closeNow`: the connection closes once it is written
+    /// (the client is at fault or gone); otherwise it waits for the client's close
+    /// frame, `closeTimeout` at most.
+    private func sendClose(context: ChannelHandlerContext, code: WebSocketErrorCode, reason: String, closeNow: Bool) {
+        guard !closeSent, context.channel.isActive else { return }
+        closeSent = true
+        var data = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
+        data.write(webSocketErrorCode: code)
+        data.writeString(String(decoding: reason.utf8.prefix(123), as: UTF8.self))
+        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        if closeNow {
+            closeAfterWriting(frame, context: context)
+        } else {
+            context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
+            let channel = context.channel
+            closeDeadline = context.eventLoop.scheduleTask(in: settings.closeTimeout) { channel.close(promise: nil) }
+        }
+    }
+
+    private func closeAfterWriting(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+        let written = context.eventLoop.makePromise(of: Void.self)
+        context.writeAndFlush(wrapOutboundOut(frame), promise: written)
+        let channel = context.channel
+        written.futureResult.whenComplete { _ in channel.close(promise: nil) }
+    }
+
+    private func stopTimers() {
+        pinger?.cancel()
+        pinger = nil
+        signInDeadline?.cancel()
+        signInDeadline = nil
+        closeDeadline?.cancel()
+        closeDeadline = nil
+    }
+}
+
+/// Messages one socket has read and the gateway has not handled yet. They are handled
+/// one at a time, in the order they arrived, by a task that exists only while there is
+/// something to handle. Past `Bounds` the socket is no longer read (TCP then holds the
+/// client back) until the queue is down to `resumeAtMessages`.
+final class SocketInbox: Sendable {
+    struct Bounds: Sendable {
+        var pauseAtMessages: Int
+        var pauseAtBytes: Int
+        var resumeAtMessages: Int
+
+        /// 16 messages or 1 MiB queued pause reading; 4 left resume it.
+        static let standard = Bounds(pauseAtMessages: 16, pauseAtBytes: 1_048_576, resumeAtMessages: 4)
+    }
+
+    enum Next {
+        case message([UInt8], resumeReading: Bool)
+        /// Nothing queued: the handling task ends.
+        case idle
+        /// The socket closed and everything it sent was handled.
+        case ended
+    }
+
+    private struct State {
+        var messages: [[UInt8]] = []
+        var head = 0
+        var bytes = 0
+        var handling = false
+        var closed = false
+        var finished = false
+        var paused = false
+
+        var count: Int { messages.count - head }
+    }
+
+    let bounds: Bounds
+    private let state = Mutex(State())
+
+    init(bounds: Bounds) {
+        self.bounds = bounds
+    }
+
+    /// Queues a message; says whether a handling task must start and whether reading
+    /// must pause.
+    func push(_ message: [UInt8]) -> (startHandling: Bool, pauseReading: Bool) {
+        state.withLock { state in
+            state.messages.append(message)
+            state.bytes += message.count
+            let start = !state.handling
+            state.handling = true
+            let pause = !state.paused && (state.count >= bounds.pauseAtMessages || state.bytes >= bounds.pauseAtBytes)
+            if pause { state.paused = true }
+            return (start, pause)
+        }
+    }
+
+    /// The socket closed; true when a task must start to finish it.
+    func end() -> Bool {
+        state.withLock { state in
+            state.closed = true
+            let start = !state.handling
+            state.handling = true
+            return start
+        }
+    }
+
+    /// The next step of the handling task.
+    func next() -> Next {
+        state.withLock { state in
+            if state.count > 0 {
+                let message = state.messages[state.head]
+                state.messages[state.head] = []
+                state.head += 1
+                state.bytes -= message.count
+                if state.count == 0 {
+                    state.messages.removeAll(keepingCapacity: false)
+                    state.head = 0
+                } else if state.head >= 64 {
+                    state.messages.removeFirst(state.head)
+                    state.head = 0
+                }
+                let resume = state.paused && state.count <= bounds.resumeAtMessages && state.bytes < bounds.pauseAtBytes
+                if resume { state.paused = false }
+                return .message(message, resumeReading: resume)
+            }
+            if state.closed, !state.finished {
+                state.finished = true
+                return .ended
+            }
+            state.handling = false
+            return .idle
+        }
+    }
+
+    var isPaused: Bool { state.withLock { $0.paused } }
+
+    var queued: Int { state.withLock { $0.count } }
+}
