@@ -35,6 +35,18 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     let responder: Responder
+    init(
+        responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap, maxFrameBytes: Int,
+        admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> HTTPError?, upgraded: @escaping @Sendable (any Channel) throws -> Void
+    ) {
+        self.responder = Self.sendingUpgradesToANewConnection(responder)
+        self.handshakeTimeout = handshakeTimeout
+        self.cap = cap
+        self.maxFrameBytes = maxFrameBytes
+        self.admit = admit
+        self.upgraded = upgraded
+    }
+
     let handshakeTimeout: Duration
     let cap: ConnectionCap
     let maxFrameBytes: Int
@@ -133,6 +145,25 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
                 .body(ByteBuffer(bytes: body)),
                 .end(nil),
             ])
+        }
+    }
+
+    /// NIO upgrades only on a connection's first request: an upgrade request that comes
+    /// on a kept-alive HTTP connection is sent to the same path with `Connection: close`
+    /// (307), so the client asks again on a new connection, where it is admitted or
+    /// answered with its reason.
+    static func sendingUpgradesToANewConnection(_ responder: @escaping Responder) -> Responder {
+        struct ClosedAfterRedirect: Error {}
+        return { request, writer, channel in
+            guard request.headers[.upgrade]?.lowercased() == "websocket" else {
+                try await responder(request, writer, channel)
+                return
+            }
+            let target = request.uri.query.map { "\(request.uri.path)?\($0)" } ?? request.uri.path
+            try await writer.writeResponse(HTTPResponse(status: .temporaryRedirect, headerFields: [
+                .connection: "close", .location: target, .contentLength: "0",
+            ]))
+            throw ClosedAfterRedirect()
         }
     }
 }

@@ -1,0 +1,161 @@
+import AsyncHTTPClient
+import Foundation
+@testable import GatewayService
+import NIOHTTP1
+import Testing
+import WhisperShared
+
+/// The gateway's own WebSocket layer (`SocketHandler`, `SocketInbox`, the upgrade
+/// answers of `GatewayServerChannel`).
+@Suite struct SocketInboxTests {
+    @Test func readingPausesAtTheBoundAndResumesOnceWhenTheQueueIsDownToItsLowMark() {
+        let inbox = SocketInbox(bounds: .init(pauseAtMessages: 4, pauseAtBytes: 1_000, resumeAtMessages: 1))
+        var pauses = 0
+        var starts = 0
+        for index in 0..<6 {
+            let arrival = inbox.push([UInt8(index)])
+            if arrival.pauseReading { pauses += 1 }
+            if arrival.startHandling { starts += 1 }
+        }
+        // One task for the whole burst, one pause at the fourth message.
+        #expect(starts == 1)
+        #expect(pauses == 1)
+        #expect(inbox.isPaused)
+        var order: [UInt8] = []
+        var resumes: [Int] = []
+        while case .message(let bytes, let resume) = inbox.next() {
+            order.append(contentsOf: bytes)
+            if resume { resumes.append(inbox.queued) }
+        }
+        #expect(order == [0, 1, 2, 3, 4, 5])
+        #expect(resumes == [1])
+        #expect(!inbox.isPaused)
+        // The task ended (idle): the next message starts another.
+        #expect(inbox.push([9]).startHandling)
+    }
+
+    @Test func bytesPauseReadingToo() {
+        let inbox = SocketInbox(bounds: .init(pauseAtMessages: 100, pauseAtBytes: 1_000, resumeAtMessages: 10))
+        #expect(!inbox.push([UInt8](repeating: 1, count: 600)).pauseReading)
+        #expect(inbox.push([UInt8](repeating: 2, count: 600)).pauseReading)
+        guard case .message(_, let resume) = inbox.next() else {
+            Issue.record("expected a message")
+            return
+        }
+        #expect(resume)
+    }
+
+    @Test func aClosedSocketEndsOnceAfterItsLastMessage() {
+        let inbox = SocketInbox(bounds: .standard)
+        _ = inbox.push([1])
+        // A task is handling: closing does not start another.
+        #expect(inbox.end() == false)
+        guard case .message = inbox.next() else {
+            Issue.record("the message read before the close must still be handled")
+            return
+        }
+        guard case .ended = inbox.next() else {
+            Issue.record("expected the end after the last message")
+            return
+        }
+        // An idle socket that closes needs a task to finish it.
+        let idle = SocketInbox(bounds: .standard)
+        #expect(idle.end())
+        guard case .ended = idle.next() else {
+            Issue.record("expected the end")
+            return
+        }
+    }
+}
+
+@Suite struct SocketHandlerTests {
+    /// Gateway and auth on real Redis and Postgres, with `adjust` applied to the gateway's settings.
+    func withGateway(_ adjust: (inout GatewaySettings) -> Void, _ body: (Int) async throws -> Void) async throws {
+        let database = try await TestDatabases.shared.make()
+        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
+        var settings = TestServers.gatewaySettings(database, authPort: auth.internalPort)
+        adjust(&settings)
+        let gateway = try await RunningService.start { [settings] running in
+            buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        }
+        _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+        try await body(gateway.port)
+        try await gateway.stop()
+        try await auth.stop()
+    }
+
+    @Test func aBurstOfFramesIsAnsweredCompletelyAndInOrder() async throws {
+        // 400 frames written without waiting: reading pauses and resumes many times
+        // (16 queued / 4 left), and every frame is answered, in the order sent.
+        let count = 400
+        try await withGateway({
+            $0.controlPerSocket = RateLimitRule(capacity: 10_000, period: .seconds(60))
+            $0.controlPerAddress = RateLimitRule(capacity: 10_000, period: .seconds(60))
+        }) { port in
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws") { socket in
+                for index in 0..<count {
+                    try await socket.send(#"{"type":"ping","requestId":"r-\#(index)","payload":{}}"#)
+                }
+                var answered: [String] = []
+                for _ in 0..<count {
+                    let frame = try await socket.receive(timeout: .seconds(30))
+                    #expect(frame.type == .pong)
+                    answered.append(frame.requestId ?? "none")
+                }
+                #expect(answered == (0..<count).map { "r-\($0)" })
+            }
+        }
+    }
+
+    /// A WebSocket upgrade request, as a client library sends it, on `client` (by
+    /// default a client of its own, so that it is its connection's first request); the
+    /// answer's status, `Retry-After`, `Location` and body. Redirects are not followed.
+    static func upgrade(
+        port: Int, path: String = "/ws", origin: String? = nil, on client: HTTPClient? = nil
+    ) async throws -> (status: Int, retryAfter: String?, location: String?, body: String) {
+        let http = client ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+        var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
+        request.headers.add(name: "Connection", value: "Upgrade")
+        request.headers.add(name: "Upgrade", value: "websocket")
+        request.headers.add(name: "Sec-WebSocket-Version", value: "13")
+        request.headers.add(name: "Sec-WebSocket-Key", value: "dGhlIHNhbXBsZSBub25jZQ==")
+        if let origin { request.headers.add(name: "Origin", value: origin) }
+        let response = try await http.execute(request, timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 1 << 16)
+        if client == nil { try await http.shutdown() }
+        return (Int(response.status.code), response.headers.first(name: "Retry-After"), response.headers.first(name: "Location"), String(buffer: body))
+    }
+
+    @Test func aRefusedUpgradeIsAnsweredWithItsReason() async throws {
+        try await withGateway({ $0.maxSocketsPerAddress = 1 }) { port in
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws") { _ in
+                // The address holds its one socket.
+                let full = try await Self.upgrade(port: port)
+                #expect(full.status == 429)
+                #expect(full.retryAfter == "30")
+                #expect(full.body.contains("too many sockets from this address"))
+            }
+            // Room again once the socket closed (a plain GET /ws then says 400: no upgrade headers).
+            try await waitUntil { try await HTTP.get("http://127.0.0.1:\(port)/ws").status == 400 }
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws") { socket in
+                try await socket.send(#"{"type":"ping","requestId":"again","payload":{}}"#)
+                #expect(try await socket.receive().requestId == "again")
+            }
+        }
+        try await withGateway({ $0.allowedOrigins = ["https://app.example"] }) { port in
+            let foreign = try await Self.upgrade(port: port, origin: "https://elsewhere.example")
+            #expect(foreign.status == 403)
+            #expect(foreign.body.contains("origin"))
+            let elsewhere = try await Self.upgrade(port: port, path: "/socket")
+            #expect(elsewhere.status == 404)
+            // An upgrade asked on a kept-alive HTTP connection is sent to a new one.
+            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
+            let health = try await client.execute(HTTPClientRequest(url: "http://127.0.0.1:\(port)/health"), timeout: .seconds(10))
+            _ = try await health.body.collect(upTo: 1 << 16)
+            let again = try await Self.upgrade(port: port, path: "/ws?v=1", on: client)
+            #expect(again.status == 307)
+            #expect(again.location == "/ws?v=1")
+            try await client.shutdown()
+        }
+    }
+}
