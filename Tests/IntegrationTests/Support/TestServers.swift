@@ -12,8 +12,8 @@ import WhisperShared
 /// Where the real servers started by scripts/test listen.
 enum TestServers {
     static let environment = ProcessInfo.processInfo.environment
-    static let postgresURL = environment["WHISPER_TEST_POSTGRES_URL"] ?? "postgres://whisper@127.0.0.1:55433/whisper"
-    static let redisURL = environment["WHISPER_TEST_REDIS_URL"] ?? "redis://127.0.0.1:56380"
+    static let postgresURL = environment["WHISPER_TEST_POSTGRES_URL"] ?? "postgres://whisper@127.0.0.1:25433/whisper"
+    static let redisURL = environment["WHISPER_TEST_REDIS_URL"] ?? "redis://127.0.0.1:26380"
     static let redisServerBinary = environment["WHISPER_TEST_REDIS_SERVER"] ?? "/usr/bin/redis-server"
     static let promtool = environment["WHISPER_TEST_PROMTOOL"] ?? "/usr/bin/promtool"
     static let repoRoot = URL(fileURLWithPath: #filePath)
