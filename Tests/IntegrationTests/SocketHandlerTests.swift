@@ -1,7 +1,10 @@
 import AsyncHTTPClient
 import Foundation
 @testable import GatewayService
+import NIOCore
 import NIOHTTP1
+import NIOPosix
+import Synchronization
 import Testing
 import WhisperShared
 
@@ -156,6 +159,70 @@ import WhisperShared
             #expect(again.status == 307)
             #expect(again.location == "/ws?v=1")
             try await client.shutdown()
+        }
+    }
+}
+
+/// A bare TCP client: sends an upgrade request and then `frames` as they are, and
+/// returns every byte the server sent until it closed the connection.
+enum RawSocket {
+    final class Collector: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        let received: EventLoopPromise<[UInt8]>
+        private let bytes = Mutex<[UInt8]>([])
+
+        init(received: EventLoopPromise<[UInt8]>) {
+            self.received = received
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let buffer = unwrapInboundIn(data)
+            bytes.withLock { $0 += Array(buffer.readableBytesView) }
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            received.succeed(bytes.withLock { $0 })
+        }
+    }
+
+    static func exchange(port: Int, frames: [UInt8]) async throws -> [UInt8] {
+        let received = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: [UInt8].self)
+        let channel = try await ClientBootstrap(group: received.futureResult.eventLoop)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Collector(received: received)) }
+            }
+            .connect(host: "127.0.0.1", port: port)
+            .get()
+        let request = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        try await channel.writeAndFlush(channel.allocator.buffer(string: request))
+        try await channel.writeAndFlush(channel.allocator.buffer(bytes: frames))
+        return try await received.futureResult.get()
+    }
+
+    /// The close frame's code in what the server sent after its 101 answer, if any.
+    static func closeCode(in bytes: [UInt8]) -> UInt16? {
+        let headerEnd = Array("\r\n\r\n".utf8)
+        guard let end = (0...max(0, bytes.count - 4)).first(where: { Array(bytes[$0..<min($0 + 4, bytes.count)]) == headerEnd }) else { return nil }
+        let frame = Array(bytes[(end + 4)...])
+        guard frame.count >= 4, frame[0] == 0x88 else { return nil }
+        return UInt16(frame[2]) << 8 | UInt16(frame[3])
+    }
+}
+
+extension SocketHandlerTests {
+    @Test func framesAClientMayNotSendCloseTheSocketWith1002() async throws {
+        try await withGateway({ _ in }) { port in
+            // A text frame without a mask (RFC 6455: every client frame is masked).
+            let unmasked = try await RawSocket.exchange(port: port, frames: [0x81, 0x02, 0x68, 0x69])
+            #expect(String(decoding: unmasked.prefix(12), as: UTF8.self) == "HTTP/1.1 101")
+            #expect(RawSocket.closeCode(in: unmasked) == 1002)
+            // A continuation frame with no message before it (masked, empty payload).
+            let stray = try await RawSocket.exchange(port: port, frames: [0x80, 0x80, 1, 2, 3, 4])
+            #expect(RawSocket.closeCode(in: stray) == 1002)
+            // A client's close frame is answered with its own code.
+            let closing = try await RawSocket.exchange(port: port, frames: [0x88, 0x82, 0, 0, 0, 0, 0x0F, 0xA0])
+            #expect(RawSocket.closeCode(in: closing) == 4000)
         }
     }
 }
