@@ -106,6 +106,10 @@ final class SilentSocket: Sendable {
         self.channel = channel
     }
 
+    /// A WebSocket upgrade request for `/ws`, as a client writes it on a new connection.
+    static let upgradeRequest = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+
     /// `receiveBuffer`: a small one makes the server's side fill soon.
     static func open(port: Int, receiveBuffer: Int? = nil) async throws -> SilentSocket {
         let upgraded = MultiThreadedEventLoopGroup.singleton.any().makePromise(of: Void.self)
@@ -120,9 +124,7 @@ final class SilentSocket: Sendable {
             }
             .connect(host: "127.0.0.1", port: port)
             .get()
-        let request = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        try await channel.writeAndFlush(channel.allocator.buffer(string: request))
+        try await channel.writeAndFlush(channel.allocator.buffer(string: upgradeRequest))
         channel.read()
         try await upgraded.futureResult.get()
         return SilentSocket(channel: channel)

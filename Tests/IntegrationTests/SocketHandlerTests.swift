@@ -193,9 +193,7 @@ enum RawSocket {
             }
             .connect(host: "127.0.0.1", port: port)
             .get()
-        let request = "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        try await channel.writeAndFlush(channel.allocator.buffer(string: request))
+        try await channel.writeAndFlush(channel.allocator.buffer(string: SilentSocket.upgradeRequest))
         try await channel.writeAndFlush(channel.allocator.buffer(bytes: frames))
         return try await received.futureResult.get()
     }

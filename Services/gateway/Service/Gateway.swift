@@ -66,25 +66,28 @@ public func buildGateway(
     OperationsRoutes(environment: environment, readiness: Readiness(checks: environment.standardReadinessChecks + [subscribed]), draining: draining)
         .register(on: router)
     // Reached by a GET /ws that was not upgraded: the reason, as an HTTP status.
+    // Refusals that do not depend on the socket counts: the upgrade and GET /ws check
+    // them first, in this order.
+    let refusedOutright: @Sendable (_ origin: String?) -> HTTPError? = { origin in
+        UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
+    }
     router.get("/ws") { request, context -> Response in
-        if let refusal = UpgradeRefusal.origin(request.headers[.origin], allowed: settings.allowedOrigins) { throw refusal }
-        if draining.isDraining { throw UpgradeRefusal.draining }
+        if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
         if let refusal = admission.refusal(for: context.remoteAddress) { throw refusal }
         throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
     }
 
     let socketSettings = SocketHandler.Settings(
-        pingInterval: .nanoseconds(Int64(clamping: settings.pingInterval.nanoseconds)),
-        closeTimeout: .nanoseconds(Int64(clamping: settings.drainTimeout.nanoseconds)),
-        authenticationDeadline: .nanoseconds(Int64(clamping: settings.authenticationDeadline.nanoseconds)),
+        pingInterval: TimeAmount(settings.pingInterval),
+        closeTimeout: TimeAmount(settings.drainTimeout),
+        authenticationDeadline: TimeAmount(settings.authenticationDeadline),
         maxMessageBytes: Limits.MAX_WS_FRAME_BYTES
     )
     let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError? = { head, channel in
         guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
             return HTTPError(.notFound, message: "WebSockets are served at /ws")
         }
-        if let refusal = UpgradeRefusal.origin(head.headers["origin"].first, allowed: settings.allowedOrigins) { return refusal }
-        if draining.isDraining { return UpgradeRefusal.draining }
+        if let refusal = refusedOutright(head.headers["origin"].first) { return refusal }
         return SocketAdmission.answer(admission.admit(ClientAddress.of(channel), channel: channel))
     }
     let upgraded: @Sendable (any Channel) throws -> Void = { channel in

@@ -7,12 +7,10 @@ public struct GatewayRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
     /// The client's address as every limit of the gateway keys it (`ClientAddress`).
     public let remoteAddress: String
-    public let channel: any Channel
 
     public init(source: ApplicationRequestContextSource) {
         self.coreContext = .init(source: source)
         self.remoteAddress = ClientAddress.of(source.channel)
-        self.channel = source.channel
     }
 }
 

@@ -34,7 +34,17 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
         let channel: any Channel
     }
 
+    /// hummingbird's router, behind `sendingUpgradesToANewConnection`.
     let responder: Responder
+    let handshakeTimeout: Duration
+    let cap: ConnectionCap
+    let maxFrameBytes: Int
+    /// Why this upgrade request may not become a socket (path, origin, draining, caps),
+    /// or nil when it may; runs on the connection's event loop.
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError?
+    /// Adds the socket's handlers once the upgrade is answered (on the event loop).
+    let upgraded: @Sendable (any Channel) throws -> Void
+
     init(
         responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap, maxFrameBytes: Int,
         admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> HTTPError?, upgraded: @escaping @Sendable (any Channel) throws -> Void
@@ -47,21 +57,12 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
         self.upgraded = upgraded
     }
 
-    let handshakeTimeout: Duration
-    let cap: ConnectionCap
-    let maxFrameBytes: Int
-    /// Why this upgrade request may not become a socket (path, origin, draining, caps),
-    /// or nil when it may; runs on the connection's event loop.
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError?
-    /// Adds the socket's handlers once the upgrade is answered (on the event loop).
-    let upgraded: @Sendable (any Channel) throws -> Void
-
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         guard cap.take(channel) else {
             channel.close(promise: nil)
             return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
         }
-        let timeout = TimeAmount.nanoseconds(Int64(clamping: handshakeTimeout.nanoseconds))
+        let timeout = TimeAmount(handshakeTimeout)
         return channel.eventLoop.makeCompletedFuture {
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
