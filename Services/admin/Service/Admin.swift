@@ -63,8 +63,8 @@ public struct AdminTokens: Sendable {
     }
 }
 
-/// Assembles one admin instance: the operator API (GC runs today; reports, bans and the
-/// console with the admin issue). `admin migrate` is a subcommand (MigrateCommand).
+/// Assembles one admin instance: the operator API (stats, reports, bans, audit, GC
+/// runs). `admin migrate` is a subcommand (MigrateCommand).
 public func buildAdmin(settings: AdminSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
     buildHTTPService(
         settings: settings.common,
@@ -85,8 +85,16 @@ struct AdminRoutes: Sendable {
     let redis: RedisClient
     let logger: Logger
 
+    var auth: AdminAuth { AdminAuth(tokens: tokens) }
+
     func register(on router: Router<BasicRequestContext>) {
         registerAudit(on: router)
+        let moderation = Moderation(
+            auth: auth, postgres: postgres, enforcement: BanEnforcement(redis: redis), logger: logger
+        )
+        moderation.registerBans(on: router)
+        moderation.registerReports(on: router)
+        AdminStats(auth: auth, postgres: postgres, redis: redis, logger: logger).register(on: router)
         router.post("/admin/attachments/gc/run") { request, _ -> Response in
             let actor = try authenticate(request)
             let jobId = RandomID.uuid()
@@ -151,6 +159,15 @@ struct AdminRoutes: Sendable {
     }
 
     private func authenticate(_ request: Request) throws -> String {
+        try auth.operator(of: request)
+    }
+}
+
+/// The operator behind `Authorization: Bearer <admin token>`, or 401 `AUTH_FAILED`.
+struct AdminAuth: Sendable {
+    let tokens: AdminTokens
+
+    func `operator`(of request: Request) throws -> String {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
               let name = tokens.name(for: String(header.dropFirst("Bearer ".count))) else {
             throw WhisperHTTPError(.authFailed, "an admin token is required", headers: [.wwwAuthenticate: "Bearer"])

@@ -23,8 +23,12 @@ public func buildAuth(
                 presence: PresenceStore(redis: environment.redis), limiter: limiter,
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
+            let reports = ReportDesk(
+                postgres: environment.postgres, sessions: sessions, limiter: limiter, rule: settings.reportPerIdentity,
+                metrics: environment.metrics, logger: environment.logger
+            )
             let routes = AuthRoutes(
-                registration: registration, sessions: sessions, identities: identities, limiter: limiter,
+                registration: registration, reports: reports, sessions: sessions, identities: identities, limiter: limiter,
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
             routes.registerPublic(on: router)

@@ -7,6 +7,7 @@ import WhisperShared
 /// The internal frame endpoints the gateway calls, and the client endpoints of auth.
 struct AuthRoutes: Sendable {
     let registration: Registration
+    let reports: ReportDesk
     let sessions: SessionStore
     let identities: IdentityRepository
     let limiter: RateLimiter
@@ -28,6 +29,7 @@ struct AuthRoutes: Sendable {
         frame(SessionRefresh.self, on: router) { try await registration.refresh($0, context: $1) }
         frame(Logout.self, on: router) { try await registration.logout($0, context: $1) }
         frame(UpdateTokens.self, on: router) { try await registration.updateTokens($0, context: $1) }
+        frame(ReportUser.self, on: router) { try await reports.file($0, context: $1) }
     }
 
     private func frame<P: ClientPayload, R: ServerPayload>(

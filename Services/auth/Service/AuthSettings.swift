@@ -20,6 +20,8 @@ public struct AuthSettings: ServiceSettings {
     public var keyLookupPerIdentity: RateLimitRule
     /// Contacts backup reads, writes and deletes per identity.
     public var backupPerIdentity: RateLimitRule
+    /// `report_user` frames per reporting identity.
+    public var reportPerIdentity: RateLimitRule
 
     public init(
         common: CommonSettings,
@@ -30,8 +32,10 @@ public struct AuthSettings: ServiceSettings {
         updateTokensPerIdentity: RateLimitRule = RateLimitRule(capacity: 10, period: .seconds(60)),
         updateTokensPerIP: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
         keyLookupPerIdentity: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
-        backupPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60))
+        backupPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
+        reportPerIdentity: RateLimitRule = RateLimitRule(capacity: 20, period: .seconds(3_600))
     ) {
+        self.reportPerIdentity = reportPerIdentity
         self.backupPerIdentity = backupPerIdentity
         self.common = common
         self.internalToken = internalToken
@@ -52,5 +56,6 @@ public struct AuthSettings: ServiceSettings {
         updateTokensPerIP = settings.rateLimit("auth.rate.limit.update.tokens.per.ip", default: "60/60s")
         keyLookupPerIdentity = settings.rateLimit("auth.rate.limit.key.lookup.per.identity", default: "120/60s")
         backupPerIdentity = settings.rateLimit("auth.rate.limit.backup.per.identity", default: "60/60s")
+        reportPerIdentity = settings.rateLimit("auth.rate.limit.report.per.identity", default: "20/1h")
     }
 }

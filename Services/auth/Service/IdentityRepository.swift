@@ -39,6 +39,11 @@ struct IdentityRepository: Sendable {
         return try await Self.first(rows)
     }
 
+    /// Whether a ban is in force now (read afresh, for the check after a session was made).
+    func isBanned(_ whisperId: String) async throws -> Bool {
+        try await find(whisperId: whisperId)?.banned ?? false
+    }
+
     private static func first(_ rows: PostgresRowSequence) async throws -> Identity? {
         for try await (id, enc, sign, banned) in rows.decode((String, ByteBuffer, ByteBuffer, Bool).self) {
             return Identity(whisperId: id, encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView), banned: banned)

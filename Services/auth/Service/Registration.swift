@@ -94,6 +94,12 @@ struct Registration: Sendable {
         )
         let previousSocket = try await presence.lookup(identity.whisperId)
         let (token, replaced) = try await sessions.create(for: record)
+        // A ban that committed after the check above has ended sessions already, maybe
+        // before this one existed: look again now that it does.
+        if try await identities.isBanned(identity.whisperId) {
+            try await sessions.revokeAll(of: identity.whisperId)
+            throw refuse(.userBanned, "this identity is banned", outcome: "banned")
+        }
         // Single active device: the earlier device's socket, wherever it is, is told and closed.
         if let previousSocket, previousSocket != PresenceRecord(gateway: context.gateway, connId: context.connId) {
             try await GatewayCommand(kind: .revoke, connId: previousSocket.connId, reason: .replacedByNewDevice)
@@ -102,7 +108,7 @@ struct Registration: Sendable {
         metrics.counter("registrations", help: "Successful registrations, by kind.", labels: [("kind", created ? "new" : "recovery")]).increment()
         logger.info("registered", metadata: [
             "whisperId": "\(identity.whisperId)", "deviceId": "\(record.deviceId)", "connId": "\(context.connId)",
-            "kind": "\(created ? "new" : "recovery")", "replacedSession": "\(replaced != nil)",
+            "kind": "\(created ? "new" : "recovery")", "replacedSession": "\(replaced)",
         ])
         return RegisterAck(whisperId: identity.whisperId, sessionToken: token, sessionExpiresAt: record.expiresAt, serverTime: now)
     }

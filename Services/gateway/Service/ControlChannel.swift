@@ -1,6 +1,7 @@
 import Logging
 import Prometheus
 import ServiceLifecycle
+import Synchronization
 import WhisperShared
 
 /// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
@@ -10,17 +11,23 @@ import WhisperShared
 struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
     let settler: ReceiptSettler
+    let banned: RecentBans
     let latency: DurationHistogram
     let logger: Logger
 
-    init(connections: ConnectionRegistry, settler: ReceiptSettler, metrics: ServiceMetrics, logger: Logger) {
+    init(connections: ConnectionRegistry, settler: ReceiptSettler, banned: RecentBans, metrics: ServiceMetrics, logger: Logger) {
         self.connections = connections
+        self.banned = banned
         self.settler = settler
         self.latency = metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
         self.logger = logger
     }
 
     func handle(_ message: RedisPubSubMessage) {
+        if message.channel == IdentityChange.channel {
+            handle(identityChange: message.payload)
+            return
+        }
         guard let command = GatewayCommand.decode(message.payload) else {
             logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
             return
@@ -28,10 +35,7 @@ struct ControlChannel: Sendable {
         guard let connection = connections.connection(command.connId) else { return }
         switch command.kind {
         case .revoke:
-            _ = connection.unbind()
-            connection.send(SessionRevoked(reason: command.reason ?? .replacedByNewDevice))
-            connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
-            connection.logger.info("session_revoked", metadata: ["reason": "\(command.reason?.rawValue ?? "")"])
+            revoke(connection, reason: command.reason ?? .replacedByNewDevice)
         case .supersede:
             _ = connection.unbind()
             connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
@@ -51,6 +55,72 @@ struct ControlChannel: Sendable {
     }
 }
 
+extension ControlChannel {
+    /// A ban closes every socket of this instance bound to the identity, whichever
+    /// socket presence names (a reconnect may be binding right now: `RecentBans`
+    /// catches that one).
+    func handle(identityChange payload: [UInt8]) {
+        guard let change = IdentityChange.decode(payload) else {
+            logger.warning("identity_change_unreadable", metadata: ["sizeBytes": "\(payload.count)"])
+            return
+        }
+        switch change.kind {
+        case .banned:
+            banned.insert(change.whisperId)
+            for (whisperId, connection) in connections.bound() where whisperId == change.whisperId {
+                revoke(connection, reason: .banned)
+            }
+        case .unbanned:
+            banned.remove(change.whisperId)
+        }
+    }
+
+    func revoke(_ connection: ClientConnection, reason: SessionRevoked.Reason) {
+        guard !connection.isClosing else { return }
+        _ = connection.unbind()
+        connection.send(SessionRevoked(reason: reason))
+        connection.close(code: CloseCode.sessionRevoked, reason: "session revoked")
+        connection.logger.info("session_revoked", metadata: ["reason": "\(reason.rawValue)"])
+    }
+}
+
+/// Identities banned in the last `window`, as this instance heard (`IdentityChange`):
+/// a socket whose session was looked up just before the ban and that binds just after
+/// the change arrived is refused here, so no socket of a banned identity stays open.
+/// Bounded: the oldest entries go first past `capacity`.
+final class RecentBans: Sendable {
+    private let entries = Mutex<[String: ContinuousClock.Instant]>([:])
+    let window: Duration
+    let capacity: Int
+
+    init(window: Duration = .seconds(600), capacity: Int = 10_000) {
+        self.window = window
+        self.capacity = capacity
+    }
+
+    func insert(_ whisperId: String) {
+        let now = ContinuousClock.now
+        entries.withLock { entries in
+            if entries.count >= capacity {
+                entries = entries.filter { now - $0.value < window }
+                if entries.count >= capacity, let oldest = entries.min(by: { $0.value < $1.value })?.key { entries[oldest] = nil }
+            }
+            entries[whisperId] = now
+        }
+    }
+
+    func remove(_ whisperId: String) {
+        _ = entries.withLock { $0.removeValue(forKey: whisperId) }
+    }
+
+    func contains(_ whisperId: String) -> Bool {
+        entries.withLock { entries in
+            guard let at = entries[whisperId] else { return false }
+            return ContinuousClock.now - at < window
+        }
+    }
+}
+
 /// Keeps the presence entries of this instance's sockets alive while they are open.
 struct PresenceKeeper: Service {
     let presence: PresenceStore
@@ -61,16 +131,33 @@ struct PresenceKeeper: Service {
 
     func run() async throws {
         try await cancelWhenGracefulShutdown {
+            // This instance's socket counts for `GET /admin/stats`, from the start (once
+            // Redis answers; the loop below keeps them current).
+            for _ in 0..<50 where !Task.isCancelled {
+                do {
+                    try await GatewayCensus.record(
+                        instance: instanceID, open: connections.count, signedIn: connections.bound().count, at: Clock.millisecondsNow(),
+                        on: presence.redis
+                    )
+                    break
+                } catch {
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+            }
             while !Task.isCancelled {
                 try? await Task.sleep(for: interval)
                 let bound = connections.bound()
                 do {
                     try await presence.prepare()
                     try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+                    try await GatewayCensus.record(
+                        instance: instanceID, open: connections.count, signedIn: bound.count, at: Clock.millisecondsNow(), on: presence.redis
+                    )
                 } catch {
                     logger.warning("presence_refresh_failed", metadata: ["error": "\(error)", "connections": "\(bound.count)"])
                 }
             }
         }
+        try? await GatewayCensus.remove(instance: instanceID, on: presence.redis)
     }
 }

@@ -14,6 +14,7 @@ struct FrameHandler: Sendable {
     let turnCred: ServiceClient?
     let sessions: SessionStore
     let presence: PresenceStore
+    let recentBans: RecentBans
     let limits: FrameLimits
     let receipts: ReceiptDesk
     let typing: TypingDesk
@@ -112,6 +113,10 @@ struct FrameHandler: Sendable {
             }
             connection.sendRaw(answer)
         case let payload as UpdateTokens:
+            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
+        case let payload as ReportUser:
+            // Charged to the address like routed frames; auth limits it per identity.
+            guard await admitRouted(requestId: frame.requestId, on: connection) != nil else { return }
             connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
         case let payload as GetTurnCredentials:
             guard let turnCred else {
@@ -233,6 +238,12 @@ struct FrameHandler: Sendable {
         let (accepted, isNew) = connection.bind(to: record.whisperId)
         guard accepted else {
             connection.logger.info("session_for_other_identity")
+            return false
+        }
+        // Bound first, checked second: a ban heard in between closes this socket
+        // (`ControlChannel`), one heard before is seen here.
+        if recentBans.contains(record.whisperId) {
+            _ = connection.unbind()
             return false
         }
         if isNew {

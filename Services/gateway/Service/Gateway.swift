@@ -25,12 +25,14 @@ public func buildGateway(
     let connections = ConnectionRegistry(metrics: environment.metrics)
     let draining = DrainFlag()
     let presence = PresenceStore(redis: environment.redis)
+    let recentBans = RecentBans()
     let frames = FrameHandler(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
         turnCred: settings.turnCredURL.isEmpty ? nil : ServiceClient(baseURL: settings.turnCredURL, internalToken: settings.internalToken),
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
+        recentBans: recentBans,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
@@ -50,10 +52,12 @@ public func buildGateway(
     }
     let admission = SocketAdmission(maxTotal: socketLimit, maxPerAddress: settings.maxSocketsPerAddress)
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
-    let control = ControlChannel(connections: connections, settler: settler, metrics: environment.metrics, logger: environment.logger)
+    let control = ControlChannel(
+        connections: connections, settler: settler, banned: recentBans, metrics: environment.metrics, logger: environment.logger
+    )
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
-        channels: [RedisKeys.gatewayChannel(settings.common.instanceID)],
+        channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel],
         logger: environment.logger,
         onMessage: control.handle
     )

@@ -18,11 +18,14 @@ public struct GCWorkerSettings: ServiceSettings {
     /// A recipient row younger than this is not settled yet: its message may still be
     /// on its way into the pending queue.
     public var recipientGrace: Duration
+    /// Time between samples of the pending queues' total size (`PendingCensus`).
+    public var pendingCensusInterval: Duration
 
     public init(
         common: CommonSettings, s3: S3Settings, interval: Duration = .seconds(600), batchSize: Int = 200,
-        recipientGrace: Duration = .seconds(600)
+        recipientGrace: Duration = .seconds(600), pendingCensusInterval: Duration = .seconds(60)
     ) {
+        self.pendingCensusInterval = pendingCensusInterval
         self.common = common
         self.s3 = s3
         self.interval = interval
@@ -36,6 +39,7 @@ public struct GCWorkerSettings: ServiceSettings {
         interval = .seconds(settings.int("gc.worker.interval.seconds", default: 600, range: 10...86_400))
         batchSize = settings.int("gc.worker.batch.size", default: 200, range: 1...10_000)
         recipientGrace = .seconds(settings.int("gc.worker.recipient.grace.seconds", default: 600, range: 0...86_400))
+        pendingCensusInterval = .seconds(settings.int("gc.worker.pending.census.seconds", default: 60, range: 5...3_600))
     }
 }
 
@@ -51,7 +55,8 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                 postgres: environment.postgres, redis: environment.redis, store: S3Client(signer: settings.s3.signer),
                 batchSize: settings.batchSize, recipientGrace: settings.recipientGrace,
                 metrics: GCMetrics(metrics: environment.metrics), logger: environment.logger
-            ), redis: environment.redis, interval: settings.interval, logger: environment.logger)]
+            ), redis: environment.redis, interval: settings.interval, logger: environment.logger),
+             PendingCensusLoop(redis: environment.redis, interval: settings.pendingCensusInterval, metrics: environment.metrics, logger: environment.logger)]
         },
         onServerRunning: onServerRunning
     )
@@ -105,6 +110,57 @@ struct GCLoop: Service {
         } catch {
             try? await GCRuns.update(jobId, [("state", "failed"), ("finishedAt", Clock.millisecondsNow()), ("error", "\(error)")], on: redis)
             throw error
+        }
+    }
+}
+
+/// Samples the pending queues' total (`PendingCensus`) every `interval` for
+/// `GET /admin/stats` and the `whisper_pending_messages` gauge. With several gc-workers,
+/// one samples per interval (a lock key with the interval as its expiry); every one
+/// shows the latest sample in its gauges.
+struct PendingCensusLoop: Service {
+    let redis: RedisClient
+    let interval: Duration
+    let messages: Gauge
+    let queues: Gauge
+    let age: Gauge
+    let logger: Logger
+
+    static let lockKey = "stats:pending:lock"
+
+    init(redis: RedisClient, interval: Duration, metrics: ServiceMetrics, logger: Logger) {
+        self.redis = redis
+        self.interval = interval
+        self.logger = logger
+        messages = metrics.gauge("pending_messages", help: "Messages waiting in all pending queues together (sampled every GC_WORKER_PENDING_CENSUS_SECONDS).")
+        queues = metrics.gauge("pending_queues", help: "Identities with at least one message waiting (same sample).")
+        age = metrics.gauge("pending_census_age_seconds", help: "Age of the pending-queue sample the gauges show.")
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let now = Clock.millisecondsNow()
+                    let mine = try await redis.send("SET", Self.lockKey, "1", "NX", "PX", Int(interval.milliseconds)).string == "OK"
+                    let sample = mine ? try await PendingCensus.sample(on: redis) : try await PendingCensus.latest(on: redis)
+                    if let sample {
+                        messages.set(Double(sample.messages))
+                        queues.set(Double(sample.queues))
+                        age.set(Double(max(0, now - sample.sampledAt)) / 1_000)
+                        if mine {
+                            logger.info("pending_census", metadata: [
+                                "messages": "\(sample.messages)", "queues": "\(sample.queues)", "tookMs": "\(sample.tookMs)",
+                            ])
+                        }
+                    }
+                } catch RedisError.unavailable {
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.warning("pending_census_failed", metadata: ["error": "\(error)"])
+                }
+                try? await Clock.sleep(for: interval)
+            }
         }
     }
 }

@@ -19,7 +19,8 @@ struct IdentityInfo: Sendable {
 final class IdentityCache: Sendable {
     private struct Entry {
         var info: IdentityInfo
-        var fetchedAt: ContinuousClock.Instant
+        /// Until when the entry is trusted: the TTL, or sooner when a ban ends then.
+        var validUntil: ContinuousClock.Instant
     }
 
     private let postgres: PostgresClient
@@ -44,10 +45,23 @@ final class IdentityCache: Sendable {
 
     private let queries: Counter
 
+    /// Drops what is known of one identity (its standing changed: `IdentityChange`).
+    func forget(_ whisperId: String) {
+        _ = entries.withLock { $0.removeValue(forKey: whisperId) }
+        _ = unknown.withLock { $0.removeValue(forKey: whisperId) }
+    }
+
+    /// Drops everything: after the change channel
+    /// was (re)subscribed, since changes published meanwhile were missed.
+    func forgetAll() {
+        entries.withLock { $0.removeAll() }
+        unknown.withLock { $0.removeAll() }
+    }
+
     /// The identity, or nil when there is none.
     func lookup(_ whisperId: String) async throws -> IdentityInfo? {
         let now = ContinuousClock.now
-        if let entry = entries.withLock({ $0[whisperId] }), now - entry.fetchedAt < ttl {
+        if let entry = entries.withLock({ $0[whisperId] }), now < entry.validUntil {
             return entry.info
         }
         if let seen = unknown.withLock({ $0[whisperId] }), now - seen < unknownTTL {
@@ -57,18 +71,22 @@ final class IdentityCache: Sendable {
         let rows = try await postgres.query(
             """
             SELECT u.sign_public_key,
-                   (u.status = 'banned' OR EXISTS (
-                       SELECT 1 FROM bans b WHERE b.whisper_id = u.whisper_id AND b.lifted_at IS NULL
-                         AND (b.expires_at IS NULL OR b.expires_at > now())))
-            FROM users u WHERE u.whisper_id = \(whisperId)
+                   (u.status = 'banned' OR b.id IS NOT NULL),
+                   COALESCE((extract(epoch FROM (b.expires_at - now())) * 1000)::bigint, -1)
+            FROM users u
+            LEFT JOIN bans b ON b.whisper_id = u.whisper_id AND b.lifted_at IS NULL
+                AND (b.expires_at IS NULL OR b.expires_at > now())
+            WHERE u.whisper_id = \(whisperId)
             """,
             logger: logger
         )
-        for try await (key, banned) in rows.decode((ByteBuffer, Bool).self) {
+        for try await (key, banned, banEndsInMs) in rows.decode((ByteBuffer, Bool, Int64).self) {
             let info = IdentityInfo(signPublicKey: Array(key.readableBytesView), banned: banned)
+            // A ban that ends on its own is not trusted past its end.
+            let validFor = banEndsInMs >= 0 ? min(ttl, .milliseconds(banEndsInMs)) : ttl
             entries.withLock { entries in
                 if entries.count >= capacity { entries.removeAll(keepingCapacity: true) }
-                entries[whisperId] = Entry(info: info, fetchedAt: now)
+                entries[whisperId] = Entry(info: info, validUntil: now + validFor)
             }
             return info
         }

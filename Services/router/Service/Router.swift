@@ -47,7 +47,15 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 reader: reader, redis: environment.redis, router: router,
                 consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
             )
-            return [reader, consumer, CallSweeper(calls: calls)]
+            // Bans and their lifting reach this router's cache at once, not after its TTL.
+            let changes = RedisSubscriber(
+                configuration: settings.common.redis, channels: [IdentityChange.channel], logger: environment.logger,
+                onMessage: { message in
+                    if let change = IdentityChange.decode(message.payload) { identities.forget(change.whisperId) }
+                },
+                onSubscribed: { identities.forgetAll() }
+            )
+            return [reader, changes, consumer, CallSweeper(calls: calls)]
         },
         onServerRunning: onServerRunning
     )

@@ -156,6 +156,17 @@ public enum Migrations {
             // a grace period, so a message being stored is never taken for one delivered.
             "ALTER TABLE attachment_recipients ADD COLUMN recorded_at timestamptz NOT NULL DEFAULT now()",
         ]),
+        // A report names up to `Limits.MAX_REPORT_MESSAGE_IDS` messages (`messageIds`);
+        // the single `message_id` of before is carried over. One open report per
+        // reporter and reported identity: a repeated report adds to it instead. (No
+        // release before this one served `report_user`, so no pair has two open reports.)
+        Migration(version: 4, name: "report_messages", statements: [
+            "ALTER TABLE reports ADD COLUMN message_ids uuid[] NOT NULL DEFAULT '{}'",
+            "UPDATE reports SET message_ids = ARRAY[message_id] WHERE message_id IS NOT NULL",
+            "ALTER TABLE reports DROP COLUMN message_id",
+            "ALTER TABLE reports ADD CONSTRAINT reports_message_ids_bound CHECK (cardinality(message_ids) <= 20)",
+            "CREATE UNIQUE INDEX reports_one_open_per_pair ON reports (reporter_id, reported_id) WHERE status = 'open'",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -397,7 +397,7 @@ public struct PresenceSubscribe: PrivilegedPayload, Equatable {
 
 public struct ReportUser: PrivilegedPayload, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, whisperId, reason, details, messageId
+        case protocolVersion, cryptoVersion, sessionToken, whisperId, reason, details, messageId, messageIds
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.reportUser
@@ -408,11 +408,38 @@ public struct ReportUser: PrivilegedPayload, Equatable {
     public var reason: ReportReason
     public var details: String?
     public var messageId: String?
+    /// The reported messages (`messageId` is the one-message form; both may be given).
+    public var messageIds: [String]?
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, whisperId: String,
+        reason: ReportReason, details: String? = nil, messageId: String? = nil, messageIds: [String]? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.whisperId = whisperId
+        self.reason = reason
+        self.details = details
+        self.messageId = messageId
+        self.messageIds = messageIds
+    }
+
+    /// Every message the report names, lower-case, each once, in the order given.
+    public var reportedMessageIds: [String] {
+        var seen = Set<String>()
+        return ((messageId.map { [$0] } ?? []) + (messageIds ?? [])).map { $0.lowercased() }.filter { seen.insert($0).inserted }
+    }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.whisperID(whisperId, "whisperId")
         if let details { try check.text(details, "details", characters: 0...Limits.MAX_REPORT_DETAILS_CHARS) }
         if let messageId { try check.uuid(messageId, "messageId") }
+        if let messageIds {
+            try check.require(messageIds.count <= Limits.MAX_REPORT_MESSAGE_IDS, "messageIds", "must list at most \(Limits.MAX_REPORT_MESSAGE_IDS) message IDs")
+            for id in messageIds { try check.uuid(id, "messageIds") }
+        }
+        try check.require(reportedMessageIds.count <= Limits.MAX_REPORT_MESSAGE_IDS, "messageIds", "with messageId, must name at most \(Limits.MAX_REPORT_MESSAGE_IDS) messages")
     }
 }

@@ -21,6 +21,9 @@ public enum Limits {
     public static let MAX_PRESENCE_PEERS = 500
     public static let MAX_PUSH_TOKEN_CHARS = 4_096
     public static let MAX_REPORT_DETAILS_CHARS = 2_000
+    /// Messages one report may name (`messageIds`, plus `messageId`); a repeated report of
+    /// the same identity adds its messages to the open one up to this bound.
+    public static let MAX_REPORT_MESSAGE_IDS = 20
     /// Box overhead (Poly1305 tag) added to a text message's plaintext.
     public static let BOX_OVERHEAD_BYTES = 16
 

@@ -474,6 +474,10 @@ public struct PresenceSnapshot: ServerPayload, Equatable {
 public struct ReportAccepted: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.reportAccepted
     public var reportId: String
+
+    public init(reportId: String) {
+        self.reportId = reportId
+    }
 }
 
 /// The server is going away (deploy, drain): connect again, to any instance, after the delay.

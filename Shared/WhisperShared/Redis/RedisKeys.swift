@@ -1,7 +1,8 @@
 /// The Redis key space of spec 12.2. Per-user keys put the Whisper ID in a hash tag
 /// (`{...}`) so the key space can move to Redis Cluster unchanged.
 public enum RedisKeys {
-    public static func session(_ token: String) -> String { "session:{\(token)}" }
+    /// A session record, by the SHA-256 (hex) of its token: the token itself is kept nowhere.
+    public static func session(digest: String) -> String { "session:{\(digest)}" }
     public static func challenge(_ id: String) -> String { "challenge:{\(id)}" }
     public static func presence(_ whisperId: String) -> String { "presence:{\(whisperId)}" }
     public static func pending(_ whisperId: String) -> String { "pending:{\(whisperId)}" }

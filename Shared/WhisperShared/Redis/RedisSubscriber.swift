@@ -24,6 +24,10 @@ public final class RedisSubscriber: Service, Sendable {
     /// order: for a handler that does not wait for anything, this saves a task switch
     /// per message.
     private let onMessage: (@Sendable (RedisPubSubMessage) -> Void)?
+    /// Called each time every channel is confirmed subscribed (at start and after each
+    /// reconnect): what was published meanwhile is lost, so a cache kept fresh by these
+    /// channels should start over here.
+    private let onSubscribed: (@Sendable () -> Void)?
 
     private let continuation: AsyncStream<RedisPubSubMessage>.Continuation
     private let configuration: RedisConfiguration
@@ -36,9 +40,11 @@ public final class RedisSubscriber: Service, Sendable {
         channels: [String],
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         logger: Logger,
-        onMessage: (@Sendable (RedisPubSubMessage) -> Void)? = nil
+        onMessage: (@Sendable (RedisPubSubMessage) -> Void)? = nil,
+        onSubscribed: (@Sendable () -> Void)? = nil
     ) {
         self.onMessage = onMessage
+        self.onSubscribed = onSubscribed
         self.configuration = configuration
         self.channels = channels
         self.eventLoopGroup = eventLoopGroup
@@ -100,7 +106,11 @@ public final class RedisSubscriber: Service, Sendable {
                 continuation.yield(message)
             }
         case "subscribe":
-            subscribed.withLock { $0 += 1 }
+            let count = subscribed.withLock {
+                $0 += 1
+                return $0
+            }
+            if count == channels.count { onSubscribed?() }
         default:
             break
         }

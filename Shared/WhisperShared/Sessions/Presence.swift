@@ -22,7 +22,7 @@ public struct PresenceRecord: Sendable, Equatable {
 public struct PresenceStore: Sendable {
     /// How long a presence entry lives without a refresh.
     public static let ttl: Duration = .seconds(90)
-    let redis: RedisClient
+    public let redis: RedisClient
 
     public init(redis: RedisClient) {
         self.redis = redis

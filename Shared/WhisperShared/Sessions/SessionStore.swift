@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// What a session token stands for (`session:{token}` in Redis, spec 3.3).
@@ -17,12 +18,15 @@ public struct SessionRecord: Codable, Sendable, Equatable {
     }
 }
 
-/// Sessions in Redis. `session:{token}` holds the record for 7 days; `user:{whisperId}:session`
-/// names the identity's one live token, which is how a new login ends the old one.
+/// Sessions in Redis. A token itself is stored nowhere: `session:{<digest>}` (the
+/// SHA-256 of the token, hex) holds the record for 7 days, and `user:{whisperId}:session`
+/// holds the digest of the identity's one live token, which is how a new login, a ban or
+/// a logout elsewhere ends the old one. A copy of Redis (a dump, the append-only file, a
+/// replica) therefore holds no token anyone could present.
 ///
 /// The two keys live in different hash slots, so each step is a single-key operation;
 /// concurrent logins still converge on exactly one live session: the one the user key
-/// names last, because every login deletes the token it replaced there.
+/// names last, because every login deletes the session it replaced there.
 public struct SessionStore: Sendable {
     public static let ttl: Duration = .seconds(Limits.SESSION_TTL_DAYS * 86_400)
     let redis: RedisClient
@@ -33,26 +37,35 @@ public struct SessionStore: Sendable {
 
     static func userKey(_ whisperId: String) -> String { "user:{\(whisperId)}:session" }
 
+    /// The name a token's digest goes by: lower-case hex SHA-256 of its characters.
+    public static func digest(_ token: String) -> String {
+        Array(SHA256.hash(data: Array(token.utf8))).hexString
+    }
+
+    /// The record's key for a digest (`session:{<digest>}`).
+    static func recordKey(digest: String) -> String { RedisKeys.session(digest: digest) }
+
     /// A new opaque token: 256 random bits, base64url without padding (43 characters).
     public static func newToken() -> String {
         Base64URL.encode(Sodium.randomBytes(32))
     }
 
     /// Starts a session, ending every earlier one of the identity. Returns the new
-    /// token and the token it replaced, if any.
-    public func create(for record: SessionRecord) async throws -> (token: String, replaced: String?) {
+    /// token and whether it replaced a live one.
+    public func create(for record: SessionRecord) async throws -> (token: String, replaced: Bool) {
         let token = Self.newToken()
-        try await redis.send("SET", RedisKeys.session(token), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
-        let previous = try await redis.send("SET", Self.userKey(record.whisperId), token, "PX", Int(Self.ttl.milliseconds), "GET").string
-        if let previous, previous != token {
-            try await redis.send("DEL", RedisKeys.session(previous))
+        let digest = Self.digest(token)
+        try await redis.send("SET", Self.recordKey(digest: digest), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
+        let previous = try await redis.send("SET", Self.userKey(record.whisperId), digest, "PX", Int(Self.ttl.milliseconds), "GET").string
+        if let previous, previous != digest {
+            try await redis.send("DEL", Self.recordKey(digest: previous))
         }
-        return (token, previous)
+        return (token, previous != nil)
     }
 
     /// The session a token stands for, if it is live.
     public func lookup(_ token: String) async throws -> SessionRecord? {
-        guard Format.isSessionToken(token), let bytes = try await redis.send("GET", RedisKeys.session(token)).bytes else {
+        guard Format.isSessionToken(token), let bytes = try await redis.send("GET", Self.recordKey(digest: Self.digest(token))).bytes else {
             return nil
         }
         return try? JSONDecoder().decode(SessionRecord.self, from: Data(bytes))
@@ -64,15 +77,16 @@ public struct SessionStore: Sendable {
         guard var record = try await lookup(token) else { return nil }
         record.expiresAt = now + Int64(Self.ttl.milliseconds)
         let newToken = Self.newToken()
-        try await redis.send("SET", RedisKeys.session(newToken), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
+        let oldDigest = Self.digest(token), newDigest = Self.digest(newToken)
+        try await redis.send("SET", Self.recordKey(digest: newDigest), Self.encode(record), "PX", Int(Self.ttl.milliseconds))
         let swapped = try await redis.evaluate(
-            Self.compareAndSwap, keys: [Self.userKey(record.whisperId)], arguments: [token, newToken, Int(Self.ttl.milliseconds)]
+            Self.compareAndSwap, keys: [Self.userKey(record.whisperId)], arguments: [oldDigest, newDigest, Int(Self.ttl.milliseconds)]
         )
         guard swapped == .integer(1) else {
-            try await redis.send("DEL", RedisKeys.session(newToken))
+            try await redis.send("DEL", Self.recordKey(digest: newDigest))
             return nil
         }
-        try await redis.send("DEL", RedisKeys.session(token))
+        try await redis.send("DEL", Self.recordKey(digest: oldDigest))
         return (newToken, record)
     }
 
@@ -80,16 +94,18 @@ public struct SessionStore: Sendable {
     @discardableResult
     public func revoke(_ token: String) async throws -> SessionRecord? {
         guard let record = try await lookup(token) else { return nil }
-        try await redis.send("DEL", RedisKeys.session(token))
-        try await redis.evaluate(RedisScript.deleteIfEquals, keys: [Self.userKey(record.whisperId)], arguments: [token])
+        let digest = Self.digest(token)
+        try await redis.send("DEL", Self.recordKey(digest: digest))
+        try await redis.evaluate(RedisScript.deleteIfEquals, keys: [Self.userKey(record.whisperId)], arguments: [digest])
         return record
     }
 
-    /// Ends whatever session an identity has (bans).
-    public func revokeAll(of whisperId: String) async throws {
-        if let token = try await redis.send("GETDEL", Self.userKey(whisperId)).string {
-            try await redis.send("DEL", RedisKeys.session(token))
-        }
+    /// Ends whatever session an identity has (bans). True when there was one.
+    @discardableResult
+    public func revokeAll(of whisperId: String) async throws -> Bool {
+        guard let digest = try await redis.send("GETDEL", Self.userKey(whisperId)).string else { return false }
+        try await redis.send("DEL", Self.recordKey(digest: digest))
+        return true
     }
 
     static func encode(_ record: SessionRecord) -> [UInt8] {

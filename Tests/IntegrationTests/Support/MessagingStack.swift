@@ -34,7 +34,10 @@ struct MessagingStack {
         var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
         configureGateway(&gatewaySettings)
         for _ in 0..<2 {
-            let settings = gatewaySettings
+            // Each gateway an instance of its own, with its own channel, as deployed.
+            var own = gatewaySettings
+            own.common.instanceID = "gateway-\(UUID().uuidString.prefix(8).lowercased())"
+            let settings = own
             let gateway = try await RunningService.start { running in
                 buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
             }
