@@ -427,6 +427,48 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// Redis is copied to disk (the append-only file, dumps, replicas): no session token
+    /// may be in it, as a key or as a value, whatever the sessions went through.
+    @Test func noSessionTokenIsKeptInRedis() async throws {
+        let stack = try await MessagingStack.start(routers: 1)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await alice.sendAndWaitForArrival("tokens", to: bob)
+        let refreshed = try await alice.connection.refreshSession()
+        // A second login of bob's identity replaces his session.
+        let again = try await ModerationTests.recover(bob, on: 0, stack: stack)
+        let tokens = [alice.token, refreshed.sessionToken, bob.token, again.token]
+        // Each live session is findable, by the digest of its token only.
+        #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(refreshed.sessionToken)?.whisperId } == alice.whisperId)
+        #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(alice.token) } == nil)
+        let everything = try await stack.withRedis { redis -> String in
+            var text = ""
+            for key in (try await redis.send("KEYS", "*").array ?? []).compactMap(\.string) {
+                text += key + "\n"
+                let type = try await redis.send("TYPE", key).string ?? ""
+                let dump: RESPValue = switch type {
+                case "string": try await redis.send("GET", key)
+                case "hash": try await redis.send("HGETALL", key)
+                case "stream": try await redis.send("XRANGE", key, "-", "+")
+                case "zset": try await redis.send("ZRANGE", key, 0, -1, "WITHSCORES")
+                case "list": try await redis.send("LRANGE", key, 0, -1)
+                case "set": try await redis.send("SMEMBERS", key)
+                default: .null
+                }
+                text += Self.flatten(dump) + "\n"
+            }
+            return text
+        }
+        #expect(everything.contains("session:{"))
+        for token in tokens { #expect(!everything.contains(token)) }
+        try await stack.stop()
+    }
+
+    static func flatten(_ value: RESPValue) -> String {
+        if let array = value.array { return array.map(flatten).joined(separator: " ") }
+        return value.bytes.map { String(decoding: $0, as: UTF8.self) } ?? value.int.map(String.init) ?? ""
+    }
+
     @Test func handledEntriesLeaveTheRouterStream() async throws {
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)
