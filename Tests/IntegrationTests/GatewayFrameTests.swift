@@ -72,8 +72,8 @@ import WhisperShared
         }
         // Each refusal was counted by code.
         let metrics = try await HTTP.get("\(stack.gateway.baseURL)/metrics").body
-        #expect(metrics.contains(#"whisper_errors_total{code="INVALID_PAYLOAD"} 7"#))
-        #expect(metrics.contains(#"whisper_errors_total{code="NOT_REGISTERED"} 1"#))
+        #expect(metrics.contains(#"whisper_errors_total{code="INVALID_PAYLOAD",transport="ws"} 7"#))
+        #expect(metrics.contains(#"whisper_errors_total{code="NOT_REGISTERED",transport="ws"} 1"#))
         try await stack.stop()
     }
 

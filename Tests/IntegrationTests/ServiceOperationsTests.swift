@@ -59,7 +59,10 @@ import WhisperShared
         let service = try await RunningService.start { running in
             buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
         }
-        let before = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 503 }
+        // Not ready for the schema alone: Redis is up (once its client has connected).
+        let before = try await HTTP.waitFor("\(service.baseURL)/ready") {
+            $0.status == 503 && ($0.json?["checks"] as? [String: String])?["redis"] == "ok"
+        }
         #expect(before.json?["status"] as? String == "not_ready")
         let checks = before.json?["checks"] as? [String: String]
         #expect(checks?["postgres"]?.contains("admin migrate") == true)

@@ -1,4 +1,5 @@
 import Prometheus
+import Synchronization
 
 /// The Prometheus registry of one service instance and the metrics every service has.
 /// Each instance gets its own registry, so tests can run several services in one
@@ -16,11 +17,17 @@ public final class ServiceMetrics: Sendable {
         ).set(Double(1))
     }
 
-    /// Counts an error answered to a client, by frozen error code.
-    public func recordError(_ code: ErrorCode) {
+    /// Where an error was answered: an `error` frame on a WebSocket, or an HTTP response.
+    public enum Transport: String, Sendable {
+        case ws
+        case http
+    }
+
+    /// Counts an error answered to a client, by frozen error code and transport.
+    public func recordError(_ code: ErrorCode, transport: Transport = .ws) {
         registry.makeCounter(
-            descriptor: .init(namespace: "whisper", metricName: "errors", unitName: "total", helpText: "Errors answered to clients, by frozen error code."),
-            labels: [("code", code.rawValue)]
+            descriptor: .init(namespace: "whisper", metricName: "errors", unitName: "total", helpText: "Errors answered to clients, by frozen error code and transport (ws frames, http endpoints)."),
+            labels: [("code", code.rawValue), ("transport", transport.rawValue)]
         ).increment()
     }
 
@@ -67,6 +74,29 @@ public final class ServiceMetrics: Sendable {
         .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
         .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
     ]
+
+    private let reported = Mutex<[String: Int]>([:])
+
+    /// Brings a counter up to `total`, a count kept elsewhere (a client's atomics):
+    /// increments it by what was added since the last call.
+    public func syncCounter(_ name: String, help: String, labels: [(String, String)] = [], to total: Int) {
+        let id = name + labels.map { "|\($0.0)=\($0.1)" }.joined()
+        let delta = reported.withLock { reported -> Int in
+            let delta = total - (reported[id] ?? 0)
+            if delta > 0 { reported[id] = total }
+            return delta
+        }
+        counter(name, help: help, labels: labels).increment(by: Int64(max(0, delta)))
+    }
+
+    /// The Redis client's figures (`whisper_redis_*_total`).
+    public func record(redis statistics: RedisClientStatistics, client: String = "main") {
+        let labels = [("client", client)]
+        syncCounter("redis_connects", help: "Connections to Redis opened.", labels: labels, to: statistics.connects.load(ordering: .relaxed))
+        syncCounter("redis_connect_failures", help: "Attempts to connect to Redis that failed.", labels: labels, to: statistics.failedConnects.load(ordering: .relaxed))
+        syncCounter("redis_connection_losses", help: "Open Redis connections that dropped.", labels: labels, to: statistics.losses.load(ordering: .relaxed))
+        syncCounter("redis_commands_refused", help: "Commands failed at once because Redis was not connected.", labels: labels, to: statistics.refused.load(ordering: .relaxed))
+    }
 
     /// The exposition text served at `/metrics`.
     public func render() -> [UInt8] {

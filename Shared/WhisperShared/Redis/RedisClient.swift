@@ -23,6 +23,8 @@ public final class RedisClient: Service, Sendable {
     private let logger: Logger
     private let state = Mutex<State>(.idle)
     private let scripts = Mutex<Set<String>>([])
+    /// What this client went through, for `/metrics` (`whisper_redis_*`).
+    public let statistics = RedisClientStatistics()
 
     public init(
         configuration: RedisConfiguration,
@@ -54,6 +56,7 @@ public final class RedisClient: Service, Sendable {
                         await connection.close()
                         return
                     }
+                    self.statistics.connects.add(1, ordering: .relaxed)
                     if backoff.attempt > 0 {
                         self.logger.info("redis_reconnected", metadata: ["attempts": "\(backoff.attempt)"])
                     } else {
@@ -69,9 +72,11 @@ public final class RedisClient: Service, Sendable {
                         if case .connected = state { state = .disconnected }
                     }
                     if !Task.isCancelled {
+                        self.statistics.losses.add(1, ordering: .relaxed)
                         self.logger.warning("redis_connection_lost")
                     }
                 } catch {
+                    self.statistics.failedConnects.add(1, ordering: .relaxed)
                     self.state.withLock { state in
                         if case .idle = state { state = .disconnected }
                     }
@@ -93,12 +98,17 @@ public final class RedisClient: Service, Sendable {
     }
 
     private func connection() throws -> RedisConnection {
-        try state.withLock { state in
-            switch state {
-            case .connected(let connection) where connection.isActive: return connection
-            case .shutdown: throw RedisError.shutdown
-            default: throw RedisError.unavailable
+        do {
+            return try state.withLock { state in
+                switch state {
+                case .connected(let connection) where connection.isActive: return connection
+                case .shutdown: throw RedisError.shutdown
+                default: throw RedisError.unavailable
+                }
             }
+        } catch {
+            statistics.refused.add(1, ordering: .relaxed)
+            throw error
         }
     }
 
@@ -151,4 +161,16 @@ public final class RedisClient: Service, Sendable {
         if case .error(let message) = replies[1] { throw RedisError.server(message) }
         return (replies[1], Array(replies.dropFirst(2)))
     }
+}
+
+/// Counts of one `RedisClient`'s life, read when `/metrics` is scraped.
+public final class RedisClientStatistics: Sendable {
+    /// Connections opened (the first one included).
+    public let connects = Atomic<Int>(0)
+    /// Attempts to connect that failed.
+    public let failedConnects = Atomic<Int>(0)
+    /// Open connections that dropped.
+    public let losses = Atomic<Int>(0)
+    /// Commands failed at once because no connection was open.
+    public let refused = Atomic<Int>(0)
 }

@@ -41,6 +41,7 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
         }
         router.get("/metrics") { _, _ in
             environment.metrics.recordDependency("redis", up: environment.redis.isConnected)
+            environment.metrics.record(redis: environment.redis.statistics)
             var headers = HTTPFields()
             headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: environment.metrics.render())))
@@ -80,11 +81,16 @@ public struct HTTPMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             let response = try await next(request, context)
             metrics.recordHTTPRequest(method: request.method.rawValue, status: response.status.code, duration: .now - start)
             return response
+        } catch let error as WhisperHTTPError {
+            metrics.recordHTTPRequest(method: request.method.rawValue, status: error.status.code, duration: .now - start)
+            metrics.recordError(error.error.code, transport: .http)
+            throw error
         } catch let error as HTTPResponseError {
             metrics.recordHTTPRequest(method: request.method.rawValue, status: error.status.code, duration: .now - start)
             throw error
         } catch {
             metrics.recordHTTPRequest(method: request.method.rawValue, status: 500, duration: ContinuousClock.now - start)
+            metrics.recordError(.internalError, transport: .http)
             throw error
         }
     }
