@@ -187,3 +187,6 @@ enum AuditLog {
             """, logger: logger)
     }
 }
+
+extension AdminSettings: RedactedDescription {}
+extension AdminTokens: RedactedDescription {}

@@ -59,3 +59,5 @@ public struct AuthSettings: ServiceSettings {
         reportPerIdentity = settings.rateLimit("auth.rate.limit.report.per.identity", default: "20/1h")
     }
 }
+
+extension AuthSettings: RedactedDescription {}

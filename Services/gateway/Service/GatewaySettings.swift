@@ -195,3 +195,5 @@ public struct GatewaySettings: ServiceSettings {
         }
     }
 }
+
+extension GatewaySettings: RedactedDescription {}

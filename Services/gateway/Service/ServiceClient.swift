@@ -31,3 +31,5 @@ struct ServiceClientError: Error, CustomStringConvertible {
     var status: Int
     var description: String { "internal endpoint answered \(status)" }
 }
+
+extension ServiceClient: RedactedDescription {}

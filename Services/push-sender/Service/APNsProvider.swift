@@ -143,3 +143,6 @@ final class APNsTokenCache: Sendable {
         cached.withLock { $0 = nil }
     }
 }
+
+extension APNsProvider: RedactedDescription {}
+extension APNsTokenCache: RedactedDescription {}

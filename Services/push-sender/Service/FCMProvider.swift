@@ -177,3 +177,6 @@ final class FCMAccessTokens: Sendable {
         cached.withLock { $0 = nil }
     }
 }
+
+extension FCMProvider: RedactedDescription {}
+extension FCMAccessTokens: RedactedDescription {}

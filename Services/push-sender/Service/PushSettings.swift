@@ -164,3 +164,8 @@ extension PushSenderSettings.ServiceAccount: CustomStringConvertible, CustomDebu
     public var description: String { "ServiceAccount(\(clientEmail), project \(projectID))" }
     public var debugDescription: String { description }
 }
+
+extension PushSenderSettings: RedactedDescription {}
+extension PushSenderSettings.APNsSettings: RedactedDescription {}
+extension PushSenderSettings.FCMSettings: RedactedDescription {}
+extension PushSenderSettings.ServiceAccount: RedactedDescription {}

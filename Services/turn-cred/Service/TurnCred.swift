@@ -176,3 +176,6 @@ struct TurnCredRoutes: Sendable {
         return mint.credentials(for: whisperId)
     }
 }
+
+extension TurnCredentialMint: RedactedDescription {}
+extension TurnCredSettings: RedactedDescription {}

@@ -115,3 +115,6 @@ public struct S3Error: Error, CustomStringConvertible {
     public var status: Int
     public var description: String { "object store \(operation) answered \(status)" }
 }
+
+extension S3Settings: RedactedDescription {}
+extension S3Client: RedactedDescription {}

@@ -169,3 +169,5 @@ extension String {
         count >= width ? self : String(repeating: "0", count: width - count) + self
     }
 }
+
+extension S3Signer: RedactedDescription {}

@@ -1,0 +1,196 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Spec 13: logs never hold tokens, keys, plaintext or ciphertext. The eight services run
+/// as operators run them (the real executables, at `debug`, their output in files), a
+/// client goes through every feature, and then every line every service wrote is
+/// searched for every secret and every piece of content of that flow.
+@Suite struct LogHygieneTests {
+    /// One service process and the file its output goes to.
+    struct Running {
+        let name: String
+        let process: Process
+        let log: URL
+        let port: Int
+        var baseURL: String { "http://127.0.0.1:\(port)" }
+    }
+
+    static func launch(_ name: String, environment: [String: String], in directory: URL) throws -> Running {
+        let log = directory.appendingPathComponent("\(name).log")
+        FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/\(name)")
+        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        let prefix = name.uppercased().replacingOccurrences(of: "-", with: "_")
+        return Running(name: name, process: process, log: log, port: Int(environment["\(prefix)_HTTP_PORT"] ?? "") ?? 0)
+    }
+
+    static func http(_ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body)))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        return (Int(response.status.code), (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:])
+    }
+
+    @Test func noTokenKeyNonceSignatureOrCiphertextOfAFullFlowIsLogged() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-logs-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let redisServer = try RedisProcess()
+        try redisServer.start()
+        let moto = try MotoProcess()
+        _ = try await moto.client()
+        let database = try await TestDatabases.shared.make()
+
+        let adminToken = "log-test-admin-" + RandomID.uuid()
+        let turnSecret = "log-test-turn-secret-" + RandomID.uuid()
+        let s3Secret = "log-test-s3-secret-" + RandomID.uuid()
+        var environment = Executables.environment(database)
+        environment["WHISPER_REDIS_URL"] = redisServer.url
+        environment["WHISPER_LOG_LEVEL"] = "debug"
+        let location = moto.settings.location
+        environment["WHISPER_S3_ENDPOINT"] = location.endpoint
+        environment["WHISPER_S3_BUCKET"] = location.bucket
+        environment["WHISPER_S3_REGION"] = location.region
+        environment["WHISPER_S3_PATH_STYLE"] = "true"
+        environment["WHISPER_S3_ACCESS_KEY_ID"] = "log-test"
+        environment["WHISPER_S3_SECRET_ACCESS_KEY"] = s3Secret
+        environment["ADMIN_TOKENS"] = "ops:\(adminToken)"
+        environment["TURN_CRED_SECRETS"] = turnSecret
+        environment["TURN_CRED_URLS"] = "turn:127.0.0.1:3478?transport=udp"
+        let internalPorts = (auth: try TestServers.freePort(), turn: try TestServers.freePort())
+        environment["AUTH_INTERNAL_HTTP_PORT"] = "\(internalPorts.auth)"
+        environment["TURN_CRED_INTERNAL_HTTP_PORT"] = "\(internalPorts.turn)"
+        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(internalPorts.auth)"
+        environment["GATEWAY_TURN_CRED_URL"] = "http://127.0.0.1:\(internalPorts.turn)"
+        let names = ["auth", "gateway", "router", "push-sender", "attachment-signer", "turn-cred", "admin", "gc-worker"]
+        for name in names {
+            environment["\(name.uppercased().replacingOccurrences(of: "-", with: "_"))_HTTP_PORT"] = "\(try TestServers.freePort())"
+        }
+        var services: [String: Running] = [:]
+        for name in names { services[name] = try Self.launch(name, environment: environment, in: directory) }
+        defer { for service in services.values where service.process.isRunning { service.process.terminate() } }
+        for service in services.values {
+            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        }
+        let gateway = try #require(services["gateway"]), auth = try #require(services["auth"])
+        let signer = try #require(services["attachment-signer"]), admin = try #require(services["admin"])
+
+        // The flow: two identities, a message and its receipt, a refresh, a key lookup, a
+        // contacts backup, an attachment presign, a call with TURN credentials, a report,
+        // refused frames with a stranger's token, and a ban.
+        let mnemonics = (BIP39.generateMnemonic(), BIP39.generateMnemonic())
+        let aliceKeys = try WhisperKeys(mnemonic: mnemonics.0), bobKeys = try WhisperKeys(mnemonic: mnemonics.1)
+        func connect(_ keys: WhisperKeys) async throws -> (WhisperConnection, RegisterAck) {
+            let connection = WhisperConnection(url: "ws://127.0.0.1:\(gateway.port)/ws", logger: TestServers.logger)
+            try await connection.connect()
+            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios, pushToken: "apns-\(RandomID.uuid())")
+            return (connection, ack)
+        }
+        let (aliceConnection, aliceAck) = try await connect(aliceKeys)
+        let (bobConnection, bobAck) = try await connect(bobKeys)
+        let alice = TestUser(whisperId: aliceAck.whisperId, keys: aliceKeys, token: aliceAck.sessionToken, connection: aliceConnection, events: EventLog(aliceConnection))
+        let bob = TestUser(whisperId: bobAck.whisperId, keys: bobKeys, token: bobAck.sessionToken, connection: bobConnection, events: EventLog(bobConnection))
+        let plaintext = "the plaintext nobody may log \(RandomID.uuid())"
+        let (sent, received) = try await alice.sendAndWaitForArrival(plaintext, to: bob)
+        try await bob.connection.acknowledge(received)
+        _ = try await alice.events(.messageDelivered)
+        let refreshed = try await bob.connection.refreshSession()
+        #expect(try await Self.http(.GET, "\(auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token).status == 200)
+
+        let backup = try ContactsBackup(contacts: [.init(whisperId: bob.whisperId, addedAt: Clock.millisecondsNow(), displayName: "Bob")]).sealed(with: aliceKeys)
+        #expect(try await Self.http(.PUT, "\(auth.baseURL)/backup/contacts", token: alice.token, body: backup).status == 200)
+        let presign = try await Self.http(.POST, "\(signer.baseURL)/attachments/presign", token: alice.token, body: [
+            "contentType": "image/jpeg", "sizeBytes": 4_096, "purpose": "message_attachment",
+        ])
+        #expect(presign.status == 200)
+        let uploadURL = try #require(presign.json["uploadUrl"] as? String)
+        let uploadSignature = try #require(URLComponents(string: uploadURL)?.queryItems?.first { $0.name == "X-Amz-Signature" }?.value)
+
+        let callId = RandomID.uuid()
+        let sdp = "v=0 o=- the offer nobody may log \(RandomID.uuid())"
+        let offer = CallCrypto.make(CallInitiate.self, Array(sdp.utf8), callId: callId, from: (alice.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: alice.token, media: .audio)
+        _ = try await alice.connection.startCall(offer)
+        let answer = CallCrypto.make(CallAnswer.self, Array("v=0 answer \(RandomID.uuid())".utf8), callId: callId, from: (bob.whisperId, bobKeys), to: alice.peerKeys, sessionToken: refreshed.sessionToken)
+        try await bob.connection.signal(answer)
+        _ = try await alice.events(.callAnswered)
+        let turn = try await alice.connection.turnCredentials()
+        let end = CallCrypto.make(CallEnd.self, [], callId: callId, from: (alice.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: alice.token, reason: .hangup)
+        try await alice.connection.signal(end)
+        _ = try await bob.events(.callEnded)
+        _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "report text", messageId: sent.messageId))
+        let stranger = WhisperConnection(url: "ws://127.0.0.1:\(gateway.port)/ws", logger: TestServers.logger)
+        try await stranger.connect()
+        await stranger.resume(whisperId: alice.whisperId, sessionToken: "x" + String(alice.token.dropFirst()))
+        await expectRefused(.notRegistered, "a forged token") { _ = try await stranger.refreshSession() }
+        #expect(try await Self.http(.POST, "\(admin.baseURL)/admin/ban", token: adminToken, body: ["whisperId": bob.whisperId, "reason": "log test"]).status == 200)
+        try await waitUntil { await bob.connection.closeCode != nil }
+
+        for service in services.values {
+            kill(service.process.processIdentifier, SIGTERM)
+        }
+        for service in services.values {
+            try? await waitUntil(timeout: .seconds(15)) { !service.process.isRunning }
+            if service.process.isRunning { service.process.terminate() }
+        }
+
+        // Everything secret or content-bearing that passed through the services.
+        func base64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
+        var secrets: [String: String] = [
+            "alice's session token": alice.token, "bob's session token": bob.token, "bob's refreshed token": refreshed.sessionToken,
+            "the admin token": adminToken, "the internal token": TestServers.internalToken, "the TURN secret": turnSecret,
+            "the S3 secret key": s3Secret, "the TURN credential": turn.credential, "the upload URL's signature": uploadSignature,
+            "the message's nonce": sent.nonce, "the message's ciphertext": sent.ciphertext, "the message's signature": sent.sig,
+            "the plaintext": plaintext, "the call offer's ciphertext": offer.ciphertext, "the call offer's nonce": offer.nonce,
+            "the call offer's signature": offer.sig, "the answer's ciphertext": answer.ciphertext, "the SDP": sdp,
+            "the backup's nonce": backup["nonce"] as? String ?? "?", "the backup's ciphertext": backup["ciphertext"] as? String ?? "?",
+            "alice's encryption public key": base64(aliceKeys.encPublicKey), "alice's signing public key": base64(aliceKeys.signPublicKey),
+            "alice's encryption private key": base64(aliceKeys.encPrivateKey), "alice's contacts key": base64(aliceKeys.contactsKey),
+            "bob's signing public key": base64(bobKeys.signPublicKey), "the report's details": "report text",
+        ]
+        for (index, word) in mnemonics.0.split(separator: " ").prefix(3).enumerated() where word.count > 6 {
+            secrets["mnemonic word \(index)"] = " \(word) "
+        }
+        var lines = 0
+        var debugLines = 0
+        for service in services.values {
+            let text = try String(contentsOf: service.log, encoding: .utf8)
+            // JSON escapes `/` in some writers: search both spellings.
+            let unescaped = text.replacingOccurrences(of: "\\/", with: "/")
+            for line in text.split(separator: "\n") {
+                lines += 1
+                if line.contains(#""level":"debug""#) { debugLines += 1 }
+            }
+            for (what, value) in secrets where unescaped.contains(value) {
+                // Which events hold it (their names only: the lines hold the secret).
+                let events = unescaped.split(separator: "\n").filter { $0.contains(value) }.map { line in
+                    ((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]).flatMap { $0["event"] as? String } ?? "(not JSON)"
+                }
+                Issue.record("\(service.name)'s log holds \(what), in \(events)")
+            }
+            #expect(text.contains("\"service\":\"\(service.name)\""), "\(service.name) wrote no log lines")
+        }
+        // The search had something to search: every service logged, at debug level too.
+        #expect(lines > 50)
+        #expect(debugLines > 0)
+        let authLog = try String(contentsOf: try #require(services["auth"]).log, encoding: .utf8)
+        #expect(authLog.contains("\"event\":\"registered\""))
+        #expect(authLog.contains(alice.whisperId))
+
+    }
+}
