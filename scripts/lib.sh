@@ -24,10 +24,18 @@ ensure_packages() {
     if [ "${WHISPER_NEED_PROMTOOL:-0}" = 1 ]; then
         command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     fi
+    # The operator console's browser test: Debian's Chromium, driven by Playwright.
+    if [ "${WHISPER_NEED_BROWSER:-0}" = 1 ]; then
+        command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    fi
     if [ "${#missing[@]}" -gt 0 ]; then
         log "installing: ${missing[*]}"
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+    if [ "${WHISPER_NEED_BROWSER:-0}" = 1 ] && ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then
+        log "installing: playwright (pip; it drives Debian's chromium, no browser download)"
+        python3 -m pip install -q playwright >/dev/null || die "pip install playwright failed"
     fi
     # The local S3-compatible store (moto's server mode, from PyPI).
     if ! python3 -c 'import moto.server, flask' >/dev/null 2>&1; then

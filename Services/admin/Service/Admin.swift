@@ -15,10 +15,13 @@ public struct AdminSettings: ServiceSettings {
     /// name is the actor in the audit log. Not needed by `admin migrate`; the service
     /// refuses to start without one.
     public var tokens: [(name: String, token: String)]
+    /// Mark the console's cookies `Secure` (serve the console over TLS, then set this).
+    public var consoleSecureCookies: Bool
 
-    public init(common: CommonSettings, tokens: [(name: String, token: String)] = []) {
+    public init(common: CommonSettings, tokens: [(name: String, token: String)] = [], consoleSecureCookies: Bool = false) {
         self.common = common
         self.tokens = tokens
+        self.consoleSecureCookies = consoleSecureCookies
     }
 
     public init(from settings: SettingsReader) {
@@ -33,6 +36,7 @@ public struct AdminSettings: ServiceSettings {
             tokens.append((parts[0], parts[1]))
         }
         self.tokens = tokens
+        consoleSecureCookies = settings.bool("admin.console.secure.cookies", default: false)
     }
 }
 
@@ -71,7 +75,8 @@ public func buildAdmin(settings: AdminSettings, logger: Logger, onServerRunning:
         logger: logger,
         routes: { router, environment in
             AdminRoutes(
-                tokens: AdminTokens(settings.tokens), postgres: environment.postgres, redis: environment.redis, logger: environment.logger
+                tokens: AdminTokens(settings.tokens), postgres: environment.postgres, redis: environment.redis,
+                consoleSecureCookies: settings.consoleSecureCookies, logger: environment.logger
             ).register(on: router)
         },
         startupProblems: settings.tokens.isEmpty ? ["no admin token (ADMIN_TOKENS)"] : [],
@@ -83,6 +88,7 @@ struct AdminRoutes: Sendable {
     let tokens: AdminTokens
     let postgres: PostgresClient
     let redis: RedisClient
+    let consoleSecureCookies: Bool
     let logger: Logger
 
     var auth: AdminAuth { AdminAuth(tokens: tokens) }
@@ -94,7 +100,12 @@ struct AdminRoutes: Sendable {
         )
         moderation.registerBans(on: router)
         moderation.registerReports(on: router)
-        AdminStats(auth: auth, postgres: postgres, redis: redis, logger: logger).register(on: router)
+        let stats = AdminStats(auth: auth, postgres: postgres, redis: redis, logger: logger)
+        stats.register(on: router)
+        Console(
+            auth: auth, moderation: moderation, stats: stats, sessions: ConsoleSessions(redis: redis), postgres: postgres, redis: redis,
+            limiter: RateLimiter(redis: redis), secureCookies: consoleSecureCookies, logger: logger
+        ).register(on: router)
         router.post("/admin/attachments/gc/run") { request, _ -> Response in
             let actor = try authenticate(request)
             let jobId = RandomID.uuid()

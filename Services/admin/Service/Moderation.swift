@@ -112,6 +112,12 @@ struct Moderation: Sendable {
     /// its audit row together, then enforces it. Repeating a ban repeats the
     /// enforcement, so a ban whose enforcement failed (503) is completed by sending it again.
     func ban(_ whisperId: String, reason: String, expiresAt: Int64?, by actor: String) async throws -> Response {
+        let (ban, endedSession) = try await performBan(whisperId, reason: reason, expiresAt: expiresAt, by: actor)
+        return try JSONResponse.make(["success": true, "ban": ban, "endedSession": endedSession])
+    }
+
+    /// The ban as the API shows it, and whether a live session ended.
+    func performBan(_ whisperId: String, reason: String, expiresAt: Int64?, by actor: String) async throws -> ([String: Any], Bool) {
         let now = Clock.millisecondsNow()
         let row: BanRow = try await postgres.adminTransaction(logger: logger) { connection in
             // One ban change per identity at a time.
@@ -156,10 +162,14 @@ struct Moderation: Sendable {
         logger.notice("identity_banned", metadata: [
             "actor": "\(actor)", "whisperId": "\(whisperId)", "endedSession": "\(outcome.endedSession)", "notified": "\(outcome.notified)",
         ])
-        return try JSONResponse.make(["success": true, "ban": Self.ban(row, now: now), "endedSession": outcome.endedSession])
+        return (Self.ban(row, now: now), outcome.endedSession)
     }
 
     func unban(_ whisperId: String, note: String?, by actor: String) async throws -> Response {
+        try JSONResponse.make(["success": true, "ban": try await performUnban(whisperId, note: note, by: actor)])
+    }
+
+    func performUnban(_ whisperId: String, note: String?, by actor: String) async throws -> [String: Any] {
         let now = Clock.millisecondsNow()
         let row: BanRow = try await postgres.adminTransaction(logger: logger) { connection in
             let rows = try await connection.query("""
@@ -186,7 +196,7 @@ struct Moderation: Sendable {
             logger.warning("unban_notice_failed", metadata: ["whisperId": "\(whisperId)", "error": "\(error)"])
         }
         logger.notice("identity_unbanned", metadata: ["actor": "\(actor)", "whisperId": "\(whisperId)"])
-        return try JSONResponse.make(["success": true, "ban": Self.ban(row, now: now)])
+        return Self.ban(row, now: now)
     }
 
     /// `GET /admin/bans?state=active|all&whisperId=&limit=&cursor=`: newest first.
@@ -198,7 +208,14 @@ struct Moderation: Sendable {
         let before = try Self.idCursor(request)
         let whisperId = query["whisperId"].map(String.init)
         if let whisperId, !Format.isWhisperID(whisperId) { throw WhisperHTTPError(.invalidPayload, "whisperId must be a Whisper ID") }
-        let activeOnly = state == "active"
+        let (bans, next) = try await bans(activeOnly: state == "active", whisperId: whisperId, limit: limit, before: before)
+        var body: [String: Any] = ["bans": bans]
+        if let next { body["nextCursor"] = next }
+        return try JSONResponse.make(body)
+    }
+
+    /// A page of bans, newest first, and the cursor of the next page.
+    func bans(activeOnly: Bool, whisperId: String?, limit: Int, before: Int64 = Int64.max) async throws -> ([[String: Any]], String?) {
         let rows = try await postgres.query("""
             SELECT \(unescaped: Self.banColumns) FROM bans b
             WHERE b.id < \(before)
@@ -209,9 +226,8 @@ struct Moderation: Sendable {
         let now = Clock.millisecondsNow()
         var bans: [[String: Any]] = []
         for try await row in rows.decode(BanRow.self) { bans.append(Self.ban(row, now: now)) }
-        var body: [String: Any] = ["bans": Array(bans.prefix(limit))]
-        if bans.count > limit, let last = bans.prefix(limit).last?["id"] as? String { body["nextCursor"] = last }
-        return try JSONResponse.make(body)
+        let page = Array(bans.prefix(limit))
+        return (page, bans.count > limit ? page.last?["id"] as? String : nil)
     }
 
     static func idCursor(_ request: Request) throws -> Int64 {
@@ -268,13 +284,23 @@ struct Moderation: Sendable {
     func listReports(_ request: Request) async throws -> Response {
         let query = request.uri.queryParameters
         let status = query["status"].map(String.init) ?? "open"
-        guard ["open", "dismissed", "actioned", "all"].contains(status) else {
+        guard Self.reportStatuses.contains(status) else {
             throw WhisperHTTPError(.invalidPayload, "status must be open, dismissed, actioned or all")
         }
         let limit = try AdminBody.limit(request, max: 100, fallback: 20)
+        let (groups, next) = try await reportGroups(status: status, limit: limit, cursor: query["cursor"].map(String.init))
+        var body: [String: Any] = ["reports": groups]
+        if let next { body["nextCursor"] = next }
+        return try JSONResponse.make(body)
+    }
+
+    static let reportStatuses = ["open", "dismissed", "actioned", "all"]
+
+    /// A page of reported identities with their reports, and the next page's cursor.
+    func reportGroups(status: String, limit: Int, cursor: String?, onlyFor target: String? = nil) async throws -> ([[String: Any]], String?) {
         // The cursor is `<latest report, µs since 1970>.<Whisper ID>` of the last item.
         var cursorAt = Int64.max, cursorId = "~"
-        if let text = query["cursor"].map(String.init) {
+        if let text = cursor {
             let parts = text.split(separator: ".", maxSplits: 1).map(String.init)
             guard parts.count == 2, let at = Int64(parts[0]), Format.isWhisperID(parts[1]) else {
                 throw WhisperHTTPError(.invalidPayload, "cursor must be a nextCursor from this endpoint")
@@ -287,9 +313,10 @@ struct Moderation: Sendable {
                    EXISTS (SELECT 1 FROM bans b WHERE b.whisper_id = g.reported_id AND b.lifted_at IS NULL
                            AND (b.expires_at IS NULL OR b.expires_at > now()))
             FROM (SELECT reported_id, count(*) AS n, (extract(epoch FROM max(created_at)) * 1000000)::bigint AS latest
-                  FROM reports WHERE \(all) OR status = \(status) GROUP BY reported_id) g
-            WHERE (g.latest, g.reported_id) < (\(cursorAt), \(cursorId))
-            ORDER BY g.latest DESC, g.reported_id DESC LIMIT \(limit + 1)
+                  FROM reports WHERE (\(all) OR status = \(status)) AND (\(target)::text IS NULL OR reported_id = \(target))
+                  GROUP BY reported_id) g
+            WHERE (g.latest, g.reported_id COLLATE "C") < (\(cursorAt), \(cursorId) COLLATE "C")
+            ORDER BY g.latest DESC, g.reported_id COLLATE "C" DESC LIMIT \(limit + 1)
             """, logger: logger)
         var targets: [(id: String, count: Int64, latest: Int64, banned: Bool)] = []
         for try await (id, count, latest, banned) in groups.decode((String, Int64, Int64, Bool).self) {
@@ -313,19 +340,20 @@ struct Moderation: Sendable {
                 """, logger: logger)
             for try await (id, reason, count) in reasons.decode((String, String, Int64).self) { reasonsByTarget[id, default: [:]][reason] = count }
         }
-        var body: [String: Any] = [
-            "reports": page.map { target -> [String: Any] in
-                [
-                    "whisperId": target.id, "reportCount": target.count, "latestAt": target.latest / 1_000,
-                    "reasons": reasonsByTarget[target.id] ?? [:], "banned": target.banned, "reports": reportsByTarget[target.id] ?? [],
-                ]
-            },
-        ]
-        if targets.count > limit, let last = page.last { body["nextCursor"] = "\(last.latest).\(last.id)" }
-        return try JSONResponse.make(body)
+        let items = page.map { target -> [String: Any] in
+            [
+                "whisperId": target.id, "reportCount": target.count, "latestAt": target.latest / 1_000,
+                "reasons": reasonsByTarget[target.id] ?? [:], "banned": target.banned, "reports": reportsByTarget[target.id] ?? [],
+            ]
+        }
+        return (items, targets.count > limit ? page.last.map { "\($0.latest).\($0.id)" } : nil)
     }
 
     func review(_ id: String, decision: String, note: String?, by actor: String) async throws -> Response {
+        try JSONResponse.make(try await performReview(id, decision: decision, note: note, by: actor))
+    }
+
+    func performReview(_ id: String, decision: String, note: String?, by actor: String) async throws -> [String: Any] {
         let row: ReportRow = try await postgres.adminTransaction(logger: logger) { connection in
             let rows = try await connection.query("""
                 UPDATE reports AS r SET status = \(decision), reviewed_at = now(), reviewed_by = \(actor), review_note = \(note)
@@ -343,6 +371,6 @@ struct Moderation: Sendable {
             return row
         }
         logger.info("report_reviewed", metadata: ["actor": "\(actor)", "reportId": "\(id)", "decision": "\(decision)"])
-        return try JSONResponse.make(Self.report(row))
+        return Self.report(row)
     }
 }

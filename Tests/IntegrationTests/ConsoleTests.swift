@@ -1,0 +1,151 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// The operator console: in headless Chromium (Tests/Console/console_flow.py, Playwright
+/// on Debian's chromium) against a real stack, and its refusals over plain HTTP.
+@Suite struct ConsoleTests {
+    static let chromium = TestServers.environment["WHISPER_TEST_CHROMIUM"] ?? "/usr/bin/chromium"
+    static let artifacts = TestServers.environment["WHISPER_TEST_ARTIFACTS"]
+        ?? TestServers.repoRoot.appendingPathComponent(".build/test-artifacts").path
+
+    @Test func anOperatorBansAReportedUserFromTheConsoleInABrowser() async throws {
+        let (stack, admin) = try await ModerationTests.start()
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "links"))
+
+        let directory = "\(Self.artifacts)/console"
+        try? FileManager.default.removeItem(atPath: directory)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/console_flow.py").path,
+            "--base", admin.baseURL, "--token", TestServers.adminToken, "--operator", "ops-anna", "--target", bob.whisperId,
+            "--artifacts", directory, "--chromium", Self.chromium,
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "console_flow.py: \(text)")
+        let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+        #expect(summary?["steps"] as? [String] == ["sign-in", "wrong-token", "figures", "reports", "banned", "audit", "user", "lifted"])
+        // Every step left its screenshot.
+        let shots = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        #expect(shots.filter { $0.hasSuffix(".png") }.count == 8)
+
+        // The ban made on the page took effect like one made through the API: bob's
+        // socket, on the other gateway, was told and closed.
+        let revoked = try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self)
+        #expect(revoked == SessionRevoked(reason: .banned))
+        try await waitUntil { await bob.connection.closeCode != nil }
+        #expect(try await admin.auditActions() == [
+            "ops-anna report.review \(try #require(try await Self.reportId(of: bob, stack: stack)))",
+            "ops-anna ban \(bob.whisperId)", "ops-anna unban \(bob.whisperId)",
+        ])
+        try await stack.stop()
+        try await admin.service.stop()
+    }
+
+    /// A client that shows redirects instead of following them (kept for the process:
+    /// shut down at exit like `HTTPClient.shared`).
+    static let noRedirects = HTTPClient(
+        eventLoopGroupProvider: .singleton, configuration: HTTPClient.Configuration(redirectConfiguration: .disallow)
+    )
+
+    static func reportId(of reported: TestUser, stack: MessagingStack) async throws -> String? {
+        try await stack.withPostgres { postgres in
+            try await postgres.query("SELECT id::text FROM reports WHERE reported_id = \(reported.whisperId)").decode(String.self).first { _ in true }
+        }
+    }
+
+    static func request(_ method: HTTPMethod, _ url: String, form: String? = nil, cookie: String? = nil, origin: String? = nil) async throws -> HTTPClientResponse {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let cookie { request.headers.add(name: "Cookie", value: cookie) }
+        if let origin { request.headers.add(name: "Origin", value: origin) }
+        if let form {
+            request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+            request.body = .bytes(ByteBuffer(string: form))
+        }
+        return try await noRedirects.execute(request, timeout: .seconds(10))
+    }
+
+    /// The cookie a response sets (`name=value`), and the whole header.
+    static func setCookie(_ response: HTTPClientResponse, _ name: String) -> (pair: String, header: String)? {
+        for header in response.headers["Set-Cookie"] where header.hasPrefix("\(name)=") {
+            return (String(header.split(separator: ";")[0]), header)
+        }
+        return nil
+    }
+
+    @Test func formsNeedASessionAndItsCSRFTokenAndPagesAreLockedDown() async throws {
+        let (stack, admin) = try await ModerationTests.start()
+        let bob = try await stack.user(on: 1)
+        let base = admin.baseURL
+
+        // Not signed in: pages send to sign-in, forms are refused and change nothing.
+        let page = try await Self.request(.GET, "\(base)/console/bans")
+        #expect(page.status == .seeOther)
+        #expect(page.headers.first(name: "Location") == "/console/login")
+        let anonymous = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=x")
+        #expect(anonymous.status == .forbidden)
+
+        // Sign-in needs the nonce of its own form.
+        let form = try await Self.request(.GET, "\(base)/console/login")
+        #expect(form.status == .ok)
+        #expect(form.headers.first(name: "Content-Security-Policy")?.contains("default-src 'none'") == true)
+        #expect(form.headers.first(name: "X-Frame-Options") == "DENY")
+        #expect(form.headers.first(name: "Cache-Control") == "no-store")
+        let login = try #require(Self.setCookie(form, "whisper_console_login"))
+        #expect(login.header.contains("HttpOnly") && login.header.contains("SameSite=Strict"))
+        let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
+        let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=other&token=\(token)", cookie: login.pair).status == .forbidden)
+        #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=wrong", cookie: login.pair).status == .unauthorized)
+        let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
+        #expect(signedIn.status == .seeOther)
+        let session = try #require(Self.setCookie(signedIn, "whisper_console"))
+        #expect(session.header.contains("HttpOnly") && session.header.contains("SameSite=Strict") && session.header.contains("Path=/console"))
+        // The cookie's id is not what Redis keeps.
+        let id = String(session.pair.dropFirst("whisper_console=".count))
+        let keys = try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.compactMap(\.string) ?? [] }
+        #expect(keys.count == 1)
+        #expect(!keys.contains { $0.contains(id) })
+
+        // Signed in: the page carries the CSRF token; a form without it, with another,
+        // or from another origin changes nothing.
+        let bans = try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair)
+        let html = String(buffer: try await bans.body.collect(upTo: 1 << 20))
+        let csrf = try #require(html.components(separatedBy: "name=\"csrf\" value=\"").dropFirst().first?.split(separator: "\"").first.map(String.init))
+        let ban = "whisperId=\(bob.whisperId)&reason=spam"
+        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban, cookie: session.pair).status == .forbidden)
+        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=forged", cookie: session.pair).status == .forbidden)
+        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=\(csrf)", cookie: session.pair, origin: "http://evil.example").status == .forbidden)
+        #expect((try await admin.call(.GET, "/admin/bans").json["bans"] as? [Any])?.isEmpty == true)
+        #expect(await bob.connection.closeCode == nil)
+        // With it, the ban happens; markup in what an operator typed comes back escaped.
+        let done = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=%3Cscript%3Ex%3C%2Fscript%3E&csrf=\(csrf)", cookie: session.pair)
+        #expect(done.status == .seeOther)
+        try await waitUntil { await bob.connection.closeCode != nil }
+        let listed = String(buffer: try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair).body.collect(upTo: 1 << 20))
+        #expect(listed.contains("&lt;script&gt;x&lt;/script&gt;"))
+        #expect(!listed.contains("<script>"))
+        // A bad Whisper ID is answered on the page, with the code's status.
+        let bad = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=nope&reason=x&csrf=\(csrf)", cookie: session.pair)
+        #expect(bad.status == .badRequest)
+        // Signing out ends the session in Redis too.
+        #expect(try await Self.request(.POST, "\(base)/console/logout", form: "csrf=\(csrf)", cookie: session.pair).status == .seeOther)
+        #expect(try await Self.request(.GET, "\(base)/console", cookie: session.pair).status == .seeOther)
+        #expect(try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.count } == 0)
+        try await stack.stop()
+        try await admin.service.stop()
+    }
+}
