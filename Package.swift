@@ -43,10 +43,14 @@ let sharedDependencies: [Target.Dependency] = [
     .product(name: "Configuration", package: "swift-configuration"),
     .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
     .product(name: "Crypto", package: "swift-crypto"),
+    .product(name: "Tracing", package: "swift-distributed-tracing"),
+    .product(name: "Instrumentation", package: "swift-distributed-tracing"),
+    .product(name: "OTel", package: "swift-otel"),
 ]
 
 /// What every service library imports directly besides WhisperShared.
 let serviceDependencies: [Target.Dependency] = [
+    .product(name: "Tracing", package: "swift-distributed-tracing"),
     .product(name: "Hummingbird", package: "hummingbird"),
     .product(name: "PostgresNIO", package: "postgres-nio"),
     .product(name: "Logging", package: "swift-log"),
@@ -109,6 +113,7 @@ var targets: [Target] = [
             "WhisperShared",
             "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             "PushFakes",
             .product(name: "JWTKit", package: "jwt-kit"),
@@ -223,6 +228,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        // Traces over OTLP/HTTP only: the gRPC exporter (and its build) is left out.
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: targets,
     swiftLanguageModes: [.v6]

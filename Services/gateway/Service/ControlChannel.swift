@@ -2,6 +2,7 @@ import Logging
 import Prometheus
 import ServiceLifecycle
 import Synchronization
+import Tracing
 import WhisperShared
 
 /// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
@@ -46,6 +47,15 @@ struct ControlChannel: Sendable {
             connection.sendRaw(frame) { settler.settle(stored) }
         case .deliver:
             if let frame = command.frame {
+                // The last span of a message's trace: its write to the recipient's socket.
+                var span: (any Span)?
+                if let parent = command.traceparent, WhisperTracing.isEnabled {
+                    span = InstrumentationSystem.tracer.startAnySpan(
+                        "deliver message_received", context: WhisperTracing.context(continuing: parent), ofKind: .producer
+                    )
+                    span?.attributes["whisper.connection"] = connection.id
+                }
+                defer { span?.end() }
                 connection.sendRaw(frame)
                 if let acceptedAt = command.acceptedAt {
                     latency.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: Clock.elapsedMilliseconds(since: acceptedAt)))

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Prometheus
 import Synchronization
+import Tracing
 import WhisperShared
 
 /// What the gateway does with each frame: the checks of spec 3.1 in order (size is
@@ -176,10 +177,28 @@ struct FrameHandler: Sendable {
             )
             return
         }
-        let entry = RouterStream.Entry(
+        var entry = RouterStream.Entry(
             gateway: instanceID, connId: connection.id, whisperId: whisperId, type: frame.type,
             requestId: frame.requestId, payload: payload, receivedAt: Clock.millisecondsNow()
         )
+        guard WhisperTracing.isEnabled, isMessage else {
+            try await admit(entry, frame: frame, whisperId: whisperId, isMessage: isMessage, on: connection)
+            return
+        }
+        // A message's trace begins here (docs/operations.md, "Traces").
+        try await withSpan(frame.type.rawValue, ofKind: .server) { span in
+            span.attributes["whisper.frame.type"] = frame.type.rawValue
+            span.attributes["whisper.gateway.instance"] = instanceID
+            if let message = frame.payload as? SendMessage { span.attributes["whisper.message_id"] = message.messageId }
+            if let copy = frame.payload as? GroupSendMessage { span.attributes["whisper.message_id"] = copy.messageId }
+            entry.traceparent = WhisperTracing.traceparent(of: span.context)
+            try await admit(entry, frame: frame, whisperId: whisperId, isMessage: isMessage, on: connection)
+        }
+    }
+
+    /// Adds a checked frame to the router stream, charging its identity's bucket for its
+    /// kind, unless the routers are behind.
+    private func admit(_ entry: RouterStream.Entry, frame: InboundFrame, whisperId: String, isMessage: Bool, on connection: ClientConnection) async throws {
         guard let (kind, rule) = limits.perIdentity(frame.type) else {
             try await environment.redis.send(entry.addCommand)
             return

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Tracing
 import WhisperShared
 
 /// What routing a frame produced, for metrics and tests.
@@ -33,10 +34,15 @@ struct MessageRouter: Sendable {
         do {
             switch entry.type {
             case .sendMessage:
-                return try await send(try decode(SendMessage.self, entry), entry: entry, redelivery: redelivery)
+                let message = try decode(SendMessage.self, entry)
+                return try await traced(entry, messageId: message.messageId) { trace in
+                    try await send(message, entry: entry, redelivery: redelivery, traceparent: trace)
+                }
             case .groupSendMessage:
                 let copy = try decode(GroupSendMessage.self, entry)
-                return try await send(copy.envelope, groupId: copy.groupId, entry: entry, redelivery: redelivery)
+                return try await traced(entry, messageId: copy.messageId) { trace in
+                    try await send(copy.envelope, groupId: copy.groupId, entry: entry, redelivery: redelivery, traceparent: trace)
+                }
             case .groupCreate:
                 try await reply(try await groups.create(try decode(GroupCreate.self, entry), entry: entry), to: entry)
                 metrics.routed(.group)
@@ -118,7 +124,25 @@ struct MessageRouter: Sendable {
     /// A group copy (`groupId` set) is signed over the groupId and checked once more
     /// after the recipient: both ends must be members of the group (cached membership,
     /// whose version the store script checks against the recipient's record).
-    private func send(_ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
+    /// Runs `body` inside a span that continues the entry's trace, when traces are on and
+    /// the gateway started one; `body` gets the context to pass on to the recipient's gateway.
+    private func traced(
+        _ entry: RouterStream.Entry, messageId: String, _ body: (String?) async throws -> RoutingOutcome
+    ) async throws -> RoutingOutcome {
+        guard WhisperTracing.isEnabled, let parent = entry.traceparent else { return try await body(nil) }
+        return try await withSpan("route \(entry.type.rawValue)", context: WhisperTracing.context(continuing: parent), ofKind: .consumer) { span in
+            span.attributes["whisper.frame.type"] = entry.type.rawValue
+            span.attributes["whisper.message_id"] = messageId
+            span.attributes["whisper.router.instance"] = settings.common.instanceID
+            let outcome = try await body(WhisperTracing.traceparent(of: span.context))
+            span.attributes["whisper.outcome"] = outcome.rawValue
+            return outcome
+        }
+    }
+
+    private func send(
+        _ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool, traceparent: String? = nil
+    ) async throws -> RoutingOutcome {
         let now = Clock.millisecondsNow()
         guard message.from == entry.whisperId else {
             throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
@@ -170,7 +194,7 @@ struct MessageRouter: Sendable {
             result = try await pending.store(
                 recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
                 accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
-                pairLimit: settings.sendPerPair, group: membership
+                pairLimit: settings.sendPerPair, group: membership, traceparent: traceparent
             )
             attempts += 1
             guard let groupId, attempts < 4 else { break }

@@ -75,7 +75,7 @@ public struct PendingQueue: Sendable {
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
         accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
-        group: GroupCheck? = nil
+        group: GroupCheck? = nil, traceparent: String? = nil
     ) async throws -> (result: StoreResult, deliveredLive: Bool) {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
@@ -83,7 +83,8 @@ public struct PendingQueue: Sendable {
         ]
         var arguments: [any RedisArgument] = [
             sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
-            accepted.command.encoded, acceptedAt, redeliver ? 1 : 0,
+            // The deliver command's detail (the trace, when traces are on) and acceptedAt.
+            accepted.command.encoded, "\(traceparent ?? "")\n\(acceptedAt)", redeliver ? 1 : 0,
         ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
         if let group {
             keys.append(RedisKeys.groups(recipient))
@@ -288,7 +289,8 @@ public struct PendingQueue: Sendable {
 
     /// KEYS: queue, message key, presence key, the pair's bucket, byte count, the
     /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
-    /// messageId, sender's gateway channel, accepted command, acceptedAt, redeliver flag,
+    /// messageId, sender's gateway channel, accepted command, `<traceparent>\n<acceptedAt>`
+    /// (the deliver command's detail and time; the traceparent may be empty), redeliver flag,
     /// the bucket's capacity and refill per ms, the queue's cap in messages and in bytes,
     /// the peers' cap and their expiry ms; for a group copy also KEYS[7], the
     /// recipient's groups, and ARGV 15 and 16, the groupId and the membership version the
@@ -306,7 +308,7 @@ public struct PendingQueue: Sendable {
             local gateway = string.sub(holder, 1, space - 1)
             local conn = string.sub(holder, space + 1)
             return redis.call('PUBLISH', 'gateway:' .. gateway,
-                'deliver\\n' .. conn .. '\\n\\n' .. ARGV[7] .. '\\n{"type":"message_received","payload":' .. ARGV[2] .. '}')
+                'deliver\\n' .. conn .. '\\n' .. ARGV[7] .. '\\n{"type":"message_received","payload":' .. ARGV[2] .. '}')
         end
         local known = redis.call('HGET', KEYS[2], 'from')
         if known then

@@ -29,8 +29,14 @@ public enum RouterStream {
         public var payload: [UInt8]
         /// When the gateway received the frame (ms since 1970).
         public var receivedAt: Int64
+        /// The W3C trace context of the gateway's span, when traces are on (`tp`).
+        public var traceparent: String?
 
-        public init(gateway: String, connId: String, whisperId: String, type: ClientFrameType, requestId: String?, payload: [UInt8], receivedAt: Int64) {
+        public init(
+            gateway: String, connId: String, whisperId: String, type: ClientFrameType, requestId: String?, payload: [UInt8], receivedAt: Int64,
+            traceparent: String? = nil
+        ) {
+            self.traceparent = traceparent
             self.gateway = gateway
             self.connId = connId
             self.whisperId = whisperId
@@ -46,6 +52,7 @@ public enum RouterStream {
                 "gw", gateway, "conn", connId, "wid", whisperId, "type", type.rawValue, "ts", receivedAt, "payload", payload,
             ]
             if let requestId { fields += ["rid", requestId] }
+            if let traceparent { fields += ["tp", traceparent] }
             return fields
         }
 
@@ -102,7 +109,10 @@ public enum RouterStream {
             guard let gateway = text("gw"), let connId = text("conn"), let whisperId = text("wid"),
                   let type = text("type").flatMap(ClientFrameType.init(rawValue:)), let payload = values["payload"],
                   let receivedAt = text("ts").flatMap(Int64.init) else { return nil }
-            self.init(gateway: gateway, connId: connId, whisperId: whisperId, type: type, requestId: text("rid"), payload: payload, receivedAt: receivedAt)
+            self.init(
+                gateway: gateway, connId: connId, whisperId: whisperId, type: type, requestId: text("rid"), payload: payload, receivedAt: receivedAt,
+                traceparent: text("tp").flatMap { WhisperTracing.isTraceparent($0) ? $0 : nil }
+            )
         }
     }
 

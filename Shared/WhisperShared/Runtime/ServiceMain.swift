@@ -74,7 +74,12 @@ public enum ServiceMain {
         // Whatever happens to the graceful shutdown, the process is gone soon after.
         let watchdog = ShutdownWatchdog(grace: settings.common.shutdownGracePeriod, logger: logger)
         do {
-            let assembly = try await build(settings, logger)
+            var assembly = try await build(settings, logger)
+            // Traces, when a collector is configured: its exporter starts first and
+            // stops last, so the spans of the shutdown itself still leave.
+            if let exporter = try WhisperTracing.bootstrap(service: service, logger: logger) {
+                assembly.services.insert(exporter, at: 0)
+            }
             logger.info("service_starting", metadata: [
                 "host": "\(settings.common.http.host)", "port": "\(settings.common.http.port)",
             ])

@@ -3,7 +3,8 @@
 ///
 /// Wire format (cheap to build, also from Lua, and to read; the frame is carried as it is):
 /// `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`, empty where a field does not
-/// apply. `detail` is the reason of a `revoke` and `<owner> <entryId>` of a `receipt`.
+/// apply. `detail` is the reason of a `revoke`, `<owner> <entryId>` of a `receipt`, and
+/// the W3C `traceparent` of a `deliver` when traces are on.
 public struct GatewayCommand: Sendable, Equatable {
     public enum Kind: String, Sendable {
         /// Send `session_revoked` with `reason`, then close the socket.
@@ -26,11 +27,14 @@ public struct GatewayCommand: Sendable, Equatable {
     public var acceptedAt: Int64?
     /// For `receipt`: where the frame is stored (the sender it is for, and its entry).
     public var stored: StoredReceipt?
+    /// For `deliver`: the trace the frame belongs to (`WhisperTracing`).
+    public var traceparent: String?
 
     public init(
         kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil,
-        stored: StoredReceipt? = nil
+        stored: StoredReceipt? = nil, traceparent: String? = nil
     ) {
+        self.traceparent = traceparent
         self.kind = kind
         self.connId = connId
         self.reason = reason
@@ -40,7 +44,7 @@ public struct GatewayCommand: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? reason?.rawValue ?? ""
+        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? reason?.rawValue ?? traceparent ?? ""
         var bytes = Array("\(kind.rawValue)\n\(connId)\n\(detail)\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
         if let frame { bytes += frame }
         return bytes
@@ -67,7 +71,8 @@ public struct GatewayCommand: Sendable, Equatable {
         return GatewayCommand(
             kind: kind, connId: fields[1],
             reason: kind == .revoke ? SessionRevoked.Reason(rawValue: fields[2]) : nil,
-            frame: frame, acceptedAt: Int64(fields[3]), stored: stored
+            frame: frame, acceptedAt: Int64(fields[3]), stored: stored,
+            traceparent: kind == .deliver && WhisperTracing.isTraceparent(fields[2]) ? fields[2] : nil
         )
     }
 

@@ -1,0 +1,116 @@
+import Foundation
+import Hummingbird
+import Logging
+import Synchronization
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// One trace follows a message from the sender's gateway through a router to the
+/// recipient's gateway: the real executables, exporting over OTLP/HTTP (JSON) to a
+/// collector stand-in that keeps what it is sent.
+@Suite struct TracingTests {
+    /// Spans received at `POST /v1/traces`, flattened: service, name, trace, span, parent.
+    final class Collector: Sendable {
+        struct Received: Sendable, Equatable {
+            var service: String
+            var name: String
+            var traceId: String
+            var spanId: String
+            var parentSpanId: String
+        }
+
+        let spans = Mutex<[Received]>([])
+
+        func add(_ body: Data) {
+            guard let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any] else { return }
+            var found: [Received] = []
+            for resource in object["resourceSpans"] as? [[String: Any]] ?? [] {
+                let attributes = (resource["resource"] as? [String: Any])?["attributes"] as? [[String: Any]] ?? []
+                let service = attributes.first { $0["key"] as? String == "service.name" }
+                    .flatMap { ($0["value"] as? [String: Any])?["stringValue"] as? String } ?? ""
+                for scope in resource["scopeSpans"] as? [[String: Any]] ?? [] {
+                    for span in scope["spans"] as? [[String: Any]] ?? [] {
+                        found.append(Received(
+                            service: service, name: span["name"] as? String ?? "", traceId: span["traceId"] as? String ?? "",
+                            spanId: span["spanId"] as? String ?? "", parentSpanId: span["parentSpanId"] as? String ?? ""
+                        ))
+                    }
+                }
+            }
+            spans.withLock { $0 += found }
+        }
+    }
+
+    @Test func oneTraceFollowsAMessageFromGatewayThroughRouterToTheRecipientsGateway() async throws {
+        let collector = Collector()
+        let router = Router()
+        router.post("/v1/traces") { request, _ -> Response in
+            let body = try await request.body.collect(upTo: 16 << 20)
+            collector.add(Data(buffer: body))
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{}")))
+        }
+        let collectorPort = try TestServers.freePort()
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: collectorPort)), logger: TestServers.logger)
+        let collectorTask = Task { try await app.runService() }
+        defer { collectorTask.cancel() }
+        _ = try await HTTP.waitFor("http://127.0.0.1:\(collectorPort)/v1/traces") { $0.status == 405 || $0.status == 404 }
+
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-traces-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let redisServer = try RedisProcess()
+        try redisServer.start()
+        let database = try await TestDatabases.shared.make()
+        var environment = Executables.environment(database)
+        environment["WHISPER_REDIS_URL"] = redisServer.url
+        environment["WHISPER_LOG_LEVEL"] = "info"
+        environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(collectorPort)"
+        environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
+        environment["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+        let authInternal = try TestServers.freePort()
+        environment["AUTH_INTERNAL_HTTP_PORT"] = "\(authInternal)"
+        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authInternal)"
+        var services: [LogHygieneTests.Running] = []
+        defer { for service in services where service.process.isRunning { service.process.terminate() } }
+        for name in ["auth", "router", "gateway", "gateway"] {
+            var own = environment
+            own["\(name.uppercased())_HTTP_PORT"] = "\(try TestServers.freePort())"
+            own["WHISPER_INSTANCE_ID"] = "\(name)-\(services.count)"
+            let folder = directory.appendingPathComponent("\(services.count)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            let service = try LogHygieneTests.launch(name, environment: own, in: folder)
+            services.append(service)
+            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+        }
+
+        func user(on port: Int) async throws -> TestUser {
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+            try await connection.connect()
+            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
+            return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
+        }
+        let alice = try await user(on: services[2].port)
+        let bob = try await user(on: services[3].port)
+        let (sent, _) = try await alice.sendAndWaitForArrival("traced", to: bob)
+
+        // The three spans of the message, in one trace, each the child of the one before.
+        var chain: [Collector.Received] = []
+        try await waitUntil(timeout: .seconds(20)) {
+            let spans = collector.spans.withLock { $0 }
+            guard let first = spans.first(where: { $0.service == "whisper-gateway" && $0.name == "send_message" }) else { return false }
+            let trace = spans.filter { $0.traceId == first.traceId }
+            guard let route = trace.first(where: { $0.name == "route send_message" && $0.parentSpanId == first.spanId }),
+                  let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == route.spanId }) else { return false }
+            chain = [first, route, deliver]
+            return true
+        }
+        #expect(chain.map(\.service) == ["whisper-gateway", "whisper-router", "whisper-gateway"])
+        #expect(Set(chain.map(\.traceId)).count == 1)
+        #expect(!sent.messageId.isEmpty)
+        for service in services { kill(service.process.processIdentifier, SIGTERM) }
+        for service in services { try? await waitUntil(timeout: .seconds(15)) { !service.process.isRunning } }
+        withExtendedLifetime(redisServer) {}
+    }
+}
