@@ -40,7 +40,7 @@ public struct OperationsRoutes<Context: RequestContext>: Sendable {
             return Self.json(ready ? .ok : .serviceUnavailable, body)
         }
         router.get("/metrics") { _, _ in
-            environment.metrics.recordDependency("redis", up: environment.redis.isConnected)
+            await environment.probeClients()
             environment.metrics.record(redis: environment.redis.statistics)
             var headers = HTTPFields()
             headers[.contentType] = "text/plain; version=0.0.4; charset=utf-8"

@@ -28,6 +28,42 @@ public struct ServiceEnvironment: Sendable {
         [postgres, redis]
     }
 
+    /// Measures one round trip to Postgres (`SELECT 1`) and to Redis (`PING`), at most
+    /// `timeout` each, for `/metrics`: what this process's clients see, not what the
+    /// servers report. A probe that fails or times out counts in
+    /// `whisper_client_probe_failures_total` and marks the dependency down.
+    public func probeClients(timeout: Duration = .seconds(1)) async {
+        let postgres = self.postgres
+        let redis = self.redis
+        let logger = self.logger
+        let probes: [(String, @Sendable () async throws -> Void)] = [
+            ("postgres", { _ = try await postgres.query("SELECT 1", logger: logger).decode(Int.self).first { _ in true } }),
+            ("redis", { _ = try await redis.send("PING") }),
+        ]
+        for (name, probe) in probes {
+            let started = ContinuousClock.now
+            let answered = await withTaskGroup(of: Bool.self) { group in
+                group.addTask { (try? await probe()) != nil }
+                group.addTask {
+                    try? await Task.sleep(for: timeout)
+                    return false
+                }
+                let first = await group.next() ?? false
+                group.cancelAll()
+                return first
+            }
+            let elapsed = ContinuousClock.now - started
+            metrics.recordDependency(name, up: answered)
+            if answered {
+                metrics.gauge("client_roundtrip_seconds", help: "One round trip to the dependency, measured at the last scrape.", labels: [("dependency", name)])
+                    .set(Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+            } else {
+                metrics.counter("client_probe_failures", help: "Scrape-time probes of a dependency that failed or took over a second.", labels: [("dependency", name)])
+                    .increment()
+            }
+        }
+    }
+
     /// Postgres answers, Redis answers, and the schema is at the version this build needs.
     public var standardReadinessChecks: [ReadinessCheck] {
         let postgres = self.postgres
