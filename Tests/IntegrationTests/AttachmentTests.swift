@@ -31,17 +31,7 @@ import WhisperShared
     }
 
     static func call(_ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {
-        var request = HTTPClientRequest(url: url)
-        request.method = method
-        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-        if let body {
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body)))
-        }
-        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
-        let bytes = try await response.body.collect(upTo: 1 << 20)
-        let json = (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:]
-        return (Int(response.status.code), json)
+        try await HTTP.json(method, url, token: token, body: body)
     }
 
     static func transfer(_ method: HTTPMethod, _ url: String, body: [UInt8]? = nil, headers: [String: String] = [:]) async throws -> (status: Int, body: [UInt8]) {

@@ -15,16 +15,7 @@ import WhisperShared
         var baseURL: String { service.baseURL }
 
         func call(_ method: HTTPMethod, _ path: String, _ body: [String: Any]? = nil, token: String? = TestServers.adminToken) async throws -> (status: Int, json: [String: Any]) {
-            var request = HTTPClientRequest(url: "\(baseURL)\(path)")
-            request.method = method
-            if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-            if let body {
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body)))
-            }
-            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
-            let bytes = try await response.body.collect(upTo: 1 << 20)
-            return (Int(response.status.code), (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:])
+            try await HTTP.json(method, "\(baseURL)\(path)", token: token, body: body)
         }
 
         func auditActions() async throws -> [String] {

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOPosix
 import PostgresNIO
 import ServiceLifecycle
@@ -177,6 +178,23 @@ enum HTTP {
         var json: [String: Any]? {
             (try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any]
         }
+    }
+
+    /// A JSON request (`body` as a JSON object, `token` as a bearer token) and its
+    /// status and JSON answer (empty when the answer is not a JSON object).
+    static func json(
+        _ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil
+    ) async throws -> (status: Int, json: [String: Any]) {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body)))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        return (Int(response.status.code), (try? JSONSerialization.jsonObject(with: Data(buffer: bytes))) as? [String: Any] ?? [:])
     }
 
     static func get(_ url: String) async throws -> Reply {
