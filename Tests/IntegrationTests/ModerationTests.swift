@@ -71,6 +71,9 @@ import WhisperShared
             #expect((refused.json["error"] as? [String: Any])?["code"] as? String == "AUTH_FAILED")
             #expect(try await admin.call(.GET, "/admin/bans", token: token).status == 401)
             #expect(try await admin.call(.POST, "/admin/unban", ["whisperId": bob.whisperId], token: token).status == 401)
+            #expect(try await admin.call(.GET, "/admin/audit", token: token).status == 401)
+            #expect(try await admin.call(.GET, "/admin/stats", token: token).status == 401)
+            #expect(try await admin.call(.GET, "/admin/reports", token: token).status == 401)
         }
         #expect(await bob.connection.closeCode == nil)
         #expect((try await admin.call(.GET, "/admin/bans").json["bans"] as? [Any])?.isEmpty == true)
