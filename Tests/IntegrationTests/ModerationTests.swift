@@ -1,4 +1,5 @@
 import AdminService
+import GCWorkerService
 import AsyncHTTPClient
 import Foundation
 import NIOCore
@@ -235,8 +236,21 @@ import WhisperShared
         _ = try await alice.connection.send(alice.message("one", to: bob))
         _ = try await alice.connection.send(alice.message("two", to: bob))
         try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 2 }
-        let sample = try await stack.withRedis { try await PendingCensus.sample(on: $0) }
-        #expect(sample.messages == 2)
+        // gc-worker takes the census of the pending queues (its first one at its start).
+        let worker = try await RunningService.start { running in
+            buildGCWorker(
+                settings: GCWorkerSettings(
+                    common: TestServers.common(service: "gc-worker", postgres: stack.database, redis: stack.redis),
+                    s3: TestServers.s3Settings(port: 9), interval: .seconds(3_600)
+                ),
+                logger: TestServers.logger, onServerRunning: running
+            ).assembly
+        }
+        try await waitUntil {
+            ((try await admin.call(.GET, "/admin/stats").json["pending"] as? [String: Any])?["messages"] as? Int) == 2
+        }
+        _ = try await HTTP.waitFor("\(worker.baseURL)/metrics") { $0.body.contains("whisper_pending_messages 2") }
+        let sample = try #require(try await stack.withRedis { try await PendingCensus.latest(on: $0) })
         #expect(sample.queues == 1)
 
         let stats = try await admin.call(.GET, "/admin/stats")
@@ -247,6 +261,7 @@ import WhisperShared
         let connections = try #require(stats.json["connections"] as? [String: Any])
         // Both gateways report themselves from their start.
         #expect((connections["gateways"] as? [Any])?.count == 2)
+        try await worker.stop()
         try await stack.stop()
         try await admin.service.stop()
     }

@@ -140,6 +140,8 @@ struct PendingCensusLoop: Service {
     func run() async throws {
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
+                // Until Redis answers (the start, an outage), try again within a second.
+                var next = Duration.seconds(1)
                 do {
                     let now = Clock.millisecondsNow()
                     let mine = try await redis.send("SET", Self.lockKey, "1", "NX", "PX", Int(interval.milliseconds)).string == "OK"
@@ -154,12 +156,14 @@ struct PendingCensusLoop: Service {
                             ])
                         }
                     }
+                    next = sample == nil ? .seconds(1) : interval
                 } catch RedisError.unavailable {
                 } catch {
                     if Task.isCancelled { return }
                     logger.warning("pending_census_failed", metadata: ["error": "\(error)"])
+                    next = interval
                 }
-                try? await Clock.sleep(for: interval)
+                try? await Clock.sleep(for: next)
             }
         }
     }
