@@ -1,3 +1,4 @@
+import HTTPTypes
 import AsyncHTTPClient
 import Foundation
 @testable import GatewayService
@@ -114,7 +115,7 @@ import WhisperShared
     /// default a client of its own, so that it is its connection's first request); the
     /// answer's status, `Retry-After`, `Location` and body. Redirects are not followed.
     static func upgrade(
-        port: Int, path: String = "/ws", origin: String? = nil, on client: HTTPClient? = nil
+        port: Int, path: String = "/ws", origin: String? = nil, forwardedFor: String? = nil, on client: HTTPClient? = nil
     ) async throws -> (status: Int, retryAfter: String?, location: String?, body: String) {
         let http = client ?? HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(redirectConfiguration: .disallow))
         var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)\(path)")
@@ -123,10 +124,37 @@ import WhisperShared
         request.headers.add(name: "Sec-WebSocket-Version", value: "13")
         request.headers.add(name: "Sec-WebSocket-Key", value: "dGhlIHNhbXBsZSBub25jZQ==")
         if let origin { request.headers.add(name: "Origin", value: origin) }
+        if let forwardedFor { request.headers.add(name: "X-Forwarded-For", value: forwardedFor) }
         let response = try await http.execute(request, timeout: .seconds(10))
         let body = try await response.body.collect(upTo: 1 << 16)
         if client == nil { try await http.shutdown() }
         return (Int(response.status.code), response.headers.first(name: "Retry-After"), response.headers.first(name: "Location"), String(buffer: body))
+    }
+
+    /// Behind a trusted proxy, each client has its own share of the per-address socket cap
+    /// (the address the proxy names); from anyone else the header changes nothing.
+    @Test func aTrustedProxyNamesTheClientAndNobodyElseCan() async throws {
+        @Sendable func via(_ client: String) -> HTTPFields { [HTTPField.Name("X-Forwarded-For")!: "198.51.100.9, \(client)"] }
+        try await withGateway({
+            $0.maxSocketsPerAddress = 1
+            $0.common.trustedProxies = TrustedProxies("127.0.0.1/32")!
+        }) { port in
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("203.0.113.7")) { _ in
+                // The same client is at its cap; another client behind the proxy is not.
+                #expect(try await Self.upgrade(port: port, forwardedFor: "198.51.100.9, 203.0.113.7").status == 429)
+                try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("203.0.113.8")) { socket in
+                    try await socket.send(#"{"type":"ping","requestId":"other-client","payload":{}}"#)
+                    #expect(try await socket.receive().requestId == "other-client")
+                }
+            }
+        }
+        // Not a trusted proxy: the header is ignored, every socket is 127.0.0.1's.
+        try await withGateway({ $0.maxSocketsPerAddress = 1 }) { port in
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("203.0.113.7")) { _ in
+                let refused = try await Self.upgrade(port: port, forwardedFor: "203.0.113.8")
+                #expect(refused.status == 429)
+            }
+        }
     }
 
     @Test func aRefusedUpgradeIsAnsweredWithItsReason() async throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HTTPTypes
 import HummingbirdCore
 import Logging
 import NIOCore
@@ -75,9 +76,11 @@ public func buildGateway(
     let refusedOutright: @Sendable (_ origin: String?) -> HTTPError? = { origin in
         UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
     }
+    let forwardedFor = HTTPField.Name("X-Forwarded-For")!
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
-        if let refusal = admission.refusal(for: context.remoteAddress) { throw refusal }
+        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        if let refusal = admission.refusal(for: client) { throw refusal }
         throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
     }
 
@@ -87,16 +90,17 @@ public func buildGateway(
         authenticationDeadline: TimeAmount(settings.authenticationDeadline),
         maxMessageBytes: Limits.MAX_WS_FRAME_BYTES
     )
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> HTTPError? = { head, channel in
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?) = { head, channel in
+        let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)
         guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
-            return HTTPError(.notFound, message: "WebSockets are served at /ws")
+            return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"))
         }
-        if let refusal = refusedOutright(head.headers["origin"].first) { return refusal }
-        return SocketAdmission.answer(admission.admit(ClientAddress.of(channel), channel: channel))
+        if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal) }
+        return (address, SocketAdmission.answer(admission.admit(address, channel: channel)))
     }
-    let upgraded: @Sendable (any Channel) throws -> Void = { channel in
+    let upgraded: @Sendable (any Channel, String) throws -> Void = { channel, address in
         let connection = ClientConnection(
-            channel: channel, remoteAddress: ClientAddress.of(channel), logger: environment.logger,
+            channel: channel, remoteAddress: address, logger: environment.logger,
             controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket,
             maxUnsentBytes: settings.maxUnsentBytes
         )

@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import WhisperShared
 
 /// The request context of the gateway's HTTP routes, with the peer's address for the
 /// per-address limits.
@@ -16,10 +17,15 @@ public struct GatewayRequestContext: RequestContext {
 
 /// Where a connection comes from, for per-address limits: one function, used by every
 /// limit (socket caps, frame buckets, refusals, and auth's registration and token
-/// limits, which get it with each forwarded frame). Today the peer's IP address; behind
-/// a proxy that is the proxy's (see docs/operations.md, trusted proxies).
+/// limits, which get it with each forwarded frame). The peer's IP address, or, when the
+/// peer is a trusted proxy (`WHISPER_TRUSTED_PROXIES`), the client it names in
+/// `X-Forwarded-For` (docs/operations.md, "Client addresses behind a proxy").
 enum ClientAddress {
     static func of(_ channel: any Channel) -> String {
         channel.remoteAddress?.ipAddress ?? "unknown"
+    }
+
+    static func of(_ channel: any Channel, forwardedFor: [String], trusted: TrustedProxies) -> String {
+        trusted.clientAddress(peer: of(channel), forwardedFor: forwardedFor)
     }
 }

@@ -24,6 +24,8 @@ public struct CommonSettings: Sendable {
     public var logLevel: Logger.Level
     /// How long SIGTERM waits for in-flight work before the process exits anyway.
     public var shutdownGracePeriod: Duration
+    /// Proxies whose `X-Forwarded-For` names the client (`WHISPER_TRUSTED_PROXIES`).
+    public var trustedProxies: TrustedProxies = .none
 
     public init(
         service: String,
@@ -85,5 +87,10 @@ public struct CommonSettings: Sendable {
             self.logLevel = .info
         }
         self.shutdownGracePeriod = .seconds(settings.int("whisper.shutdown.grace.seconds", default: 10, range: 0...600))
+        if let proxies = TrustedProxies(settings.string("whisper.trusted.proxies", default: "")) {
+            self.trustedProxies = proxies
+        } else {
+            settings.reject("whisper.trusted.proxies", because: "must list IP addresses or CIDR ranges, comma-separated (10.0.0.0/8, fd00::/8)")
+        }
     }
 }

@@ -1,3 +1,4 @@
+import HTTPTypes
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -85,12 +86,12 @@ enum WebSocketTest {
     /// Connects to `url`, runs `body`, and returns the close frame the server sent, if any.
     @discardableResult
     static func connect(
-        _ url: String,
+        _ url: String, headers: HTTPFields = [:],
         _ body: @escaping @Sendable (WebSocketSession) async throws -> Void
     ) async throws -> WebSocketCloseFrame? {
         try await WebSocketClient.connect(
             url: url,
-            configuration: .init(maxFrameSize: 1 << 21, autoPing: .disabled),
+            configuration: .init(maxFrameSize: 1 << 21, additionalHeaders: headers, autoPing: .disabled),
             logger: TestServers.logger
         ) { inbound, outbound, _ in
             let mailbox = Mailbox()
