@@ -20,12 +20,14 @@ struct MessagingStack {
     static func start(
         routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
         gateway configureGateway: (inout GatewaySettings) -> Void = { _ in },
-        auth configureAuth: (inout AuthSettings) -> Void = { _ in }
+        auth configureAuth: (inout AuthSettings) -> Void = { _ in },
+        database existing: PostgresSettings? = nil
     ) async throws -> MessagingStack {
         let redisServer = try RedisProcess()
         try redisServer.start()
         let redis = try #require(RedisConfiguration(url: redisServer.url))
-        let database = try await TestDatabases.shared.make()
+        let database: PostgresSettings
+        if let existing { database = existing } else { database = try await TestDatabases.shared.make() }
         var authSettings = TestServers.authSettings(database, redis: redis)
         configureAuth(&authSettings)
         let finalAuthSettings = authSettings
