@@ -186,6 +186,38 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// Rotating the internal token without a failed frame: auth accepts the new token and
+    /// the previous one (`WHISPER_INTERNAL_TOKEN_PREVIOUS`) while gateways restart, then
+    /// only the new one.
+    @Test func theInternalTokenRotatesWithoutRefusingGatewaysThatHaveNotRestartedYet() async throws {
+        let rotated = "rotated-internal-token-" + String(repeating: "9", count: 24)
+        let body = #"{"context":{"gateway":"g","connId":"c"},"payload":{"protocolVersion":1,"cryptoVersion":1,"deviceId":"\#(UUID().uuidString.lowercased())","platform":"ios"}}"#
+        func post(_ token: String, to port: Int) async throws -> Int {
+            var request = HTTPClientRequest(url: "http://127.0.0.1:\(port)" + InternalAPI.framePath(.registerBegin))
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: InternalAPI.tokenHeader, value: token)
+            request.body = .bytes(ByteBuffer(string: body))
+            return Int(try await HTTPClient.shared.execute(request, timeout: .seconds(10)).status.code)
+        }
+        // During the rotation: both work.
+        let during = try await MessagingStack.start(routers: 0, auth: {
+            $0.internalToken = rotated
+            $0.previousInternalToken = TestServers.internalToken
+        })
+        #expect(try await post(rotated, to: during.auth.internalPort) == 200)
+        #expect(try await post(TestServers.internalToken, to: during.auth.internalPort) == 200)
+        #expect(try await post("some-other-token-" + String(repeating: "0", count: 24), to: during.auth.internalPort) == 401)
+        // The test gateways still present the old token: they keep working.
+        _ = try await during.user(on: 0)
+        try await during.stop()
+        // After it: the old token is refused.
+        let after = try await MessagingStack.start(routers: 0, auth: { $0.internalToken = rotated })
+        #expect(try await post(rotated, to: after.auth.internalPort) == 200)
+        #expect(try await post(TestServers.internalToken, to: after.auth.internalPort) == 401)
+        try await after.stop()
+    }
+
     @Test func theRoutersRecreateTheirGroupWhenItIsDeleted() async throws {
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)

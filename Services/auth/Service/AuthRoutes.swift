@@ -36,7 +36,9 @@ struct AuthRoutes: Sendable {
         _ type: P.Type, on router: Router<BasicRequestContext>,
         _ handle: @escaping @Sendable (P, ConnectionContext) async throws -> R
     ) {
-        InternalFrameEndpoints(internalToken: settings.internalToken, metrics: metrics, logger: logger).register(type, on: router, handle)
+        InternalFrameEndpoints(
+            internalToken: settings.internalToken, previousToken: settings.previousInternalToken, metrics: metrics, logger: logger
+        ).register(type, on: router, handle)
     }
 
     /// `GET /users/{whisperId}/keys` (spec 3.6).

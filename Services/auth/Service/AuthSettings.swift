@@ -7,6 +7,8 @@ public struct AuthSettings: ServiceSettings {
     public var common: CommonSettings
     /// Shared with the gateway; guards the internal frame endpoints.
     public var internalToken: String
+    /// The token being rotated out, still accepted (`WHISPER_INTERNAL_TOKEN_PREVIOUS`).
+    public var previousInternalToken: String?
     /// Where the internal frame endpoints (`/internal/v1/...`, called by gateways)
     /// listen: a port apart from the public one (key lookup, health, metrics).
     public var internalHTTP: HTTPSettings
@@ -50,6 +52,7 @@ public struct AuthSettings: ServiceSettings {
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
         (internalToken, internalHTTP) = settings.internalEndpoint(service: Self.serviceName, defaultPort: Self.defaultInternalPort, public: common)
+        previousInternalToken = settings.previousInternalToken()
         registerPerIP = settings.rateLimit("auth.rate.limit.register.per.ip", default: "30/60s")
         registerPerIdentity = settings.rateLimit("auth.rate.limit.register.per.identity", default: "10/60s")
         updateTokensPerIdentity = settings.rateLimit("auth.rate.limit.update.tokens.per.identity", default: "10/60s")

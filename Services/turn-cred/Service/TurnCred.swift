@@ -14,6 +14,8 @@ public struct TurnCredSettings: ServiceSettings {
     public var common: CommonSettings
     /// Shared with the gateway; guards the internal frame endpoint.
     public var internalToken: String
+    /// The token being rotated out, still accepted (`WHISPER_INTERNAL_TOKEN_PREVIOUS`).
+    public var previousInternalToken: String?
     /// Where the internal frame endpoint (`get_turn_credentials` from gateways) listens.
     public var internalHTTP: HTTPSettings
     /// coturn's shared secrets (`static-auth-secret`), newest first: new credentials are
@@ -44,6 +46,7 @@ public struct TurnCredSettings: ServiceSettings {
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
         (internalToken, internalHTTP) = settings.internalEndpoint(service: Self.serviceName, defaultPort: Self.defaultInternalPort, public: common)
+        previousInternalToken = settings.previousInternalToken()
         secrets = settings.list("turn.cred.secrets", default: [], secret: true)
         if secrets.isEmpty {
             settings.reject("turn.cred.secrets", because: "is required: coturn's static-auth-secret (a comma-separated list, newest first)")
@@ -156,7 +159,7 @@ struct TurnCredRoutes: Sendable {
 
     func registerInternal(on router: Router<BasicRequestContext>) {
         let issued = metrics.counter("turn_credentials_issued", help: "TURN credentials handed out (WebSocket and HTTP).", labels: [("via", "ws")])
-        InternalFrameEndpoints(internalToken: settings.internalToken, metrics: metrics, logger: logger)
+        InternalFrameEndpoints(internalToken: settings.internalToken, previousToken: settings.previousInternalToken, metrics: metrics, logger: logger)
             .register(GetTurnCredentials.self, on: router) { _, context in
                 // The gateway checked the session and bound the socket to its identity.
                 guard let whisperId = context.whisperId else {

@@ -8,13 +8,18 @@ import Logging
 /// constant time). The answer is always 200 with the complete server frame to write
 /// back; a `WhisperError` becomes an `error` frame with its code, anything else
 /// `INTERNAL_ERROR` (logged, without the payload).
+///
+/// `previousToken` is also accepted while the token is rotated
+/// (`WHISPER_INTERNAL_TOKEN_PREVIOUS`, docs/operations.md, "Rotating secrets").
 public struct InternalFrameEndpoints: Sendable {
     let internalToken: [UInt8]
+    let previousToken: [UInt8]
     let metrics: ServiceMetrics
     let logger: Logger
 
-    public init(internalToken: String, metrics: ServiceMetrics, logger: Logger) {
+    public init(internalToken: String, previousToken: String? = nil, metrics: ServiceMetrics, logger: Logger) {
         self.internalToken = Array(internalToken.utf8)
+        self.previousToken = Array((previousToken ?? "").utf8)
         self.metrics = metrics
         self.logger = logger
     }
@@ -24,11 +29,15 @@ public struct InternalFrameEndpoints: Sendable {
         _ handle: @escaping @Sendable (P, ConnectionContext) async throws -> R
     ) {
         let expected = internalToken
+        let previous = previousToken
         let metrics = metrics
         let logger = logger
         router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, _ -> Response in
             let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
-            guard !expected.isEmpty, Sodium.constantTimeEqual(presented, expected) else {
+            // Both compared, always: the time taken says nothing about which matched.
+            let current = !expected.isEmpty && Sodium.constantTimeEqual(presented, expected)
+            let old = !previous.isEmpty && Sodium.constantTimeEqual(presented, previous)
+            guard current || old else {
                 throw WhisperHTTPError(.authFailed, "internal endpoint")
             }
             let body = try await request.body.collect(upTo: Limits.MAX_WS_FRAME_BYTES * 2)
@@ -76,6 +85,16 @@ extension SettingsReader {
             reject("\(prefix).internal.http.port", because: "must differ from \(Self.variableName("\(prefix).http.port"))")
         }
         return (token, http)
+    }
+
+    /// `WHISPER_INTERNAL_TOKEN_PREVIOUS`: the token being rotated out, still accepted
+    /// from gateways that have not restarted yet; nil when not set.
+    public func previousInternalToken() -> String? {
+        let token = string("whisper.internal.token.previous", default: "", secret: true)
+        if !token.isEmpty, token.utf8.count < 32 {
+            reject("whisper.internal.token.previous", because: "must be at least 32 characters")
+        }
+        return token.isEmpty ? nil : token
     }
 }
 
