@@ -73,15 +73,28 @@ var targets: [Target] = [
         pkgConfig: "libsodium",
         providers: [.apt(["libsodium-dev"])]
     ),
+    // What a client and the server share, and nothing of the server: frame types,
+    // validation, limits, canonical signing bytes, IDs, error codes, backoff, clocks.
+    // No system library but libsodium; CI checks that the SDK's closure stays so.
+    .target(
+        name: "WhisperProtocol",
+        dependencies: [
+            "CSodium",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ],
+        path: "Shared/WhisperProtocol"
+    ),
     .target(
         name: "WhisperShared",
-        dependencies: sharedDependencies,
+        dependencies: ["WhisperProtocol"] + sharedDependencies,
         path: "Shared/WhisperShared"
     ),
     .target(
         name: "WhisperClient",
         dependencies: [
-            "WhisperShared",
+            "WhisperProtocol",
             .product(name: "WSClient", package: "swift-websocket"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
@@ -97,12 +110,12 @@ var targets: [Target] = [
     ),
     .testTarget(
         name: "WhisperSharedTests",
-        dependencies: ["WhisperShared", .product(name: "NIOEmbedded", package: "swift-nio")],
+        dependencies: ["WhisperShared", "WhisperProtocol", .product(name: "NIOEmbedded", package: "swift-nio")],
         path: "Tests/WhisperSharedTests"
     ),
     .testTarget(
         name: "ContractTests",
-        dependencies: ["WhisperShared"],
+        dependencies: ["WhisperShared", "WhisperProtocol"],
         path: "Tests/ContractTests",
         // Read by path from the repository (as docs/schemas/ is), not bundled.
         exclude: ["Fixtures"]
@@ -205,6 +218,7 @@ let package = Package(
     products: services.map { .executable(name: $0.executable, targets: [$0.executable]) }
         + [
             .library(name: "WhisperShared", targets: ["WhisperShared"]),
+            .library(name: "WhisperProtocol", targets: ["WhisperProtocol"]),
             .library(name: "WhisperClient", targets: ["WhisperClient"]),
         ],
     dependencies: [

@@ -1,5 +1,5 @@
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// Attachments (spec 6.2, 6.3): the file is sealed with a fresh key (`crypto_secretbox`),
 /// the ciphertext uploaded through the presigned URL, and the key travels in the message,

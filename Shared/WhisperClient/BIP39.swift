@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// BIP-0039 mnemonics with the English wordlist: Whisper's seed phrase (spec 3.4).
 public enum BIP39 {

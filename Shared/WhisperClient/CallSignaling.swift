@@ -1,5 +1,5 @@
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// Call signaling (spec 9.1, docs/protocol.md section 7): each frame carries its SDP or
 /// ICE candidate boxed to the peer and is signed over the canonical bytes with its own

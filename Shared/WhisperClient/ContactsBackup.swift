@@ -1,5 +1,5 @@
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// The contact list as it is backed up (spec 14.1): sealed with `contactsKey`, derived
 /// from the seed phrase, so a device restored from the phrase alone can open it.

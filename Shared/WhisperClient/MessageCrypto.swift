@@ -1,5 +1,5 @@
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// A peer's public keys, as `GET /users/{id}/keys` returns them.
 public struct PeerKeys: Sendable, Equatable {

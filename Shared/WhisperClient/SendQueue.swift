@@ -1,5 +1,5 @@
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// Where an outgoing message is in its life (spec 5.3):
 /// queued (persisted) → sending → sent (server ACK) → delivered (peer receipt) → read.

@@ -3,7 +3,7 @@ import Logging
 import NIOCore
 import NIOWebSocket
 import WSClient
-import WhisperShared
+import WhisperProtocol
 
 /// Why a request over the WebSocket did not get its answer.
 public enum WhisperClientError: Error, Equatable, Sendable {

@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import WhisperShared
+import WhisperProtocol
 
 /// The keys of an identity, all derived from its seed phrase (spec 3.4, 14.1):
 ///

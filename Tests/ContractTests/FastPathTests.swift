@@ -1,6 +1,7 @@
 import Foundation
 import Testing
-@testable import WhisperShared
+@testable import WhisperProtocol
+import WhisperShared
 
 /// The fast path for the busiest frames (`HotFrames`, `FastJSON`) must never answer
 /// differently from the general path: whatever it accepts, the general decoder accepts

@@ -1,5 +1,6 @@
 import Testing
-@testable import WhisperShared
+@testable import WhisperProtocol
+import WhisperShared
 
 @Suite struct FrameDecoderTests {
     let decoder = ClientFrameDecoder()

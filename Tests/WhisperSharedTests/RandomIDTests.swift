@@ -1,6 +1,7 @@
 import Foundation
 import Testing
-@testable import WhisperShared
+@testable import WhisperProtocol
+import WhisperShared
 
 @Suite struct RandomIDTests {
     /// Fixed words in, a known string out: the bits land where RFC 9562 puts them.

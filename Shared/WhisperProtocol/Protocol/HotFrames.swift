@@ -223,7 +223,7 @@ extension MessageDelivered: HotPayload {
 
 extension FastJSONWriter {
     /// The fields a message has on its way in (`send_message`) and out (`message_received`).
-    mutating func messageFields(
+    package mutating func messageFields(
         from: String, to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
         replyTo: String?, reactions: [String: [String]]?, attachment: AttachmentPointer?
     ) {
