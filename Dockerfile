@@ -21,7 +21,9 @@ COPY Package.swift ./
 RUN swift package resolve
 COPY . .
 # The Swift runtime and Foundation linked in (--static-swift-stdlib): the runtime image
-# needs no Swift toolchain, only the C libraries named below.
+# needs no Swift toolchain, only the C libraries named below. Checked on 2026-11-25 with
+# the same toolchain: a release gateway built so needs libsodium.so.23,
+# libhiredis.so.0.14, libstdc++.so.6, libz.so.1, libgcc_s, libm and libc (ldd).
 RUN swift build -c release --static-swift-stdlib \
         --product gateway --product auth --product router --product push-sender \
         --product attachment-signer --product turn-cred --product admin --product gc-worker \
@@ -33,7 +35,7 @@ RUN swift build -c release --static-swift-stdlib \
 
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libhiredis0.14 libsodium23 ca-certificates tzdata curl \
+    && apt-get install -y --no-install-recommends libhiredis0.14 libsodium23 libstdc++6 zlib1g ca-certificates tzdata curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin whisper
 COPY --from=build /out/ /usr/local/bin/
