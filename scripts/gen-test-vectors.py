@@ -145,8 +145,10 @@ def chain():
         })
     sender, recipient = identities[0], identities[1]
     signatures = []
+    # The four call frames sign with the callId in the messageId's place (docs/protocol.md section 11).
     for message_type, to in [("send_message", "WSP-MN6P-QR7S-TVX4"), ("group_send_message", "grp-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"),
-                             ("call_initiate", "WSP-MN6P-QR7S-TVX4")]:
+                             ("call_initiate", "WSP-MN6P-QR7S-TVX4"), ("call_answer", "WSP-MN6P-QR7S-TVX4"),
+                             ("call_ice_candidate", "WSP-MN6P-QR7S-TVX4"), ("call_end", "WSP-MN6P-QR7S-TVX4")]:
         fields = {
             "messageType": message_type, "messageId": "6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c",
             "from": "WSP-AB3D-EF4G-HJQ3", "toOrGroupId": to, "timestamp": 1767268800000,
