@@ -28,10 +28,19 @@ ensure_packages() {
     if [ "${WHISPER_NEED_BROWSER:-0}" = 1 ]; then
         command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     fi
+    # scripts/check-deploy's checkers. Only what is missing: a kubectl installed from
+    # elsewhere must not be replaced (Debian's package would conflict with it).
+    if [ "${WHISPER_NEED_DEPLOY_TOOLS:-0}" = 1 ]; then
+        command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
+        [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+        command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+    fi
     if [ "${#missing[@]}" -gt 0 ]; then
         log "installing: ${missing[*]}"
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        # The nginx package starts a server; check-deploy only needs the binary.
+        case " ${missing[*]} " in *" nginx-light "*) pkill -x nginx 2>/dev/null || true ;; esac
     fi
     if [ "${WHISPER_NEED_BROWSER:-0}" = 1 ] && ! python3 -c 'import playwright.sync_api' >/dev/null 2>&1; then
         log "installing: playwright (pip; it drives Debian's chromium, no browser download)"

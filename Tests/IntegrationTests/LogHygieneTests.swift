@@ -34,10 +34,6 @@ import WhisperShared
         return Running(name: name, process: process, log: log, port: Int(environment["\(prefix)_HTTP_PORT"] ?? "") ?? 0)
     }
 
-    static func http(_ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {
-        try await HTTP.json(method, url, token: token, body: body)
-    }
-
     @Test func noTokenKeyNonceSignatureOrCiphertextOfAFullFlowIsLogged() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-logs-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -102,11 +98,11 @@ import WhisperShared
         try await bob.connection.acknowledge(received)
         _ = try await alice.events(.messageDelivered)
         let refreshed = try await bob.connection.refreshSession()
-        #expect(try await Self.http(.GET, "\(auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token).status == 200)
+        #expect(try await HTTP.json(.GET, "\(auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token).status == 200)
 
         let backup = try ContactsBackup(contacts: [.init(whisperId: bob.whisperId, addedAt: Clock.millisecondsNow(), displayName: "Bob")]).sealed(with: aliceKeys)
-        #expect(try await Self.http(.PUT, "\(auth.baseURL)/backup/contacts", token: alice.token, body: backup).status == 200)
-        let presign = try await Self.http(.POST, "\(signer.baseURL)/attachments/presign", token: alice.token, body: [
+        #expect(try await HTTP.json(.PUT, "\(auth.baseURL)/backup/contacts", token: alice.token, body: backup).status == 200)
+        let presign = try await HTTP.json(.POST, "\(signer.baseURL)/attachments/presign", token: alice.token, body: [
             "contentType": "image/jpeg", "sizeBytes": 4_096, "purpose": "message_attachment",
         ])
         #expect(presign.status == 200)
@@ -129,7 +125,7 @@ import WhisperShared
         try await stranger.connect()
         await stranger.resume(whisperId: alice.whisperId, sessionToken: "x" + String(alice.token.dropFirst()))
         await expectRefused(.notRegistered, "a forged token") { _ = try await stranger.refreshSession() }
-        #expect(try await Self.http(.POST, "\(admin.baseURL)/admin/ban", token: adminToken, body: ["whisperId": bob.whisperId, "reason": "log test"]).status == 200)
+        #expect(try await HTTP.json(.POST, "\(admin.baseURL)/admin/ban", token: adminToken, body: ["whisperId": bob.whisperId, "reason": "log test"]).status == 200)
         try await waitUntil { await bob.connection.closeCode != nil }
 
         for service in services.values {

@@ -137,34 +137,16 @@ struct AdminRoutes: Sendable {
     func registerAudit(on router: Router<BasicRequestContext>) {
         router.get("/admin/audit") { request, _ -> Response in
             _ = try authenticate(request)
-            let query = request.uri.queryParameters
-            let limit: Int
-            if let text = query["limit"].map(String.init) {
-                guard let value = Int(text), (1...200).contains(value) else {
-                    throw WhisperHTTPError(.invalidPayload, "limit must be 1 to 200")
-                }
-                limit = value
-            } else {
-                limit = 50
+            let limit = try AdminBody.limit(request, max: 200, fallback: 50)
+            let (rows, more) = try await AuditLog.page(before: try Moderation.idCursor(request), limit: limit, on: postgres, logger: logger)
+            let events = rows.map { row -> [String: Any] in
+                var event: [String: Any] = ["id": row.id, "occurredAt": row.occurredAt, "actor": row.actor, "action": row.action]
+                event["target"] = row.target
+                event["details"] = (try? JSONSerialization.jsonObject(with: Data(row.details.utf8))) ?? [:]
+                return event
             }
-            var before = Int64.max
-            if let text = query["cursor"].map(String.init) {
-                guard let value = Int64(text), value > 0 else { throw WhisperHTTPError(.invalidPayload, "cursor must be a nextCursor from this endpoint") }
-                before = value
-            }
-            let rows = try await postgres.query("""
-                SELECT id, (extract(epoch FROM occurred_at) * 1000)::bigint, actor, action, target, details::text
-                FROM audit_events WHERE id < \(before) ORDER BY id DESC LIMIT \(limit + 1)
-                """, logger: logger)
-            var events: [[String: Any]] = []
-            for try await (id, at, actor, action, target, details) in rows.decode((Int64, Int64, String, String, String?, String).self) {
-                var event: [String: Any] = ["id": id, "occurredAt": at, "actor": actor, "action": action]
-                event["target"] = target
-                event["details"] = (try? JSONSerialization.jsonObject(with: Data(details.utf8))) ?? [:]
-                events.append(event)
-            }
-            var body: [String: Any] = ["events": Array(events.prefix(limit))]
-            if events.count > limit, let last = events.prefix(limit).last?["id"] as? Int64 { body["nextCursor"] = String(last) }
+            var body: [String: Any] = ["events": events]
+            if more, let last = rows.last { body["nextCursor"] = String(last.id) }
             return try JSONResponse.make(body)
         }
     }
@@ -189,6 +171,20 @@ struct AdminAuth: Sendable {
 
 /// `audit_events`: who did what to what, written in the transaction of the action.
 enum AuditLog {
+    typealias Row = (id: Int64, occurredAt: Int64, actor: String, action: String, target: String?, details: String)
+
+    /// Up to `limit` events with an id below `before`, newest first, and whether older
+    /// ones follow (for `GET /admin/audit` and the console's page).
+    static func page(before: Int64, limit: Int, on postgres: PostgresClient, logger: Logger) async throws -> (rows: [Row], more: Bool) {
+        let rows = try await postgres.query("""
+            SELECT id, (extract(epoch FROM occurred_at) * 1000)::bigint, actor, action, target, details::text
+            FROM audit_events WHERE id < \(before) ORDER BY id DESC LIMIT \(limit + 1)
+            """, logger: logger)
+        var page: [Row] = []
+        for try await row in rows.decode((Int64, Int64, String, String, String?, String).self) { page.append(row) }
+        return (Array(page.prefix(limit)), page.count > limit)
+    }
+
     static func record(
         on connection: PostgresConnection, actor: String, action: String, target: String?, details: [String: String], logger: Logger
     ) async throws {

@@ -306,19 +306,14 @@ struct Console: Sendable {
 
     private func auditPage(_ request: Request, _ session: ConsoleSessions.Session) async throws -> Response {
         let before = (request.uri.queryParameters["cursor"].map(String.init)).flatMap { Int64($0) }.map { max(1, $0) } ?? Int64.max
-        let rows = try await postgres.query("""
-            SELECT id, (extract(epoch FROM occurred_at) * 1000)::bigint, actor, action, target, details::text
-            FROM audit_events WHERE id < \(before) ORDER BY id DESC LIMIT 51
-            """, logger: logger)
-        var events: [(Int64, Int64, String, String, String?, String)] = []
-        for try await row in rows.decode((Int64, Int64, String, String, String?, String).self) { events.append(row) }
+        let (events, more) = try await AuditLog.page(before: before, limit: 50, on: postgres, logger: logger)
         var body = "<table id=\"audit\"><tr><th>when</th><th>operator</th><th>action</th><th>target</th><th>details</th></tr>"
-        for (_, at, actor, action, target, details) in events.prefix(50) {
+        for (_, at, actor, action, target, details) in events {
             body += "<tr><td>\(HTML.time(at))</td><td>\(HTML.escape(actor))</td><td>\(HTML.escape(action))</td>"
                 + "<td>\(HTML.escape(target ?? ""))</td><td><code>\(HTML.escape(details))</code></td></tr>"
         }
         body += "</table>"
-        if events.count > 50, let last = events.prefix(50).last { body += "<p><a href=\"/console/audit?cursor=\(last.0)\">Older</a></p>" }
+        if more, let last = events.last { body += "<p><a href=\"/console/audit?cursor=\(last.id)\">Older</a></p>" }
         return HTML.response(HTML.page(title: "Audit log", session: session, body: body))
     }
 

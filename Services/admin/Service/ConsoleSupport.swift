@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -16,7 +15,7 @@ struct ConsoleSessions: Sendable {
     }
 
     static func key(_ id: String) -> String {
-        "console:{\(Array(SHA256.hash(data: Array(id.utf8))).hexString)}"
+        "console:{\(SessionStore.digest(id))}"
     }
 
     func create(for operatorName: String) async throws -> (id: String, session: Session) {

@@ -56,7 +56,7 @@ public struct ServiceEnvironment: Sendable {
             metrics.recordDependency(name, up: answered)
             if answered {
                 metrics.gauge("client_roundtrip_seconds", help: "One round trip to the dependency, measured at the last scrape.", labels: [("dependency", name)])
-                    .set(Double(elapsed.components.attoseconds) / 1e18 + Double(elapsed.components.seconds))
+                    .set(elapsed.milliseconds / 1_000)
             } else {
                 metrics.counter("client_probe_failures", help: "Scrape-time probes of a dependency that failed or took over a second.", labels: [("dependency", name)])
                     .increment()
