@@ -96,6 +96,8 @@ var targets: [Target] = [
         dependencies: [
             "WhisperProtocol",
             .product(name: "WSClient", package: "swift-websocket"),
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -180,6 +182,18 @@ targets.append(.executableTarget(
     path: "Tools/whisper-load"
 ))
 
+// The `whisper` command-line client: on the SDK alone, as an app would be.
+targets.append(.executableTarget(
+    name: "whisper",
+    dependencies: [
+        "WhisperClient", "WhisperProtocol",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "Crypto", package: "swift-crypto"),
+    ],
+    path: "Tools/whisper"
+))
+
 targets.append(.executableTarget(
     name: "whisper-faults",
     dependencies: [
@@ -220,6 +234,7 @@ let package = Package(
             .library(name: "WhisperShared", targets: ["WhisperShared"]),
             .library(name: "WhisperProtocol", targets: ["WhisperProtocol"]),
             .library(name: "WhisperClient", targets: ["WhisperClient"]),
+            .executable(name: "whisper", targets: ["whisper"]),
         ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),

@@ -60,7 +60,8 @@ public enum BIP39 {
         return PBKDF2.sha512(password: password, salt: salt, iterations: 2048, length: 64)
     }
 
-    static func normalizedWords(_ mnemonic: String) -> [String] {
+    /// The words of a phrase as typed: lower-cased, split on any whitespace.
+    public static func normalizedWords(_ mnemonic: String) -> [String] {
         mnemonic.decomposedStringWithCompatibilityMapping.lowercased()
             .split(whereSeparator: { $0.isWhitespace }).map(String.init)
     }

@@ -37,14 +37,28 @@ public struct ContactsBackup: Codable, Sendable, Equatable {
         self.contacts = contacts
     }
 
-    /// The body of `PUT /backup/contacts`: `{nonce, ciphertext, cryptoVersion, protocolVersion}`.
+    /// The contact list as JSON (keys sorted, so the same list gives the same bytes).
+    public func jsonBytes() throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return Array(try encoder.encode(self))
+    }
+
+    /// Sealed for `PUT /backup/contacts`: `crypto_secretbox(jsonBytes, nonce, contactsKey)`
+    /// (spec 14.1), under a fresh random nonce unless one is given (test vectors).
+    public func seal(with keys: WhisperKeys, nonce: [UInt8]? = nil) throws -> SealedContactsBackup {
+        let nonce = nonce ?? Sodium.randomBytes(SecretBox.nonceBytes)
+        guard nonce.count == SecretBox.nonceBytes else { throw MessageCryptoError.invalidNonce }
+        let ciphertext = SecretBox.seal(try jsonBytes(), nonce: nonce, key: keys.contactsKey)
+        return SealedContactsBackup(nonce: Data(nonce).base64EncodedString(), ciphertext: Data(ciphertext).base64EncodedString())
+    }
+
+    /// The body of `PUT /backup/contacts` as a dictionary (tests alter it field by field).
     public func sealed(with keys: WhisperKeys) throws -> [String: Any] {
-        let nonce = Sodium.randomBytes(SecretBox.nonceBytes)
-        let plaintext = Array(try JSONEncoder().encode(self))
-        let ciphertext = SecretBox.seal(plaintext, nonce: nonce, key: keys.contactsKey)
+        let sealed = try seal(with: keys)
         return [
-            "nonce": Data(nonce).base64EncodedString(), "ciphertext": Data(ciphertext).base64EncodedString(),
-            "cryptoVersion": 1, "protocolVersion": 1,
+            "nonce": sealed.nonce, "ciphertext": sealed.ciphertext,
+            "cryptoVersion": sealed.cryptoVersion, "protocolVersion": sealed.protocolVersion,
         ]
     }
 
@@ -56,5 +70,18 @@ public struct ContactsBackup: Codable, Sendable, Equatable {
             throw .cannotDecrypt
         }
         return backup
+    }
+}
+
+/// The body of `PUT /backup/contacts`: base64 `nonce` (24 bytes) and `ciphertext`.
+public struct SealedContactsBackup: Codable, Sendable, Equatable {
+    public var nonce: String
+    public var ciphertext: String
+    public var cryptoVersion = 1
+    public var protocolVersion = 1
+
+    public init(nonce: String, ciphertext: String) {
+        self.nonce = nonce
+        self.ciphertext = ciphertext
     }
 }

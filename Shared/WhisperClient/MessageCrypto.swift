@@ -2,7 +2,7 @@ import Foundation
 import WhisperProtocol
 
 /// A peer's public keys, as `GET /users/{id}/keys` returns them.
-public struct PeerKeys: Sendable, Equatable {
+public struct PeerKeys: Codable, Sendable, Equatable {
     public var whisperId: String
     public var encPublicKey: [UInt8]
     public var signPublicKey: [UInt8]
@@ -30,6 +30,8 @@ public enum MessageCryptoError: Error, Equatable, Sendable {
     case badSignature
     case cannotDecrypt
     case notForMe
+    /// A caller-chosen nonce of the wrong length (a secretbox nonce is 24 bytes).
+    case invalidNonce
 }
 
 /// Encrypting, signing, verifying and decrypting 1:1 messages (spec 3.5, 4).

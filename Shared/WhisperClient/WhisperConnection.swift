@@ -291,6 +291,17 @@ public actor WhisperConnection {
         try await sendOnly(Typing(sessionToken: try token(), to: peer, isTyping: isTyping))
     }
 
+    /// Reports an identity to the operators (`report_user`), naming up to 20 of its
+    /// messages; a repeat while the report is open adds to it and answers the same ID.
+    @discardableResult
+    public func report(
+        _ whisperId: String, reason: ReportReason, details: String? = nil, messageIds: [String]? = nil
+    ) async throws -> ReportAccepted {
+        let frame = try await request(ReportUser(sessionToken: try token(), whisperId: whisperId, reason: reason, details: details, messageIds: messageIds))
+        guard let accepted = frame.payload(as: ReportAccepted.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return accepted
+    }
+
     /// Sends a frame that gets no answer (receipts, typing).
     public func sendOnly<P: ClientPayload>(_ payload: P) async throws {
         guard let outbound else { throw WhisperClientError.notConnected }

@@ -47,6 +47,11 @@ public struct WhisperKeys: Sendable {
         signing.sign(RegistrationProof.signedBytes(challenge: challenge, cryptoVersion: cryptoVersion))
     }
 
+    /// These keys as a peer sees them (what `GET /users/{id}/keys` returns for `whisperId`).
+    public func peerKeys(whisperId: String) -> PeerKeys {
+        PeerKeys(whisperId: whisperId, encPublicKey: encPublicKey, signPublicKey: signPublicKey)
+    }
+
     /// The `cryptoVersion` this SDK speaks: 2, the domain-separated registration proof.
     public static let cryptoVersion = 2
 }

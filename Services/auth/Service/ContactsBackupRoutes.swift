@@ -17,7 +17,7 @@ struct ContactsBackupRoutes: Sendable {
     let logger: Logger
 
     /// The largest sealed blob (ciphertext bytes once decoded): some thousands of contacts.
-    static let maxCiphertextBytes = 1_048_576
+    static let maxCiphertextBytes = Limits.MAX_CONTACTS_BACKUP_BYTES
 
     struct Upload: Decodable {
         var nonce: String

@@ -24,6 +24,9 @@ public enum Limits {
     /// Messages one report may name (`messageIds`, plus `messageId`); a repeated report of
     /// the same identity adds its messages to the open one up to this bound.
     public static let MAX_REPORT_MESSAGE_IDS = 20
+    /// The sealed contact list of one identity (`PUT /backup/contacts`), in bytes of
+    /// ciphertext once base64-decoded.
+    public static let MAX_CONTACTS_BACKUP_BYTES = 1_048_576
     /// Box overhead (Poly1305 tag) added to a text message's plaintext.
     public static let BOX_OVERHEAD_BYTES = 16
 

@@ -1,0 +1,262 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import WhisperProtocol
+
+/// Where a deployment's client-facing parts answer.
+///
+/// The WebSocket and three HTTP services (auth for key lookup and the contacts backup,
+/// attachment-signer for attachments, turn-cred for TURN credentials). Behind one edge
+/// proxy (compose's nginx, a Kubernetes ingress) they share one origin: use
+/// ``edge(_:)``. `scripts/up` runs each service on its own loopback port: use
+/// ``local(host:)``.
+public struct WhisperEndpoints: Codable, Sendable, Equatable {
+    /// The WebSocket URL (`ws://…/ws` or `wss://…/ws`).
+    public var websocket: String
+    /// The base URL of auth (`GET /users/{id}/keys`, `/backup/contacts`).
+    public var auth: String
+    /// The base URL of attachment-signer (`/attachments/…`).
+    public var attachments: String
+    /// The base URL of turn-cred (`POST /v1/turn/credentials`).
+    public var turn: String
+
+    public init(websocket: String, auth: String, attachments: String, turn: String) {
+        self.websocket = websocket
+        self.auth = auth
+        self.attachments = attachments
+        self.turn = turn
+    }
+
+    /// Everything behind one origin: `https://chat.example.org` gives
+    /// `wss://chat.example.org/ws` and the HTTP paths on that origin. Nil when `base`
+    /// is not an `http://` or `https://` URL.
+    public static func edge(_ base: String) -> WhisperEndpoints? {
+        let trimmed = base.hasSuffix("/") ? String(base.dropLast()) : base
+        let websocket: String
+        if trimmed.hasPrefix("https://") {
+            websocket = "wss://" + trimmed.dropFirst("https://".count) + "/ws"
+        } else if trimmed.hasPrefix("http://") {
+            websocket = "ws://" + trimmed.dropFirst("http://".count) + "/ws"
+        } else {
+            return nil
+        }
+        return WhisperEndpoints(websocket: websocket, auth: trimmed, attachments: trimmed, turn: trimmed)
+    }
+
+    /// The ports `scripts/up` gives the services: gateway 8080, auth 8081,
+    /// attachment-signer 8084, turn-cred 8085.
+    public static func local(host: String = "127.0.0.1") -> WhisperEndpoints {
+        WhisperEndpoints(
+            websocket: "ws://\(host):8080/ws", auth: "http://\(host):8081", attachments: "http://\(host):8084", turn: "http://\(host):8085"
+        )
+    }
+}
+
+/// Why an HTTP call of ``WhisperAPI`` failed.
+public enum WhisperAPIError: Error, Equatable, Sendable {
+    /// The server answered with an error (docs/protocol.md section 12): its status, and
+    /// its frozen code when the body named one.
+    case refused(status: Int, code: ErrorCode?, message: String)
+    /// A success status with a body this SDK cannot read (or one over its size bound).
+    case unreadableResponse(String)
+    /// The object store refused an upload or download (its status).
+    case storage(status: Int)
+    /// 429 (over a limit) or 503 (the service is draining or a dependency is down): try
+    /// again after `retryAfterSeconds` (the `Retry-After`, when one came).
+    case retryLater(status: Int, retryAfterSeconds: Int?)
+}
+
+/// What `POST /attachments/presign` returns: where to upload, with which headers.
+public struct PresignedUpload: Codable, Sendable, Equatable {
+    public var uploadUrl: String
+    public var objectKey: String
+    public var expiresAt: Int64
+    public var headers: [String: String]
+}
+
+/// A peer's keys as `GET /users/{id}/keys` returns them, with the identity's standing.
+public struct KeyLookup: Sendable, Equatable {
+    public var keys: PeerKeys
+    /// `active` or `banned` (a banned identity's messages are refused).
+    public var status: String
+}
+
+/// The HTTP half of the client: key lookup, contacts backup, attachments (presign,
+/// upload, download) and TURN credentials. Every call takes the session token of a
+/// ``WhisperConnection`` (after `register` or `resume`).
+///
+/// Bodies are bounded: a response larger than its endpoint can legitimately be is an
+/// error, not an allocation.
+public struct WhisperAPI: Sendable {
+    public let endpoints: WhisperEndpoints
+    private let http: HTTPClient
+    private let timeout: TimeAmount
+
+    /// `http` defaults to AsyncHTTPClient's shared client.
+    public init(endpoints: WhisperEndpoints, http: HTTPClient = .shared, timeout: Duration = .seconds(30)) {
+        self.endpoints = endpoints
+        self.http = http
+        self.timeout = .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
+    }
+
+    // MARK: - Keys
+
+    /// A peer's public keys (`GET /users/{whisperId}/keys`). Check a typed ID first with
+    /// `WhisperID.isValid` (its checksum): the server answers 400 for a malformed one.
+    public func keys(of whisperId: String, sessionToken: String) async throws -> KeyLookup {
+        struct Body: Decodable { var whisperId: String; var encPublicKey: String; var signPublicKey: String; var status: String }
+        let body: Body = try await call(.GET, endpoints.auth, "/users/\(whisperId)/keys", token: sessionToken, limit: 4_096)
+        guard body.whisperId == whisperId,
+              let enc = Data(base64Encoded: body.encPublicKey), enc.count == 32,
+              let sign = Data(base64Encoded: body.signPublicKey), sign.count == 32 else {
+            throw WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")
+        }
+        return KeyLookup(keys: PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign)), status: body.status)
+    }
+
+    // MARK: - Contacts backup (spec 14)
+
+    /// Seals `backup` with the phrase's `contactsKey` and stores it, replacing the last
+    /// one. Returns the server's `updatedAt` (ms).
+    @discardableResult
+    public func pushContactsBackup(_ backup: ContactsBackup, keys: WhisperKeys, sessionToken: String) async throws -> Int64 {
+        struct Stored: Decodable { var success: Bool; var updatedAt: Int64 }
+        let sealed = try backup.seal(with: keys)
+        let stored: Stored = try await call(.PUT, endpoints.auth, "/backup/contacts", token: sessionToken, body: sealed, limit: 4_096)
+        return stored.updatedAt
+    }
+
+    /// The stored backup, opened with the phrase's `contactsKey`, and when it was stored;
+    /// nil when there is none. `MessageCryptoError.cannotDecrypt` when it does not open
+    /// with these keys.
+    public func pullContactsBackup(keys: WhisperKeys, sessionToken: String) async throws -> (backup: ContactsBackup, updatedAt: Int64)? {
+        struct Stored: Decodable { var nonce: String; var ciphertext: String; var updatedAt: Int64 }
+        let stored: Stored
+        do {
+            stored = try await call(.GET, endpoints.auth, "/backup/contacts", token: sessionToken, limit: 2 * Limits.MAX_CONTACTS_BACKUP_BYTES)
+        } catch WhisperAPIError.refused(404, _, _) {
+            return nil
+        }
+        return (try ContactsBackup.open(nonce: stored.nonce, ciphertext: stored.ciphertext, with: keys), stored.updatedAt)
+    }
+
+    /// Removes the stored backup (succeeds when there was none).
+    public func deleteContactsBackup(sessionToken: String) async throws {
+        struct Deleted: Decodable { var success: Bool }
+        let _: Deleted = try await call(.DELETE, endpoints.auth, "/backup/contacts", token: sessionToken, limit: 4_096)
+    }
+
+    // MARK: - Attachments (spec 6)
+
+    /// Asks for an upload URL for `sizeBytes` of ciphertext of a file of `contentType`.
+    public func presign(contentType: String, sizeBytes: Int, sessionToken: String) async throws -> PresignedUpload {
+        struct Request: Encodable { var contentType: String; var sizeBytes: Int; var purpose = "message_attachment" }
+        return try await call(
+            .POST, endpoints.attachments, "/attachments/presign", token: sessionToken,
+            body: Request(contentType: contentType, sizeBytes: sizeBytes), limit: 16_384
+        )
+    }
+
+    /// Presigns and uploads a sealed file (`AttachmentCrypto.seal`); returns its
+    /// `objectKey`, for `AttachmentCrypto.pointer` (one pointer per recipient).
+    public func upload(_ sealed: AttachmentCrypto.SealedFile, contentType: String, sessionToken: String) async throws -> String {
+        let presigned = try await presign(contentType: contentType, sizeBytes: sealed.ciphertext.count, sessionToken: sessionToken)
+        var request = HTTPClientRequest(url: presigned.uploadUrl)
+        request.method = .PUT
+        for (name, value) in presigned.headers { request.headers.replaceOrAdd(name: name, value: value) }
+        request.body = .bytes(ByteBuffer(bytes: sealed.ciphertext))
+        let response = try await http.execute(request, timeout: timeout)
+        _ = try? await response.body.collect(upTo: 65_536)
+        guard (200..<300).contains(response.status.code) else { throw WhisperAPIError.storage(status: Int(response.status.code)) }
+        return presigned.objectKey
+    }
+
+    /// A short-lived download URL for an attachment this identity uploaded or was sent.
+    public func downloadURL(objectKey: String, sessionToken: String) async throws -> String {
+        struct Body: Decodable { var downloadUrl: String; var expiresAt: Int64 }
+        let body: Body = try await call(.GET, endpoints.attachments, "/attachments/\(objectKey)/download", token: sessionToken, limit: 16_384)
+        return body.downloadUrl
+    }
+
+    /// Downloads the ciphertext a pointer names (at most its declared size) and opens it:
+    /// verify the message that carried the pointer first (`MessageCrypto.open`).
+    public func fetchAttachment(
+        _ pointer: AttachmentPointer, recipient: WhisperKeys, sender: PeerKeys, sessionToken: String
+    ) async throws -> [UInt8] {
+        guard pointer.ciphertextSize >= 1, pointer.ciphertextSize <= Int64(Limits.MAX_FILE_BYTES) else {
+            throw MessageCryptoError.cannotDecrypt
+        }
+        let url = try await downloadURL(objectKey: pointer.objectKey, sessionToken: sessionToken)
+        let response = try await http.execute(HTTPClientRequest(url: url), timeout: timeout)
+        guard response.status == .ok else {
+            _ = try? await response.body.collect(upTo: 65_536)
+            throw WhisperAPIError.storage(status: Int(response.status.code))
+        }
+        let buffer = try await response.body.collect(upTo: Int(pointer.ciphertextSize))
+        return try AttachmentCrypto.open(Array(buffer.readableBytesView), pointer: pointer, recipient: recipient, sender: sender)
+    }
+
+    // MARK: - TURN
+
+    /// TURN credentials over HTTP (`POST /v1/turn/credentials`); the same as
+    /// `WhisperConnection.turnCredentials()` over the socket.
+    public func turnCredentials(sessionToken: String) async throws -> TurnCredentials {
+        try await call(.POST, endpoints.turn, "/v1/turn/credentials", token: sessionToken, limit: 16_384)
+    }
+
+    // MARK: - Plumbing
+
+    private struct Empty: Encodable {}
+
+    private func call<Reply: Decodable>(
+        _ method: HTTPMethod, _ base: String, _ path: String, token: String, limit: Int
+    ) async throws -> Reply {
+        try await call(method, base, path, token: token, body: Optional<Empty>.none, limit: limit)
+    }
+
+    private func call<Body: Encodable, Reply: Decodable>(
+        _ method: HTTPMethod, _ base: String, _ path: String, token: String, body: Body?, limit: Int
+    ) async throws -> Reply {
+        var request = HTTPClientRequest(url: base + path)
+        request.method = method
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        request.headers.add(name: "Accept", value: "application/json")
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: try JSONEncoder().encode(body)))
+        } else if method == .POST || method == .PUT {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: "{}"))
+        }
+        let response = try await http.execute(request, timeout: timeout)
+        let status = Int(response.status.code)
+        guard (200..<300).contains(status) else {
+            let text = try? await response.body.collect(upTo: 65_536)
+            if status == 429 || status == 503 {
+                throw WhisperAPIError.retryLater(status: status, retryAfterSeconds: response.headers.first(name: "Retry-After").flatMap { Int($0) })
+            }
+            throw Self.refusal(status: status, body: text.map { Data($0.readableBytesView) })
+        }
+        let buffer: ByteBuffer
+        do {
+            buffer = try await response.body.collect(upTo: limit)
+        } catch {
+            throw WhisperAPIError.unreadableResponse("\(path): body over \(limit) bytes")
+        }
+        do {
+            return try JSONDecoder().decode(Reply.self, from: Data(buffer.readableBytesView))
+        } catch {
+            throw WhisperAPIError.unreadableResponse("\(path): \(error)")
+        }
+    }
+
+    /// The `{"error": {"code", "message"}}` of a refusal.
+    static func refusal(status: Int, body: Data?) -> WhisperAPIError {
+        struct Envelope: Decodable { struct Inner: Decodable { var code: String; var message: String }; var error: Inner }
+        guard let body, let envelope = try? JSONDecoder().decode(Envelope.self, from: body) else {
+            return .refused(status: status, code: nil, message: "HTTP \(status)")
+        }
+        return .refused(status: status, code: ErrorCode(rawValue: envelope.error.code), message: envelope.error.message)
+    }
+}

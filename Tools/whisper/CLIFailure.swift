@@ -1,0 +1,107 @@
+import ArgumentParser
+import Foundation
+import WhisperClient
+import WhisperProtocol
+
+/// A failure the person at the terminal can act on, with the exit code scripts test
+/// (sysexits.h values, documented in docs/sdk.md).
+enum CLIFailure: Error, CustomStringConvertible {
+    /// 65: input that cannot be right (a mistyped Whisper ID, an empty message).
+    case badInput(String)
+    /// 78: no identity here yet, or its files are damaged.
+    case noIdentity(String)
+    case config(String)
+    /// 69: the server could not be reached or stopped answering.
+    case unavailable(String)
+    /// 75: the server said to try later (rate limited, draining).
+    case tryLater(String)
+    /// 77: the session ended (another device signed in, banned) or the server forbids it.
+    case notAllowed(String)
+    /// 1: the server refused the request for another reason (its code is in the message).
+    case refused(String)
+
+    var exitCode: Int32 {
+        switch self {
+        case .badInput: 65
+        case .noIdentity, .config: 78
+        case .unavailable: 69
+        case .tryLater: 75
+        case .notAllowed: 77
+        case .refused: 1
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .badInput(let text), .noIdentity(let text), .config(let text), .unavailable(let text), .tryLater(let text),
+             .notAllowed(let text), .refused(let text):
+            text
+        }
+    }
+
+    /// What an SDK error means for the person running the command.
+    static func from(_ error: any Error, doing what: String) -> CLIFailure {
+        switch error {
+        case let failure as CLIFailure:
+            return failure
+        case let error as WhisperClientError:
+            switch error {
+            case .refused(let code, let message):
+                return from(code: code, message: message, doing: what)
+            case .closed(let code):
+                if code == 4001 {
+                    return .notAllowed("\(what): the session was revoked (another device signed in with this phrase, or the identity is banned)")
+                }
+                return .unavailable("\(what): the server closed the connection\(code.map { " (code \($0))" } ?? "")")
+            case .timedOut:
+                return .unavailable("\(what): no answer from the server within the time limit")
+            case .notConnected:
+                return .unavailable("\(what): not connected")
+            case .unexpectedReply(let type):
+                return .refused("\(what): unexpected answer `\(type)` from the server")
+            }
+        case let error as WhisperAPIError:
+            switch error {
+            case .refused(let status, let code, let message):
+                if let code { return from(code: code, message: message, doing: what) }
+                return .refused("\(what): HTTP \(status) \(message)")
+            case .retryLater(let status, let seconds):
+                return .tryLater("\(what): the server is busy (HTTP \(status)); try again\(seconds.map { " in \($0) s" } ?? " later")")
+            case .unreadableResponse(let detail):
+                return .refused("\(what): unreadable answer (\(detail))")
+            case .storage(let status):
+                return .unavailable("\(what): the attachment store answered HTTP \(status)")
+            }
+        case let error as MessageCryptoError:
+            return .refused("\(what): \(error == .badSignature ? "bad signature" : "cannot decrypt")")
+        default:
+            return .unavailable("\(what): \(error)")
+        }
+    }
+
+    static func from(code: ErrorCode, message: String, doing what: String) -> CLIFailure {
+        let text = "\(what): \(code.rawValue): \(message)"
+        switch code {
+        case .rateLimited: return .tryLater(text)
+        case .forbidden, .userBanned: return .notAllowed(text)
+        case .invalidPayload, .invalidTimestamp: return .badInput(text)
+        default: return .refused(text)
+        }
+    }
+}
+
+extension AsyncParsableCommand {
+    /// Runs `body`; a failure is printed to stderr as `whisper: <what went wrong>` and
+    /// ends the process with its exit code.
+    func guarded(_ what: String, _ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+        } catch let exit as ExitCode {
+            throw exit
+        } catch {
+            let failure = CLIFailure.from(error, doing: what)
+            FileHandle.standardError.write(Data("whisper: \(failure.description)\n".utf8))
+            throw ExitCode(failure.exitCode)
+        }
+    }
+}

@@ -1,0 +1,213 @@
+import Foundation
+import WhisperClient
+import WhisperProtocol
+
+/// What `listen` and `fetch` do with what arrives: verify and decrypt each message,
+/// print it once, save its attachment when asked, then acknowledge it (spec 4.2:
+/// verify, decrypt, store, then the receipt); keep the groups file current from group
+/// events; print delivery receipts.
+actor Inbox {
+    let session: Session
+    let json: Bool
+    let attachmentsDirectory: URL?
+    private var deduplicator = MessageDeduplicator()
+    private(set) var printed = 0
+
+    init(session: Session, json: Bool, attachmentsDirectory: URL?) {
+        self.session = session
+        self.json = json
+        self.attachmentsDirectory = attachmentsDirectory
+    }
+
+    /// Walks the whole pending queue, page by page, handling and acknowledging as it goes;
+    /// stops early once `limit` messages have been printed.
+    func drainPending(limit: Int? = nil) async throws {
+        var cursor: String?
+        repeat {
+            let after = cursor
+            let page = try await session.withSession { connection, _ in try await connection.fetchPending(cursor: after) }
+            for message in page.messages {
+                try await handle(message)
+                if let limit, printed >= limit { return }
+            }
+            cursor = page.nextCursor
+        } while cursor != nil
+    }
+
+    /// How a run over one socket's unasked frames ended.
+    enum Ending: Sendable {
+        /// `stopAfter` messages were printed.
+        case done
+        /// The socket closed.
+        case closed
+        /// The session was revoked (`session_revoked`), with the reason.
+        case revoked(String)
+        case failed(CLIFailure)
+    }
+
+    /// Handles frames until the socket closes, the session is revoked, or `stopAfter`
+    /// messages have been printed.
+    func consume(_ events: AsyncStream<ServerFrame>, stopAfter limit: Int?) async -> Ending {
+        for await frame in events {
+            if frame.type == .sessionRevoked {
+                return .revoked(frame.payload(as: SessionRevoked.self)?.reason.rawValue ?? "revoked")
+            }
+            do {
+                try await handle(frame)
+            } catch let failure as CLIFailure where failure.exitCode != 69 {
+                return .failed(failure)
+            } catch {
+                // An acknowledgement that could not be written: the socket is closing.
+            }
+            if let limit, printed >= limit { return .done }
+        }
+        return .closed
+    }
+
+    /// Handles one unasked frame (messages, receipts, group events; others are ignored).
+    func handle(_ frame: ServerFrame) async throws {
+        switch frame.type {
+        case .messageReceived:
+            if let message = frame.payload(as: MessageReceived.self) { try await handle(message) }
+        case .messageDelivered:
+            if let receipt = frame.payload(as: MessageDelivered.self) {
+                emit(
+                    ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""],
+                    text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \($0)" } ?? "")"
+                )
+            }
+        case .groupCreated:
+            if let created = frame.payload(as: GroupCreated.self) {
+                try session.profile.save(group: .init(groupId: created.groupId, title: created.title, memberIds: created.memberIds, ownerId: created.ownerId))
+                emit(
+                    ["type": "group_created", "groupId": created.groupId, "title": created.title, "by": created.createdBy],
+                    text: "added to group \(created.groupId) \"\(Self.printable(created.title))\" by \(created.createdBy)"
+                )
+            }
+        case .groupUpdated:
+            if let updated = frame.payload(as: GroupUpdated.self) {
+                let me = await session.whisperId
+                let member = updated.memberIds.contains(me)
+                if member {
+                    try session.profile.save(group: .init(groupId: updated.groupId, title: updated.title, memberIds: updated.memberIds, ownerId: updated.ownerId))
+                } else {
+                    try session.profile.forget(group: updated.groupId)
+                }
+                let change = member ? "changed by \(updated.updatedBy): \(updated.memberIds.count) members" : "left (removed by \(updated.updatedBy))"
+                emit(
+                    ["type": "group_updated", "groupId": updated.groupId, "title": updated.title, "by": updated.updatedBy, "member": member],
+                    text: "group \(updated.groupId) \"\(Self.printable(updated.title))\" \(change)"
+                )
+            }
+        default:
+            break
+        }
+    }
+
+    func handle(_ message: MessageReceived) async throws {
+        let me = await session.me
+        let conversation = message.groupId ?? message.from
+        guard deduplicator.firstSighting(message.messageId, in: conversation) else {
+            // Seen already this run: acknowledge again (harmless) so it leaves the queue.
+            try await acknowledge(message)
+            return
+        }
+        let sender: PeerKeys
+        do {
+            sender = try await session.peer(message.from)
+        } catch let error as WhisperAPIError {
+            // The sender's keys cannot be had (gone, banned): nothing to verify it with.
+            warn("cannot look up \(message.from) for message \(message.messageId): \(CLIFailure.from(error, doing: "key lookup"))")
+            try await acknowledge(message)
+            return
+        }
+        let plaintext: [UInt8]
+        do {
+            plaintext = try MessageCrypto.open(message, by: me, sender: sender)
+        } catch {
+            warn("dropped message \(message.messageId) from \(message.from): \(error == .badSignature ? "bad signature" : "cannot decrypt")")
+            try await acknowledge(message)
+            return
+        }
+        var savedPath: String?
+        if let pointer = message.attachment, let attachmentsDirectory {
+            savedPath = try await save(pointer, of: message, sender: sender, in: attachmentsDirectory)
+        }
+        let text = String(decoding: plaintext, as: UTF8.self)
+        try? session.profile.remember(message.from)
+        var fields: [String: Any] = [
+            "type": "message", "messageId": message.messageId, "from": message.from, "text": text, "timestamp": message.timestamp,
+            "msgType": message.msgType.rawValue,
+        ]
+        if let groupId = message.groupId { fields["groupId"] = groupId }
+        if let savedPath { fields["attachment"] = savedPath }
+        let place = message.groupId.map { " @ \($0)" } ?? ""
+        let attached = savedPath.map { " [attachment saved to \($0)]" } ?? (message.attachment != nil ? " [attachment]" : "")
+        emit(fields, text: "\(message.from)\(place): \(Self.printable(text))\(attached)")
+        printed += 1
+        try await acknowledge(message)
+    }
+
+    private func acknowledge(_ message: MessageReceived) async throws {
+        try await session.withSession { connection, _ in try await connection.acknowledge(message) }
+    }
+
+    private func save(_ pointer: AttachmentPointer, of message: MessageReceived, sender: PeerKeys, in directory: URL) async throws -> String? {
+        let me = await session.me
+        let api = session.api
+        do {
+            let file = try await session.withSession { _, token in
+                try await api.fetchAttachment(pointer, recipient: me.keys, sender: sender, sessionToken: token)
+            }
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let url = directory.appendingPathComponent("\(message.messageId).\(Self.fileExtension(pointer.contentType))")
+            guard FileManager.default.createFile(atPath: url.path, contents: Data(file), attributes: [.posixPermissions: 0o600]) else {
+                warn("cannot write \(url.path)")
+                return nil
+            }
+            return url.path
+        } catch {
+            warn("attachment of \(message.messageId) not saved: \(CLIFailure.from(error, doing: "download"))")
+            return nil
+        }
+    }
+
+    private func emit(_ fields: [String: Any], text: String) {
+        let line: String
+        if json, let data = try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]) {
+            line = String(decoding: data, as: UTF8.self)
+        } else {
+            line = text
+        }
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    private func warn(_ text: String) {
+        FileHandle.standardError.write(Data("whisper: \(text)\n".utf8))
+    }
+
+    /// Text from another person, safe for a terminal: control characters (escape
+    /// sequences among them) are shown as U+FFFD, newlines and tabs kept.
+    static func printable(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.map { scalar in
+            // Kept: newline, tab, and the zero-width joiner of emoji sequences.
+            if scalar == "\n" || scalar == "\t" || scalar == "\u{200D}" { return scalar }
+            return scalar.properties.generalCategory == .control || scalar.properties.generalCategory == .format ? "\u{FFFD}" : scalar
+        }))
+    }
+
+    static func fileExtension(_ contentType: String) -> String {
+        switch contentType.lowercased() {
+        case "image/jpeg": "jpg"
+        case "image/png": "png"
+        case "image/gif": "gif"
+        case "image/webp": "webp"
+        case "audio/ogg": "ogg"
+        case "audio/mpeg": "mp3"
+        case "audio/mp4", "audio/aac": "m4a"
+        case "application/pdf": "pdf"
+        case "text/plain": "txt"
+        default: "bin"
+        }
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+import WhisperClient
+import WhisperProtocol
+
+/// What the command-line client keeps between runs, in one folder (mode 0700):
+///
+/// - `identity.json` (0600): the mnemonic, the Whisper ID, the device ID, the server's
+///   addresses and the current session. The mnemonic is the identity: whoever reads
+///   this file is this user.
+/// - `contacts.json` (0600): the contact list (`whisper backup push` seals and stores it).
+/// - `groups.json` (0600): the groups this identity is in, as the server last said.
+///
+/// Every file is replaced atomically (written aside, then renamed), so a run that is
+/// killed leaves the previous version.
+struct Profile {
+    let directory: URL
+
+    struct Identity: Codable {
+        var version = 1
+        var mnemonic: String
+        var whisperId: String
+        var deviceId: String
+        var endpoints: WhisperEndpoints
+        var sessionToken: String?
+        var sessionExpiresAt: Int64?
+    }
+
+    struct Group: Codable {
+        var groupId: String
+        var title: String
+        var memberIds: [String]
+        var ownerId: String?
+    }
+
+    init(directory: URL) {
+        self.directory = directory
+    }
+
+    /// `--home`, else `$WHISPER_HOME`, else `~/.whisper`.
+    static func locate(_ home: String?) -> Profile {
+        if let home { return Profile(directory: URL(fileURLWithPath: home)) }
+        let environment = ProcessInfo.processInfo.environment
+        if let home = environment["WHISPER_HOME"], !home.isEmpty { return Profile(directory: URL(fileURLWithPath: home)) }
+        let user = environment["HOME"] ?? FileManager.default.homeDirectoryForCurrentUser.path
+        return Profile(directory: URL(fileURLWithPath: user).appendingPathComponent(".whisper"))
+    }
+
+    private var identityURL: URL { directory.appendingPathComponent("identity.json") }
+    private var contactsURL: URL { directory.appendingPathComponent("contacts.json") }
+    private var groupsURL: URL { directory.appendingPathComponent("groups.json") }
+
+    var exists: Bool { FileManager.default.fileExists(atPath: identityURL.path) }
+
+    func identity() throws -> Identity {
+        guard exists else {
+            throw CLIFailure.noIdentity("no identity in \(directory.path): run `whisper init` (or `whisper init --recover`) first")
+        }
+        do {
+            return try JSONDecoder().decode(Identity.self, from: Data(contentsOf: identityURL))
+        } catch {
+            throw CLIFailure.config("\(identityURL.path) is unreadable (\(error)); restore it or run `whisper init --recover --force`")
+        }
+    }
+
+    func save(_ identity: Identity) throws { try write(identity, to: identityURL) }
+
+    func contacts() throws -> [ContactsBackup.Contact] { try read([ContactsBackup.Contact].self, from: contactsURL) ?? [] }
+
+    func save(contacts: [ContactsBackup.Contact]) throws { try write(contacts, to: contactsURL) }
+
+    /// Adds `whisperId` to the contacts unless it is there already (a name given later
+    /// replaces the old one).
+    func remember(_ whisperId: String, name: String? = nil) throws {
+        var list = try contacts()
+        if let index = list.firstIndex(where: { $0.whisperId == whisperId }) {
+            guard let name, list[index].displayName != name else { return }
+            list[index].displayName = name
+        } else {
+            list.append(.init(whisperId: whisperId, addedAt: Clock.millisecondsNow(), displayName: name))
+        }
+        try save(contacts: list)
+    }
+
+    func groups() throws -> [String: Group] { try read([String: Group].self, from: groupsURL) ?? [:] }
+
+    func save(group: Group) throws {
+        var all = try groups()
+        all[group.groupId] = group
+        try write(all, to: groupsURL)
+    }
+
+    func forget(group groupId: String) throws {
+        var all = try groups()
+        guard all.removeValue(forKey: groupId) != nil else { return }
+        try write(all, to: groupsURL)
+    }
+
+    // MARK: - Files
+
+    private func read<T: Decodable>(_ type: T.Type, from url: URL) throws -> T? {
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(contentsOf: url))
+        } catch {
+            throw CLIFailure.config("\(url.path) is unreadable (\(error))")
+        }
+    }
+
+    /// Writes beside the target with mode 0600 from the start, then renames over it.
+    private func write<T: Encodable>(_ value: T, to url: URL) throws {
+        let manager = FileManager.default
+        do {
+            if !manager.fileExists(atPath: directory.path) {
+                try manager.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            let data = try encoder.encode(value)
+            let aside = directory.appendingPathComponent(".\(url.lastPathComponent).\(getpid()).\(RandomID.uuid())")
+            // open(2) with the mode, so the file is never readable by others, not even
+            // for the moment between creating it and setting its permissions.
+            let descriptor = open(aside.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+            guard descriptor >= 0 else { throw CLIFailure.config("cannot write in \(directory.path) (errno \(errno))") }
+            let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+            do {
+                try handle.write(contentsOf: data)
+                try handle.synchronize()
+                try handle.close()
+            } catch {
+                try? manager.removeItem(at: aside)
+                throw error
+            }
+            guard rename(aside.path, url.path) == 0 else {
+                try? manager.removeItem(at: aside)
+                throw CLIFailure.config("cannot replace \(url.path) (errno \(errno))")
+            }
+        } catch let failure as CLIFailure {
+            throw failure
+        } catch {
+            throw CLIFailure.config("cannot write \(url.path): \(error)")
+        }
+    }
+}

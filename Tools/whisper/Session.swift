@@ -1,0 +1,124 @@
+import Foundation
+import Logging
+import WhisperClient
+import WhisperProtocol
+
+/// One run's connection to the server as the profile's identity: the socket, the HTTP
+/// half, the keys, and a cache of peers' keys.
+///
+/// It resumes the stored session (refreshing it when less than a day is left); once it
+/// has expired it signs in again from the phrase (recovery of the same identity on the
+/// same device ID) and stores the new session.
+actor Session {
+    let profile: Profile
+    private(set) var identity: Profile.Identity
+    let keys: WhisperKeys
+    let api: WhisperAPI
+    private(set) var connection: WhisperConnection
+    private var peers: [String: PeerKeys] = [:]
+    private let logger: Logger
+
+    var whisperId: String { identity.whisperId }
+    var me: (whisperId: String, keys: WhisperKeys) { (identity.whisperId, keys) }
+
+    init(profile: Profile, logger: Logger) throws {
+        self.profile = profile
+        self.logger = logger
+        identity = try profile.identity()
+        do {
+            keys = try WhisperKeys(mnemonic: identity.mnemonic)
+        } catch {
+            throw CLIFailure.config("the mnemonic in \(profile.directory.path)/identity.json is not a valid BIP39 phrase")
+        }
+        api = WhisperAPI(endpoints: identity.endpoints)
+        connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
+    }
+
+    /// Opens the socket only.
+    func connect() async throws {
+        do {
+            try await connection.connect()
+        } catch {
+            throw CLIFailure.unavailable("cannot reach \(identity.endpoints.websocket): \(error)")
+        }
+    }
+
+    /// Opens the socket and makes sure a session is in hand: the stored one, refreshed
+    /// when less than a day is left, or a new one from the phrase when it has expired.
+    func open() async throws {
+        try await connect()
+        guard let token = identity.sessionToken, let expiresAt = identity.sessionExpiresAt,
+              expiresAt - Clock.millisecondsNow() > 60_000 else {
+            try await signIn()
+            return
+        }
+        await connection.resume(whisperId: identity.whisperId, sessionToken: token)
+        if expiresAt - Clock.millisecondsNow() < 24 * 3_600_000 {
+            let refreshed = try await withSession { connection, _ in try await connection.refreshSession() }
+            identity.sessionToken = refreshed.sessionToken
+            identity.sessionExpiresAt = refreshed.sessionExpiresAt
+            try profile.save(identity)
+        }
+    }
+
+    /// A new socket after the old one closed (listen's reconnect).
+    func reopen() async throws {
+        await connection.close()
+        connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
+        try await open()
+    }
+
+    func close() async { await connection.close() }
+
+    /// Registers from the phrase (the server recovers the identity by its signing key)
+    /// and stores the session.
+    func signIn() async throws {
+        let ack = try await connection.register(keys: keys, deviceId: identity.deviceId, platform: .android, whisperId: identity.whisperId)
+        identity.sessionToken = ack.sessionToken
+        identity.sessionExpiresAt = ack.sessionExpiresAt
+        try profile.save(identity)
+    }
+
+    /// The current session token (after `open`).
+    func token() throws -> String {
+        guard let token = identity.sessionToken else { throw CLIFailure.config("no session; run the command again") }
+        return token
+    }
+
+    /// Runs `body` with the socket and the session token. A session the server no longer
+    /// knows (another device signed in with the phrase, logged out, lost) is not taken
+    /// back silently: that would sign the other device out. The person decides, with
+    /// `whisper signin`.
+    func withSession<T: Sendable>(_ body: @Sendable (WhisperConnection, String) async throws -> T) async throws -> T {
+        do {
+            return try await body(connection, try token())
+        } catch WhisperClientError.refused(.notRegistered, _), WhisperAPIError.refused(401, _, _) {
+            throw CLIFailure.notAllowed(
+                "this profile's session has ended (another device signed in with the phrase, or it was logged out); `whisper signin` takes the identity back to this device"
+            )
+        }
+    }
+
+    /// A peer's keys, looked up once per run.
+    func peer(_ whisperId: String) async throws -> PeerKeys {
+        if let known = peers[whisperId] { return known }
+        if whisperId == identity.whisperId { return keys.peerKeys(whisperId: whisperId) }
+        let api = self.api
+        let lookup = try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        peers[whisperId] = lookup.keys
+        return lookup.keys
+    }
+
+    func lookup(_ whisperId: String) async throws -> KeyLookup {
+        let api = self.api
+        return try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+    }
+}
+
+/// A Whisper ID as a person typed it: normalised, checksum checked before any lookup.
+func parseWhisperID(_ typed: String) throws -> String {
+    guard let id = WhisperID.normalize(typed) else {
+        throw CLIFailure.badInput("`\(typed)` is not a Whisper ID (WSP-XXXX-XXXX-XXXX with a valid checksum); check for a typo")
+    }
+    return id
+}

@@ -1,0 +1,620 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import Logging
+import WhisperClient
+import WhisperProtocol
+
+/// `whisper`: the command-line client, on the SDK alone. How an operator checks a
+/// deployment end to end, and how scripts talk to a Whisper server.
+@main
+struct Whisper: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "whisper",
+        abstract: "A command-line client for a Whisper server.",
+        discussion: """
+            Start with `whisper init` (a new identity) or `whisper init --recover` (an \
+            identity from its 12-word phrase). Everything is kept in ~/.whisper (or \
+            --home, or $WHISPER_HOME); identity.json holds the phrase and is readable by \
+            its owner only.
+
+            Exit codes: 0 done; 1 refused by the server; 64 bad usage; 65 bad input (a \
+            mistyped Whisper ID); 69 server unreachable; 75 try later (rate limited); \
+            77 not allowed (session revoked, banned, forbidden); 78 no identity or \
+            damaged profile.
+            """,
+        subcommands: [
+            Init.self, SignIn.self, Identity.self, Send.self, Listen.self, Fetch.self, GroupCommand.self, Backup.self, Contacts.self, Keys.self,
+        ]
+    )
+}
+
+/// Options every command takes.
+struct Common: ParsableArguments {
+    @Option(help: "The profile folder (default $WHISPER_HOME, else ~/.whisper).")
+    var home: String?
+
+    @Flag(name: .long, help: "Log the SDK's connection events to stderr.")
+    var verbose = false
+
+    var profile: Profile { Profile.locate(home) }
+
+    var logger: Logger {
+        var logger = Logger(label: "whisper") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = verbose ? .debug : .critical
+        return logger
+    }
+
+    /// An open session for the profile's identity.
+    func session() async throws -> Session {
+        let session = try Session(profile: profile, logger: logger)
+        try await session.open()
+        return session
+    }
+}
+
+// MARK: - init
+
+struct Init: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create an identity, or recover one from its recovery phrase.",
+        discussion: """
+            Without --recover a new 12-word phrase is made and shown once on stderr: \
+            write it down, it is the only way back to the identity. With --recover the \
+            phrase is read from --mnemonic-file, or else from standard input (never from \
+            the command line, where other users could see it). Prints the Whisper ID.
+            """
+    )
+
+    @OptionGroup var common: Common
+
+    @Option(help: "The deployment's public origin (https://chat.example.org): the WebSocket at /ws, HTTP beside it.")
+    var server: String?
+
+    @Option(help: "A `scripts/up` stack on this host (ports 8080, 8081, 8084, 8085). The default when --server is not given.")
+    var localHost: String?
+
+    @Option(help: "Override the WebSocket URL.") var websocket: String?
+    @Option(help: "Override auth's base URL.") var authURL: String?
+    @Option(help: "Override attachment-signer's base URL.") var attachmentsURL: String?
+    @Option(help: "Override turn-cred's base URL.") var turnURL: String?
+
+    @Flag(help: "Recover the identity of an existing phrase instead of making a new one.")
+    var recover = false
+
+    @Option(help: "Read the phrase from this file (with --recover).")
+    var mnemonicFile: String?
+
+    @Flag(help: "Replace the identity already in the profile folder.")
+    var force = false
+
+    func endpoints() throws -> WhisperEndpoints {
+        var endpoints: WhisperEndpoints
+        if let server {
+            guard let edge = WhisperEndpoints.edge(server) else {
+                throw CLIFailure.badInput("--server must be an http:// or https:// URL, not `\(server)`")
+            }
+            endpoints = edge
+        } else {
+            endpoints = .local(host: localHost ?? "127.0.0.1")
+        }
+        if let websocket { endpoints.websocket = websocket }
+        if let authURL { endpoints.auth = authURL }
+        if let attachmentsURL { endpoints.attachments = attachmentsURL }
+        if let turnURL { endpoints.turn = turnURL }
+        return endpoints
+    }
+
+    func readPhrase() throws -> String {
+        let text: String
+        if let mnemonicFile {
+            guard let data = FileManager.default.contents(atPath: mnemonicFile) else {
+                throw CLIFailure.badInput("cannot read \(mnemonicFile)")
+            }
+            text = String(decoding: data.prefix(4_096), as: UTF8.self)
+        } else {
+            FileHandle.standardError.write(Data("Recovery phrase (12 words): ".utf8))
+            text = readLine(strippingNewline: true) ?? ""
+        }
+        let words = BIP39.normalizedWords(text).joined(separator: " ")
+        guard BIP39.isValid(words) else {
+            throw CLIFailure.badInput("that is not a valid recovery phrase (12 words from the BIP39 English list, checksum included); check each word")
+        }
+        return words
+    }
+
+    func run() async throws {
+        try await guarded("init") {
+            let profile = common.profile
+            if profile.exists && !force {
+                throw CLIFailure.badInput("\(profile.directory.path) already holds an identity; pass --force to replace it (its phrase is in identity.json)")
+            }
+            let endpoints = try endpoints()
+            let mnemonic = recover ? try readPhrase() : BIP39.generateMnemonic()
+            let keys = try WhisperKeys(mnemonic: mnemonic)
+            let deviceId = RandomID.uuid()
+            let connection = WhisperConnection(url: endpoints.websocket, logger: common.logger)
+            do {
+                try await connection.connect()
+            } catch {
+                throw CLIFailure.unavailable("cannot reach \(endpoints.websocket): \(error)")
+            }
+            let ack = try await connection.register(keys: keys, deviceId: deviceId, platform: .android)
+            await connection.close()
+            try profile.save(Profile.Identity(
+                mnemonic: mnemonic, whisperId: ack.whisperId, deviceId: deviceId, endpoints: endpoints,
+                sessionToken: ack.sessionToken, sessionExpiresAt: ack.sessionExpiresAt
+            ))
+            if !recover {
+                FileHandle.standardError.write(Data("""
+                    Your recovery phrase; write it down, it is the only way back to this identity:
+
+                        \(mnemonic)
+
+                    It is also stored in \(profile.directory.path)/identity.json (readable by you only).
+
+                    """.utf8))
+            }
+            print(ack.whisperId)
+        }
+    }
+}
+
+// MARK: - signin
+
+struct SignIn: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "signin",
+        abstract: "Sign this profile in again from its phrase (takes the identity back from another device)."
+    )
+
+    @OptionGroup var common: Common
+
+    func run() async throws {
+        try await guarded("signin") {
+            let session = try Session(profile: common.profile, logger: common.logger)
+            try await session.connect()
+            try await session.signIn()
+            await session.close()
+            print(await session.whisperId)
+        }
+    }
+}
+
+// MARK: - id
+
+struct Identity: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "id", abstract: "Print this profile's Whisper ID.")
+
+    @OptionGroup var common: Common
+
+    func run() async throws {
+        try await guarded("id") {
+            print(try common.profile.identity().whisperId)
+        }
+    }
+}
+
+// MARK: - send
+
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send a message (and optionally a file) to a Whisper ID.",
+        discussion: "Returns once the server has stored the message; prints its messageId."
+    )
+
+    @OptionGroup var common: Common
+
+    @Argument(help: "The recipient (WSP-XXXX-XXXX-XXXX).") var recipient: String
+    @Argument(help: "The text (a caption with --attach).") var text: String
+
+    @Option(help: "A file to send with the message, encrypted and uploaded.") var attach: String?
+    @Option(help: "The attachment's MIME type (default: from its extension).") var contentType: String?
+    @Option(help: "The messageId this one answers.") var replyTo: String?
+
+    func run() async throws {
+        try await guarded("send") {
+            let to = try parseWhisperID(recipient)
+            let plaintext = Array(text.utf8)
+            guard plaintext.count + Limits.BOX_OVERHEAD_BYTES <= Limits.MAX_TEXT_BYTES else {
+                throw CLIFailure.badInput("the text is \(plaintext.count) bytes; at most \(Limits.MAX_TEXT_BYTES - Limits.BOX_OVERHEAD_BYTES) fit in one message")
+            }
+            let file = try attach.map { try Attachment.read($0, contentType: contentType) }
+            let session = try await common.session()
+            defer { Task { await session.close() } }
+            let peer = try await session.peer(to)
+            let me = await session.me
+            let api = session.api
+            let messageId = RandomID.uuid()
+            let accepted = try await session.withSession { connection, token in
+                var attachment: AttachmentPointer?
+                if let file {
+                    let objectKey = try await api.upload(file.sealed, contentType: file.contentType, sessionToken: token)
+                    attachment = AttachmentCrypto.pointer(to: file.sealed, objectKey: objectKey, contentType: file.contentType, from: me.keys, to: peer)
+                }
+                let message = MessageCrypto.makeMessage(
+                    plaintext, from: me, to: peer, sessionToken: token, msgType: file?.messageType ?? .text, messageId: messageId,
+                    replyTo: replyTo, attachment: attachment
+                )
+                return try await connection.send(message)
+            }
+            try common.profile.remember(to)
+            print(accepted.messageId)
+        }
+    }
+}
+
+/// A file read for sending: sealed, with its type.
+struct Attachment {
+    let sealed: AttachmentCrypto.SealedFile
+    let contentType: String
+    let messageType: MessageType
+
+    static func read(_ path: String, contentType: String?) throws -> Attachment {
+        let url = URL(fileURLWithPath: path)
+        guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int else {
+            throw CLIFailure.badInput("cannot read \(path)")
+        }
+        let type = contentType ?? guessType(url.pathExtension)
+        let limit = type.hasPrefix("image/") ? Limits.MAX_IMAGE_BYTES : type.hasPrefix("audio/") ? Limits.MAX_VOICE_BYTES : Limits.MAX_FILE_BYTES
+        guard size >= 1, size + SecretBox.overheadBytes <= limit else {
+            throw CLIFailure.badInput("\(path) is \(size) bytes; a \(type) attachment may be 1 to \(limit - SecretBox.overheadBytes)")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else { throw CLIFailure.badInput("cannot read \(path)") }
+        let kind: MessageType = type.hasPrefix("image/") ? .image : type.hasPrefix("audio/") ? .voice : .file
+        return Attachment(sealed: AttachmentCrypto.seal([UInt8](data)), contentType: type, messageType: kind)
+    }
+
+    static func guessType(_ fileExtension: String) -> String {
+        switch fileExtension.lowercased() {
+        case "jpg", "jpeg": "image/jpeg"
+        case "png": "image/png"
+        case "gif": "image/gif"
+        case "webp": "image/webp"
+        case "ogg", "opus": "audio/ogg"
+        case "mp3": "audio/mpeg"
+        case "m4a": "audio/mp4"
+        case "pdf": "application/pdf"
+        case "txt": "text/plain"
+        default: "application/octet-stream"
+        }
+    }
+}
+
+// MARK: - listen, fetch
+
+struct Listen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print messages as they arrive, and acknowledge them.",
+        discussion: """
+            First walks what waited while offline, then prints live messages, receipts \
+            and group changes until interrupted. Reconnects by itself when the server \
+            restarts or another run of this profile briefly takes the session; ends (exit \
+            77) when another device signs in with the phrase.
+            """
+    )
+
+    @OptionGroup var common: Common
+    @Flag(help: "One JSON object per line instead of text.") var json = false
+    @Option(help: "Exit after this many messages.") var count: Int?
+    @Option(help: "Decrypt attachments into this folder.") var saveAttachments: String?
+
+    func run() async throws {
+        try await guarded("listen") {
+            if let count, count < 1 { throw CLIFailure.badInput("--count must be at least 1") }
+            let session = try await common.session()
+            let inbox = Inbox(session: session, json: json, attachmentsDirectory: saveAttachments.map { URL(fileURLWithPath: $0) })
+            var backoff = Backoff(policy: .init(initial: .milliseconds(250), maximum: .seconds(30)))
+            while true {
+                let connection = await session.connection
+                // Frames the server sends unasked are handled as they come, also while the
+                // pending queue is walked (receipts and group events come before its pages).
+                let consumer = Task { await inbox.consume(connection.events, stopAfter: count) }
+                do {
+                    try await inbox.drainPending(limit: count)
+                } catch let failure as CLIFailure {
+                    consumer.cancel()
+                    throw failure
+                } catch {
+                    // The socket closed under the walk: the consumer says why.
+                }
+                if let count, await inbox.printed >= count {
+                    consumer.cancel()
+                    break
+                }
+                FileHandle.standardError.write(Data("listening as \(await session.whisperId)\n".utf8))
+                switch await consumer.value {
+                case .done:
+                    await session.close()
+                    return
+                case .revoked(let reason):
+                    throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
+                case .failed(let error):
+                    throw error
+                case .closed:
+                    // 4001 is the end; anything else (a restart, a drain, this session used by
+                    // another run for a moment) is worth a new socket.
+                    if case .some(.some(4001)) = await connection.closeCode {
+                        throw CLIFailure.notAllowed("the session was revoked; `whisper signin` takes the identity back to this device")
+                    }
+                    try await reconnect(session, backoff: &backoff)
+                }
+            }
+            await session.close()
+        }
+    }
+
+    private func reconnect(_ session: Session, backoff: inout Backoff) async throws {
+        while true {
+            try await Task.sleep(for: backoff.next())
+            do {
+                try await session.reopen()
+                backoff.reset()
+                return
+            } catch let failure as CLIFailure where failure.exitCode == 69 {
+                FileHandle.standardError.write(Data("whisper: \(failure.description); retrying\n".utf8))
+            }
+        }
+    }
+}
+
+struct Fetch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print and acknowledge every message waiting, then exit.")
+
+    @OptionGroup var common: Common
+    @Flag(help: "One JSON object per line instead of text.") var json = false
+    @Option(help: "Decrypt attachments into this folder.") var saveAttachments: String?
+
+    func run() async throws {
+        try await guarded("fetch") {
+            let session = try await common.session()
+            let inbox = Inbox(session: session, json: json, attachmentsDirectory: saveAttachments.map { URL(fileURLWithPath: $0) })
+            let connection = await session.connection
+            let consumer = Task { await inbox.consume(connection.events, stopAfter: nil) }
+            try await inbox.drainPending()
+            await session.close()
+            if case .failed(let error) = await consumer.value { throw error }
+            FileHandle.standardError.write(Data("\(await inbox.printed) message(s)\n".utf8))
+        }
+    }
+}
+
+// MARK: - groups
+
+struct GroupCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "group", abstract: "Create, change, list and message groups.",
+        subcommands: [Create.self, Add.self, Remove.self, SendToGroup.self, List.self]
+    )
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a group with these members; prints its ID.")
+        @OptionGroup var common: Common
+        @Argument(help: "The title (1 to 128 characters).") var title: String
+        @Argument(help: "The other members.") var members: [String] = []
+
+        func run() async throws {
+            try await guarded("group create") {
+                let ids = try members.map(parseWhisperID)
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let created = try await session.withSession { connection, _ in try await connection.createGroup(title: title, memberIds: ids) }
+                try common.profile.save(group: .init(groupId: created.groupId, title: created.title, memberIds: created.memberIds, ownerId: created.ownerId))
+                print(created.groupId)
+            }
+        }
+    }
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add members (owner only).")
+        @OptionGroup var common: Common
+        @Argument var groupId: String
+        @Argument var members: [String]
+
+        func run() async throws {
+            try await guarded("group add") {
+                try await change(common, groupId, add: try members.map(parseWhisperID), remove: nil)
+            }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove members (owner only), or leave with one's own ID.")
+        @OptionGroup var common: Common
+        @Argument var groupId: String
+        @Argument var members: [String]
+
+        func run() async throws {
+            try await guarded("group remove") {
+                try await change(common, groupId, add: nil, remove: try members.map(parseWhisperID))
+            }
+        }
+    }
+
+    static func change(_ common: Common, _ groupId: String, add: [String]?, remove: [String]?) async throws {
+        let session = try await common.session()
+        defer { Task { await session.close() } }
+        let updated = try await session.withSession { connection, _ in try await connection.updateGroup(groupId, add: add, remove: remove) }
+        if updated.memberIds.contains(await session.whisperId) {
+            try common.profile.save(group: .init(groupId: updated.groupId, title: updated.title, memberIds: updated.memberIds, ownerId: updated.ownerId))
+        } else {
+            try common.profile.forget(group: updated.groupId)
+        }
+        print(updated.memberIds.joined(separator: " "))
+    }
+
+    struct SendToGroup: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "send", abstract: "Send a message to every member of a group (one signed copy each)."
+        )
+        @OptionGroup var common: Common
+        @Argument var groupId: String
+        @Argument var text: String
+
+        func run() async throws {
+            try await guarded("group send") {
+                guard let group = try common.profile.groups()[groupId] else {
+                    throw CLIFailure.badInput("unknown group \(groupId): `whisper fetch` or `whisper listen` learns the groups this identity was added to")
+                }
+                let plaintext = Array(text.utf8)
+                guard plaintext.count + Limits.BOX_OVERHEAD_BYTES <= Limits.MAX_TEXT_BYTES else {
+                    throw CLIFailure.badInput("the text is \(plaintext.count) bytes; at most \(Limits.MAX_TEXT_BYTES - Limits.BOX_OVERHEAD_BYTES) fit in one message")
+                }
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let me = await session.me
+                var keys: [PeerKeys] = []
+                for member in group.memberIds where member != me.whisperId { keys.append(try await session.peer(member)) }
+                let members = keys
+                let messageId = RandomID.uuid()
+                let timestamp = Clock.millisecondsNow()
+                let outcomes = try await session.withSession { connection, token in
+                    let copies = MessageCrypto.makeGroupCopies(
+                        plaintext, groupId: groupId, from: me, to: members, sessionToken: token, messageId: messageId, timestamp: timestamp
+                    )
+                    return await connection.sendGroup(copies).mapValues { outcome in outcome.mapError { CLIFailure.from($0, doing: "copy") } }
+                }
+                let failed = outcomes.filter { if case .failure = $0.value { true } else { false } }
+                for (member, outcome) in failed.sorted(by: { $0.key < $1.key }) {
+                    if case .failure(let failure) = outcome {
+                        FileHandle.standardError.write(Data("whisper: not sent to \(member): \(failure.description)\n".utf8))
+                    }
+                }
+                print(messageId)
+                if !failed.isEmpty { throw ExitCode(1) }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the groups this profile knows.")
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            try await guarded("group list") {
+                for group in try common.profile.groups().values.sorted(by: { $0.groupId < $1.groupId }) {
+                    print("\(group.groupId)\t\(Inbox.printable(group.title))\t\(group.memberIds.joined(separator: ","))")
+                }
+            }
+        }
+    }
+}
+
+// MARK: - backup, contacts, keys
+
+struct Backup: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Store or restore the contact list, sealed with a key from the phrase.",
+        subcommands: [Push.self, Pull.self]
+    )
+
+    struct Push: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Seal the local contact list and store it on the server.")
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            try await guarded("backup push") {
+                let contacts = try common.profile.contacts()
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let keys = session.keys
+                let api = session.api
+                let updatedAt = try await session.withSession { _, token in
+                    try await api.pushContactsBackup(ContactsBackup(contacts: contacts), keys: keys, sessionToken: token)
+                }
+                print("stored \(contacts.count) contact(s) at \(updatedAt)")
+            }
+        }
+    }
+
+    struct Pull: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Fetch and open the stored contact list, merged into the local one (the backup's entries win)."
+        )
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            try await guarded("backup pull") {
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let keys = session.keys
+                let api = session.api
+                guard let pulled = try await session.withSession({ _, token in try await api.pullContactsBackup(keys: keys, sessionToken: token) }) else {
+                    throw CLIFailure.refused("backup pull: no backup stored for this identity")
+                }
+                var merged = pulled.backup.contacts
+                let restored = Set(merged.map(\.whisperId))
+                merged += try common.profile.contacts().filter { !restored.contains($0.whisperId) }
+                try common.profile.save(contacts: merged)
+                print("restored \(pulled.backup.contacts.count) contact(s) from \(pulled.updatedAt)")
+            }
+        }
+    }
+}
+
+struct Contacts: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The local contact list.", subcommands: [Add.self, List.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add a contact (or rename one).")
+        @OptionGroup var common: Common
+        @Argument var whisperId: String
+        @Option(help: "A name to show.") var name: String?
+
+        func run() async throws {
+            try await guarded("contacts add") {
+                _ = try common.profile.identity()
+                try common.profile.remember(try parseWhisperID(whisperId), name: name)
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the contacts.")
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            try await guarded("contacts list") {
+                for contact in try common.profile.contacts() {
+                    print("\(contact.whisperId)\t\(Inbox.printable(contact.displayName ?? ""))")
+                }
+            }
+        }
+    }
+}
+
+struct Keys: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Look up a Whisper ID's public keys and standing.",
+        discussion: "Compare the fingerprint with your contact's own `whisper keys` output over another channel."
+    )
+    @OptionGroup var common: Common
+    @Argument var whisperId: String
+
+    func run() async throws {
+        try await guarded("keys") {
+            let id = try parseWhisperID(whisperId)
+            let session = try await common.session()
+            defer { Task { await session.close() } }
+            let lookup = try await session.lookup(id)
+            print("whisperId      \(lookup.keys.whisperId)")
+            print("status         \(lookup.status)")
+            print("encPublicKey   \(Data(lookup.keys.encPublicKey).base64EncodedString())")
+            print("signPublicKey  \(Data(lookup.keys.signPublicKey).base64EncodedString())")
+            print("fingerprint    \(Fingerprint.of(lookup.keys))")
+        }
+    }
+}
+
+/// A short, readable digest of both public keys, for comparing out of band: SHA-256
+/// over signPublicKey then encPublicKey, the first 20 bytes as ten groups of four hex digits.
+enum Fingerprint {
+    static func of(_ keys: PeerKeys) -> String {
+        let digest = Array(SHA256.hash(data: keys.signPublicKey + keys.encPublicKey)).prefix(20)
+        let hex = digest.map { String(format: "%02x", $0) }.joined()
+        return stride(from: 0, to: hex.count, by: 4).map { start in
+            let from = hex.index(hex.startIndex, offsetBy: start)
+            return String(hex[from..<hex.index(from, offsetBy: 4)])
+        }.joined(separator: " ")
+    }
+}
