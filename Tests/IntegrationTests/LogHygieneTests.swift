@@ -11,70 +11,11 @@ import WhisperShared
 /// client goes through every feature, and then every line every service wrote is
 /// searched for every secret and every piece of content of that flow.
 @Suite struct LogHygieneTests {
-    /// One service process and the file its output goes to.
-    struct Running {
-        let name: String
-        let process: Process
-        let log: URL
-        let port: Int
-        var baseURL: String { "http://127.0.0.1:\(port)" }
-    }
-
-    static func launch(_ name: String, environment: [String: String], in directory: URL) throws -> Running {
-        let log = directory.appendingPathComponent("\(name).log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: log)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/\(name)")
-        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
-        let prefix = name.uppercased().replacingOccurrences(of: "-", with: "_")
-        return Running(name: name, process: process, log: log, port: Int(environment["\(prefix)_HTTP_PORT"] ?? "") ?? 0)
-    }
-
     @Test func noTokenKeyNonceSignatureOrCiphertextOfAFullFlowIsLogged() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-logs-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let redisServer = try RedisProcess()
-        try redisServer.start()
-        let moto = try MotoProcess()
-        _ = try await moto.client()
-        let database = try await TestDatabases.shared.make()
-
-        let adminToken = "log-test-admin-" + RandomID.uuid()
-        let turnSecret = "log-test-turn-secret-" + RandomID.uuid()
-        let s3Secret = "log-test-s3-secret-" + RandomID.uuid()
-        var environment = Executables.environment(database)
-        environment["WHISPER_REDIS_URL"] = redisServer.url
-        environment["WHISPER_LOG_LEVEL"] = "debug"
-        let location = moto.settings.location
-        environment["WHISPER_S3_ENDPOINT"] = location.endpoint
-        environment["WHISPER_S3_BUCKET"] = location.bucket
-        environment["WHISPER_S3_REGION"] = location.region
-        environment["WHISPER_S3_PATH_STYLE"] = "true"
-        environment["WHISPER_S3_ACCESS_KEY_ID"] = "log-test"
-        environment["WHISPER_S3_SECRET_ACCESS_KEY"] = s3Secret
-        environment["ADMIN_TOKENS"] = "ops:\(adminToken)"
-        environment["TURN_CRED_SECRETS"] = turnSecret
-        environment["TURN_CRED_URLS"] = "turn:127.0.0.1:3478?transport=udp"
-        let internalPorts = (auth: try TestServers.freePort(), turn: try TestServers.freePort())
-        environment["AUTH_INTERNAL_HTTP_PORT"] = "\(internalPorts.auth)"
-        environment["TURN_CRED_INTERNAL_HTTP_PORT"] = "\(internalPorts.turn)"
-        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(internalPorts.auth)"
-        environment["GATEWAY_TURN_CRED_URL"] = "http://127.0.0.1:\(internalPorts.turn)"
-        let names = ["auth", "gateway", "router", "push-sender", "attachment-signer", "turn-cred", "admin", "gc-worker"]
-        for name in names {
-            environment["\(name.uppercased().replacingOccurrences(of: "-", with: "_"))_HTTP_PORT"] = "\(try TestServers.freePort())"
-        }
-        var services: [String: Running] = [:]
-        for name in names { services[name] = try Self.launch(name, environment: environment, in: directory) }
-        defer { for service in services.values where service.process.isRunning { service.process.terminate() } }
-        for service in services.values {
-            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        }
+        let stack = try await ProcessStack.start(environment: ["WHISPER_LOG_LEVEL": "debug"])
+        defer { stack.discard() }
+        let services = stack.services
+        let adminToken = stack.adminToken, turnSecret = stack.turnSecret, s3Secret = stack.s3Secret
         let gateway = try #require(services["gateway"]), auth = try #require(services["auth"])
         let signer = try #require(services["attachment-signer"]), admin = try #require(services["admin"])
 
@@ -128,13 +69,7 @@ import WhisperShared
         #expect(try await HTTP.json(.POST, "\(admin.baseURL)/admin/ban", token: adminToken, body: ["whisperId": bob.whisperId, "reason": "log test"]).status == 200)
         try await waitUntil { await bob.connection.closeCode != nil }
 
-        for service in services.values {
-            kill(service.process.processIdentifier, SIGTERM)
-        }
-        for service in services.values {
-            try? await waitUntil(timeout: .seconds(15)) { !service.process.isRunning }
-            if service.process.isRunning { service.process.terminate() }
-        }
+        await stack.stop()
 
         // Everything secret or content-bearing that passed through the services.
         func base64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }

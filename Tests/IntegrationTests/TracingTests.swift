@@ -71,7 +71,7 @@ import WhisperShared
         let authInternal = try TestServers.freePort()
         environment["AUTH_INTERNAL_HTTP_PORT"] = "\(authInternal)"
         environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authInternal)"
-        var services: [LogHygieneTests.Running] = []
+        var services: [ProcessStack.Running] = []
         defer { for service in services where service.process.isRunning { service.process.terminate() } }
         for name in ["auth", "router", "gateway", "gateway"] {
             var own = environment
@@ -79,7 +79,7 @@ import WhisperShared
             own["WHISPER_INSTANCE_ID"] = "\(name)-\(services.count)"
             let folder = directory.appendingPathComponent("\(services.count)")
             try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            let service = try LogHygieneTests.launch(name, environment: own, in: folder)
+            let service = try ProcessStack.launch(name, environment: own, in: folder)
             services.append(service)
             _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
         }

@@ -1,0 +1,234 @@
+import Foundation
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// The `whisper` command-line client as a person runs it: separate processes, each with
+/// its own profile folder, against the eight services running as processes.
+@Suite struct CommandLineClientTests {
+    /// One run of `whisper`, its output in files (read while it runs).
+    final class Run: @unchecked Sendable {
+        let process: Process
+        let stdout: URL
+        let stderr: URL
+
+        init(_ arguments: [String], home: URL, scratch: URL) throws {
+            let name = UUID().uuidString
+            stdout = scratch.appendingPathComponent("\(name).out")
+            stderr = scratch.appendingPathComponent("\(name).err")
+            FileManager.default.createFile(atPath: stdout.path, contents: nil)
+            FileManager.default.createFile(atPath: stderr.path, contents: nil)
+            process = Process()
+            process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper")
+            process.arguments = arguments + ["--home", home.path]
+            process.environment = ["PATH": "/usr/bin:/bin", "HOME": scratch.path]
+            process.standardOutput = try FileHandle(forWritingTo: stdout)
+            process.standardError = try FileHandle(forWritingTo: stderr)
+            process.standardInput = FileHandle.nullDevice
+            try process.run()
+        }
+
+        var output: String { (try? String(contentsOf: stdout, encoding: .utf8)) ?? "" }
+        var errors: String { (try? String(contentsOf: stderr, encoding: .utf8)) ?? "" }
+
+        /// Waits for the process to end; returns its exit status.
+        func finish(timeout: Duration = .seconds(60)) async throws -> Int32 {
+            do {
+                try await waitUntil(timeout: timeout) { !self.process.isRunning }
+            } catch {
+                process.terminate()
+                throw TestSetupError("whisper \(process.arguments ?? []) did not finish; stderr: \(errors)")
+            }
+            return process.terminationStatus
+        }
+
+        /// The JSON lines it printed.
+        var lines: [[String: Any]] {
+            output.split(separator: "\n").compactMap { (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any] }
+        }
+    }
+
+    let stack: ProcessStack
+    let scratch: URL
+
+    init() async throws {
+        stack = try await ProcessStack.start()
+        scratch = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
+    }
+
+    func home(_ name: String) -> URL { scratch.appendingPathComponent(name) }
+
+    func start(_ arguments: [String], as name: String) throws -> Run {
+        try Run(arguments, home: home(name), scratch: scratch)
+    }
+
+    /// Runs to the end; returns status, stdout (trimmed) and stderr.
+    func run(_ arguments: [String], as name: String) async throws -> (status: Int32, output: String, errors: String) {
+        let run = try start(arguments, as: name)
+        let status = try await run.finish()
+        return (status, run.output.trimmingCharacters(in: .whitespacesAndNewlines), run.errors)
+    }
+
+    /// `whisper init` against this stack; returns the new Whisper ID.
+    func initialise(_ name: String, extra: [String] = []) async throws -> String {
+        let endpoints = try [
+            "--websocket", "ws://127.0.0.1:\(stack.service("gateway").port)/ws",
+            "--auth-url", stack.service("auth").baseURL,
+            "--attachments-url", stack.service("attachment-signer").baseURL,
+            "--turn-url", stack.service("turn-cred").baseURL,
+        ]
+        let result = try await run(["init"] + endpoints + extra, as: name)
+        try #require(result.status == 0, "init failed: \(result.errors)")
+        try #require(WhisperID.isValid(result.output), "init printed \(result.output)")
+        return result.output
+    }
+
+    /// Starts `whisper listen --json` and waits until it is listening.
+    func listen(_ name: String, count: Int) async throws -> Run {
+        let run = try start(["listen", "--json", "--count", "\(count)"], as: name)
+        try await waitUntil(timeout: .seconds(60)) {
+            guard run.process.isRunning else { throw TestSetupError("listen ended early: \(run.errors)") }
+            return run.errors.contains("listening as")
+        }
+        return run
+    }
+
+    @Test func oneSendsAnotherListensAGroupReachesThreeAndABackupRecoversFromThePhrase() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let alice = try await initialise("alice"), bob = try await initialise("bob")
+        let carol = try await initialise("carol"), dave = try await initialise("dave")
+        #expect(Set([alice, bob, carol, dave]).count == 4)
+
+        // The profile holds the phrase: readable by its owner only.
+        let identityFile = home("alice").appendingPathComponent("identity.json")
+        let attributes = try FileManager.default.attributesOfItem(atPath: identityFile.path)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        let folderAttributes = try FileManager.default.attributesOfItem(atPath: home("alice").path)
+        #expect((folderAttributes[.posixPermissions] as? Int) == 0o700)
+
+        // 1:1: bob listens, alice sends a text and a photo; bob prints the decrypted text,
+        // saves the decrypted photo, and acknowledges both.
+        let text = "hello from the command line \(RandomID.uuid())"
+        let photo = Sodium.randomBytes(20_000)
+        let photoFile = scratch.appendingPathComponent("photo.jpg")
+        try Data(photo).write(to: photoFile)
+        let saved = scratch.appendingPathComponent("bob-attachments")
+        let bobListening = try start(["listen", "--json", "--count", "2", "--save-attachments", saved.path], as: "bob")
+        try await waitUntil(timeout: .seconds(60)) { bobListening.errors.contains("listening as") }
+        let sent = try await run(["send", bob, text], as: "alice")
+        #expect(sent.status == 0, "\(sent.errors)")
+        let sentPhoto = try await run(["send", bob, "the photo", "--attach", photoFile.path], as: "alice")
+        #expect(sentPhoto.status == 0, "\(sentPhoto.errors)")
+        #expect(try await bobListening.finish() == 0, "\(bobListening.errors)")
+        let heard = bobListening.lines.filter { $0["type"] as? String == "message" }
+        #expect(heard.count == 2)
+        #expect(heard.first?["text"] as? String == text)
+        #expect(heard.first?["from"] as? String == alice)
+        #expect(heard.first?["messageId"] as? String == sent.output)
+        let photoLine = heard.last
+        #expect(photoLine?["messageId"] as? String == sentPhoto.output)
+        #expect(photoLine?["msgType"] as? String == "image")
+        let savedPath = try #require(photoLine?["attachment"] as? String)
+        #expect(savedPath.hasPrefix(saved.path))
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: savedPath))) == photo)
+        // Acknowledged: alice gets the `delivered` receipt.
+        let aliceFetch = try start(["fetch", "--json"], as: "alice")
+        #expect(try await aliceFetch.finish() == 0)
+        let receipts = aliceFetch.lines.filter { $0["type"] as? String == "receipt" }
+        #expect(receipts.contains { $0["messageId"] as? String == sent.output && $0["status"] as? String == "delivered" && $0["from"] as? String == bob })
+
+        // A group: three members listen, alice creates it and sends once; each prints it.
+        let listeners = try await [listen("bob", count: 1), listen("carol", count: 1), listen("dave", count: 1)]
+        let created = try await run(["group", "create", "Command line", bob, carol, dave], as: "alice")
+        #expect(created.status == 0, "\(created.errors)")
+        let groupId = created.output
+        #expect(groupId.hasPrefix("grp-"))
+        let groupText = "to all three \(RandomID.uuid())"
+        let groupSend = try await run(["group", "send", groupId, groupText], as: "alice")
+        #expect(groupSend.status == 0, "\(groupSend.errors)")
+        for (listener, member) in zip(listeners, [bob, carol, dave]) {
+            #expect(try await listener.finish() == 0, "\(member): \(listener.errors)")
+            let messages = listener.lines.filter { $0["type"] as? String == "message" }
+            #expect(messages.count == 1, "\(member) printed \(listener.output)")
+            #expect(messages.first?["text"] as? String == groupText)
+            #expect(messages.first?["groupId"] as? String == groupId)
+            #expect(messages.first?["messageId"] as? String == groupSend.output)
+            // The member's profile learned the group from its event.
+            let list = try await run(["group", "list"], as: member == bob ? "bob" : member == carol ? "carol" : "dave")
+            #expect(list.output.contains(groupId))
+        }
+        // Removing a member: dave is no longer sent to.
+        let removed = try await run(["group", "remove", groupId, dave], as: "alice")
+        #expect(removed.status == 0)
+        #expect(!removed.output.contains(dave))
+
+        // The contacts backup: alice names bob, pushes; a second profile recovered from
+        // alice's phrase pulls the same list.
+        #expect(try await run(["contacts", "add", bob, "--name", "Bob the builder"], as: "alice").status == 0)
+        #expect(try await run(["contacts", "add", dave], as: "alice").status == 0)
+        let pushed = try await run(["backup", "push"], as: "alice")
+        #expect(pushed.status == 0, "\(pushed.errors)")
+        let aliceContacts = try await run(["contacts", "list"], as: "alice").output
+        let phrase = try JSONSerialization.jsonObject(with: Data(contentsOf: identityFile)) as? [String: Any]
+        let phraseFile = scratch.appendingPathComponent("alice.phrase")
+        try Data(((phrase?["mnemonic"] as? String) ?? "").utf8).write(to: phraseFile)
+        let recovered = try await initialise("alice-again", extra: ["--recover", "--mnemonic-file", phraseFile.path])
+        #expect(recovered == alice)
+        let pulled = try await run(["backup", "pull"], as: "alice-again")
+        #expect(pulled.status == 0, "\(pulled.errors)")
+        let restored = try await run(["contacts", "list"], as: "alice-again").output
+        #expect(restored == aliceContacts)
+        #expect(restored.contains("\(bob)\tBob the builder"))
+        #expect(restored.contains(dave))
+
+        // The first profile's session ended when the second signed in: it says so (77),
+        // and `signin` takes the identity back.
+        let stale = try await run(["send", bob, "still here?"], as: "alice")
+        #expect(stale.status == 77, "\(stale.errors)")
+        #expect(stale.errors.contains("whisper signin"))
+        #expect(try await run(["signin"], as: "alice").output == alice)
+        #expect(try await run(["send", bob, "back again"], as: "alice").status == 0)
+
+    }
+
+    @Test func mistakesGetExitCodesAndMessagesAPersonCanActOn() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        // No profile yet: 78 and what to run.
+        let none = try await run(["id"], as: "nobody")
+        #expect(none.status == 78)
+        #expect(none.errors.contains("whisper init"))
+        let alice = try await initialise("alice")
+        // A second init does not overwrite the phrase.
+        let again = try await run(["init"], as: "alice")
+        #expect(again.status == 65)
+        #expect(try await run(["id"], as: "alice").output == alice)
+        // A typo in a Whisper ID is caught by its checksum before anything is asked.
+        var typo = Array(alice)
+        typo[5] = typo[5] == "A" ? "B" : "A"
+        let mistyped = try await run(["send", String(typo), "hi"], as: "alice")
+        #expect(mistyped.status == 65)
+        #expect(mistyped.errors.contains("checksum"))
+        // A well-formed ID nobody has: the server's NOT_FOUND, exit 1.
+        let unknown = try await run(["keys", WhisperID.generate()], as: "alice")
+        #expect(unknown.status == 1)
+        #expect(unknown.errors.contains("NOT_FOUND"))
+        // A phrase that is not one.
+        let phraseFile = scratch.appendingPathComponent("bad.phrase")
+        try Data("abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon".utf8).write(to: phraseFile)
+        let bad = try await run(["init", "--recover", "--mnemonic-file", phraseFile.path, "--local-host", "127.0.0.1"], as: "other")
+        #expect(bad.status == 65)
+        #expect(bad.errors.contains("recovery phrase"))
+        // A server that is not there: 69.
+        let port = try TestServers.freePort()
+        let away = try await run(["init", "--websocket", "ws://127.0.0.1:\(port)/ws"], as: "elsewhere")
+        #expect(away.status == 69)
+        #expect(away.errors.contains("cannot reach"))
+    }
+}
