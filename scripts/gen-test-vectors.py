@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes docs/test-vectors/ with implementations independent of the Swift SDK
-(Python's hashlib and the `cryptography` package), so that every client, the
-Swift SDK included, is checked against something other than itself.
+(Python's hashlib, the `cryptography` package and PyNaCl for crypto_secretbox:
+`pip install cryptography pynacl`), so that every client, the Swift SDK included, is
+checked against something other than itself.
 
   scripts/gen-test-vectors.py BIP39_VECTORS_JSON
 
@@ -186,12 +187,47 @@ def chain():
     })
 
 
+def contacts_backup():
+    # PyNaCl's SecretBox is libsodium's crypto_secretbox (XSalsa20-Poly1305): the blob
+    # of spec 14.1, sealed with the contactsKey of the first chain identity.
+    from nacl.secret import SecretBox
+
+    mnemonic = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about"
+    contacts_key = hkdf(bip39_seed(mnemonic), b"whisper", b"whisper/contacts", 32)
+    contacts = {
+        "version": 1,
+        "exportedAt": 1767268800000,
+        "contacts": [
+            {"whisperId": whisper_id("MN6PQR7STV"), "addedAt": 1767000000000, "displayName": "Zo\u00eb",
+             "notes": "met at the conference", "isBlocked": False, "isPinned": True, "isMuted": False},
+            {"whisperId": whisper_id("AAAAAAAAAA"), "addedAt": 1767100000000,
+             "isBlocked": True, "isPinned": False, "isMuted": True},
+        ],
+    }
+    # Keys sorted, no spaces, UTF-8 (what the Swift SDK's ContactsBackup.jsonBytes makes).
+    plaintext = json.dumps(contacts, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    nonce = bytes(range(100, 124))
+    sealed = SecretBox(contacts_key).encrypt(plaintext, nonce).ciphertext
+    write("contacts-backup.json", {
+        "description": "Contacts backup (spec 14.1): contactsKey = HKDF-SHA256(BIP39 seed of mnemonic, salt='whisper', "
+                       "info='whisper/contacts', 32); ciphertext = crypto_secretbox(plaintext, nonce, contactsKey) "
+                       "(XSalsa20-Poly1305, 16-byte tag first); plaintext is the contacts JSON as UTF-8 with keys sorted; "
+                       "the body of PUT /backup/contacts is {nonce, ciphertext} in base64. Made with PyNaCl.",
+        "mnemonic": mnemonic,
+        "contactsKey": contacts_key.hex(),
+        "plaintext": plaintext.decode(),
+        "nonce": base64.b64encode(nonce).decode(),
+        "ciphertext": base64.b64encode(sealed).decode(),
+    })
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     bip39(sys.argv[1])
     rfc5869()
     rfc8032()
     chain()
+    contacts_backup()
 
 
 if __name__ == "__main__":

@@ -130,6 +130,29 @@ import WhisperShared
         }
     }
 
+    @Test func contactsBackupSealsAndOpensAsTheVectorSays() throws {
+        let vector = try Self.load("contacts-backup.json")
+        let keys = try WhisperKeys(mnemonic: vector["mnemonic"] as! String)
+        #expect(keys.contactsKey == Self.hex(vector["contactsKey"] as! String))
+        let plaintext = Array((vector["plaintext"] as! String).utf8)
+        let nonce = Self.base64(vector["nonce"] as! String)
+        // Opening the published blob gives the published list.
+        let opened = try ContactsBackup.open(nonce: vector["nonce"] as! String, ciphertext: vector["ciphertext"] as! String, with: keys)
+        #expect(opened == (try JSONDecoder().decode(ContactsBackup.self, from: Data(plaintext))))
+        #expect(opened.contacts.first?.displayName == "Zoë")
+        // Sealing that list with the same nonce gives the same bytes: the SDK's JSON and box.
+        #expect(try opened.jsonBytes() == plaintext)
+        let sealed = try opened.seal(with: keys, nonce: nonce)
+        #expect(sealed.nonce == vector["nonce"] as! String)
+        #expect(sealed.ciphertext == vector["ciphertext"] as! String)
+        // Another phrase's key does not open it; a wrong-length nonce is refused, not trapped on.
+        let other = try WhisperKeys(mnemonic: "legal winner thank year wave sausage worth useful legal winner thank yellow")
+        #expect(throws: MessageCryptoError.cannotDecrypt) {
+            _ = try ContactsBackup.open(nonce: vector["nonce"] as! String, ciphertext: vector["ciphertext"] as! String, with: other)
+        }
+        #expect(throws: MessageCryptoError.invalidNonce) { _ = try opened.seal(with: keys, nonce: [1, 2, 3]) }
+    }
+
     @Test func generatedWhisperIDsCarryAValidChecksum() {
         for _ in 0..<200 {
             let id = WhisperID.generate()
