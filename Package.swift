@@ -5,6 +5,7 @@ import PackageDescription
 /// (`<Name>Service`), so integration tests link exactly the code production runs.
 let services: [(executable: String, library: String, folder: String, extra: [Target.Dependency])] = [
     ("gateway", "GatewayService", "gateway", [
+        "WhisperMessaging",
         .product(name: "HummingbirdCore", package: "hummingbird"),
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -13,8 +14,9 @@ let services: [(executable: String, library: String, folder: String, extra: [Tar
         .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
     ]),
     ("auth", "AuthService", "auth", []),
-    ("router", "RouterService", "router", []),
+    ("router", "RouterService", "router", ["WhisperMessaging"]),
     ("push-sender", "PushSenderService", "push-sender", [
+        "WhisperMessaging",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "JWTKit", package: "jwt-kit"),
         .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -23,8 +25,9 @@ let services: [(executable: String, library: String, folder: String, extra: [Tar
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
     ]),
     ("turn-cred", "TurnCredService", "turn-cred", []),
-    ("admin", "AdminService", "admin", []),
+    ("admin", "AdminService", "admin", ["WhisperMessaging"]),
     ("gc-worker", "GCWorkerService", "gc-worker", [
+        "WhisperMessaging",
         .product(name: "AsyncHTTPClient", package: "async-http-client"),
     ]),
 ]
@@ -91,6 +94,13 @@ var targets: [Target] = [
         dependencies: ["WhisperProtocol"] + sharedDependencies,
         path: "Shared/WhisperShared"
     ),
+    // The message store the services share: pending queues, stored receipts, the router
+    // and push streams (Redis). Server-only: the services that move messages link it.
+    .target(
+        name: "WhisperMessaging",
+        dependencies: ["WhisperShared"],
+        path: "Shared/WhisperMessaging"
+    ),
     .target(
         name: "WhisperClient",
         dependencies: [
@@ -126,6 +136,7 @@ var targets: [Target] = [
         name: "IntegrationTests",
         dependencies: [
             "WhisperShared",
+            "WhisperMessaging",
             "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -160,7 +171,7 @@ targets.append(.target(
 targets.append(.executableTarget(
     name: "whisper-push-bench",
     dependencies: [
-        "PushFakes", "WhisperShared",
+        "PushFakes", "WhisperShared", "WhisperMessaging",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -209,7 +220,7 @@ targets.append(.executableTarget(
 targets.append(.target(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"))
 targets.append(.executableTarget(
     name: "whisper-fuzz",
-    dependencies: ["WhisperShared", "CFuzzerDriver"],
+    dependencies: ["WhisperShared", "WhisperMessaging", "CFuzzerDriver"],
     path: "Tests/Fuzz/Sources"
 ))
 

@@ -7,6 +7,7 @@ import RouterService
 import ServiceLifecycle
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// Issue 13: each attack of one account (or none) on everyone else, sent for real, and

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import RouterService
+import WhisperMessaging
 import WhisperShared
 
 /// The router's per-sender lanes: order within a sender, a bound on entries in flight,

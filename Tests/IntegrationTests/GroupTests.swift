@@ -3,6 +3,7 @@ import PostgresNIO
 @testable import RouterService
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// Groups with pairwise fan-out (spec 7, docs/protocol.md section 6) on two gateways and

@@ -2,6 +2,7 @@ import Foundation
 import RouterService
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// 1:1 messaging end to end (spec 4, 5): two gateways, two routers, real Redis and Postgres.

@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// What the router and the gateway protect on their own: messageIds, bans, sizes,

@@ -5,6 +5,7 @@ import PushSenderService
 import Synchronization
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// push-sender end to end: messages through gateway and router to offline users, the

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import PostgresNIO
 import PushFakes
+import WhisperMessaging
 import WhisperShared
 
 /// Measures one push-sender against a local APNs stand-in (HTTP/2 over TLS, answering

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Logging
 import PostgresNIO
+import WhisperMessaging
 import WhisperShared
 
 /// `GET /admin/stats`: the deployment in figures, from Postgres (identities, devices,

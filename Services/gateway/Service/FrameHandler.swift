@@ -3,6 +3,7 @@ import Logging
 import Prometheus
 import Synchronization
 import Tracing
+import WhisperMessaging
 import WhisperShared
 
 /// What the gateway does with each frame: the checks of spec 3.1 in order (size is

@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import ServiceLifecycle
+import WhisperMessaging
 import WhisperShared
 
 /// A running gateway instance as tests see it.

@@ -1,3 +1,4 @@
+import WhisperMessaging
 import WhisperShared
 
 /// Settings of the gateway (docs/configuration.md lists each variable).

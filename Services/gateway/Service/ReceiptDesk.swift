@@ -1,5 +1,6 @@
 import Logging
 import Prometheus
+import WhisperMessaging
 import WhisperShared
 
 /// Serves `delivery_receipt` at the gateway, without the router stream: a receipt

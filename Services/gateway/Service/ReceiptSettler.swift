@@ -1,6 +1,7 @@
 import Logging
 import ServiceLifecycle
 import Synchronization
+import WhisperMessaging
 import WhisperShared
 
 /// Removes stored receipts once their sockets have taken them (`ReceiptQueue`), a

@@ -3,6 +3,7 @@ import Logging
 import PostgresNIO
 import Prometheus
 import ServiceLifecycle
+import WhisperMessaging
 import WhisperShared
 
 /// Settings of gc-worker (docs/configuration.md lists each variable).

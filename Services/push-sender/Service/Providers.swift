@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import NIOSSL
+import WhisperMessaging
 import WhisperShared
 
 /// One wake-up on its way to a provider: the job, and the token it goes to.

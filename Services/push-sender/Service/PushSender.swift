@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Logging
 import ServiceLifecycle
+import WhisperMessaging
 import WhisperShared
 
 /// Assembles one push-sender instance: a consumer of the push stream that wakes

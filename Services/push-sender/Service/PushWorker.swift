@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
+import WhisperMessaging
 import WhisperShared
 
 /// Reads `stream:push` as one consumer of the group `push-senders` and turns each job

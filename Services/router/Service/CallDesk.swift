@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Prometheus
+import WhisperMessaging
 import WhisperShared
 
 /// Call signaling (spec 9.1; docs/protocol.md section 7). Every frame is checked like a

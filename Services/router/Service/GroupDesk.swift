@@ -5,6 +5,7 @@ import NIOCore
 import PostgresNIO
 import Prometheus
 import Synchronization
+import WhisperMessaging
 import WhisperShared
 
 /// A group as one membership version left it.

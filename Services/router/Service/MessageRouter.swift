@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Tracing
+import WhisperMessaging
 import WhisperShared
 
 /// What routing a frame produced, for metrics and tests.

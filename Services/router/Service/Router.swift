@@ -1,5 +1,6 @@
 import Logging
 import ServiceLifecycle
+import WhisperMessaging
 import WhisperShared
 
 /// Assembles one router instance: a consumer of the router stream that routes

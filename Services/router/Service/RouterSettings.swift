@@ -1,3 +1,4 @@
+import WhisperMessaging
 import WhisperShared
 
 /// Settings of router (docs/configuration.md lists each variable).

@@ -2,6 +2,7 @@ import NIOCore
 import Logging
 import Synchronization
 import ServiceLifecycle
+import WhisperMessaging
 import WhisperShared
 
 /// Reads the router stream as one consumer of the group `routers`, hands each entry to

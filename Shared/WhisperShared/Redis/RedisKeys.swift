@@ -5,6 +5,9 @@ public enum RedisKeys {
     public static func session(digest: String) -> String { "session:{\(digest)}" }
     public static func challenge(_ id: String) -> String { "challenge:{\(id)}" }
     public static func presence(_ whisperId: String) -> String { "presence:{\(whisperId)}" }
+    /// Set when a message wake-up goes out, for the coalescing window; deleted when a
+    /// socket of the identity signs in (the wake-up was answered). In the identity's slot.
+    public static func pushWoken(_ whisperId: String) -> String { "push:{\(whisperId)}:woken" }
     public static func pending(_ whisperId: String) -> String { "pending:{\(whisperId)}" }
     public static func rateLimit(_ key: String, _ action: String) -> String { "ratelimit:{\(key)}:\(action)" }
     /// One call's state: a hash (parties, state, the offer, timestamps), in the call's slot.

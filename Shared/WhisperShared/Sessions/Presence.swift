@@ -33,13 +33,13 @@ public struct PresenceStore: Sendable {
     }
 
     /// Records this socket as the identity's live one; returns the one it replaced. In
-    /// the same write it ends the identity's wake-up window (`PushStream.wokenKey`):
+    /// the same write it ends the identity's wake-up window (`RedisKeys.pushWoken`):
     /// the device answered, so the next message that finds it offline wakes it again.
     @discardableResult
     public func set(_ whisperId: String, to record: PresenceRecord) async throws -> PresenceRecord? {
         let replies = try await redis.pipeline([
             RedisCommand("SET", RedisKeys.presence(whisperId), record.encoded, "PX", Int(Self.ttl.milliseconds), "GET"),
-            RedisCommand("DEL", PushStream.wokenKey(whisperId)),
+            RedisCommand("DEL", RedisKeys.pushWoken(whisperId)),
         ])
         if case .error(let message)? = replies.first { throw RedisError.server(message) }
         return replies.first?.string.flatMap(PresenceRecord.init(encoded:))

@@ -1,4 +1,5 @@
 import Foundation
+import WhisperMessaging
 import WhisperShared
 
 /// What the fuzzer drives: every decoder that reads bytes from outside a process.

@@ -5,6 +5,7 @@ import PostgresNIO
 import Testing
 import RouterService
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// Auth, two gateways and two routers on real Redis and Postgres. Each stack has a

@@ -1,4 +1,5 @@
 import Foundation
+import WhisperShared
 
 /// The work queue between gateways and routers: a Redis Stream read by the consumer
 /// group `routers`. Each entry is one client frame that passed the gateway's checks,
@@ -233,9 +234,8 @@ public enum PushStream {
     public static let deadKey = "{stream:push}:dead"
     public static let deadMaxLength = 100_000
 
-    /// Set when a message wake-up goes out, for the coalescing window; deleted when a
-    /// socket of the identity signs in (the wake-up was answered). In the identity's slot.
-    public static func wokenKey(_ whisperId: String) -> String { "push:{\(whisperId)}:woken" }
+    /// The wake-up window's key (`RedisKeys.pushWoken`: presence deletes it too).
+    public static func wokenKey(_ whisperId: String) -> String { RedisKeys.pushWoken(whisperId) }
 
     /// One wake-up job as the stream holds it.
     public struct Job: Sendable, Equatable {

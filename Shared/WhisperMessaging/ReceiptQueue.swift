@@ -1,3 +1,4 @@
+import WhisperShared
 /// Receipts (`message_delivered` frames) on their way to the message's sender, stored
 /// before they are handed over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
 /// kept 72 hours. A receipt leaves the store only when a gateway has written it to the

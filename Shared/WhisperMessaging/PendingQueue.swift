@@ -1,4 +1,5 @@
 import Foundation
+import WhisperShared
 
 /// A recipient's pending queue (spec 5): messages stored before they are acknowledged
 /// to the sender, kept until the recipient's `delivered` receipt or 72 hours.
