@@ -13,6 +13,7 @@ public enum AttachmentCrypto {
         let fileNonce: [UInt8]
     }
 
+    /// Seals a file under a fresh random key and nonce.
     public static func seal(_ file: [UInt8]) -> SealedFile {
         let key = Sodium.randomBytes(SecretBox.keyBytes)
         let nonce = Sodium.randomBytes(SecretBox.nonceBytes)

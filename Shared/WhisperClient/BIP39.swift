@@ -4,17 +4,25 @@ import WhisperProtocol
 
 /// BIP-0039 mnemonics with the English wordlist: Whisper's seed phrase (spec 3.4).
 public enum BIP39 {
+    /// Why a phrase (or entropy) was refused.
     public enum Failure: Error, Equatable {
+        /// Not 12, 15, 18, 21 or 24 words.
         case wordCount(Int)
+        /// A word not on the English list (a typo).
         case unknownWord(String)
+        /// The words do not carry their own checksum: one is wrong or out of order.
         case checksum
+        /// Not 16, 20, 24, 28 or 32 bytes.
         case entropyLength(Int)
     }
 
     /// A new 12-word mnemonic from 128 bits of secure randomness.
     public static func generateMnemonic() -> String {
-        // 16 bytes always make a valid mnemonic.
-        try! mnemonic(entropy: Sodium.randomBytes(16))
+        do {
+            return try mnemonic(entropy: Sodium.randomBytes(16))
+        } catch {
+            preconditionFailure("16 bytes of entropy always make a mnemonic")
+        }
     }
 
     /// The mnemonic for 16, 20, 24, 28 or 32 bytes of entropy.
@@ -75,6 +83,7 @@ public enum BIP39 {
 
 /// PBKDF2 (RFC 8018) with HMAC-SHA512.
 public enum PBKDF2 {
+    /// `length` bytes of PBKDF2-HMAC-SHA512 (BIP39 uses 2,048 iterations and 64 bytes).
     public static func sha512(password: [UInt8], salt: [UInt8], iterations: Int, length: Int) -> [UInt8] {
         let key = SymmetricKey(data: password)
         var output: [UInt8] = []

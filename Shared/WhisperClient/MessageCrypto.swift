@@ -26,9 +26,13 @@ public struct ConversationKey: Sendable {
     }
 }
 
+/// Why a message, a call frame, an attachment or a backup did not open.
 public enum MessageCryptoError: Error, Equatable, Sendable {
+    /// The signature does not verify with the sender's signing key: drop it.
     case badSignature
+    /// It does not decrypt (or decode) with these keys.
     case cannotDecrypt
+    /// It is addressed to someone else, or not from the peer whose keys were given.
     case notForMe
     /// A caller-chosen nonce of the wrong length (a secretbox nonce is 24 bytes).
     case invalidNonce

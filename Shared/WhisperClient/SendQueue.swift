@@ -22,11 +22,14 @@ public enum OutgoingState: String, Codable, Sendable, Comparable {
 
 /// One outgoing message and its delivery state.
 public struct OutgoingMessage: Codable, Sendable, Equatable {
+    /// The signed frame, sent as it is on every attempt (same messageId: idempotent).
     public var message: SendMessage
     public var state: OutgoingState
+    /// Attempts so far.
     public var attempts: Int
     /// When the next attempt may start (ms since 1970).
     public var nextAttemptAt: Int64
+    /// Why the last attempt failed, for the app's UI and logs.
     public var lastError: String?
 }
 
@@ -37,6 +40,7 @@ public protocol OutboxStore: Sendable {
     func save(_ messages: [OutgoingMessage]) async throws
 }
 
+/// An outbox that lives as long as the process (tests, tools).
 public actor MemoryOutboxStore: OutboxStore {
     private var messages: [OutgoingMessage] = []
     public init() {}
@@ -141,11 +145,13 @@ public actor SendQueue {
         }
     }
 
+    /// Where a message is, or nil for one the outbox does not hold.
     public func state(of messageId: String) async throws -> OutgoingState? {
         try await load()
         return messages.first { $0.message.messageId == messageId }?.state
     }
 
+    /// Every message in the outbox, oldest first.
     public func all() async throws -> [OutgoingMessage] {
         try await load()
         return messages

@@ -69,9 +69,13 @@ public enum WhisperAPIError: Error, Equatable, Sendable {
 
 /// What `POST /attachments/presign` returns: where to upload, with which headers.
 public struct PresignedUpload: Codable, Sendable, Equatable {
+    /// `PUT` the ciphertext here, with exactly `headers`, before `expiresAt`.
     public var uploadUrl: String
+    /// The object's name, for the message's `attachment` pointer.
     public var objectKey: String
+    /// When the URL stops working (ms since 1970).
     public var expiresAt: Int64
+    /// The headers the URL's signature covers (length and type).
     public var headers: [String: String]
 }
 

@@ -11,8 +11,12 @@ public enum WhisperClientError: Error, Equatable, Sendable {
     case refused(ErrorCode, String)
     /// The socket closed first; `code` is the WebSocket close code, if one came.
     case closed(code: UInt16?)
+    /// No answer within the request's timeout (the frame may still have been handled:
+    /// resend with the same `requestId` or `messageId`, which are idempotent).
     case timedOut
+    /// `connect()` has not succeeded yet.
     case notConnected
+    /// An answer of a type the request does not expect (its frame type).
     case unexpectedReply(String)
 }
 
@@ -41,11 +45,14 @@ public actor WhisperConnection {
     private var closedCode: UInt16??
     private let logger: Logger
 
-    /// The session in use after `register`/`refresh`.
+    /// The identity this socket acts for, after `register` or `resume`.
     public private(set) var whisperId: String?
+    /// The session in use after `register`/`refreshSession` (keep it in the keychain).
     public private(set) var sessionToken: String?
+    /// When the session ends (ms since 1970); refresh when less than a day is left.
     public private(set) var sessionExpiresAt: Int64?
 
+    /// A connection to `url` (`ws://…/ws` or `wss://…/ws`); nothing is sent until `connect()`.
     public init(url: String, logger: Logger = Logger(label: "whisper-client")) {
         self.url = url
         self.logger = logger
@@ -203,6 +210,7 @@ public actor WhisperConnection {
         sessionExpiresAt = nil
     }
 
+    /// Sets, keeps or clears the device's push and VoIP tokens (after the OS rotates one).
     public func updateTokens(pushToken: TokenUpdate, voipToken: TokenUpdate = .unchanged) async throws {
         _ = try await request(UpdateTokens(sessionToken: try token(), pushToken: pushToken, voipToken: voipToken))
     }

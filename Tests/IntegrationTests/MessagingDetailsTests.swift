@@ -33,6 +33,25 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// A client that acknowledges its messages and closes at once (a command-line client,
+    /// an app sent to the background) loses none of those receipts: frames that came
+    /// before its close are handled.
+    @Test func receiptsWrittenJustBeforeTheClientClosesAreApplied() async throws {
+        let stack = try await MessagingStack.start()
+        let alice = try await stack.user(on: 0)
+        let bobFirst = try await stack.offlineUser(on: 1)
+        let sent = try await alice.send(20, to: bobFirst, labelled: "ack then close")
+        #expect(try await stack.pendingDepth(bobFirst.whisperId) == 20)
+        let bob = try await stack.reconnect(bobFirst, on: 1)
+        let page = try await bob.connection.fetchPending(limit: 50)
+        #expect(Set(page.messages.map(\.messageId)) == sent)
+        for message in page.messages { try await bob.connection.acknowledge(message) }
+        await bob.connection.close()
+        try await waitUntil { try await stack.pendingDepth(bobFirst.whisperId) == 0 }
+        try await waitUntil { await alice.events.all(.messageDelivered).count == 20 }
+        try await stack.stop()
+    }
+
     @Test func aPageWalkWhileMessagesKeepArrivingSeesEachMessageOnce() async throws {
         let stack = try await MessagingStack.start()
         let alice = try await stack.user(on: 0)

@@ -39,6 +39,10 @@ public final class ClientConnection: Sendable {
     private let watched = Mutex<[String]>([])
     /// Set once a close was asked for: nothing is written after it.
     private let closing = Atomic<Bool>(false)
+    /// Set when the server ends the socket (revoked, displaced, too many refusals, too
+    /// slow): frames it sent and the gateway has not handled yet are dropped. A socket
+    /// the client closes keeps the frames it sent before its close (its last receipts).
+    private let refusing = Atomic<Bool>(false)
     /// This socket's share of the limits on frames that do no other work and on refused
     /// frames (`GatewaySettings.controlPerSocket`, `refusalsPerSocket`).
     private let buckets: Mutex<(control: LocalBucket, refusals: LocalBucket)>
@@ -97,6 +101,9 @@ public final class ClientConnection: Sendable {
 
     var isClosing: Bool { closing.load(ordering: .relaxed) }
 
+    /// The server ended this socket: what it sent and is still queued is not handled.
+    var refusesFrames: Bool { refusing.load(ordering: .relaxed) }
+
     func hasVerified(_ token: String) -> Bool {
         verified.withLock { entry in
             guard let current = entry, current.token == token, ContinuousClock.now < current.until else { return false }
@@ -130,6 +137,7 @@ public final class ClientConnection: Sendable {
             // without bound. No close handshake: a close frame would wait behind the
             // frames it does not read. What it missed stays in its pending queue.
             guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
+            refusing.store(true, ordering: .relaxed)
             logger.warning("socket_too_slow", metadata: [
                 "unsentFrames": "\(unsentFrames.load(ordering: .relaxed))", "unsentBytes": "\(unsentBytes.load(ordering: .relaxed))",
             ])
@@ -153,6 +161,7 @@ public final class ClientConnection: Sendable {
     /// handler (`SocketHandler`, on its event loop) sends the close frame and closes the
     /// connection when the client answers or the close timeout passes.
     func close(code: UInt16, reason: String) {
+        refusing.store(true, ordering: .relaxed)
         guard closing.compareExchange(expected: false, desired: true, ordering: .relaxed).exchanged else { return }
         channel.pipeline.fireUserInboundEventTriggered(SocketHandler.CloseRequest(code: code, reason: reason))
     }

@@ -26,7 +26,10 @@ struct FrameHandler: Sendable {
     var instanceID: String { environment.settings.instanceID }
 
     func handle(_ bytes: [UInt8], on connection: ClientConnection) async {
-        guard !connection.isClosing else { return }
+        // Frames a client sent before closing are still handled (a receipt written just
+        // before the close must not be lost); the answers have nowhere to go and are
+        // dropped. A socket the server ended is not read any further.
+        guard !connection.refusesFrames else { return }
         let frame: InboundFrame
         switch decoder.decode(bytes) {
         case .success(let decoded):

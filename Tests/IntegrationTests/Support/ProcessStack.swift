@@ -92,6 +92,9 @@ final class ProcessStack: @unchecked Sendable {
         return Running(name: name, process: process, log: log, port: Int(environment["\(prefix(name))_HTTP_PORT"] ?? "") ?? 0)
     }
 
+    /// The stack's own Redis.
+    var redisConfiguration: RedisConfiguration? { RedisConfiguration(url: redis.url) }
+
     func service(_ name: String) throws -> Running {
         guard let service = services[name] else { throw TestSetupError("no service \(name)") }
         return service
