@@ -78,7 +78,7 @@ actor Inbox {
             }
         case .groupCreated:
             if let created = frame.payload(as: GroupCreated.self) {
-                try session.profile.save(group: .init(groupId: created.groupId, title: created.title, memberIds: created.memberIds, ownerId: created.ownerId))
+                try session.profile.save(group: Profile.Group(created))
                 emit(
                     ["type": "group_created", "groupId": created.groupId, "title": created.title, "by": created.createdBy],
                     text: "added to group \(created.groupId) \"\(Self.printable(created.title))\" by \(created.createdBy)"
@@ -89,7 +89,7 @@ actor Inbox {
                 let me = await session.whisperId
                 let member = updated.memberIds.contains(me)
                 if member {
-                    try session.profile.save(group: .init(groupId: updated.groupId, title: updated.title, memberIds: updated.memberIds, ownerId: updated.ownerId))
+                    try session.profile.save(group: Profile.Group(updated))
                 } else {
                     try session.profile.forget(group: updated.groupId)
                 }

@@ -30,6 +30,14 @@ struct Profile {
         var title: String
         var memberIds: [String]
         var ownerId: String?
+
+        init(_ created: GroupCreated) {
+            (groupId, title, memberIds, ownerId) = (created.groupId, created.title, created.memberIds, created.ownerId)
+        }
+
+        init(_ updated: GroupUpdated) {
+            (groupId, title, memberIds, ownerId) = (updated.groupId, updated.title, updated.memberIds, updated.ownerId)
+        }
     }
 
     init(directory: URL) {

@@ -399,7 +399,7 @@ struct GroupCommand: AsyncParsableCommand {
                 let session = try await common.session()
                 defer { Task { await session.close() } }
                 let created = try await session.withSession { connection, _ in try await connection.createGroup(title: title, memberIds: ids) }
-                try common.profile.save(group: .init(groupId: created.groupId, title: created.title, memberIds: created.memberIds, ownerId: created.ownerId))
+                try common.profile.save(group: Profile.Group(created))
                 print(created.groupId)
             }
         }
@@ -436,7 +436,7 @@ struct GroupCommand: AsyncParsableCommand {
         defer { Task { await session.close() } }
         let updated = try await session.withSession { connection, _ in try await connection.updateGroup(groupId, add: add, remove: remove) }
         if updated.memberIds.contains(await session.whisperId) {
-            try common.profile.save(group: .init(groupId: updated.groupId, title: updated.title, memberIds: updated.memberIds, ownerId: updated.ownerId))
+            try common.profile.save(group: Profile.Group(updated))
         } else {
             try common.profile.forget(group: updated.groupId)
         }
