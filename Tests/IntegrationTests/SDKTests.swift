@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import Testing
 import WhisperClient
 import WhisperShared
@@ -124,5 +125,56 @@ import WhisperShared
         #expect(WhisperEndpoints.edge("chat.example.org") == nil)
         #expect(WhisperEndpoints.local().auth == "http://127.0.0.1:8081")
         #expect(WhisperEndpoints.local().websocket == "ws://127.0.0.1:8080/ws")
+    }
+}
+
+/// The SDK against a server that misbehaves: it must fail with an error an app can act
+/// on, never allocate without bound or accept what it cannot check.
+@Suite struct SDKHostileServerTests {
+    @Test func oversizedWrongAndMalformedAnswersAreErrorsNotAllocations() async throws {
+        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let someone = WhisperID.generate(), impostor = WhisperID.generate()
+        let router = Router()
+        // A key lookup answered with 8 MiB of JSON-looking bytes.
+        router.get("/users/\(someone)/keys") { _, _ -> Response in
+            let huge = "{\"whisperId\":\"" + String(repeating: "A", count: 8 << 20) + "\"}"
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: huge)))
+        }
+        // A key lookup answered with another identity's keys.
+        router.get("/users/\(impostor)/keys") { _, _ -> Response in
+            let body = "{\"whisperId\":\"\(someone)\",\"encPublicKey\":\"\(Data(keys.encPublicKey).base64EncodedString())\",\"signPublicKey\":\"\(Data(keys.signPublicKey).base64EncodedString())\",\"status\":\"active\"}"
+            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        // A backup that is not base64, and a refusal with a code.
+        router.get("/backup/contacts") { _, _ -> Response in
+            Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{\"nonce\":\"%%%\",\"ciphertext\":\"!!\",\"updatedAt\":1}")))
+        }
+        router.post("/v1/turn/credentials") { _, _ -> Response in
+            Response(status: .tooManyRequests, headers: [.contentType: "application/json", .retryAfter: "7"],
+                     body: .init(byteBuffer: ByteBuffer(string: "{\"error\":{\"code\":\"RATE_LIMITED\",\"message\":\"slow down\"}}")))
+        }
+        router.post("/attachments/presign") { _, _ -> Response in
+            Response(status: .forbidden, headers: [.contentType: "application/json"],
+                     body: .init(byteBuffer: ByteBuffer(string: "{\"error\":{\"code\":\"USER_BANNED\",\"message\":\"banned\"}}")))
+        }
+        let port = try TestServers.freePort()
+        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: TestServers.logger)
+        let server = Task { try await app.runService() }
+        defer { server.cancel() }
+        let base = "http://127.0.0.1:\(port)"
+        _ = try await HTTP.waitFor("\(base)/none") { $0.status == 404 }
+        let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: "ws://127.0.0.1:\(port)/ws", auth: base, attachments: base, turn: base))
+
+        await #expect(throws: WhisperAPIError.unreadableResponse("/users/\(someone)/keys: body over 4096 bytes")) {
+            _ = try await api.keys(of: someone, sessionToken: "t")
+        }
+        await #expect(throws: WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")) {
+            _ = try await api.keys(of: impostor, sessionToken: "t")
+        }
+        await #expect(throws: MessageCryptoError.cannotDecrypt) { _ = try await api.pullContactsBackup(keys: keys, sessionToken: "t") }
+        await #expect(throws: WhisperAPIError.retryLater(status: 429, retryAfterSeconds: 7)) { _ = try await api.turnCredentials(sessionToken: "t") }
+        await #expect(throws: WhisperAPIError.refused(status: 403, code: .userBanned, message: "banned")) {
+            _ = try await api.upload(AttachmentCrypto.seal([1, 2, 3]), contentType: "image/png", sessionToken: "t")
+        }
     }
 }
