@@ -101,7 +101,7 @@ public struct WhisperAPI: Sendable {
     public init(endpoints: WhisperEndpoints, http: HTTPClient = .shared, timeout: Duration = .seconds(30)) {
         self.endpoints = endpoints
         self.http = http
-        self.timeout = .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
+        self.timeout = .nanoseconds(timeout.nanoseconds)
     }
 
     // MARK: - Keys

@@ -161,8 +161,10 @@ actor Inbox {
             }
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let url = directory.appendingPathComponent("\(message.messageId).\(Self.fileExtension(pointer.contentType))")
-            guard FileManager.default.createFile(atPath: url.path, contents: Data(file), attributes: [.posixPermissions: 0o600]) else {
-                warn("cannot write \(url.path)")
+            do {
+                try Profile.storePrivately(Data(file), at: url)
+            } catch {
+                warn("cannot write \(url.path): \(error)")
                 return nil
             }
             return url.path

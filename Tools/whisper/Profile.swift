@@ -114,7 +114,30 @@ struct Profile {
         }
     }
 
-    /// Writes beside the target with mode 0600 from the start, then renames over it.
+    /// Puts `data` at `url` with mode 0600 from the start, replacing what is there
+    /// atomically: written beside it with open(2) and the mode (never readable by others,
+    /// not even between creating the file and setting its permissions), then renamed over it.
+    static func storePrivately(_ data: Data, at url: URL) throws {
+        let aside = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(getpid()).\(RandomID.uuid())")
+        let descriptor = open(aside.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else { throw CLIFailure.config("cannot create \(aside.path) (errno \(errno))") }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        do {
+            try handle.write(contentsOf: data)
+            try handle.synchronize()
+            try handle.close()
+        } catch {
+            try? FileManager.default.removeItem(at: aside)
+            throw error
+        }
+        guard rename(aside.path, url.path) == 0 else {
+            let code = errno
+            try? FileManager.default.removeItem(at: aside)
+            throw CLIFailure.config("cannot replace \(url.path) (errno \(code))")
+        }
+    }
+
+    /// Encodes `value` into `url` (`storePrivately`), making the folder (0700) first.
     private func write<T: Encodable>(_ value: T, to url: URL) throws {
         let manager = FileManager.default
         do {
@@ -123,25 +146,7 @@ struct Profile {
             }
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            let data = try encoder.encode(value)
-            let aside = directory.appendingPathComponent(".\(url.lastPathComponent).\(getpid()).\(RandomID.uuid())")
-            // open(2) with the mode, so the file is never readable by others, not even
-            // for the moment between creating it and setting its permissions.
-            let descriptor = open(aside.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-            guard descriptor >= 0 else { throw CLIFailure.config("cannot write in \(directory.path) (errno \(errno))") }
-            let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-            do {
-                try handle.write(contentsOf: data)
-                try handle.synchronize()
-                try handle.close()
-            } catch {
-                try? manager.removeItem(at: aside)
-                throw error
-            }
-            guard rename(aside.path, url.path) == 0 else {
-                try? manager.removeItem(at: aside)
-                throw CLIFailure.config("cannot replace \(url.path) (errno \(errno))")
-            }
+            try Self.storePrivately(try encoder.encode(value), at: url)
         } catch let failure as CLIFailure {
             throw failure
         } catch {

@@ -103,8 +103,7 @@ actor Session {
     func peer(_ whisperId: String) async throws -> PeerKeys {
         if let known = peers[whisperId] { return known }
         if whisperId == identity.whisperId { return keys.peerKeys(whisperId: whisperId) }
-        let api = self.api
-        let lookup = try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        let lookup = try await lookup(whisperId)
         peers[whisperId] = lookup.keys
         return lookup.keys
     }

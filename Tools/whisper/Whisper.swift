@@ -215,10 +215,7 @@ struct Send: AsyncParsableCommand {
     func run() async throws {
         try await guarded("send") {
             let to = try parseWhisperID(recipient)
-            let plaintext = Array(text.utf8)
-            guard plaintext.count + Limits.BOX_OVERHEAD_BYTES <= Limits.MAX_TEXT_BYTES else {
-                throw CLIFailure.badInput("the text is \(plaintext.count) bytes; at most \(Limits.MAX_TEXT_BYTES - Limits.BOX_OVERHEAD_BYTES) fit in one message")
-            }
+            let plaintext = try messageBytes(text)
             let file = try attach.map { try Attachment.read($0, contentType: contentType) }
             let session = try await common.session()
             defer { Task { await session.close() } }
@@ -242,6 +239,16 @@ struct Send: AsyncParsableCommand {
             print(accepted.messageId)
         }
     }
+}
+
+/// The text of a message as its plaintext bytes, refused when its box would pass
+/// `MAX_TEXT_BYTES` (the server would refuse it).
+func messageBytes(_ text: String) throws -> [UInt8] {
+    let plaintext = Array(text.utf8)
+    guard plaintext.count + Limits.BOX_OVERHEAD_BYTES <= Limits.MAX_TEXT_BYTES else {
+        throw CLIFailure.badInput("the text is \(plaintext.count) bytes; at most \(Limits.MAX_TEXT_BYTES - Limits.BOX_OVERHEAD_BYTES) fit in one message")
+    }
+    return plaintext
 }
 
 /// A file read for sending: sealed, with its type.
@@ -456,10 +463,7 @@ struct GroupCommand: AsyncParsableCommand {
                 guard let group = try common.profile.groups()[groupId] else {
                     throw CLIFailure.badInput("unknown group \(groupId): `whisper fetch` or `whisper listen` learns the groups this identity was added to")
                 }
-                let plaintext = Array(text.utf8)
-                guard plaintext.count + Limits.BOX_OVERHEAD_BYTES <= Limits.MAX_TEXT_BYTES else {
-                    throw CLIFailure.badInput("the text is \(plaintext.count) bytes; at most \(Limits.MAX_TEXT_BYTES - Limits.BOX_OVERHEAD_BYTES) fit in one message")
-                }
+                let plaintext = try messageBytes(text)
                 let session = try await common.session()
                 defer { Task { await session.close() } }
                 let me = await session.me
@@ -610,8 +614,7 @@ struct Keys: AsyncParsableCommand {
 /// over signPublicKey then encPublicKey, the first 20 bytes as ten groups of four hex digits.
 enum Fingerprint {
     static func of(_ keys: PeerKeys) -> String {
-        let digest = Array(SHA256.hash(data: keys.signPublicKey + keys.encPublicKey)).prefix(20)
-        let hex = digest.map { String(format: "%02x", $0) }.joined()
+        let hex = Array(SHA256.hash(data: keys.signPublicKey + keys.encPublicKey)).prefix(20).hexString
         return stride(from: 0, to: hex.count, by: 4).map { start in
             let from = hex.index(hex.startIndex, offsetBy: start)
             return String(hex[from..<hex.index(from, offsetBy: 4)])
