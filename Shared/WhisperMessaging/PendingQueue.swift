@@ -64,28 +64,62 @@ public struct PendingQueue: Sendable {
         }
     }
 
+    /// How the sender hears that its message was accepted.
+    public enum Acceptance: Sendable {
+        /// The script publishes `command` (the sender's `message_accepted`) to the
+        /// sender's gateway: a router storing a stream entry.
+        case publish(gateway: String, command: GatewayCommand)
+        /// The script's reply is the acceptance: the caller is `gateway`, the instance
+        /// holding the sender's socket, and writes `message_accepted` itself. A recipient
+        /// whose socket is on that same instance is not published to either: the reply
+        /// names its connection (`StoreOutcome.localConnection`) and the caller writes
+        /// the message there.
+        case reply(gateway: String)
+    }
+
+    /// What `store` did, and where the message went live.
+    public struct StoreOutcome: Sendable, Equatable {
+        public var result: StoreResult
+        /// A live socket was handed the message (published to its gateway, or named below).
+        public var deliveredLive: Bool
+        /// With `Acceptance.reply`: the recipient's connection on the caller's own
+        /// instance, for the caller to write `message_received` to. Nothing was published.
+        public var localConnection: String?
+    }
+
     /// Stores a message unless its messageId is already known for this recipient or the
     /// sender's bucket for this recipient (`pairLimit`, kept in the recipient's hash slot
-    /// and charged only for a new message) is empty, then,
-    /// in the same script: publishes `accepted` (the sender's `message_accepted`, a
-    /// complete `GatewayCommand`) to the sender's gateway, and `message_received` to the
-    /// gateway named in `presence:{recipient}`, if any. One round trip; the store always
-    /// comes first. For a duplicate, `accepted` is published again, and the message is
-    /// delivered again only when `redeliver` is set and it is still pending.
-    /// Returns what happened and whether a live socket was handed the message.
+    /// and charged only for a new message) is empty, then, in the same script, tells the
+    /// sender (`acceptance`) and passes `message_received` to the gateway named in
+    /// `presence:{recipient}`, if any (published, or left to the caller when that is the
+    /// caller's own instance). One round trip; the store always comes first, and the
+    /// script's reply and messages leave Redis only after its write (under
+    /// `appendfsync always`, after the fsync). For a duplicate the sender is told again,
+    /// and the message is delivered again only when `redeliver` is set and it is still
+    /// pending.
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
-        accepted: (gateway: String, command: GatewayCommand), acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
+        acceptance: Acceptance, acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
         group: GroupCheck? = nil, traceparent: String? = nil
-    ) async throws -> (result: StoreResult, deliveredLive: Bool) {
+    ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
         ]
+        let channel: String
+        let command: [UInt8]
+        switch acceptance {
+        case .publish(let gateway, let accepted):
+            channel = RedisKeys.gatewayChannel(gateway)
+            command = accepted.encoded
+        case .reply(let gateway):
+            channel = RedisKeys.gatewayChannel(gateway)
+            command = []
+        }
         var arguments: [any RedisArgument] = [
-            sender, body, Int(Self.ttl.milliseconds), messageId, RedisKeys.gatewayChannel(accepted.gateway),
+            sender, body, Int(Self.ttl.milliseconds), messageId, channel,
             // The deliver command's detail (the trace, when traces are on) and acceptedAt.
-            accepted.command.encoded, "\(traceparent ?? "")\n\(acceptedAt)", redeliver ? 1 : 0,
+            command, "\(traceparent ?? "")\n\(acceptedAt)", redeliver ? 1 : 0,
         ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
         if let group {
             keys.append(RedisKeys.groups(recipient))
@@ -93,23 +127,39 @@ public struct PendingQueue: Sendable {
         }
         let reply = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
-        let live = parts.count > 3 && (parts[3].int ?? 0) > 0
+        // The fourth part: 1 (published to a live socket), 0 (none), or the connection
+        // on the caller's instance.
+        var live = false
+        var local: String?
+        if parts.count > 3 {
+            switch parts[3] {
+            case .integer(let count):
+                live = count > 0
+            case .bulkString(let connection) where !connection.isEmpty:
+                live = true
+                local = String(decoding: connection, as: UTF8.self)
+            default:
+                break
+            }
+        }
+        let result: StoreResult
         switch status {
         case "stored":
-            return (.stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0)), live)
+            result = .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0))
         case "duplicate":
-            return (.duplicate, live)
+            result = .duplicate
         case "limited":
-            return (.limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), false)
+            return StoreOutcome(result: .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), deliveredLive: false)
         case "full":
-            return (.full, false)
+            return StoreOutcome(result: .full, deliveredLive: false)
         case "not_member":
-            return (.notMember, false)
+            return StoreOutcome(result: .notMember, deliveredLive: false)
         case "stale":
-            return (.stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), false)
+            return StoreOutcome(result: .stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), deliveredLive: false)
         default:
-            return (.conflict, false)
+            return StoreOutcome(result: .conflict, deliveredLive: false)
         }
+        return StoreOutcome(result: result, deliveredLive: live, localConnection: local)
     }
 
     public struct Page: Sendable {
@@ -290,7 +340,9 @@ public struct PendingQueue: Sendable {
 
     /// KEYS: queue, message key, presence key, the pair's bucket, byte count, the
     /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
-    /// messageId, sender's gateway channel, accepted command, `<traceparent>\n<acceptedAt>`
+    /// messageId, sender's gateway channel, accepted command (empty: the reply is the
+    /// acceptance, and a recipient on that same channel's instance is returned, not
+    /// published to), `<traceparent>\n<acceptedAt>`
     /// (the deliver command's detail and time; the traceparent may be empty), redeliver flag,
     /// the bucket's capacity and refill per ms, the queue's cap in messages and in bytes,
     /// the peers' cap and their expiry ms; for a group copy also KEYS[7], the
@@ -308,13 +360,14 @@ public struct PendingQueue: Sendable {
             if not space then return 0 end
             local gateway = string.sub(holder, 1, space - 1)
             local conn = string.sub(holder, space + 1)
+            if ARGV[6] == '' and 'gateway:' .. gateway == ARGV[5] then return conn end
             return redis.call('PUBLISH', 'gateway:' .. gateway,
                 'deliver\\n' .. conn .. '\\n' .. ARGV[7] .. '\\n{"type":"message_received","payload":' .. ARGV[2] .. '}')
         end
         local known = redis.call('HGET', KEYS[2], 'from')
         if known then
             if known ~= ARGV[1] then return {'conflict'} end
-            redis.call('PUBLISH', ARGV[5], ARGV[6])
+            if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
             local delivered = 0
             if ARGV[8] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
                 delivered = deliver()
@@ -346,7 +399,7 @@ public struct PendingQueue: Sendable {
             redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[13]) + 1))
         end
         redis.call('PEXPIRE', KEYS[6], ARGV[14])
-        redis.call('PUBLISH', ARGV[5], ARGV[6])
+        if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
         return {'stored', id, redis.call('XLEN', KEYS[1]), deliver()}
         """)
 

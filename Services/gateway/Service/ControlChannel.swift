@@ -3,6 +3,7 @@ import Prometheus
 import ServiceLifecycle
 import Synchronization
 import Tracing
+import WhisperMessaging
 import WhisperShared
 
 /// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
@@ -13,11 +14,17 @@ struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
     let settler: ReceiptSettler
     let banned: RecentBans
+    /// The identities this instance's `SendDesk` caches: a change reaches it at once.
+    let identities: IdentityCache
     let latency: DurationHistogram
     let logger: Logger
 
-    init(connections: ConnectionRegistry, settler: ReceiptSettler, banned: RecentBans, metrics: ServiceMetrics, logger: Logger) {
+    init(
+        connections: ConnectionRegistry, settler: ReceiptSettler, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
+        logger: Logger
+    ) {
         self.connections = connections
+        self.identities = identities
         self.banned = banned
         self.settler = settler
         self.latency = metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
@@ -47,20 +54,27 @@ struct ControlChannel: Sendable {
             connection.sendRaw(frame) { settler.settle(stored) }
         case .deliver:
             if let frame = command.frame {
-                // The last span of a message's trace: its write to the recipient's socket.
-                var span: (any Span)?
-                if let parent = command.traceparent, WhisperTracing.isEnabled {
-                    span = InstrumentationSystem.tracer.startAnySpan(
-                        "deliver message_received", context: WhisperTracing.context(continuing: parent), ofKind: .producer
-                    )
-                    span?.attributes["whisper.connection"] = connection.id
-                }
-                defer { span?.end() }
-                connection.sendRaw(frame)
-                if let acceptedAt = command.acceptedAt {
-                    latency.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: Clock.elapsedMilliseconds(since: acceptedAt)))
-                }
+                deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
             }
+        }
+    }
+
+    /// Writes a frame for its socket: published here, or stored by this instance's own
+    /// `SendDesk` for a socket of this instance. With a trace, the write is the last span
+    /// of the message's trace; with `acceptedAt` (when the sender's gateway read the
+    /// message), its routing latency is observed.
+    func deliver(_ frame: [UInt8], to connection: ClientConnection, traceparent: String?, acceptedAt: Int64?) {
+        var span: (any Span)?
+        if let parent = traceparent, WhisperTracing.isEnabled {
+            span = InstrumentationSystem.tracer.startAnySpan(
+                "deliver message_received", context: WhisperTracing.context(continuing: parent), ofKind: .producer
+            )
+            span?.attributes["whisper.connection"] = connection.id
+        }
+        defer { span?.end() }
+        connection.sendRaw(frame)
+        if let acceptedAt {
+            latency.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: Clock.elapsedMilliseconds(since: acceptedAt)))
         }
     }
 }
@@ -74,6 +88,7 @@ extension ControlChannel {
             logger.warning("identity_change_unreadable", metadata: ["sizeBytes": "\(payload.count)"])
             return
         }
+        identities.forget(change.whisperId)
         switch change.kind {
         case .banned:
             banned.insert(change.whisperId)

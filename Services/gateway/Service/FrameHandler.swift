@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import Prometheus
 import Synchronization
 import Tracing
@@ -21,11 +22,17 @@ struct FrameHandler: Sendable {
     let receipts: ReceiptDesk
     let typing: TypingDesk
     let watching: PresenceDesk
+    /// Serves `send_message` here (`GATEWAY_SEND_PATH=direct`); nil: through the router stream.
+    let sends: SendDesk?
+    /// Past this wait in the socket's queue a direct `send_message` is refused as busy.
+    let sendWaitMax: Duration
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
 
-    func handle(_ bytes: [UInt8], on connection: ClientConnection) async {
+    /// Handles one frame of the socket; `arrivedAt` is when it was read (`NIODeadline`
+    /// uptime, ns; 0 when unknown).
+    func handle(_ bytes: [UInt8], arrivedAt: UInt64 = 0, on connection: ClientConnection) async {
         // Frames a client sent before closing are still handled (a receipt written just
         // before the close must not be lost); the answers have nowhere to go and are
         // dropped. A socket the server ended is not read any further.
@@ -59,7 +66,7 @@ struct FrameHandler: Sendable {
                     return
                 }
             }
-            try await dispatch(frame, on: connection)
+            try await dispatch(frame, arrivedAt: arrivedAt, on: connection)
         } catch {
             environment.logger.error("frame_failed", metadata: ["type": "\(frame.type.rawValue)", "connId": "\(connection.id)", "error": "\(error)"])
             await reply(error: .internalError, "the server failed; try again", requestId: frame.requestId, on: connection)
@@ -89,7 +96,7 @@ struct FrameHandler: Sendable {
         await reply(error: code, message, requestId: requestId, on: connection)
     }
 
-    private func dispatch(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+    private func dispatch(_ frame: InboundFrame, arrivedAt: UInt64, on connection: ClientConnection) async throws {
         switch frame.payload {
         case is Ping:
             connection.send(Pong(serverTime: Clock.millisecondsNow()), requestId: frame.requestId)
@@ -143,6 +150,8 @@ struct FrameHandler: Sendable {
             connection.send(try await watching.subscribe(payload.whisperIds, watcher: whisperId, on: connection), requestId: frame.requestId)
         case let payload as DeliveryReceipt:
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
+        case let payload as SendMessage where sends != nil:
+            try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
             try await enqueueForRouter(frame, on: connection)
         default:
@@ -236,6 +245,51 @@ struct FrameHandler: Sendable {
             return nil
         }
         return whisperId
+    }
+
+    /// `send_message` served here (`SendDesk`): charged to the address (in memory) and
+    /// the identity's bucket for messages (the one group copies are charged to as they
+    /// enter the stream), then checked, stored and passed on without a router. What the
+    /// router would refuse is answered the same way, and, as from a router, not counted
+    /// against the socket; a frame that waited past `sendWaitMax` is refused as busy.
+    private func serveSend(_ message: SendMessage, requestId: String?, arrivedAt: UInt64, on connection: ClientConnection) async throws {
+        guard let sends, let whisperId = await admitRouted(requestId: requestId, on: connection) else { return }
+        if arrivedAt > 0, sendWaitMax > .zero {
+            let waited = NIODeadline.now().uptimeNanoseconds &- arrivedAt
+            if waited > UInt64(clamping: sendWaitMax.nanoseconds) {
+                limits.busyRefusals.increment()
+                await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: requestId, on: connection)
+                return
+            }
+        }
+        if case .limited(let retry) = try await limits.limiter.take(bucket: RouterStream.bucket("send", whisperId), rule: limits.sendPerSender) {
+            await refuse(.rateLimited, "too many messages; retry in \(retry) ms", requestId: requestId, on: connection)
+            return
+        }
+        let receivedAt = Clock.millisecondsNow()
+        do {
+            guard WhisperTracing.isEnabled else {
+                try await sends.send(message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection)
+                return
+            }
+            // A message's trace begins and, for a recipient on this instance, ends here.
+            try await withSpan(ClientFrameType.sendMessage.rawValue, ofKind: .server) { span in
+                span.attributes["whisper.frame.type"] = ClientFrameType.sendMessage.rawValue
+                span.attributes["whisper.gateway.instance"] = instanceID
+                span.attributes["whisper.message_id"] = message.messageId
+                let outcome = try await sends.send(
+                    message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection,
+                    traceparent: WhisperTracing.traceparent(of: span.context)
+                )
+                span.attributes["whisper.outcome"] = outcome.rawValue
+            }
+        } catch let refusal as WhisperError {
+            sends.metrics.routed(.refused)
+            await reply(error: refusal.code, refusal.message, requestId: requestId, on: connection)
+            connection.logger.info("frame_refused", metadata: [
+                "type": "send_message", "code": "\(refusal.code.rawValue)", "whisperId": "\(whisperId)",
+            ])
+        }
     }
 
     /// Receipts are served here (`ReceiptDesk`), limited like the routed frames: per

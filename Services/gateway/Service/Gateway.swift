@@ -28,6 +28,15 @@ public func buildGateway(
     let draining = DrainFlag()
     let presence = PresenceStore(redis: environment.redis)
     let recentBans = RecentBans()
+    let identities = IdentityCache(
+        postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
+        unknownTTL: settings.unknownIdentityTTL
+    )
+    let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
+    let control = ControlChannel(
+        connections: connections, settler: settler, banned: recentBans, identities: identities, metrics: environment.metrics,
+        logger: environment.logger
+    )
     let frames = FrameHandler(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
@@ -41,7 +50,15 @@ public func buildGateway(
         watching: PresenceDesk(
             redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.presenceEventsPerIdentity,
             metrics: environment.metrics
-        )
+        ),
+        sends: settings.sendPath == .direct ? SendDesk(
+            checks: MessageChecks(identities: identities),
+            attachments: AttachmentRecipients(postgres: environment.postgres),
+            pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
+            redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
+            metrics: RoutingMetrics(metrics: environment.metrics), connections: connections, control: control, logger: environment.logger
+        ) : nil,
+        sendWaitMax: settings.sendWaitMax
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)
@@ -53,15 +70,13 @@ public func buildGateway(
         ])
     }
     let admission = SocketAdmission(maxTotal: socketLimit, maxPerAddress: settings.maxSocketsPerAddress)
-    let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
-    let control = ControlChannel(
-        connections: connections, settler: settler, banned: recentBans, metrics: environment.metrics, logger: environment.logger
-    )
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
         channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel],
         logger: environment.logger,
-        onMessage: control.handle
+        onMessage: control.handle,
+        // Changes published while the subscription was down were missed.
+        onSubscribed: { identities.forgetAll() }
     )
 
     let router = Router(context: GatewayRequestContext.self)
@@ -111,7 +126,7 @@ public func buildGateway(
         // still finds it, and nothing is left running after the socket.
         try channel.pipeline.syncOperations.addHandler(SocketHandler(
             connection: connection, settings: socketSettings,
-            onMessage: { bytes, connection in await frames.handle(bytes, on: connection) },
+            onMessage: { bytes, arrivedAt, connection in await frames.handle(bytes, arrivedAt: arrivedAt, on: connection) },
             onClosed: { connection in
                 await frames.release(connection)
                 connections.remove(connection.id)

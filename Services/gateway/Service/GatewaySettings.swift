@@ -87,6 +87,27 @@ public struct GatewaySettings: ServiceSettings {
     /// Base URL of turn-cred's internal port, which serves `get_turn_credentials`
     /// (empty: the frame is answered `FORBIDDEN`, TURN is not offered).
     public var turnCredURL: String
+    /// How `send_message` is served: `direct` (this gateway checks, verifies and stores
+    /// it and answers itself; no router on its path) or `router` (through the router
+    /// stream, like group copies, group changes, calls and fetches).
+    public var sendPath: SendPath = .router
+    /// For the messages this gateway stores itself (`direct`), the same settings as the
+    /// routers' of the same names: messages from one sender to one recipient, what one
+    /// recipient's queue may hold, how long identities stay cached. Set them alike on
+    /// gateways and routers (group copies are stored by routers).
+    public var sendPerPair = RateLimitRule(capacity: 300, period: .seconds(60))
+    public var pendingCapacity = PendingQueue.Capacity.standard
+    public var identityCacheTTL: Duration = .seconds(30)
+    public var unknownIdentityTTL: Duration = .seconds(10)
+    /// Backpressure on the direct path: a `send_message` that waited in its socket's
+    /// queue longer than this before the gateway came to it is refused with
+    /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
+    /// capacity the wait of an admitted message stays near this bound; 0 turns it off.
+    public var sendWaitMax: Duration = .milliseconds(500)
+
+    public enum SendPath: String, Sendable {
+        case direct, router
+    }
 
     public init(
         common: CommonSettings, authURL: String, internalToken: String,
@@ -190,6 +211,20 @@ public struct GatewaySettings: ServiceSettings {
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
         callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")
+        let path = settings.string("gateway.send.path", default: "router")
+        if let known = SendPath(rawValue: path) {
+            sendPath = known
+        } else {
+            settings.reject("gateway.send.path", because: "must be direct or router")
+        }
+        sendPerPair = settings.rateLimit("gateway.rate.limit.send.per.pair", default: "300/60s")
+        pendingCapacity = PendingQueue.Capacity(
+            messages: settings.int("gateway.pending.max.messages", default: PendingQueue.Capacity.standard.messages, range: 1...1_000_000),
+            bytes: settings.int("gateway.pending.max.bytes", default: PendingQueue.Capacity.standard.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))
+        )
+        identityCacheTTL = .seconds(settings.int("gateway.identity.cache.seconds", default: 30, range: 0...3_600))
+        unknownIdentityTTL = .seconds(settings.int("gateway.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
+        sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 500, range: 0...60_000))
         turnCredURL = settings.string("gateway.turn.cred.url", default: "")
         if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {
             settings.reject("gateway.turn.cred.url", because: "must be empty or an http:// or https:// URL")

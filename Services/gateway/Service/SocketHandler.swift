@@ -37,8 +37,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var maxMessageBytes: Int
     }
 
-    /// Handles one complete message of the socket (in arrival order, one at a time).
-    typealias MessageHandler = @Sendable ([UInt8], ClientConnection) async -> Void
+    /// Handles one complete message of the socket (in arrival order, one at a time),
+    /// with when it was read (`NIODeadline` uptime, ns).
+    typealias MessageHandler = @Sendable ([UInt8], UInt64, ClientConnection) async -> Void
     /// Runs once after the socket closed and every message read from it was handled.
     typealias Farewell = @Sendable (ClientConnection) async -> Void
 
@@ -177,12 +178,13 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let onClosed = onClosed
         Task {
             while true {
-                switch connection.inbox.next() {
+                let (next, arrivedAt) = connection.inbox.nextTimed()
+                switch next {
                 case .message(let bytes, let resumeReading):
                     if resumeReading {
                         connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
                     }
-                    await onMessage(bytes, connection)
+                    await onMessage(bytes, arrivedAt, connection)
                 case .idle:
                     return
                 case .ended:
@@ -294,6 +296,8 @@ final class SocketInbox: Sendable {
 
     private struct State {
         var messages: [[UInt8]] = []
+        /// When each message was read (`NIODeadline` uptime, ns), alongside `messages`.
+        var arrivals: [UInt64] = []
         var head = 0
         var bytes = 0
         var handling = false
@@ -316,6 +320,7 @@ final class SocketInbox: Sendable {
     func push(_ message: [UInt8]) -> (startHandling: Bool, pauseReading: Bool) {
         state.withLock { state in
             state.messages.append(message)
+            state.arrivals.append(NIODeadline.now().uptimeNanoseconds)
             state.bytes += message.count
             let start = !state.handling
             state.handling = true
@@ -336,30 +341,37 @@ final class SocketInbox: Sendable {
     }
 
     /// The next step of the handling task.
-    func next() -> Next {
+    func next() -> Next { nextTimed().next }
+
+    /// The next step, and for a message when it was read (`NIODeadline` uptime, ns; 0
+    /// otherwise), so that a frame that waited too long can be turned away.
+    func nextTimed() -> (next: Next, arrivedAt: UInt64) {
         state.withLock { state in
             if state.count > 0 {
                 let message = state.messages[state.head]
+                let arrivedAt = state.arrivals[state.head]
                 state.messages[state.head] = []
                 state.head += 1
                 state.bytes -= message.count
                 if state.count == 0 {
                     state.messages.removeAll(keepingCapacity: false)
+                    state.arrivals.removeAll(keepingCapacity: false)
                     state.head = 0
                 } else if state.head >= 64 {
                     state.messages.removeFirst(state.head)
+                    state.arrivals.removeFirst(state.head)
                     state.head = 0
                 }
                 let resume = state.paused && state.count <= bounds.resumeAtMessages && state.bytes < bounds.pauseAtBytes
                 if resume { state.paused = false }
-                return .message(message, resumeReading: resume)
+                return (.message(message, resumeReading: resume), arrivedAt)
             }
             if state.closed, !state.finished {
                 state.finished = true
-                return .ended
+                return (.ended, 0)
             }
             state.handling = false
-            return .idle
+            return (.idle, 0)
         }
     }
 

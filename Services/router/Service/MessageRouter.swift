@@ -4,15 +4,6 @@ import Tracing
 import WhisperMessaging
 import WhisperShared
 
-/// What routing a frame produced, for metrics and tests.
-enum RoutingOutcome: String, Sendable, CaseIterable {
-    case delivered, queued, duplicate, receipt, ignored, page, refused
-    /// A group created or changed (`group_create`, `group_update`).
-    case group
-    /// A call signaling frame passed on (or a call ended).
-    case call
-}
-
 /// Serves `send_message`, `delivery_receipt` and `fetch_pending` from the router stream
 /// (spec 4 and 5; ARCHITECTURE.md section 3). Every step is idempotent: an entry that is
 /// processed twice (a router died before acknowledging it) changes nothing twice.
@@ -25,7 +16,7 @@ struct MessageRouter: Sendable {
     let calls: CallDesk
     let attachments: AttachmentRecipients
     let settings: RouterSettings
-    let metrics: RouterMetrics
+    let metrics: RoutingMetrics
     let logger: Logger
 
     /// Handles one entry. Throws only when the infrastructure failed (the entry is then
@@ -144,42 +135,9 @@ struct MessageRouter: Sendable {
     private func send(
         _ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool, traceparent: String? = nil
     ) async throws -> RoutingOutcome {
-        let now = Clock.millisecondsNow()
-        guard message.from == entry.whisperId else {
-            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
-        }
-        try checkSize(message)
-        guard Clock.isWithinSkew(message.timestamp, of: now) else {
-            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
-        }
-        let received = MessageReceived(
-            messageId: message.messageId, groupId: groupId, from: message.from, to: message.to, msgType: message.msgType,
-            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
-            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
-        )
-        let body = received.payloadJSON
-        guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
-            throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")
-        }
-        guard let sender = try await identities.lookup(message.from) else {
-            throw WhisperError(.notRegistered, "the sending identity does not exist")
-        }
-        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
         // The sender's own limit was charged by the gateway as it added the entry; the
         // limit per recipient is charged by the store script (no round trip of its own).
-        let signedBytes = CanonicalSigning.bytes(
-            messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
-            from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
-            ciphertext: message.ciphertext
-        )
-        guard let signature = Data(base64Encoded: message.sig),
-              CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
-            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
-        }
-        guard let recipient = try await identities.lookup(message.to) else {
-            throw WhisperError(.notFound, "no such recipient")
-        }
-        guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
+        let body = try await MessageChecks(identities: identities).check(message, groupId: groupId, sentBy: entry.whisperId)
         var membership: PendingQueue.GroupCheck?
         if let groupId {
             membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
@@ -190,16 +148,16 @@ struct MessageRouter: Sendable {
 
         let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
         var attempts = 0
-        var result: (PendingQueue.StoreResult, Bool)
+        var result: PendingQueue.StoreOutcome
         while true {
             result = try await pending.store(
                 recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
-                accepted: (entry.gateway, accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
+                acceptance: .publish(gateway: entry.gateway, command: accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
                 pairLimit: settings.sendPerPair, group: membership, traceparent: traceparent
             )
             attempts += 1
             guard let groupId, attempts < 4 else { break }
-            switch result.0 {
+            switch result.result {
             case .stale:
                 // The group changed since this router read it: read it again.
                 groups.directory.forget(groupId)
@@ -213,7 +171,7 @@ struct MessageRouter: Sendable {
             }
             break
         }
-        let (stored, live) = result
+        let (stored, live) = (result.result, result.deliveredLive)
         let outcome: RoutingOutcome
         switch stored {
         case .notMember:
@@ -247,29 +205,6 @@ struct MessageRouter: Sendable {
             "sizeBytes": "\(message.ciphertext.utf8.count)",
         ])
         return outcome
-    }
-
-    /// The inline ciphertext holds at most MAX_TEXT_BYTES of plaintext; media travel
-    /// as attachments, each kind within its limit.
-    private func checkSize(_ message: SendMessage) throws {
-        let inline = Format.decodedLength(ofBase64: message.ciphertext)
-        guard inline <= Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES else {
-            throw WhisperError(.invalidPayload, "ciphertext is \(inline) bytes; at most \(Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES) inline")
-        }
-        let limit: Int? = switch message.msgType {
-        case .image: Limits.MAX_IMAGE_BYTES
-        case .voice: Limits.MAX_VOICE_BYTES
-        case .file: Limits.MAX_FILE_BYTES
-        case .text, .system: nil
-        }
-        if let limit {
-            guard let attachment = message.attachment else {
-                throw WhisperError(.invalidPayload, "\(message.msgType.rawValue) messages carry an attachment")
-            }
-            guard attachment.ciphertextSize <= Int64(limit) else {
-                throw WhisperError(.invalidPayload, "attachment.ciphertextSize over the \(message.msgType.rawValue) limit of \(limit) bytes")
-            }
-        }
     }
 
     // MARK: - delivery_receipt

@@ -41,7 +41,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 calls: calls,
                 attachments: AttachmentRecipients(postgres: environment.postgres),
                 settings: settings,
-                metrics: RouterMetrics(metrics: environment.metrics),
+                metrics: RoutingMetrics(metrics: environment.metrics),
                 logger: environment.logger
             )
             let consumer = StreamConsumer(

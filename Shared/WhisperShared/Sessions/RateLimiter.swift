@@ -52,6 +52,13 @@ public struct RateLimiter: Sendable {
         return try Self.decision(reply, "rate limit script")
     }
 
+    /// Takes one token from the bucket stored at `bucket` (a key named by its owner,
+    /// e.g. `RouterStream.bucket`, which other scripts charge too).
+    public func take(bucket: String, rule: RateLimitRule) async throws -> Decision {
+        let reply = try await redis.evaluate(Self.takeScript, keys: [bucket], arguments: Self.arguments(rule))
+        return try Self.decision(reply, "rate limit script")
+    }
+
     /// A rule as the bucket code's two arguments: capacity, and tokens added per millisecond.
     public static func arguments(_ rule: RateLimitRule) -> [any RedisArgument] {
         [rule.capacity, String(Double(rule.capacity) / rule.period.milliseconds)]

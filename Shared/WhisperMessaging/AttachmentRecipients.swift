@@ -5,14 +5,18 @@ import WhisperShared
 /// Who an attachment was sent to (`attachment_recipients`), recorded by the router for
 /// each message that carries one: the download endpoint lets those identities fetch
 /// it, and gc-worker deletes the blob once each of them has taken its message.
-struct AttachmentRecipients: Sendable {
+public struct AttachmentRecipients: Sendable {
     let postgres: PostgresClient
+
+    public init(postgres: PostgresClient) {
+        self.postgres = postgres
+    }
 
     /// Records `recipient` for the sender's upload named by `pointer`, in one statement.
     /// Refused when the objectKey is not a live upload of this sender (forwarding
     /// another's attachment means uploading it again) or its size differs from the
     /// upload's declaration. A resend records nothing new.
-    func admit(_ pointer: AttachmentPointer, sender: String, recipient: String, messageId: String) async throws {
+    public func admit(_ pointer: AttachmentPointer, sender: String, recipient: String, messageId: String) async throws {
         let rows = try await postgres.query("""
             WITH owned AS (
                 SELECT object_key, size_bytes FROM attachments

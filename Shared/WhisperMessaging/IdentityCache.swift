@@ -7,16 +7,21 @@ import WhisperShared
 
 /// What routing needs to know of an identity: its signing key (immutable, so cached for
 /// good) and whether it is banned (cached for a short while).
-struct IdentityInfo: Sendable {
-    var signPublicKey: [UInt8]
-    var banned: Bool
+public struct IdentityInfo: Sendable {
+    public var signPublicKey: [UInt8]
+    public var banned: Bool
+
+    public init(signPublicKey: [UInt8], banned: Bool) {
+        self.signPublicKey = signPublicKey
+        self.banned = banned
+    }
 }
 
 /// Identities by Whisper ID, read from Postgres once and then kept in memory, so a
 /// message never costs a database round trip for its sender's key. A Whisper ID that
 /// names no identity is remembered too, for `unknownTTL`, so a sender trying random
 /// recipients costs a memory lookup per message, not a query.
-final class IdentityCache: Sendable {
+public final class IdentityCache: Sendable {
     private struct Entry {
         var info: IdentityInfo
         /// Until when the entry is trusted: the TTL, or sooner when a ban ends then.
@@ -31,7 +36,7 @@ final class IdentityCache: Sendable {
     private let entries = Mutex<[String: Entry]>([:])
     private let unknown = Mutex<[String: ContinuousClock.Instant]>([:])
 
-    init(
+    public init(
         postgres: PostgresClient, logger: Logger, metrics: ServiceMetrics, ttl: Duration, unknownTTL: Duration = .seconds(10),
         capacity: Int = 200_000
     ) {
@@ -46,20 +51,20 @@ final class IdentityCache: Sendable {
     private let queries: Counter
 
     /// Drops what is known of one identity (its standing changed: `IdentityChange`).
-    func forget(_ whisperId: String) {
+    public func forget(_ whisperId: String) {
         _ = entries.withLock { $0.removeValue(forKey: whisperId) }
         _ = unknown.withLock { $0.removeValue(forKey: whisperId) }
     }
 
     /// Drops everything: after the change channel
     /// was (re)subscribed, since changes published meanwhile were missed.
-    func forgetAll() {
+    public func forgetAll() {
         entries.withLock { $0.removeAll() }
         unknown.withLock { $0.removeAll() }
     }
 
     /// The identity, or nil when there is none.
-    func lookup(_ whisperId: String) async throws -> IdentityInfo? {
+    public func lookup(_ whisperId: String) async throws -> IdentityInfo? {
         let now = ContinuousClock.now
         if let entry = entries.withLock({ $0[whisperId] }), now < entry.validUntil {
             return entry.info

@@ -1,0 +1,85 @@
+import Foundation
+import WhisperShared
+
+/// The checks a message passes before it is stored (spec 4.1), in one place for the two
+/// services that store messages: a gateway serving `send_message` itself, and a router
+/// serving stream entries (group copies, and messages from gateways that route through
+/// the stream). They run cheapest first, so that a refused message costs as little as
+/// it can: what the message itself shows (`from` is the session's identity, inline and
+/// attachment sizes, the timestamp, the stored size with every field counted), then the
+/// sender (cached: signing key for good, ban status for a while), the Ed25519 signature
+/// (CPU only), then the recipient (cached, unknown ones too). What remains is the
+/// caller's: a group copy's membership, the attachment's owner (`AttachmentRecipients`)
+/// and the store script, which charges the pair's bucket and the recipient's queue cap.
+public struct MessageChecks: Sendable {
+    public let identities: IdentityCache
+
+    public init(identities: IdentityCache) {
+        self.identities = identities
+    }
+
+    /// Checks `message` as sent by `session` (the identity the socket acts for) and
+    /// returns the payload the recipient will get (`message_received`, as stored).
+    /// `groupId` marks a group copy, signed over the groupId instead of the recipient.
+    /// Throws the refusal (`WhisperError`) for the client, or an infrastructure error.
+    public func check(_ message: SendMessage, groupId: String? = nil, sentBy session: String) async throws -> [UInt8] {
+        let now = Clock.millisecondsNow()
+        guard message.from == session else {
+            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
+        }
+        try Self.checkSize(message)
+        guard Clock.isWithinSkew(message.timestamp, of: now) else {
+            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
+        }
+        let received = MessageReceived(
+            messageId: message.messageId, groupId: groupId, from: message.from, to: message.to, msgType: message.msgType,
+            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
+            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
+        )
+        let body = received.payloadJSON
+        guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
+            throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")
+        }
+        guard let sender = try await identities.lookup(message.from) else {
+            throw WhisperError(.notRegistered, "the sending identity does not exist")
+        }
+        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
+        let signedBytes = CanonicalSigning.bytes(
+            messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
+            from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
+            ciphertext: message.ciphertext
+        )
+        guard let signature = Data(base64Encoded: message.sig),
+              CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
+            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
+        }
+        guard let recipient = try await identities.lookup(message.to) else {
+            throw WhisperError(.notFound, "no such recipient")
+        }
+        guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
+        return body
+    }
+
+    /// The inline ciphertext holds at most MAX_TEXT_BYTES of plaintext; media travel
+    /// as attachments, each kind within its limit.
+    static func checkSize(_ message: SendMessage) throws {
+        let inline = Format.decodedLength(ofBase64: message.ciphertext)
+        guard inline <= Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES else {
+            throw WhisperError(.invalidPayload, "ciphertext is \(inline) bytes; at most \(Limits.MAX_TEXT_BYTES + Limits.BOX_OVERHEAD_BYTES) inline")
+        }
+        let limit: Int? = switch message.msgType {
+        case .image: Limits.MAX_IMAGE_BYTES
+        case .voice: Limits.MAX_VOICE_BYTES
+        case .file: Limits.MAX_FILE_BYTES
+        case .text, .system: nil
+        }
+        if let limit {
+            guard let attachment = message.attachment else {
+                throw WhisperError(.invalidPayload, "\(message.msgType.rawValue) messages carry an attachment")
+            }
+            guard attachment.ciphertextSize <= Int64(limit) else {
+                throw WhisperError(.invalidPayload, "attachment.ciphertextSize over the \(message.msgType.rawValue) limit of \(limit) bytes")
+            }
+        }
+    }
+}
