@@ -246,11 +246,11 @@ public struct PendingQueue: Sendable {
     /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
     /// and the recipient acknowledges it again when it fetches it again.
     public func checkReceipt(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String, charging rule: RateLimitRule
+        recipient: String, messageId: String, delivered: Bool, locating sender: String, charging rule: RateLimitRule?
     ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
         let (reply, others) = try await redis.evaluate(
             Self.receiptCheckScript, keys: [Self.messageKey(recipient, messageId), Self.receiptBucket(recipient)],
-            arguments: [delivered ? 1 : 0] + RateLimiter.arguments(rule),
+            arguments: [delivered ? 1 : 0] + (rule.map(RateLimiter.arguments) ?? [0, "0"]),
             alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
         )
         guard let parts = reply.array, parts.count == 2, let status = parts[0].int else {
@@ -276,12 +276,15 @@ public struct PendingQueue: Sendable {
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
 
     /// KEYS: message key, the recipient's receipt bucket. ARGV: 1 when delivered (else
-    /// read), the bucket's capacity and refill per ms. Returns {0, retry after ms} when
-    /// the bucket is empty, else {1, sender} when the receipt is to be passed on and
-    /// {1, ''} when not. Changes nothing but the bucket.
+    /// read), the bucket's capacity and refill per ms (capacity 0: charged already, the
+    /// bucket is left alone). Returns {0, retry after ms} when the bucket is empty, else
+    /// {1, sender} when the receipt is to be passed on and {1, ''} when not. Changes
+    /// nothing but the bucket.
     static let receiptCheckScript = RedisScript(RateLimiter.bucketLua + """
-        local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
-        if retry > 0 then return {0, retry} end
+        if ARGV[2] ~= '0' then
+            local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+            if retry > 0 then return {0, retry} end
+        end
         local message = redis.call('HMGET', KEYS[1], 'from', 'state', 'read')
         local from = message[1]
         if not from then return {1, ''} end

@@ -401,8 +401,9 @@ import WhisperShared
     }
 
     @Test func theRouterStreamHoldsNoSessionTokens() async throws {
-        // No router: the entries stay in the stream as the gateways wrote them.
-        let stack = try await MessagingStack.start(routers: 0)
+        // No router: the entries stay in the stream as the gateways wrote them (messages
+        // take the stream with GATEWAY_SEND_PATH=router, as group copies always do).
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         try await alice.connection.sendOnly(alice.message("no tokens at rest", to: bob))
@@ -471,7 +472,7 @@ import WhisperShared
     }
 
     @Test func handledEntriesLeaveTheRouterStream() async throws {
-        let stack = try await MessagingStack.start()
+        let stack = try await MessagingStack.start(gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         _ = try await alice.send(20, to: bob, labelled: "routed")

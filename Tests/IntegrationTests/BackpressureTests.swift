@@ -12,8 +12,13 @@ import WhisperShared
 @Suite(.serialized)
 struct BackpressureTests {
     @Test func aFullBacklogRefusesNewWorkUntilTheRoutersCatchUp() async throws {
-        // No router: whatever enters the stream stays there until one starts.
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.routerBacklogMax = 3 })
+        // No router: whatever enters the stream stays there until one starts. Messages
+        // take the stream here (GATEWAY_SEND_PATH=router); direct sends are held back by
+        // their wait instead (`aSendThatWaitedTooLongIsRefusedAsBusy`).
+        let stack = try await MessagingStack.start(routers: 0, gateway: {
+            $0.routerBacklogMax = 3
+            $0.sendPath = .router
+        })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         let queued = (0..<3).map { alice.message("queued \($0)", to: bob) }

@@ -102,7 +102,9 @@ import WhisperShared
     }
 
     @Test func routingIsCountedAndTimed() async throws {
-        let stack = try await MessagingStack.start()
+        // Messages through the router stream (GATEWAY_SEND_PATH=router): the routers
+        // count them. DirectSendTests counts them at the gateways.
+        let stack = try await MessagingStack.start(gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         let mallory = try await stack.user(on: 0)

@@ -241,7 +241,8 @@ import WhisperShared
     }
 
     @Test func acknowledgementsAreGatheredAndNoneIsLeftOut() async throws {
-        let stack = try await MessagingStack.start(routers: 1) { $0.ackInterval = .milliseconds(300) }
+        // The routers' acknowledgements: messages through the stream (GATEWAY_SEND_PATH=router).
+        let stack = try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .milliseconds(300) }, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
@@ -259,7 +260,7 @@ import WhisperShared
     /// acknowledging task held back for an hour, every entry still leaves the group's
     /// pending list and the stream (the read that ends an idle second takes the last).
     @Test func readsCarryTheAcknowledgements() async throws {
-        let stack = try await MessagingStack.start(routers: 1) { $0.ackInterval = .seconds(3600) }
+        let stack = try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .seconds(3600) }, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         for index in 0..<10 {
@@ -275,7 +276,7 @@ import WhisperShared
     /// again; a lone message to an idle router still arrives, and so does a burst. How
     /// much the linger saves, and how long it holds a message, the benchmark measures.
     @Test func aReadLingerDelaysNothingForGood() async throws {
-        let stack = try await MessagingStack.start(routers: 1) { $0.readLinger = .milliseconds(600) }
+        let stack = try await MessagingStack.start(routers: 1, router: { $0.readLinger = .milliseconds(600) }, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         try await alice.connection.sendOnly(alice.message("first", to: bob))

@@ -32,8 +32,11 @@ import WhisperShared
     }
 
     @Test func aRouterKilledMidFlightLosesNothing() async throws {
-        // Gateways and auth in this process; the two routers as real processes.
-        let stack = try await MessagingStack.start(routers: 0)
+        // Gateways and auth in this process; the two routers as real processes. Messages
+        // go through the router stream (GATEWAY_SEND_PATH=router), so the routers are
+        // what dies with them in flight; GatewayCrashTests kills the gateway that stores
+        // them on the direct path.
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router })
         var routers: [Process] = []
         for _ in 0..<2 {
             let port = try TestServers.freePort()

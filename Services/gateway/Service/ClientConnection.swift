@@ -47,6 +47,10 @@ public final class ClientConnection: Sendable {
     /// frames (`GatewaySettings.controlPerSocket`, `refusalsPerSocket`).
     private let buckets: Mutex<(control: LocalBucket, refusals: LocalBucket)>
 
+    /// Tokens this socket took ahead from its identity's buckets in Redis for messages
+    /// and receipts (`TokenLease`); dropped when it stops acting for the identity.
+    private let leases = Mutex<[TokenLease.Kind: TokenLease]>([:])
+
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
 
@@ -77,8 +81,24 @@ public final class ClientConnection: Sendable {
         }
     }
 
+    /// Spends a token leased for `kind`; false when none is left: lease more.
+    func spendLeased(_ kind: TokenLease.Kind, now: UInt64) -> Bool {
+        leases.withLock { $0[kind, default: TokenLease()].spend(now: now) }
+    }
+
+    /// How many tokens to lease for `kind` now (at most `max`).
+    func leaseSize(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> Int {
+        leases.withLock { $0[kind, default: TokenLease()].nextSize(now: now, max: max) }
+    }
+
+    /// A lease came back with `granted` tokens, one of them spent at once.
+    func leased(_ kind: TokenLease.Kind, granted: Int, now: UInt64) {
+        leases.withLock { $0[kind, default: TokenLease()].received(granted, now: now) }
+    }
+
     func unbind() -> String? {
         forgetVerifiedSession()
+        leases.withLock { $0.removeAll() }
         return binding.withLock { current in
             defer { current = nil }
             return current
@@ -225,5 +245,49 @@ public final class ConnectionRegistry: Sendable {
     /// Every bound socket with the identity it acts for (presence refresh).
     func bound() -> [(whisperId: String, connection: ClientConnection)] {
         connections.withLock { $0.values.compactMap { connection in connection.whisperId.map { ($0, connection) } } }
+    }
+}
+
+/// Tokens one socket took ahead from a bucket of its identity (`RateLimiter.lease`), so
+/// that a busy sender costs a bucket round trip per lease instead of per frame. One
+/// identity holds one live socket and its frames are handled one at a time, so the
+/// socket is the only spender. A lease starts at one token and doubles (up to `max`)
+/// while leases follow each other within `lifetime`; tokens not spent within `lifetime`
+/// are dropped, so a sender cannot save up a burst beyond its bucket, and a socket that
+/// closes loses at most what it leased last (never more than the rule allows overall).
+struct TokenLease {
+    enum Kind: Hashable {
+        case send, receipt
+    }
+
+    static let lifetime: UInt64 = 1_000_000_000
+
+    private var tokens = 0
+    private var validUntil: UInt64 = 0
+    private var size = 1
+    private var lastLeaseAt: UInt64?
+
+    mutating func spend(now: UInt64) -> Bool {
+        guard tokens > 0, now < validUntil else {
+            tokens = 0
+            return false
+        }
+        tokens -= 1
+        return true
+    }
+
+    mutating func nextSize(now: UInt64, max: Int) -> Int {
+        if let last = lastLeaseAt, now &- last < Self.lifetime {
+            size = Swift.min(Swift.max(1, max), size &* 2)
+        } else {
+            size = 1
+        }
+        lastLeaseAt = now
+        return size
+    }
+
+    mutating func received(_ granted: Int, now: UInt64) {
+        tokens = Swift.max(0, granted - 1)
+        validUntil = now &+ Self.lifetime
     }
 }

@@ -262,7 +262,7 @@ struct FrameHandler: Sendable {
                 return
             }
         }
-        if case .limited(let retry) = try await limits.limiter.take(bucket: RouterStream.bucket("send", whisperId), rule: limits.sendPerSender) {
+        if case .limited(let retry) = try await charge(.send, bucket: RouterStream.bucket("send", whisperId), rule: limits.sendPerSender, on: connection) {
             await refuse(.rateLimited, "too many messages; retry in \(retry) ms", requestId: requestId, on: connection)
             return
         }
@@ -292,6 +292,23 @@ struct FrameHandler: Sendable {
         }
     }
 
+    /// Takes a token of the socket's identity for `kind`: one leased earlier, or a new
+    /// lease from the bucket in Redis (`TokenLease`).
+    private func charge(
+        _ kind: TokenLease.Kind, bucket: String, rule: RateLimitRule, on connection: ClientConnection
+    ) async throws -> RateLimiter.Decision {
+        let now = NIODeadline.now().uptimeNanoseconds
+        if connection.spendLeased(kind, now: now) { return .allowed }
+        let wanted = connection.leaseSize(kind, now: now, max: limits.leaseMax)
+        switch try await limits.limiter.lease(bucket: bucket, rule: rule, wanted: wanted) {
+        case .granted(let granted):
+            connection.leased(kind, granted: granted, now: NIODeadline.now().uptimeNanoseconds)
+            return .allowed
+        case .limited(let retry):
+            return .limited(retryAfterMs: retry)
+        }
+    }
+
     /// Receipts are served here (`ReceiptDesk`), limited like the routed frames: per
     /// address in memory, per identity in the script that looks the message up. They
     /// never enter the router stream, so a busy stream does not hold them back (they
@@ -302,9 +319,13 @@ struct FrameHandler: Sendable {
             await refuse(.forbidden, "from must be the Whisper ID of this session", requestId: requestId, on: connection)
             return
         }
-        if case .limited(let retry) = try await receipts.serve(receipt, from: whisperId, charging: limits.receiptsPerIdentity) {
+        if case .limited(let retry) = try await charge(
+            .receipt, bucket: PendingQueue.receiptBucket(whisperId), rule: limits.receiptsPerIdentity, on: connection
+        ) {
             await refuse(.rateLimited, "too many receipts; retry in \(retry) ms", requestId: requestId, on: connection)
+            return
         }
+        try await receipts.serve(receipt, from: whisperId)
     }
 
     /// A privileged frame may act only with a live session, and only for the identity
@@ -405,12 +426,15 @@ struct FrameLimits: Sendable {
     let controlPerIdentity: RateLimitRule
     let limiter: RateLimiter
     let routerBacklogMax: Int
+    /// The most tokens one lease takes from an identity's bucket (`TokenLease`).
+    let leaseMax: Int
     let busyRetryMs: Int
     let busyRefusals: Counter
     let busy = BusyHold()
 
     init(settings: GatewaySettings, redis: RedisClient, metrics: ServiceMetrics) {
         routerBacklogMax = settings.routerBacklogMax
+        leaseMax = settings.leaseMax
         busyRetryMs = settings.busyRetryMs
         busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED because the router stream's backlog was at its limit.")
         controlPerIdentity = settings.controlPerIdentity

@@ -90,7 +90,7 @@ public struct GatewaySettings: ServiceSettings {
     /// How `send_message` is served: `direct` (this gateway checks, verifies and stores
     /// it and answers itself; no router on its path) or `router` (through the router
     /// stream, like group copies, group changes, calls and fetches).
-    public var sendPath: SendPath = .router
+    public var sendPath: SendPath = .direct
     /// For the messages this gateway stores itself (`direct`), the same settings as the
     /// routers' of the same names: messages from one sender to one recipient, what one
     /// recipient's queue may hold, how long identities stay cached. Set them alike on
@@ -104,6 +104,11 @@ public struct GatewaySettings: ServiceSettings {
     /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
     /// capacity the wait of an admitted message stays near this bound; 0 turns it off.
     public var sendWaitMax: Duration = .milliseconds(500)
+
+    /// The most tokens the gateway takes at once from an identity's bucket for messages
+    /// (direct path) or receipts, to spend on that identity's next frames without a
+    /// round trip each (`TokenLease`); 1: a round trip per frame.
+    public var leaseMax = 16
 
     public enum SendPath: String, Sendable {
         case direct, router
@@ -211,7 +216,7 @@ public struct GatewaySettings: ServiceSettings {
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
         callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")
-        let path = settings.string("gateway.send.path", default: "router")
+        let path = settings.string("gateway.send.path", default: "direct")
         if let known = SendPath(rawValue: path) {
             sendPath = known
         } else {
@@ -224,6 +229,7 @@ public struct GatewaySettings: ServiceSettings {
         )
         identityCacheTTL = .seconds(settings.int("gateway.identity.cache.seconds", default: 30, range: 0...3_600))
         unknownIdentityTTL = .seconds(settings.int("gateway.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
+        leaseMax = settings.int("gateway.rate.limit.lease.max", default: 16, range: 1...1_000)
         sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 500, range: 0...60_000))
         turnCredURL = settings.string("gateway.turn.cred.url", default: "")
         if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {

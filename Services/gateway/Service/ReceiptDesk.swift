@@ -39,8 +39,10 @@ struct ReceiptDesk: Sendable {
     }
 
     /// Serves one receipt of `recipient` (the socket's identity, already checked to be
-    /// the receipt's `from`), charged to its bucket (`rule`).
-    func serve(_ receipt: DeliveryReceipt, from recipient: String, charging rule: RateLimitRule) async throws -> Outcome {
+    /// the receipt's `from`), charged to its bucket (`rule`), or already charged (nil:
+    /// the gateway spent a leased token, and the first step writes nothing).
+    @discardableResult
+    func serve(_ receipt: DeliveryReceipt, from recipient: String, charging rule: RateLimitRule? = nil) async throws -> Outcome {
         let delivered = receipt.status == .delivered
         let (check, socket) = try await pending.checkReceipt(
             recipient: recipient, messageId: receipt.messageId, delivered: delivered, locating: receipt.to, charging: rule

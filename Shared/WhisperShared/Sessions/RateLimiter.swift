@@ -59,6 +59,26 @@ public struct RateLimiter: Sendable {
         return try Self.decision(reply, "rate limit script")
     }
 
+    /// What a lease got: `granted` tokens (at least one), or nothing until `retryAfterMs`.
+    public enum Lease: Sendable, Equatable {
+        case granted(Int)
+        case limited(retryAfterMs: Int)
+    }
+
+    /// Takes up to `wanted` tokens at once from the bucket stored at `bucket`: as many
+    /// as it holds, at least one, or none when it is empty. A caller that serves the
+    /// same identity's frames one after another (a gateway, for the one socket an
+    /// identity holds) spends them without a round trip each; tokens it never spends
+    /// are lost, never given back, so the bucket's rule is never exceeded.
+    public func lease(bucket: String, rule: RateLimitRule, wanted: Int) async throws -> Lease {
+        let reply = try await redis.evaluate(Self.leaseScript, keys: [bucket], arguments: Self.arguments(rule) + [max(1, wanted)])
+        guard let values = reply.array, values.count == 2, let granted = values[0].int else {
+            throw RedisError.unexpectedReply("rate limit lease script")
+        }
+        if granted >= 1 { return .granted(Int(granted)) }
+        return .limited(retryAfterMs: Int(values[1].int ?? 0))
+    }
+
     /// A rule as the bucket code's two arguments: capacity, and tokens added per millisecond.
     public static func arguments(_ rule: RateLimitRule) -> [any RedisArgument] {
         [rule.capacity, String(Double(rule.capacity) / rule.period.milliseconds)]
@@ -110,6 +130,29 @@ public struct RateLimiter: Sendable {
         end
 
         """
+
+    /// KEYS: the bucket. ARGV: capacity, refill per ms, tokens wanted. Returns
+    /// {granted, 0} (granted >= 1) or {0, retry after ms}. The bucket's state is the
+    /// one `take_token` keeps.
+    static let leaseScript = RedisScript(bucketLua + """
+        local key = KEYS[1]
+        local capacity = tonumber(ARGV[1])
+        local rate = tonumber(ARGV[2])
+        local now = now_ms()
+        local state = redis.call('HMGET', key, 'tokens', 'ts')
+        local tokens = tonumber(state[1])
+        local ts = tonumber(state[2])
+        if tokens == nil or ts == nil then
+            tokens = capacity
+            ts = now
+        end
+        tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
+        if tokens < 1 then return {0, math.ceil((1 - tokens) / rate)} end
+        local granted = math.min(tonumber(ARGV[3]), math.floor(tokens))
+        redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - granted), 'ts', now)
+        redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
+        return {granted, 0}
+        """)
 
     /// KEYS: the bucket. ARGV: capacity, refill per ms.
     static let takeScript = RedisScript(bucketLua + """

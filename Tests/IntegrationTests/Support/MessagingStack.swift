@@ -35,6 +35,14 @@ struct MessagingStack {
         let auth = try await TestServers.startAuth(finalAuthSettings)
         var gateways: [RunningService] = []
         var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
+        // Gateways store the messages they serve themselves with the routers' rules for
+        // storing (a deployment sets both alike: docs/configuration.md).
+        var storing = TestServers.routerSettings(database, redis: redis)
+        configure(&storing)
+        gatewaySettings.sendPerPair = storing.sendPerPair
+        gatewaySettings.pendingCapacity = storing.pendingCapacity
+        gatewaySettings.identityCacheTTL = storing.identityCacheTTL
+        gatewaySettings.unknownIdentityTTL = storing.unknownIdentityTTL
         configureGateway(&gatewaySettings)
         for _ in 0..<2 {
             // Each gateway an instance of its own, with its own channel, as deployed.

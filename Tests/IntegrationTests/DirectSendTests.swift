@@ -1,0 +1,289 @@
+import Foundation
+@testable import GatewayService
+import Synchronization
+import Testing
+import WhisperClient
+import WhisperMessaging
+import WhisperShared
+
+/// `send_message` served by the sender's gateway (`GATEWAY_SEND_PATH=direct`, the
+/// default): checked, verified, stored and passed on with no router and no stream entry.
+@Suite(.serialized)
+struct DirectSendTests {
+    @Test func messagesAreStoredAndDeliveredWithoutARouter() async throws {
+        // No router at all: only the gateways serve messages.
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 0)     // the sender's own gateway
+        let carol = try await stack.user(on: 1)   // the other gateway
+        let dave = try await stack.offlineUser(on: 1)
+
+        let toBob = alice.message("same gateway", to: bob)
+        let toCarol = alice.message("other gateway", to: carol)
+        let toDave = alice.message("offline", to: dave)
+        #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
+        #expect(try await alice.connection.send(toCarol).messageId == toCarol.messageId)
+        #expect(try await alice.connection.send(toDave).messageId == toDave.messageId)
+
+        // Stored before delivery, delivered live and opened by its recipient.
+        let atBob = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        #expect(atBob.messageId == toBob.messageId)
+        #expect(try MessageCrypto.open(atBob, by: (bob.whisperId, bob.keys), sender: alice.peerKeys) == Array("same gateway".utf8))
+        let atCarol = try #require(try await carol.events(.messageReceived).first?.payload(as: MessageReceived.self))
+        #expect(atCarol.messageId == toCarol.messageId)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        #expect(try await stack.pendingDepth(carol.whisperId) == 1)
+        // Offline: stored, and a wake-up job for push-sender.
+        #expect(try await stack.pendingDepth(dave.whisperId) == 1)
+        #expect(try await stack.pushJobs().contains { $0["to"] == dave.whisperId && $0["id"] == toDave.messageId })
+
+        // A resend is answered as before and stores nothing.
+        #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        // Nothing went through the router stream.
+        #expect(try await stack.routerStreamBacklog() == 0)
+
+        // The receipts come back to the sender and empty the queues.
+        try await bob.connection.acknowledge(atBob)
+        try await carol.connection.acknowledge(atCarol)
+        let delivered = try await alice.events(.messageDelivered, count: 2).compactMap { $0.payload(as: MessageDelivered.self)?.messageId }
+        #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
+        try await stack.stop()
+    }
+
+    @Test func theGatewayCountsWhatItRoutesAndRefusesLikeARouter() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let mallory = try await stack.user(on: 0)
+        for index in 0..<3 {
+            try await alice.connection.send(alice.message("counted \(index)", to: bob))
+        }
+        let frames = try await bob.events(.messageReceived, count: 3)
+        for frame in frames {
+            try await bob.connection.acknowledge(try #require(try frame.payload(as: MessageReceived.self)))
+        }
+        try await alice.events(.messageDelivered, count: 3)
+        // Refused as a router would: over the size limit, a stale timestamp, a forged signature.
+        await expectRefused(.invalidPayload, "oversize") {
+            try await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
+        }
+        await expectRefused(.invalidTimestamp, "stale") {
+            try await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
+        }
+        var forged = alice.message("forged", to: bob)
+        forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
+        await expectRefused(.authFailed, "forged") { try await alice.connection.send(forged) }
+
+        let gateways = try await stack.metricsText(of: stack.gateways)
+        #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3, "\(gateways)")
+        #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "refused"]) == 3)
+        #expect(Metrics.value(in: gateways, "whisper_pending_queue_depth_count") == 3)
+        #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3)
+        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
+        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_TIMESTAMP"]) == 1)
+        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1)
+        // Refusals the router would have answered do not count against the socket.
+        _ = try await alice.connection.ping()
+        try await stack.stop()
+    }
+
+    /// The sender's limit is charged through leases of its bucket in Redis: exact at the
+    /// limit, and a new socket does not bring back what the last one leased.
+    @Test func theSendersLimitHoldsAcrossLeasesAndSockets() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendPerSender = RateLimitRule("5/60s")! })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        for index in 0..<5 {
+            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        }
+        await expectRefused(.rateLimited, "sixth") { try await alice.connection.send(alice.message("one too many", to: bob)) }
+        let again = try await stack.reconnect(alice, on: 1)
+        await expectRefused(.rateLimited, "on a new socket") { try await again.connection.send(again.message("still too many", to: bob)) }
+        #expect(try await stack.pendingDepth(bob.whisperId) == 5)
+        try await stack.stop()
+    }
+
+    /// Backpressure without a stream: a message that waited in its socket's queue longer
+    /// than `sendWaitMax` is refused as busy, stores nothing, and does not count against
+    /// the socket; every message admitted is stored.
+    @Test func aSendThatWaitedTooLongIsRefusedAsBusy() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendWaitMax = .milliseconds(1) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let messages = (0..<300).map { alice.message("burst \($0)", to: bob) }
+        let outcomes = await withTaskGroup(of: (String, ErrorCode?).self) { group in
+            for message in messages {
+                group.addTask {
+                    do {
+                        _ = try await alice.connection.send(message, timeout: .seconds(60))
+                        return (message.messageId, nil)
+                    } catch WhisperClientError.refused(let code, _) {
+                        return (message.messageId, code)
+                    } catch {
+                        return (message.messageId, .internalError)
+                    }
+                }
+            }
+            var all: [String: ErrorCode?] = [:]
+            for await (id, code) in group { all[id] = code }
+            return all
+        }
+        let accepted = Set(outcomes.filter { $0.value == nil }.keys)
+        let busy = Set(outcomes.filter { $0.value == .rateLimited }.keys)
+        #expect(accepted.count + busy.count == messages.count, "only accepted or busy: \(outcomes.values.compactMap { $0 })")
+        #expect(!busy.isEmpty, "a burst behind a 1 ms wait bound meets it")
+        #expect(!accepted.isEmpty)
+        // Exactly the admitted ones were stored.
+        #expect(try await stack.pendingDepth(bob.whisperId) == accepted.count)
+        let metrics = try await stack.metricsText(of: stack.gateways)
+        #expect(Metrics.value(in: metrics, "whisper_gateway_busy_refusals_total") == Double(busy.count))
+        // More refusals than a socket may have, and it is still open.
+        _ = try await alice.connection.ping()
+        try await stack.stop()
+    }
+}
+
+@Suite struct TokenLeaseTests {
+    @Test func leasesGrowWhileFramesFollowAndTokensDoNotOutliveTheirSecond() {
+        var lease = TokenLease()
+        let second = TokenLease.lifetime
+        var now: UInt64 = 10 * second
+        var spent = lease.spend(now: now)
+        #expect(!spent)
+        var size = lease.nextSize(now: now, max: 16)
+        #expect(size == 1)
+        lease.received(1, now: now)
+        spent = lease.spend(now: now)
+        #expect(!spent, "the one token was spent as it came")
+        // Leases that follow each other within a second double, up to the maximum.
+        var sizes: [Int] = []
+        for _ in 0..<6 {
+            now += second / 10
+            sizes.append(lease.nextSize(now: now, max: 16))
+        }
+        #expect(sizes == [2, 4, 8, 16, 16, 16])
+        lease.received(16, now: now)
+        var spentCount = 0
+        while lease.spend(now: now) { spentCount += 1 }
+        #expect(spentCount == 15)
+        // Unspent tokens lapse after their second; a pause starts over at one.
+        lease.received(8, now: now)
+        spent = lease.spend(now: now + second)
+        #expect(!spent)
+        size = lease.nextSize(now: now + 2 * second, max: 16)
+        #expect(size == 1)
+    }
+}
+
+/// A gateway process serving messages directly is killed with SIGKILL while they are in
+/// flight; the senders resend through another gateway what was not acknowledged, and
+/// every message is stored exactly once.
+@Suite struct GatewayCrashTests {
+    actor Tally {
+        var accepted = 0
+        var killed = false
+        func accept() -> Int {
+            accepted += 1
+            return accepted
+        }
+
+        func kill(_ process: Process) {
+            killed = true
+            Foundation.kill(process.processIdentifier, SIGKILL)
+        }
+    }
+
+    @Test func aGatewayKilledMidFlightLosesNothing() async throws {
+        // Auth, a router and two gateways in this process; the senders' gateway as a process.
+        let stack = try await MessagingStack.start(routers: 1)
+        let port = try TestServers.freePort()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/gateway")
+        process.environment = Executables.environment(stack.database).merging([
+            "PATH": "/usr/bin:/bin",
+            "WHISPER_REDIS_URL": stack.redisServer.url,
+            "WHISPER_LOG_LEVEL": "warning",
+            "WHISPER_INSTANCE_ID": "doomed-gateway",
+            "GATEWAY_HTTP_PORT": "\(port)",
+            "GATEWAY_AUTH_URL": "http://127.0.0.1:\(stack.auth.internalPort)",
+            "GATEWAY_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
+        ]) { _, new in new }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+        _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }
+
+        let pairs = 10
+        let perPair = 60
+        var senders: [TestUser] = []
+        var recipients: [TestUser] = []
+        for _ in 0..<pairs {
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+            try await connection.connect()
+            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios, pushToken: nil, voipToken: nil)
+            senders.append(TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection)))
+            recipients.append(try await stack.user(on: 1))
+        }
+        let tally = Tally()
+        let sent = try await withThrowingTaskGroup(of: [String].self) { group in
+            for index in 0..<pairs {
+                let recipient = recipients[index]
+                var sender = senders[index]
+                group.addTask {
+                    var ids: [String] = []
+                    var onDoomedGateway = true
+                    for number in 0..<perPair {
+                        let message = sender.message("message \(number)", to: recipient)
+                        // Until accepted: the same messageId each time, on whatever socket is open.
+                        var attempts = 0
+                        while true {
+                            attempts += 1
+                            do {
+                                try await sender.connection.send(message, timeout: .seconds(2))
+                                break
+                            } catch where attempts < 30 {
+                                // The gateway is gone: on to another one, with the same session.
+                                if onDoomedGateway, await tally.killed {
+                                    sender = try await stack.reconnect(sender, on: 0)
+                                    onDoomedGateway = false
+                                }
+                            }
+                        }
+                        ids.append(message.messageId)
+                        if await tally.accept() == pairs * perPair / 3 {
+                            await tally.kill(process)
+                        }
+                    }
+                    return ids
+                }
+            }
+            var all: [String] = []
+            for try await ids in group { all += ids }
+            return all
+        }
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal)
+        #expect(sent.count == pairs * perPair)
+        // Nobody acknowledged: every message is in its recipient's queue, once.
+        for (index, recipient) in recipients.enumerated() {
+            #expect(try await stack.pendingDepth(recipient.whisperId) == perPair, "recipient \(index)")
+            var ids: Set<String> = []
+            var cursor: String?
+            repeat {
+                let page = try await recipient.connection.fetchPending(cursor: cursor, limit: 200)
+                for message in page.messages {
+                    _ = try MessageCrypto.open(message, by: (recipient.whisperId, recipient.keys), sender: senders[index].peerKeys)
+                    ids.insert(message.messageId)
+                }
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(ids.count == perPair, "recipient \(index) has \(ids.count) of \(perPair)")
+        }
+        try await stack.stop()
+    }
+}
