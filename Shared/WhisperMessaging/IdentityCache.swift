@@ -17,7 +17,8 @@ public struct IdentityInfo: Sendable {
     }
 }
 
-/// Identities by Whisper ID, read from Postgres once and then kept in memory, so a
+/// Identities by Whisper ID (for routers, and gateways storing messages themselves),
+/// read from Postgres once and then kept in memory, so a
 /// message never costs a database round trip for its sender's key. A Whisper ID that
 /// names no identity is remembered too, for `unknownTTL`, so a sender trying random
 /// recipients costs a memory lookup per message, not a query.
@@ -40,7 +41,7 @@ public final class IdentityCache: Sendable {
         postgres: PostgresClient, logger: Logger, metrics: ServiceMetrics, ttl: Duration, unknownTTL: Duration = .seconds(10),
         capacity: Int = 200_000
     ) {
-        self.queries = metrics.counter("identity_queries", help: "Identities the router read from Postgres (cache misses).")
+        self.queries = metrics.counter("identity_queries", help: "Identities read from Postgres to route messages (cache misses).")
         self.postgres = postgres
         self.logger = logger
         self.ttl = ttl

@@ -18,17 +18,19 @@ public struct RoutingMetrics: Sendable {
     let metrics: ServiceMetrics
     let depth: ValueHistogram
     // Looked up in the registry once, not per entry (the lookup builds and hashes names).
-    let pickup: DurationHistogram
-    let handling: DurationHistogram
+    /// The stream's figures: a router's only (nil in a gateway).
+    let pickup: DurationHistogram?
+    let handling: DurationHistogram?
     let outcomes: [RoutingOutcome: Counter]
     let full: Counter
 
-    public init(metrics: ServiceMetrics) {
+    /// `stream`: the service reads the router stream (a router), and keeps its figures too.
+    public init(metrics: ServiceMetrics, stream: Bool = true) {
         self.metrics = metrics
-        pickup = metrics.histogram("router_pickup_latency", help: "From a frame entering the router stream to a router starting on it.")
-        handling = metrics.histogram("router_handle_duration", help: "Time a router spends on one stream entry.")
+        pickup = stream ? metrics.histogram("router_pickup_latency", help: "From a frame entering the router stream to a router starting on it.") : nil
+        handling = stream ? metrics.histogram("router_handle_duration", help: "Time a router spends on one stream entry.") : nil
         outcomes = Dictionary(uniqueKeysWithValues: RoutingOutcome.allCases.map { outcome in
-            (outcome, metrics.counter("messages_routed", help: "Frames the router handled, by outcome.", labels: [("outcome", outcome.rawValue)]))
+            (outcome, metrics.counter("messages_routed", help: "Frames routed (by routers, and by gateways for the messages they store), by outcome.", labels: [("outcome", outcome.rawValue)]))
         })
         full = metrics.counter("pending_queue_full", help: "Messages refused because the recipient's pending queue was at its cap.")
         self.depth = metrics.registry.makeValueHistogram(
@@ -41,11 +43,11 @@ public struct RoutingMetrics: Sendable {
 
     /// Time from the gateway taking the frame to a router starting on it (stream lag).
     public func pickedUp(afterMs milliseconds: Int64) {
-        pickup.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: max(0, milliseconds)))
+        pickup?.recordNanoseconds(Clock.nanoseconds(ofMilliseconds: max(0, milliseconds)))
     }
 
     public func handled(in duration: Duration) {
-        handling.recordNanoseconds(duration.nanoseconds)
+        handling?.recordNanoseconds(duration.nanoseconds)
     }
 
     public func routed(_ outcome: RoutingOutcome) {

@@ -254,6 +254,15 @@ struct FrameHandler: Sendable {
     /// against the socket; a frame that waited past `sendWaitMax` is refused as busy.
     private func serveSend(_ message: SendMessage, requestId: String?, arrivedAt: UInt64, on connection: ClientConnection) async throws {
         guard let sends, let whisperId = await admitRouted(requestId: requestId, on: connection) else { return }
+        // Far too large whatever else it holds (the stored payload carries the
+        // ciphertext as it is): refused before any work, as on the router path.
+        if message.ciphertext.utf8.count > Limits.MAX_STORED_MESSAGE_BYTES {
+            await refuse(
+                .invalidPayload, "the message is over \(Limits.MAX_STORED_MESSAGE_BYTES) bytes with all its fields", requestId: requestId,
+                on: connection
+            )
+            return
+        }
         if arrivedAt > 0, sendWaitMax > .zero {
             let waited = NIODeadline.now().uptimeNanoseconds &- arrivedAt
             if waited > UInt64(clamping: sendWaitMax.nanoseconds) {

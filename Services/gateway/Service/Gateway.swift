@@ -56,7 +56,7 @@ public func buildGateway(
             attachments: AttachmentRecipients(postgres: environment.postgres),
             pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
             redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
-            metrics: RoutingMetrics(metrics: environment.metrics), connections: connections, control: control, logger: environment.logger
+            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control, logger: environment.logger
         ) : nil,
         sendWaitMax: settings.sendWaitMax
     )
