@@ -240,17 +240,37 @@ public struct PendingQueue: Sendable {
     }
 
     /// The first of a receipt's steps as a gateway serves it: charges the recipient's
-    /// bucket for receipts and looks the message up without changing it, and in the
-    /// same round trip finds where `sender` (whom the receipt names) is connected.
+    /// bucket for receipts (`rule`; nil when the caller charged it already, through a
+    /// lease: then two plain reads, no script) and looks the message up without
+    /// changing it, and in the same round trip finds where `sender` (whom the receipt
+    /// names) is connected.
     /// The receipt is then kept for its sender (`ReceiptQueue.keep`) and only after
     /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
     /// and the recipient acknowledges it again when it fetches it again.
     public func checkReceipt(
         recipient: String, messageId: String, delivered: Bool, locating sender: String, charging rule: RateLimitRule?
     ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
+        guard let rule else {
+            // Charged already: two reads in one write, no script (and nothing written,
+            // so nothing for the append-only file).
+            let replies = try await redis.pipeline([
+                RedisCommand("HMGET", Self.messageKey(recipient, messageId), "from", "state", "read"),
+                RedisCommand("GET", RedisKeys.presence(sender)),
+            ])
+            guard replies.count == 2, let fields = replies[0].array, fields.count == 3 else {
+                throw RedisError.unexpectedReply("receipt check")
+            }
+            guard let from = fields[0].string, !from.isEmpty else { return (.ignore, nil) }
+            if delivered {
+                guard fields[1].string == "pending" else { return (.ignore, nil) }
+            } else if fields[2].string != nil {
+                return (.ignore, nil)
+            }
+            return (.pass(sender: from), replies[1].string.flatMap(PresenceRecord.init(encoded:)))
+        }
         let (reply, others) = try await redis.evaluate(
             Self.receiptCheckScript, keys: [Self.messageKey(recipient, messageId), Self.receiptBucket(recipient)],
-            arguments: [delivered ? 1 : 0] + (rule.map(RateLimiter.arguments) ?? [0, "0"]),
+            arguments: [delivered ? 1 : 0] + RateLimiter.arguments(rule),
             alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
         )
         guard let parts = reply.array, parts.count == 2, let status = parts[0].int else {
@@ -276,15 +296,12 @@ public struct PendingQueue: Sendable {
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
 
     /// KEYS: message key, the recipient's receipt bucket. ARGV: 1 when delivered (else
-    /// read), the bucket's capacity and refill per ms (capacity 0: charged already, the
-    /// bucket is left alone). Returns {0, retry after ms} when the bucket is empty, else
-    /// {1, sender} when the receipt is to be passed on and {1, ''} when not. Changes
-    /// nothing but the bucket.
+    /// read), the bucket's capacity and refill per ms. Returns {0, retry after ms} when
+    /// the bucket is empty, else {1, sender} when the receipt is to be passed on and
+    /// {1, ''} when not. Changes nothing but the bucket.
     static let receiptCheckScript = RedisScript(RateLimiter.bucketLua + """
-        if ARGV[2] ~= '0' then
-            local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
-            if retry > 0 then return {0, retry} end
-        end
+        local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
+        if retry > 0 then return {0, retry} end
         local message = redis.call('HMGET', KEYS[1], 'from', 'state', 'read')
         local from = message[1]
         if not from then return {1, ''} end
