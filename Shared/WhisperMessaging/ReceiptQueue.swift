@@ -29,14 +29,19 @@ public struct ReceiptQueue: Sendable {
 
     /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
     /// socket's gateway in the same script (one round trip; the store comes first).
-    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws {
-        _ = try await redis.evaluate(
+    /// Returns the stored entry (`StoredReceipt`'s entryId): a caller that writes the
+    /// frame to the owner's socket itself (a gateway holding it) settles that entry.
+    @discardableResult
+    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> String {
+        let reply = try await redis.evaluate(
             Self.keepScript, keys: [Self.key(owner)],
             arguments: [
                 frame, Int(PendingQueue.ttl.milliseconds), socket.map { RedisKeys.gatewayChannel($0.gateway) } ?? "",
                 socket?.connId ?? "", owner, capacity,
             ]
         )
+        guard let id = reply.string, !id.isEmpty else { throw RedisError.unexpectedReply("receipt keep") }
+        return id
     }
 
     /// Publishes up to `limit` stored receipts of `owner`, oldest first, to `connId` on

@@ -48,6 +48,9 @@ struct DirectSendTests {
         try await carol.connection.acknowledge(atCarol)
         let delivered = try await alice.events(.messageDelivered, count: 2).compactMap { $0.payload(as: MessageDelivered.self)?.messageId }
         #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
+        // Both receipts were stored, written (Bob's by the gateway Alice and Bob share,
+        // without a pub/sub hop) and then settled.
+        try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
         try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
         try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
         try await stack.stop()

@@ -45,7 +45,10 @@ public func buildGateway(
         presence: presence,
         recentBans: recentBans,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
-        receipts: ReceiptDesk(redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax),
+        receipts: ReceiptDesk(
+            redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
+            instanceID: settings.common.instanceID, connections: connections, settler: settler
+        ),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
             redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.presenceEventsPerIdentity,

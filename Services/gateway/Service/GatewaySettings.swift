@@ -103,7 +103,7 @@ public struct GatewaySettings: ServiceSettings {
     /// queue longer than this before the gateway came to it is refused with
     /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
     /// capacity the wait of an admitted message stays near this bound; 0 turns it off.
-    public var sendWaitMax: Duration = .milliseconds(500)
+    public var sendWaitMax: Duration = .milliseconds(100)
 
     /// The most tokens the gateway takes at once from an identity's bucket for messages
     /// (direct path) or receipts, to spend on that identity's next frames without a
@@ -230,7 +230,7 @@ public struct GatewaySettings: ServiceSettings {
         identityCacheTTL = .seconds(settings.int("gateway.identity.cache.seconds", default: 30, range: 0...3_600))
         unknownIdentityTTL = .seconds(settings.int("gateway.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
         leaseMax = settings.int("gateway.rate.limit.lease.max", default: 16, range: 1...1_000)
-        sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 500, range: 0...60_000))
+        sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 100, range: 0...60_000))
         turnCredURL = settings.string("gateway.turn.cred.url", default: "")
         if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {
             settings.reject("gateway.turn.cred.url", because: "must be empty or an http:// or https:// URL")

@@ -18,13 +18,26 @@ import WhisperShared
 /// recipient fetches and acknowledges it again (the sender may then get the same
 /// receipt twice, which clients take as a state). A receipt is passed on only after it
 /// is stored, and a message leaves the queue only after its receipt is stored.
+///
+/// When the sender's socket is on this instance, step 2 stores without publishing, and
+/// the gateway writes the receipt to that socket itself (and settles it once written,
+/// as the control channel does with a published one): no pub/sub hop.
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let receipts: ReceiptQueue
     let passed: Counter
     let ignored: Counter
+    let instanceID: String
+    let connections: ConnectionRegistry
+    let settler: ReceiptSettler
 
-    init(redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int) {
+    init(
+        redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
+        settler: ReceiptSettler
+    ) {
+        self.instanceID = instanceID
+        self.connections = connections
+        self.settler = settler
         pending = PendingQueue(redis: redis)
         receipts = ReceiptQueue(redis: redis, capacity: receiptsWaitingMax)
         let help = "delivery_receipt frames served by the gateway, by outcome: passed on to the sender, or ignored (unknown message, a repeat)."
@@ -59,7 +72,18 @@ struct ReceiptDesk: Sendable {
             let tell = sender == receipt.to
             if tell {
                 let frame = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
-                try await receipts.keep(ServerFrameCodec.encode(frame), for: sender, handingTo: socket)
+                let bytes = ServerFrameCodec.encode(frame)
+                if let socket, socket.gateway == instanceID {
+                    let entryId = try await receipts.keep(bytes, for: sender, handingTo: nil)
+                    // Only to the socket of the receipt's owner; left stored otherwise.
+                    if let connection = connections.connection(socket.connId), connection.whisperId == sender {
+                        let stored = StoredReceipt(owner: sender, entryId: entryId)
+                        let settler = self.settler
+                        connection.sendRaw(bytes) { settler.settle(stored) }
+                    }
+                } else {
+                    try await receipts.keep(bytes, for: sender, handingTo: socket)
+                }
             }
             try await pending.applyReceipt(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
             if tell {
