@@ -53,6 +53,23 @@ public struct PendingQueue: Sendable {
         case stale(current: Int64)
     }
 
+    /// The refusal a sender gets for a message the store turned away (a conflict, a pair
+    /// over its limit, a full queue); nil for the other results, which the caller
+    /// answers itself. `metrics` counts a full queue.
+    public static func refusal(for result: StoreResult, metrics: RoutingMetrics) -> WhisperError? {
+        switch result {
+        case .conflict:
+            return WhisperError(.invalidPayload, "messageId is already used by another message")
+        case .limited(let retry):
+            return WhisperError(.rateLimited, "too many messages to this recipient; retry in \(retry) ms")
+        case .full:
+            metrics.queueFull()
+            return WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
+        case .stored, .duplicate, .notMember, .stale:
+            return nil
+        }
+    }
+
     /// The group a copy belongs to and the membership version its checks used.
     public struct GroupCheck: Sendable, Equatable {
         public var groupId: String

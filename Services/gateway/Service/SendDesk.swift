@@ -49,14 +49,10 @@ struct SendDesk: Sendable {
             traceparent: traceparent
         )
         let routed: RoutingOutcome
+        if let refusal = PendingQueue.refusal(for: outcome.result, metrics: metrics) { throw refusal }
         switch outcome.result {
-        case .conflict:
-            throw WhisperError(.invalidPayload, "messageId is already used by another message")
-        case .limited(let retry):
-            throw WhisperError(.rateLimited, "too many messages to this recipient; retry in \(retry) ms")
-        case .full:
-            metrics.queueFull()
-            throw WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
+        case .conflict, .limited, .full:
+            return .refused
         case .notMember, .stale:
             // Only group copies are checked for membership; they go through the routers.
             throw WhisperError(.internalError, "unexpected answer from the message store")

@@ -173,18 +173,14 @@ struct MessageRouter: Sendable {
         }
         let (stored, live) = (result.result, result.deliveredLive)
         let outcome: RoutingOutcome
+        if let refusal = PendingQueue.refusal(for: stored, metrics: metrics) { throw refusal }
         switch stored {
         case .notMember:
             throw WhisperError(.forbidden, "to is not a member of this group")
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
-        case .conflict:
-            throw WhisperError(.invalidPayload, "messageId is already used by another message")
-        case .limited(let retry):
-            throw WhisperError(.rateLimited, "too many messages to this recipient; retry in \(retry) ms")
-        case .full:
-            metrics.queueFull()
-            throw WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
+        case .conflict, .limited, .full:
+            return .refused
         case .duplicate:
             // A client resend: answered as before, nothing queued. A stream entry handled
             // a second time (its router died) was also delivered again, if still pending.

@@ -52,13 +52,6 @@ public struct RateLimiter: Sendable {
         return try Self.decision(reply, "rate limit script")
     }
 
-    /// Takes one token from the bucket stored at `bucket` (a key named by its owner,
-    /// e.g. `RouterStream.bucket`, which other scripts charge too).
-    public func take(bucket: String, rule: RateLimitRule) async throws -> Decision {
-        let reply = try await redis.evaluate(Self.takeScript, keys: [bucket], arguments: Self.arguments(rule))
-        return try Self.decision(reply, "rate limit script")
-    }
-
     /// What a lease got: `granted` tokens (at least one), or nothing until `retryAfterMs`.
     public enum Lease: Sendable, Equatable {
         case granted(Int)
@@ -104,17 +97,19 @@ public struct RateLimiter: Sendable {
     }
 
     /// Lua for other scripts to include: `now_ms()` reads the server's clock once (a
-    /// script that needs the time again passes it on), and `take_token(key, capacity,
-    /// rate, now)` takes one token from the bucket `key` (a hash of `tokens` and `ts`,
-    /// refilled continuously at `rate` per ms, up to `capacity`); it returns 0, or, when
-    /// the bucket is empty (nothing charged), the milliseconds until it has a token.
+    /// script that needs the time again passes it on); `take_tokens(key, capacity, rate,
+    /// now, wanted)` takes up to `wanted` tokens from the bucket `key` (a hash of `tokens`
+    /// and `ts`, refilled continuously at `rate` per ms, up to `capacity`) and returns how
+    /// many it took (as many as it holds, at most `wanted`) and, when it took none, the
+    /// milliseconds until it has one; `take_token(key, capacity, rate, now)` takes one
+    /// and returns 0, or that wait (nothing charged).
     public static let bucketLua = """
         local function now_ms()
             local t = redis.call('TIME')
             return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
         end
 
-        local function take_token(key, capacity, rate, now)
+        local function take_tokens(key, capacity, rate, now, wanted)
             local state = redis.call('HMGET', key, 'tokens', 'ts')
             local tokens = tonumber(state[1])
             local ts = tonumber(state[2])
@@ -123,35 +118,26 @@ public struct RateLimiter: Sendable {
                 ts = now
             end
             tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-            if tokens < 1 then return math.ceil((1 - tokens) / rate) end
-            redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - 1), 'ts', now)
+            if tokens < 1 then return 0, math.ceil((1 - tokens) / rate) end
+            local taken = math.min(wanted, math.floor(tokens))
+            redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - taken), 'ts', now)
             redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
+            return taken, 0
+        end
+
+        local function take_token(key, capacity, rate, now)
+            local taken, retry = take_tokens(key, capacity, rate, now, 1)
+            if taken == 0 then return retry end
             return 0
         end
 
         """
 
     /// KEYS: the bucket. ARGV: capacity, refill per ms, tokens wanted. Returns
-    /// {granted, 0} (granted >= 1) or {0, retry after ms}. The bucket's state is the
-    /// one `take_token` keeps.
+    /// {granted, 0} (granted >= 1) or {0, retry after ms}.
     static let leaseScript = RedisScript(bucketLua + """
-        local key = KEYS[1]
-        local capacity = tonumber(ARGV[1])
-        local rate = tonumber(ARGV[2])
-        local now = now_ms()
-        local state = redis.call('HMGET', key, 'tokens', 'ts')
-        local tokens = tonumber(state[1])
-        local ts = tonumber(state[2])
-        if tokens == nil or ts == nil then
-            tokens = capacity
-            ts = now
-        end
-        tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-        if tokens < 1 then return {0, math.ceil((1 - tokens) / rate)} end
-        local granted = math.min(tonumber(ARGV[3]), math.floor(tokens))
-        redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - granted), 'ts', now)
-        redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
-        return {granted, 0}
+        local granted, retry = take_tokens(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms(), tonumber(ARGV[3]))
+        return {granted, retry}
         """)
 
     /// KEYS: the bucket. ARGV: capacity, refill per ms.
