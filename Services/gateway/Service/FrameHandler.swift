@@ -319,7 +319,7 @@ struct FrameHandler: Sendable {
     }
 
     /// Receipts are served here (`ReceiptDesk`), limited like the routed frames: per
-    /// address in memory, per identity in the script that looks the message up. They
+    /// address in memory, per identity through a lease of its bucket (`charge`). They
     /// never enter the router stream, so a busy stream does not hold them back (they
     /// empty queues).
     private func serveReceipt(_ receipt: DeliveryReceipt, requestId: String?, on connection: ClientConnection) async throws {
