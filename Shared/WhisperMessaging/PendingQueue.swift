@@ -53,10 +53,10 @@ public struct PendingQueue: Sendable {
         case stale(current: Int64)
     }
 
-    /// The refusal a sender gets for a message the store turned away (a conflict, a pair
-    /// over its limit, a full queue); nil for the other results, which the caller
-    /// answers itself. `metrics` counts a full queue.
-    public static func refusal(for result: StoreResult, metrics: RoutingMetrics) -> WhisperError? {
+    /// The refusal a sender gets for a message the store turned away: a conflict, a pair
+    /// over its limit, a full queue (counted in `metrics`). Any other result is not a
+    /// refusal of the sender's doing and comes back as `INTERNAL_ERROR` (retry).
+    public static func refusal(for result: StoreResult, metrics: RoutingMetrics) -> WhisperError {
         switch result {
         case .conflict:
             return WhisperError(.invalidPayload, "messageId is already used by another message")
@@ -66,7 +66,7 @@ public struct PendingQueue: Sendable {
             metrics.queueFull()
             return WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
         case .stored, .duplicate, .notMember, .stale:
-            return nil
+            return WhisperError(.internalError, "unexpected answer from the message store")
         }
     }
 
@@ -252,50 +252,33 @@ public struct PendingQueue: Sendable {
         case pass(sender: String)
         /// No such message for this recipient, or this status was passed on before.
         case ignore
-        /// The recipient's bucket for receipts (`receiptBucket`) was empty.
-        case limited(retryAfterMs: Int)
     }
 
-    /// The first of a receipt's steps as a gateway serves it: charges the recipient's
-    /// bucket for receipts (`rule`; nil when the caller charged it already, through a
-    /// lease: then two plain reads, no script) and looks the message up without
-    /// changing it, and in the same round trip finds where `sender` (whom the receipt
-    /// names) is connected.
+    /// The first of a receipt's steps as a gateway serves it, once the recipient's bucket
+    /// for receipts (`receiptBucket`) was charged (through the socket's lease): looks the
+    /// message up and, in the same write, finds where `sender` (whom the receipt names)
+    /// is connected. Two plain reads, no script, nothing written (so nothing for the
+    /// append-only file).
     /// The receipt is then kept for its sender (`ReceiptQueue.keep`) and only after
     /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
     /// and the recipient acknowledges it again when it fetches it again.
     public func checkReceipt(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String, charging rule: RateLimitRule?
+        recipient: String, messageId: String, delivered: Bool, locating sender: String
     ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
-        guard let rule else {
-            // Charged already: two reads in one write, no script (and nothing written,
-            // so nothing for the append-only file).
-            let replies = try await redis.pipeline([
-                RedisCommand("HMGET", Self.messageKey(recipient, messageId), "from", "state", "read"),
-                RedisCommand("GET", RedisKeys.presence(sender)),
-            ])
-            guard replies.count == 2, let fields = replies[0].array, fields.count == 3 else {
-                throw RedisError.unexpectedReply("receipt check")
-            }
-            guard let from = fields[0].string, !from.isEmpty else { return (.ignore, nil) }
-            if delivered {
-                guard fields[1].string == "pending" else { return (.ignore, nil) }
-            } else if fields[2].string != nil {
-                return (.ignore, nil)
-            }
-            return (.pass(sender: from), replies[1].string.flatMap(PresenceRecord.init(encoded:)))
-        }
-        let (reply, others) = try await redis.evaluate(
-            Self.receiptCheckScript, keys: [Self.messageKey(recipient, messageId), Self.receiptBucket(recipient)],
-            arguments: [delivered ? 1 : 0] + RateLimiter.arguments(rule),
-            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
-        )
-        guard let parts = reply.array, parts.count == 2, let status = parts[0].int else {
+        let replies = try await redis.pipeline([
+            RedisCommand("HMGET", Self.messageKey(recipient, messageId), "from", "state", "read"),
+            RedisCommand("GET", RedisKeys.presence(sender)),
+        ])
+        guard replies.count == 2, let fields = replies[0].array, fields.count == 3 else {
             throw RedisError.unexpectedReply("receipt check")
         }
-        if status == 0 { return (.limited(retryAfterMs: Int(parts[1].int ?? 0)), nil) }
-        guard let from = parts[1].string, !from.isEmpty else { return (.ignore, nil) }
-        return (.pass(sender: from), others.first?.string.flatMap(PresenceRecord.init(encoded:)))
+        guard let from = fields[0].string, !from.isEmpty else { return (.ignore, nil) }
+        if delivered {
+            guard fields[1].string == "pending" else { return (.ignore, nil) }
+        } else if fields[2].string != nil {
+            return (.ignore, nil)
+        }
+        return (.pass(sender: from), replies[1].string.flatMap(PresenceRecord.init(encoded:)))
     }
 
     /// The last step of a receipt: `delivered` takes the message out of the queue,
@@ -311,24 +294,6 @@ public struct PendingQueue: Sendable {
 
     /// A recipient's bucket for the receipts it sends, in its own hash slot.
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
-
-    /// KEYS: message key, the recipient's receipt bucket. ARGV: 1 when delivered (else
-    /// read), the bucket's capacity and refill per ms. Returns {0, retry after ms} when
-    /// the bucket is empty, else {1, sender} when the receipt is to be passed on and
-    /// {1, ''} when not. Changes nothing but the bucket.
-    static let receiptCheckScript = RedisScript(RateLimiter.bucketLua + """
-        local retry = take_token(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), now_ms())
-        if retry > 0 then return {0, retry} end
-        local message = redis.call('HMGET', KEYS[1], 'from', 'state', 'read')
-        local from = message[1]
-        if not from then return {1, ''} end
-        if ARGV[1] == '1' then
-            if message[2] ~= 'pending' then return {1, ''} end
-        elseif message[3] then
-            return {1, ''}
-        end
-        return {1, from}
-        """)
 
     /// Messages waiting for a recipient (after dropping expired ones).
     public func depth(recipient: String) async throws -> Int {

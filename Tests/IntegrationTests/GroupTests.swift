@@ -287,7 +287,7 @@ struct GroupCacheTests {
                         metrics: CallMetrics(metrics: metrics), logger: TestServers.logger
                     ),
                     attachments: AttachmentRecipients(postgres: postgres),
-                    settings: settings, metrics: RouterMetrics(metrics: metrics), logger: TestServers.logger
+                    settings: settings, metrics: RoutingMetrics(metrics: metrics), logger: TestServers.logger
                 )
                 // This router learns the group while `leaves` is a member.
                 let before = try #require(try await directory.view(created.groupId))

@@ -329,8 +329,7 @@ import WhisperShared
         try await stack.withRedis { redis in
             let pending = PendingQueue(redis: redis)
             let (check, socket) = try await pending.checkReceipt(
-                recipient: bob.whisperId, messageId: message.messageId, delivered: true, locating: alice.whisperId,
-                charging: RateLimitRule(capacity: 10, period: .seconds(60))
+                recipient: bob.whisperId, messageId: message.messageId, delivered: true, locating: alice.whisperId
             )
             #expect(check == .pass(sender: alice.whisperId))
             #expect(socket != nil, "Alice's socket is found in the same round trip")

@@ -48,15 +48,22 @@ struct ControlChannel: Sendable {
             _ = connection.unbind()
             connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
         case .receipt:
-            // Only to the socket of the receipt's owner; left stored otherwise.
-            guard let frame = command.frame, let stored = command.stored, connection.whisperId == stored.owner else { return }
-            let settler = self.settler
-            connection.sendRaw(frame) { settler.settle(stored) }
+            guard let frame = command.frame, let stored = command.stored else { return }
+            handOver(frame, stored: stored, to: connection)
         case .deliver:
             if let frame = command.frame {
                 deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
             }
         }
+    }
+
+    /// Writes a stored receipt to its owner's socket (published here, or kept by this
+    /// instance's own `ReceiptDesk`) and settles it once written. Only to the socket of
+    /// the receipt's owner; left stored otherwise.
+    func handOver(_ frame: [UInt8], stored: StoredReceipt, to connection: ClientConnection) {
+        guard connection.whisperId == stored.owner else { return }
+        let settler = self.settler
+        connection.sendRaw(frame) { settler.settle(stored) }
     }
 
     /// Writes a frame for its socket: published here, or stored by this instance's own

@@ -445,7 +445,7 @@ struct FrameLimits: Sendable {
         routerBacklogMax = settings.routerBacklogMax
         leaseMax = settings.leaseMax
         busyRetryMs = settings.busyRetryMs
-        busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED because the router stream's backlog was at its limit.")
+        busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED \"busy\": the router stream's backlog was at its limit, or a message waited past GATEWAY_SEND_WAIT_MAX_MS.")
         controlPerIdentity = settings.controlPerIdentity
         limiter = RateLimiter(redis: redis)
         controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)

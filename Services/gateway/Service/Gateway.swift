@@ -47,7 +47,7 @@ public func buildGateway(
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(
             redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
-            instanceID: settings.common.instanceID, connections: connections, settler: settler
+            instanceID: settings.common.instanceID, connections: connections, control: control
         ),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
@@ -59,7 +59,7 @@ public func buildGateway(
             attachments: AttachmentRecipients(postgres: environment.postgres),
             pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
             redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
-            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control, logger: environment.logger
+            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control
         ) : nil,
         sendWaitMax: settings.sendWaitMax
     )

@@ -20,8 +20,8 @@ import WhisperShared
 /// is stored, and a message leaves the queue only after its receipt is stored.
 ///
 /// When the sender's socket is on this instance, step 2 stores without publishing, and
-/// the gateway writes the receipt to that socket itself (and settles it once written,
-/// as the control channel does with a published one): no pub/sub hop.
+/// the gateway hands the receipt to that socket itself (`ControlChannel.handOver`, as
+/// for a published one): no pub/sub hop.
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let receipts: ReceiptQueue
@@ -29,15 +29,15 @@ struct ReceiptDesk: Sendable {
     let ignored: Counter
     let instanceID: String
     let connections: ConnectionRegistry
-    let settler: ReceiptSettler
+    let control: ControlChannel
 
     init(
         redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
-        settler: ReceiptSettler
+        control: ControlChannel
     ) {
         self.instanceID = instanceID
         self.connections = connections
-        self.settler = settler
+        self.control = control
         pending = PendingQueue(redis: redis)
         receipts = ReceiptQueue(redis: redis, capacity: receiptsWaitingMax)
         let help = "delivery_receipt frames served by the gateway, by outcome: passed on to the sender, or ignored (unknown message, a repeat)."
@@ -48,21 +48,17 @@ struct ReceiptDesk: Sendable {
     enum Outcome: Equatable {
         case passed
         case ignored
-        case limited(retryAfterMs: Int)
     }
 
     /// Serves one receipt of `recipient` (the socket's identity, already checked to be
-    /// the receipt's `from`), charged to its bucket (`rule`), or already charged (nil:
-    /// the gateway spent a leased token, and the first step writes nothing).
+    /// the receipt's `from`, its bucket for receipts already charged).
     @discardableResult
-    func serve(_ receipt: DeliveryReceipt, from recipient: String, charging rule: RateLimitRule? = nil) async throws -> Outcome {
+    func serve(_ receipt: DeliveryReceipt, from recipient: String) async throws -> Outcome {
         let delivered = receipt.status == .delivered
         let (check, socket) = try await pending.checkReceipt(
-            recipient: recipient, messageId: receipt.messageId, delivered: delivered, locating: receipt.to, charging: rule
+            recipient: recipient, messageId: receipt.messageId, delivered: delivered, locating: receipt.to
         )
         switch check {
-        case .limited(let retry):
-            return .limited(retryAfterMs: retry)
         case .ignore:
             ignored.increment()
             return .ignored
@@ -75,11 +71,8 @@ struct ReceiptDesk: Sendable {
                 let bytes = ServerFrameCodec.encode(frame)
                 if let socket, socket.gateway == instanceID {
                     let entryId = try await receipts.keep(bytes, for: sender, handingTo: nil)
-                    // Only to the socket of the receipt's owner; left stored otherwise.
-                    if let connection = connections.connection(socket.connId), connection.whisperId == sender {
-                        let stored = StoredReceipt(owner: sender, entryId: entryId)
-                        let settler = self.settler
-                        connection.sendRaw(bytes) { settler.settle(stored) }
+                    if let connection = connections.connection(socket.connId) {
+                        control.handOver(bytes, stored: StoredReceipt(owner: sender, entryId: entryId), to: connection)
                     }
                 } else {
                     try await receipts.keep(bytes, for: sender, handingTo: socket)

@@ -1,5 +1,3 @@
-import Logging
-import Tracing
 import WhisperMessaging
 import WhisperShared
 
@@ -8,9 +6,9 @@ import WhisperShared
 /// a message"). The checks are the router's (`MessageChecks`), in the same order; the
 /// store is the same script, whose reply is the sender's acceptance; a recipient whose
 /// socket is on this instance gets the message from here, any other through its
-/// gateway's channel, published by the script. A message costs two Redis round trips
-/// (the sender's bucket, the store) and no router, stream entry, read or
-/// acknowledgement.
+/// gateway's channel, published by the script. A message costs one Redis round trip
+/// (the store; the sender's bucket is charged through the socket's lease, a round trip
+/// per lease) and no router, stream entry, read or acknowledgement.
 ///
 /// The guarantees do not change: nothing is acknowledged before it is stored (the
 /// script's reply leaves Redis after its write); a resend of a known messageId is
@@ -29,7 +27,6 @@ struct SendDesk: Sendable {
     let metrics: RoutingMetrics
     let connections: ConnectionRegistry
     let control: ControlChannel
-    let logger: Logger
 
     /// Checks, stores and passes on one message the socket's identity (`sender`, whose
     /// own bucket was charged) sent; `receivedAt` is when the gateway read it (ms).
@@ -48,40 +45,37 @@ struct SendDesk: Sendable {
             acceptance: .reply(gateway: instanceID), acceptedAt: receivedAt, redeliver: false, pairLimit: pairLimit,
             traceparent: traceparent
         )
-        let routed: RoutingOutcome
-        if let refusal = PendingQueue.refusal(for: outcome.result, metrics: metrics) { throw refusal }
+        let depth: Int
         switch outcome.result {
-        case .conflict, .limited, .full:
-            return .refused
-        case .notMember, .stale:
-            // Only group copies are checked for membership; they go through the routers.
-            throw WhisperError(.internalError, "unexpected answer from the message store")
+        case .stored(_, let stored):
+            depth = stored
         case .duplicate:
             // A client resend: answered as before, nothing queued.
-            connection.sendRaw(ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: requestId))
+            connection.send(MessageAccepted(messageId: message.messageId), requestId: requestId)
             metrics.routed(.duplicate)
             return .duplicate
-        case .stored(_, let depth):
-            metrics.queueDepth(depth)
-            connection.sendRaw(ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: requestId))
-            if let local = outcome.localConnection {
-                // The recipient's socket is on this instance: written from here, as the
-                // control channel would have written it.
-                if let recipient = connections.connection(local) {
-                    control.deliver(Self.received(body), to: recipient, traceparent: traceparent, acceptedAt: receivedAt)
-                    routed = .delivered
-                } else {
-                    // Closed a moment ago: the message waits for its next fetch, and a wake-up.
-                    try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
-                    routed = .queued
-                }
-            } else if outcome.deliveredLive {
-                routed = .delivered
+        case .conflict, .limited, .full, .notMember, .stale:
+            // Membership (`notMember`, `stale`) is checked for group copies only, which
+            // the routers store.
+            throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
+        }
+        metrics.queueDepth(depth)
+        connection.send(MessageAccepted(messageId: message.messageId), requestId: requestId)
+        // The recipient's socket on this instance is written from here, as the control
+        // channel would have written it; one that closed a moment ago leaves the message
+        // to its next fetch, like a recipient with no socket, and a wake-up.
+        var live = outcome.deliveredLive
+        if let local = outcome.localConnection {
+            if let recipient = connections.connection(local) {
+                control.deliver(Self.received(body), to: recipient, traceparent: traceparent, acceptedAt: receivedAt)
             } else {
-                try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
-                routed = .queued
+                live = false
             }
         }
+        if !live {
+            try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
+        }
+        let routed: RoutingOutcome = live ? .delivered : .queued
         metrics.routed(routed)
         return routed
     }

@@ -295,9 +295,8 @@ final class SocketInbox: Sendable {
     }
 
     private struct State {
-        var messages: [[UInt8]] = []
-        /// When each message was read (`NIODeadline` uptime, ns), alongside `messages`.
-        var arrivals: [UInt64] = []
+        /// Each message with when it was read (`NIODeadline` uptime, ns).
+        var messages: [(bytes: [UInt8], arrivedAt: UInt64)] = []
         var head = 0
         var bytes = 0
         var handling = false
@@ -319,8 +318,7 @@ final class SocketInbox: Sendable {
     /// must pause.
     func push(_ message: [UInt8]) -> (startHandling: Bool, pauseReading: Bool) {
         state.withLock { state in
-            state.messages.append(message)
-            state.arrivals.append(NIODeadline.now().uptimeNanoseconds)
+            state.messages.append((message, NIODeadline.now().uptimeNanoseconds))
             state.bytes += message.count
             let start = !state.handling
             state.handling = true
@@ -348,18 +346,15 @@ final class SocketInbox: Sendable {
     func nextTimed() -> (next: Next, arrivedAt: UInt64) {
         state.withLock { state in
             if state.count > 0 {
-                let message = state.messages[state.head]
-                let arrivedAt = state.arrivals[state.head]
-                state.messages[state.head] = []
+                let (message, arrivedAt) = state.messages[state.head]
+                state.messages[state.head] = ([], 0)
                 state.head += 1
                 state.bytes -= message.count
                 if state.count == 0 {
                     state.messages.removeAll(keepingCapacity: false)
-                    state.arrivals.removeAll(keepingCapacity: false)
                     state.head = 0
                 } else if state.head >= 64 {
                     state.messages.removeFirst(state.head)
-                    state.arrivals.removeFirst(state.head)
                     state.head = 0
                 }
                 let resume = state.paused && state.count <= bounds.resumeAtMessages && state.bytes < bounds.pauseAtBytes

@@ -173,14 +173,13 @@ struct MessageRouter: Sendable {
         }
         let (stored, live) = (result.result, result.deliveredLive)
         let outcome: RoutingOutcome
-        if let refusal = PendingQueue.refusal(for: stored, metrics: metrics) { throw refusal }
         switch stored {
         case .notMember:
             throw WhisperError(.forbidden, "to is not a member of this group")
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
         case .conflict, .limited, .full:
-            return .refused
+            throw PendingQueue.refusal(for: stored, metrics: metrics)
         case .duplicate:
             // A client resend: answered as before, nothing queued. A stream entry handled
             // a second time (its router died) was also delivered again, if still pending.
