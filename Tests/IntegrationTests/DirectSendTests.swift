@@ -212,7 +212,7 @@ struct DirectSendTests {
             "WHISPER_INSTANCE_ID": "doomed-gateway",
             "GATEWAY_HTTP_PORT": "\(port)",
             "GATEWAY_AUTH_URL": "http://127.0.0.1:\(stack.auth.internalPort)",
-            "GATEWAY_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
+            "WHISPER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
         ]) { _, new in new }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -23,7 +23,7 @@ import WhisperShared
             "WHISPER_LOG_LEVEL": "warning",
             "ROUTER_HTTP_PORT": "\(port)",
             "ROUTER_CLAIM_AFTER_MS": "1000",
-            "ROUTER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
+            "WHISPER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
         ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -91,14 +91,14 @@ public struct GatewaySettings: ServiceSettings {
     /// it and answers itself; no router on its path) or `router` (through the router
     /// stream, like group copies, group changes, calls and fetches).
     public var sendPath: SendPath = .direct
-    /// For the messages this gateway stores itself (`direct`), the same settings as the
-    /// routers' of the same names: messages from one sender to one recipient, what one
-    /// recipient's queue may hold, how long identities stay cached. Set them alike on
-    /// gateways and routers (group copies are stored by routers).
-    public var sendPerPair = RateLimitRule(capacity: 300, period: .seconds(60))
-    public var pendingCapacity = PendingQueue.Capacity.standard
-    public var identityCacheTTL: Duration = .seconds(30)
-    public var unknownIdentityTTL: Duration = .seconds(10)
+    /// For the messages this gateway stores itself (`direct`), the settings it shares
+    /// with the routers (`StoringSettings`, read from the same `WHISPER_…` variables):
+    /// messages from one sender to one recipient, what one recipient's queue may hold,
+    /// how long identities stay cached.
+    public var sendPerPair = StoringSettings.standard.sendPerPair
+    public var pendingCapacity = StoringSettings.standard.pendingCapacity
+    public var identityCacheTTL = StoringSettings.standard.identityCacheTTL
+    public var unknownIdentityTTL = StoringSettings.standard.unknownIdentityTTL
     /// Backpressure on the direct path: a `send_message` that waited in its socket's
     /// queue longer than this before the gateway came to it is refused with
     /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
@@ -222,13 +222,11 @@ public struct GatewaySettings: ServiceSettings {
         } else {
             settings.reject("gateway.send.path", because: "must be direct or router")
         }
-        sendPerPair = settings.rateLimit("gateway.rate.limit.send.per.pair", default: "300/60s")
-        pendingCapacity = PendingQueue.Capacity(
-            messages: settings.int("gateway.pending.max.messages", default: PendingQueue.Capacity.standard.messages, range: 1...1_000_000),
-            bytes: settings.int("gateway.pending.max.bytes", default: PendingQueue.Capacity.standard.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))
-        )
-        identityCacheTTL = .seconds(settings.int("gateway.identity.cache.seconds", default: 30, range: 0...3_600))
-        unknownIdentityTTL = .seconds(settings.int("gateway.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
+        let storing = StoringSettings(from: settings, service: Self.serviceName)
+        sendPerPair = storing.sendPerPair
+        pendingCapacity = storing.pendingCapacity
+        identityCacheTTL = storing.identityCacheTTL
+        unknownIdentityTTL = storing.unknownIdentityTTL
         leaseMax = settings.int("gateway.rate.limit.lease.max", default: 16, range: 1...1_000)
         sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 100, range: 0...60_000))
         turnCredURL = settings.string("gateway.turn.cred.url", default: "")

@@ -67,16 +67,14 @@ public struct RouterSettings: ServiceSettings {
 
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        sendPerPair = settings.rateLimit("router.rate.limit.send.per.pair", default: "300/60s")
-        pendingCapacity = PendingQueue.Capacity(
-            messages: settings.int("router.pending.max.messages", default: PendingQueue.Capacity.standard.messages, range: 1...1_000_000),
-            bytes: settings.int("router.pending.max.bytes", default: PendingQueue.Capacity.standard.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))
-        )
+        let storing = StoringSettings(from: settings, service: Self.serviceName)
+        sendPerPair = storing.sendPerPair
+        pendingCapacity = storing.pendingCapacity
         receiptsWaitingMax = settings.int("router.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
-        unknownIdentityTTL = .seconds(settings.int("router.unknown.identity.cache.seconds", default: 10, range: 0...3_600))
+        unknownIdentityTTL = storing.unknownIdentityTTL
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))
-        identityCacheTTL = .seconds(settings.int("router.identity.cache.seconds", default: 30, range: 0...3_600))
+        identityCacheTTL = storing.identityCacheTTL
         ackInterval = .milliseconds(settings.int("router.ack.interval.ms", default: 50, range: 0...1_000))
         readLinger = .milliseconds(settings.int("router.read.linger.ms", default: 0, range: 0...100))
         callRingTimeout = .seconds(settings.int("router.call.ring.timeout.seconds", default: 45, range: 1...600))

@@ -22,6 +22,9 @@ public final class SettingsReader {
     private let reader: ConfigReader
     private(set) var missing: [String] = []
     private(set) var invalid: [String] = []
+    /// Older variable names that were set and read in place of their current name
+    /// (logged at start, so an operator can rename them).
+    public private(set) var olderNamesUsed: [(older: String, current: String)] = []
 
     public init(reader: ConfigReader) {
         self.reader = reader
@@ -123,6 +126,16 @@ public final class SettingsReader {
             return RateLimitRule(defaultValue) ?? RateLimitRule(capacity: 1, period: .seconds(1))
         }
         return rule
+    }
+
+    /// The key to read for a setting that was renamed: `current` when it is set (or
+    /// nothing is), else the first of `older` that is set, which is noted in
+    /// `olderNamesUsed`.
+    public func key(_ current: String, olderNames older: [String]) -> String {
+        if raw(current, secret: false) != nil { return current }
+        guard let used = older.first(where: { raw($0, secret: false) != nil }) else { return current }
+        olderNamesUsed.append((Self.variableName(used), Self.variableName(current)))
+        return used
     }
 
     /// Records a problem found while interpreting a value (a bad URL, say).

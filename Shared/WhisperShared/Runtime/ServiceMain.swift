@@ -71,6 +71,9 @@ public enum ServiceMain {
             logger.critical("configuration_invalid", metadata: ["error": "\(error)"])
             exit(1)
         }
+        for (older, current) in reader.olderNamesUsed {
+            logger.warning("setting_renamed", metadata: ["variable": "\(older)", "use": "\(current)"])
+        }
         // Whatever happens to the graceful shutdown, the process is gone soon after.
         let watchdog = ShutdownWatchdog(grace: settings.common.shutdownGracePeriod, logger: logger)
         do {
