@@ -143,6 +143,7 @@ var targets: [Target] = [
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             "PushFakes",
             .product(name: "JWTKit", package: "jwt-kit"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
         ] + services.map { .target(name: $0.library) },
         path: "Tests/IntegrationTests"
     ),

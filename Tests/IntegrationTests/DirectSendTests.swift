@@ -43,13 +43,19 @@ struct DirectSendTests {
         // Nothing went through the router stream.
         #expect(try await stack.routerStreamBacklog() == 0)
 
-        // The receipts come back to the sender and empty the queues.
+        // The receipts come back to the sender and empty the queues. Bob's is written to
+        // Alice's socket by the gateway they share: no pub/sub hop, and never stored
+        // (her receipt store was not even created).
         try await bob.connection.acknowledge(atBob)
+        let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(first.messageId == toBob.messageId)
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        #expect(try await stack.withRedis { try await $0.send("EXISTS", ReceiptQueue.key(alice.whisperId)).int } == 0)
+        // Carol's, from the other gateway, is stored with a publish, written, then settled.
         try await carol.connection.acknowledge(atCarol)
         let delivered = try await alice.events(.messageDelivered, count: 2).compactMap { $0.payload(as: MessageDelivered.self)?.messageId }
         #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
-        // Both receipts were stored, written (Bob's by the gateway Alice and Bob share,
-        // without a pub/sub hop) and then settled.
+        try await waitUntil { try await stack.withRedis { try await $0.send("EXISTS", ReceiptQueue.key(alice.whisperId)).int } == 1 }
         try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
         try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
         try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }

@@ -176,6 +176,33 @@ public final class ClientConnection: Sendable {
         channel.writeAndFlush(frame, promise: promise)
     }
 
+    /// Writes a frame only when the socket has room for it now, and reports whether the
+    /// socket took it (handed to the connection) within `limit`: `false` when it was
+    /// closing, had frames waiting, or did not take it in time (the frame may still go
+    /// out later). A caller that must not lose the frame stores it on `false`.
+    func sendConfirmed(_ bytes: [UInt8], within limit: TimeAmount) async -> Bool {
+        guard !closing.load(ordering: .relaxed), channel.isWritable else { return false }
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: buffer)
+        let loop = channel.eventLoop
+        let written = loop.makePromise(of: Void.self)
+        let answer = loop.makePromise(of: Bool.self)
+        // Whichever comes first answers; the other finds the answer given (a promise
+        // may be completed once only).
+        let once = FirstAnswer()
+        let deadline = loop.scheduleTask(in: limit) {
+            if once.claim() { answer.succeed(false) }
+        }
+        written.futureResult.whenComplete { result in
+            deadline.cancel()
+            guard once.claim() else { return }
+            if case .success = result { answer.succeed(true) } else { answer.succeed(false) }
+        }
+        channel.writeAndFlush(frame, promise: written)
+        return (try? await answer.futureResult.get()) ?? false
+    }
+
     /// Closes the socket with this code, after the frames already written; nothing is
     /// written after it. Callable from any thread without waiting: the socket's own
     /// handler (`SocketHandler`, on its event loop) sends the close frame and closes the
@@ -289,5 +316,14 @@ struct TokenLease {
     mutating func received(_ granted: Int, now: UInt64) {
         tokens = Swift.max(0, granted - 1)
         validUntil = now &+ Self.lifetime
+    }
+}
+
+/// Lets the first of two racing callbacks act, once.
+private final class FirstAnswer: Sendable {
+    private let given = Atomic<Bool>(false)
+
+    func claim() -> Bool {
+        !given.exchange(true, ordering: .relaxed)
     }
 }

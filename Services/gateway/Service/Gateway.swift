@@ -47,7 +47,7 @@ public func buildGateway(
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(
             redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
-            instanceID: settings.common.instanceID, connections: connections, control: control
+            instanceID: settings.common.instanceID, connections: connections
         ),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(

@@ -1,4 +1,5 @@
 import Logging
+import NIOCore
 import Prometheus
 import WhisperMessaging
 import WhisperShared
@@ -16,12 +17,15 @@ import WhisperShared
 /// 3. apply the receipt to the recipient's queue (`delivered` removes the message).
 /// Dying after 1 changes nothing; dying after 2 leaves the message pending, so the
 /// recipient fetches and acknowledges it again (the sender may then get the same
-/// receipt twice, which clients take as a state). A receipt is passed on only after it
-/// is stored, and a message leaves the queue only after its receipt is stored.
+/// receipt twice, which clients take as a state). A message leaves the queue only
+/// after its receipt is stored, or taken by the sender's socket (below).
 ///
-/// When the sender's socket is on this instance, step 2 stores without publishing, and
-/// the gateway hands the receipt to that socket itself (`ControlChannel.handOver`, as
-/// for a published one): no pub/sub hop.
+/// When the sender's socket is on this instance, step 2 is a write to that socket in
+/// place of the store: once the socket has taken the frame (handed to the connection,
+/// as a stored receipt is settled once written) the receipt is applied; a socket that
+/// is closing, has frames waiting or does not take it within `handOverLimit` gets it
+/// stored (without a publish) for its next `fetch_pending`. Dying before the write
+/// completes leaves the message pending, as above. No pub/sub hop, no store, no settle.
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let receipts: ReceiptQueue
@@ -29,21 +33,22 @@ struct ReceiptDesk: Sendable {
     let ignored: Counter
     let instanceID: String
     let connections: ConnectionRegistry
-    let control: ControlChannel
 
     init(
-        redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
-        control: ControlChannel
+        redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry
     ) {
         self.instanceID = instanceID
         self.connections = connections
-        self.control = control
         pending = PendingQueue(redis: redis)
         receipts = ReceiptQueue(redis: redis, capacity: receiptsWaitingMax)
         let help = "delivery_receipt frames served by the gateway, by outcome: passed on to the sender, or ignored (unknown message, a repeat)."
         passed = metrics.counter("gateway_receipts", help: help, labels: [("outcome", "passed")])
         ignored = metrics.counter("gateway_receipts", help: help, labels: [("outcome", "ignored")])
     }
+
+    /// How long a local sender's socket may take to accept a receipt before it is
+    /// stored instead (a socket with frames waiting is not tried at all).
+    static let handOverLimit: TimeAmount = .milliseconds(50)
 
     enum Outcome: Equatable {
         case passed
@@ -70,9 +75,11 @@ struct ReceiptDesk: Sendable {
                 let frame = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
                 let bytes = ServerFrameCodec.encode(frame)
                 if let socket, socket.gateway == instanceID {
-                    let entryId = try await receipts.keep(bytes, for: sender, handingTo: nil)
-                    if let connection = connections.connection(socket.connId) {
-                        control.handOver(bytes, stored: StoredReceipt(owner: sender, entryId: entryId), to: connection)
+                    // The sender's socket is here: a receipt its socket took needs no
+                    // store; one it could not take now is kept for its next fetch.
+                    let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
+                    if await connection?.sendConfirmed(bytes, within: Self.handOverLimit) != true {
+                        try await receipts.keep(bytes, for: sender, handingTo: nil)
                     }
                 } else {
                     try await receipts.keep(bytes, for: sender, handingTo: socket)
