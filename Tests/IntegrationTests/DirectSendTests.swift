@@ -62,6 +62,45 @@ struct DirectSendTests {
         try await stack.stop()
     }
 
+    /// A receipt between two sockets of one gateway is served from what that gateway
+    /// remembers of the delivery (`LocalDeliveries`): no look-up in Redis, each status
+    /// passed on once, a repeat looked up (and dropped) as before.
+    @Test func receiptsBetweenSocketsOfOneGatewayAreServedFromMemoryOncePerStatus() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 0)
+        let carol = try await stack.user(on: 1)
+        let (toBob, atBob) = try await alice.sendAndWaitForArrival("near", to: bob)
+        let (toCarol, atCarol) = try await alice.sendAndWaitForArrival("far", to: carol)
+
+        try await bob.connection.acknowledge(atBob)
+        try await bob.connection.acknowledge(atBob)
+        try await bob.connection.acknowledge(atBob, status: .read)
+        try await bob.connection.acknowledge(atBob, status: .read)
+        try await carol.connection.acknowledge(atCarol)
+        // Frames of one socket are handled in order, and what the gateway wrote to
+        // Alice comes before its answers to her: after these pings, every receipt was
+        // served and everything passed on to Alice has arrived.
+        _ = try await bob.connection.ping()
+        _ = try await carol.connection.ping()
+        try await alice.events(.messageDelivered, count: 3)
+        _ = try await alice.connection.ping()
+        let receipts = await alice.events.all(.messageDelivered).compactMap { $0.payload(as: MessageDelivered.self) }
+        #expect(receipts.filter { $0.messageId == toBob.messageId }.map(\.status) == [.delivered, .read])
+        #expect(receipts.filter { $0.messageId == toCarol.messageId }.map(\.status) == [.delivered])
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
+
+        let near = try await stack.metricsText(of: [stack.gateways[0]])
+        let far = try await stack.metricsText(of: [stack.gateways[1]])
+        #expect(Metrics.value(in: near, "whisper_gateway_receipts_known_total") == 2, "delivered and read, from memory")
+        #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 2)
+        #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "ignored"]) == 2, "the repeats")
+        #expect(Metrics.value(in: far, "whisper_gateway_receipts_known_total") == 0, "Carol's gateway did not deliver it itself")
+        #expect(Metrics.value(in: far, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 1)
+        try await stack.stop()
+    }
+
     @Test func theGatewayCountsWhatItRoutesAndRefusesLikeARouter() async throws {
         let stack = try await MessagingStack.start(routers: 0)
         let alice = try await stack.user(on: 0)

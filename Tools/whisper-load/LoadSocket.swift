@@ -170,7 +170,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
 
     private func handle(_ bytes: [UInt8], context: ChannelHandlerContext) {
         guard let frame = try? ServerFrameCodec.decode(bytes) else {
-            role.stats.failed()
+            role.stats.failed("unreadable frame")
             return
         }
         if !started {
@@ -199,7 +199,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
                   let message = frame.payload(as: MessageReceived.self) else { return }
             if verify {
                 guard (try? MessageCrypto.open(message, by: (role.whisperId, role.keys), sender: peer, key: conversation)) != nil else {
-                    role.stats.failed()
+                    role.stats.failed("undecryptable")
                     return
                 }
             }
@@ -214,7 +214,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
             if frame.type == .messageAccepted {
                 role.stats.accepted(after: .now - sentAt)
             } else {
-                role.stats.failed()
+                role.stats.failed("refused " + (frame.payload(as: ErrorPayload.self)?.code.rawValue ?? "?"))
             }
             if case .sender(let peer, let perSecond, _, _, let window, let end) = role.kind, ContinuousClock.now < end {
                 // Sends that came due while the window was full go now; unpaced, the next one does.

@@ -199,6 +199,8 @@ final class Stats: Sendable {
         var acceptSamples: [(second: Int, latencyMs: Double)] = []
         var sent = 0
         var errors = 0
+        /// What the errors were, by kind (a refusal's code, an unknown delivery, ...).
+        var errorKinds: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
@@ -235,7 +237,12 @@ final class Stats: Sendable {
         }
     }
 
-    func failed() { state.withLock { $0.errors += 1 } }
+    func failed(_ kind: String) {
+        state.withLock {
+            $0.errors += 1
+            $0.errorKinds[kind, default: 0] += 1
+        }
+    }
 
     /// Send to `message_accepted`, per second of the run (for `--timeline`).
     func accepted(after latency: Duration) {
@@ -258,12 +265,14 @@ final class Stats: Sendable {
         state.withLock { state in
             guard let (sent, sentAt) = state.inFlight.removeValue(forKey: message.messageId) else {
                 state.errors += 1
+                state.errorKinds["delivered twice or never sent", default: 0] += 1
                 return
             }
             guard sent.from == message.from, sent.to == message.to, sent.msgType == message.msgType,
                   sent.timestamp == message.timestamp, sent.nonce == message.nonce, sent.ciphertext == message.ciphertext,
                   sent.sig == message.sig, message.groupId == nil else {
                 state.errors += 1
+                state.errorKinds["delivered altered", default: 0] += 1
                 return
             }
             if measure {
@@ -288,11 +297,12 @@ final class Stats: Sendable {
         state.withLock { state in
             let sorted = state.samples.map(\.latencyMs).sorted()
             let throughput = Double(sorted.count) / seconds
+            let kinds = state.errorKinds.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
             return String(
                 format: "received %d messages in %.0f s: %.0f messages/s; latency ms p50 %.2f p95 %.2f p99 %.2f max %.2f; sent %d, errors %d",
                 sorted.count, seconds, throughput, percentile(sorted, 0.50), percentile(sorted, 0.95), percentile(sorted, 0.99),
                 sorted.last ?? .nan, state.sent, state.errors
-            )
+            ) + (kinds.isEmpty ? "" : " (" + kinds.joined(separator: ", ") + ")")
         }
     }
 }

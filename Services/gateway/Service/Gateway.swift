@@ -32,6 +32,7 @@ public func buildGateway(
         postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
         unknownTTL: settings.unknownIdentityTTL
     )
+    let deliveries = LocalDeliveries()
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
         connections: connections, settler: settler, banned: recentBans, identities: identities, metrics: environment.metrics,
@@ -47,7 +48,7 @@ public func buildGateway(
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(
             redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
-            instanceID: settings.common.instanceID, connections: connections
+            instanceID: settings.common.instanceID, connections: connections, deliveries: deliveries
         ),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
@@ -59,7 +60,8 @@ public func buildGateway(
             attachments: AttachmentRecipients(postgres: environment.postgres),
             pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
             redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
-            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control
+            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control,
+            deliveries: deliveries
         ) : nil,
         sendWaitMax: settings.sendWaitMax
     )

@@ -33,12 +33,21 @@ struct ReceiptDesk: Sendable {
     let ignored: Counter
     let instanceID: String
     let connections: ConnectionRegistry
+    let deliveries: LocalDeliveries
+    /// Receipts served from `deliveries`, without the look-up in Redis.
+    let known: Counter
 
     init(
-        redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry
+        redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
+        deliveries: LocalDeliveries
     ) {
         self.instanceID = instanceID
         self.connections = connections
+        self.deliveries = deliveries
+        known = metrics.counter(
+            "gateway_receipts_known",
+            help: "delivery_receipt frames for messages this gateway had delivered to the recipient's socket itself, passed on without a look-up in Redis."
+        )
         pending = PendingQueue(redis: redis)
         receipts = ReceiptQueue(redis: redis, capacity: receiptsWaitingMax)
         let help = "delivery_receipt frames served by the gateway, by outcome: passed on to the sender, or ignored (unknown message, a repeat)."
@@ -60,6 +69,17 @@ struct ReceiptDesk: Sendable {
     @discardableResult
     func serve(_ receipt: DeliveryReceipt, from recipient: String) async throws -> Outcome {
         let delivered = receipt.status == .delivered
+        // A message this gateway delivered itself, from a sender whose socket is still
+        // here: step 1 is already known.
+        if let delivery = deliveries.take(recipient: recipient, messageId: receipt.messageId, delivered: delivered),
+           delivery.sender == receipt.to,
+           let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
+            try await give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
+            try await pending.applyReceipt(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
+            known.increment()
+            passed.increment()
+            return .passed
+        }
         let (check, socket) = try await pending.checkReceipt(
             recipient: recipient, messageId: receipt.messageId, delivered: delivered, locating: receipt.to
         )
@@ -72,15 +92,10 @@ struct ReceiptDesk: Sendable {
             // recipient's to acknowledge) but told to nobody.
             let tell = sender == receipt.to
             if tell {
-                let frame = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
-                let bytes = ServerFrameCodec.encode(frame)
+                let bytes = Self.frame(for: receipt)
                 if let socket, socket.gateway == instanceID {
-                    // The sender's socket is here: a receipt its socket took needs no
-                    // store; one it could not take now is kept for its next fetch.
                     let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
-                    if await connection?.sendConfirmed(bytes, within: Self.handOverLimit) != true {
-                        try await receipts.keep(bytes, for: sender, handingTo: nil)
-                    }
+                    try await give(bytes, to: connection, owner: sender)
                 } else {
                     try await receipts.keep(bytes, for: sender, handingTo: socket)
                 }
@@ -93,5 +108,19 @@ struct ReceiptDesk: Sendable {
             ignored.increment()
             return .ignored
         }
+    }
+
+    /// Step 2 for a sender whose socket is on this instance: a receipt its socket took
+    /// needs no store; one it could not take now (or a socket gone) is kept for the
+    /// sender's next fetch, without a publish.
+    private func give(_ bytes: [UInt8], to connection: ClientConnection?, owner: String) async throws {
+        if await connection?.sendConfirmed(bytes, within: Self.handOverLimit) != true {
+            try await receipts.keep(bytes, for: owner, handingTo: nil)
+        }
+    }
+
+    /// `message_delivered` for the receipt's sender.
+    static func frame(for receipt: DeliveryReceipt) -> [UInt8] {
+        ServerFrameCodec.encode(MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from))
     }
 }

@@ -27,6 +27,8 @@ struct SendDesk: Sendable {
     let metrics: RoutingMetrics
     let connections: ConnectionRegistry
     let control: ControlChannel
+    /// What this instance delivered to its own sockets, for their receipts.
+    let deliveries: LocalDeliveries
 
     /// Checks, stores and passes on one message the socket's identity (`sender`, whose
     /// own bucket was charged) sent; `receivedAt` is when the gateway read it (ms).
@@ -67,6 +69,7 @@ struct SendDesk: Sendable {
         var live = outcome.deliveredLive
         if let local = outcome.localConnection {
             if let recipient = connections.connection(local) {
+                deliveries.remember(recipient: message.to, messageId: message.messageId, sender: sender, senderConnection: connection.id)
                 control.deliver(Self.received(body), to: recipient, traceparent: traceparent, acceptedAt: receivedAt)
             } else {
                 live = false

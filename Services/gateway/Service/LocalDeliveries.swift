@@ -1,0 +1,98 @@
+import Synchronization
+import WhisperShared
+
+/// Messages this gateway stored itself and wrote to a recipient's socket on this same
+/// instance, remembered for a short while with the sender's socket. A receipt for one
+/// of them, from that recipient, needs no look-up in Redis: the gateway already knows
+/// the message is the recipient's, who sent it and where the sender's socket is (it
+/// read the message from it). With one gateway, every conversation is such a pair; with
+/// more, the share of pairs whose two sockets meet on one instance.
+///
+/// Each status is taken once (`delivered`, then `read`); a receipt that finds nothing
+/// here (forgotten, a repeat, from another gateway) is looked up in Redis as before,
+/// which is always right. What is remembered is bounded by count (the oldest go) and
+/// by age, so a receipt that comes late is looked up too.
+final class LocalDeliveries: Sendable {
+    struct Delivery: Equatable {
+        let sender: String
+        /// The `ClientConnection.id` the sender's message was read from.
+        let senderConnection: String
+    }
+
+    private struct Entry {
+        let delivery: Delivery
+        let until: ContinuousClock.Instant
+        var deliveredTaken = false
+    }
+
+    private struct State {
+        var entries: [String: Entry] = [:]
+        /// Keys in the order they were remembered (some already taken), for eviction.
+        var order: [String] = []
+        var head = 0
+    }
+
+    let capacity: Int
+    let lifetime: Duration
+    private let state = Mutex(State())
+
+    /// 20,000 deliveries of at most about 250 bytes each (two Whisper IDs, a message
+    /// and a connection ID): about 5 MB at most, whatever the load.
+    static let standardCapacity = 20_000
+    static let standardLifetime: Duration = .seconds(60)
+
+    init(capacity: Int = standardCapacity, lifetime: Duration = standardLifetime) {
+        self.capacity = max(1, capacity)
+        self.lifetime = lifetime
+    }
+
+    private static func key(_ recipient: String, _ messageId: String) -> String {
+        recipient + "/" + messageId.lowercased()
+    }
+
+    /// Called before the message is written to the recipient's socket, so its receipt
+    /// cannot come first.
+    func remember(recipient: String, messageId: String, sender: String, senderConnection: String) {
+        let key = Self.key(recipient, messageId)
+        let entry = Entry(delivery: Delivery(sender: sender, senderConnection: senderConnection), until: .now + lifetime)
+        state.withLock { state in
+            if state.entries.updateValue(entry, forKey: key) == nil {
+                state.order.append(key)
+            }
+            while state.entries.count > capacity, state.head < state.order.count {
+                state.entries[state.order[state.head]] = nil
+                state.head += 1
+            }
+            // Keys of taken entries stay in `order` until their turn; compact now and
+            // then so that it stays near the capacity.
+            if state.head >= capacity || state.order.count - state.head > 2 * capacity {
+                state.order = state.order[state.head...].filter { state.entries[$0] != nil }
+                state.head = 0
+            }
+        }
+    }
+
+    /// The delivery a receipt of this status is for, once per status: `delivered` once,
+    /// then `read` once (which forgets the message). Nil when not known here.
+    func take(recipient: String, messageId: String, delivered: Bool) -> Delivery? {
+        let key = Self.key(recipient, messageId)
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard var entry = state.entries[key] else { return nil }
+            guard now < entry.until else {
+                state.entries[key] = nil
+                return nil
+            }
+            if delivered {
+                guard !entry.deliveredTaken else { return nil }
+                entry.deliveredTaken = true
+                state.entries[key] = entry
+            } else {
+                state.entries[key] = nil
+            }
+            return entry.delivery
+        }
+    }
+
+    var count: Int { state.withLock { $0.entries.count } }
+}
