@@ -102,6 +102,8 @@ public struct PendingQueue: Sendable {
         /// With `Acceptance.reply`: the recipient's connection on the caller's own
         /// instance, for the caller to write `message_received` to. Nothing was published.
         public var localConnection: String?
+        /// The replies of the commands sent `alongside` the store, in their order.
+        public var alongside: [RESPValue] = []
     }
 
     /// Stores a message unless its messageId is already known for this recipient or the
@@ -117,7 +119,7 @@ public struct PendingQueue: Sendable {
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
         acceptance: Acceptance, acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
-        group: GroupCheck? = nil, traceparent: String? = nil
+        group: GroupCheck? = nil, traceparent: String? = nil, alongside: [RedisCommand] = []
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
@@ -142,7 +144,7 @@ public struct PendingQueue: Sendable {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
         }
-        let reply = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments)
+        let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         // The fourth part: 1 (published to a live socket), 0 (none), or the connection
         // on the caller's instance.
@@ -159,24 +161,25 @@ public struct PendingQueue: Sendable {
                 break
             }
         }
-        let result: StoreResult
+        var outcome: StoreOutcome
         switch status {
         case "stored":
-            result = .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0))
+            outcome = StoreOutcome(result: .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0)), deliveredLive: live, localConnection: local)
         case "duplicate":
-            result = .duplicate
+            outcome = StoreOutcome(result: .duplicate, deliveredLive: live, localConnection: local)
         case "limited":
-            return StoreOutcome(result: .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), deliveredLive: false)
+            outcome = StoreOutcome(result: .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), deliveredLive: false)
         case "full":
-            return StoreOutcome(result: .full, deliveredLive: false)
+            outcome = StoreOutcome(result: .full, deliveredLive: false)
         case "not_member":
-            return StoreOutcome(result: .notMember, deliveredLive: false)
+            outcome = StoreOutcome(result: .notMember, deliveredLive: false)
         case "stale":
-            return StoreOutcome(result: .stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), deliveredLive: false)
+            outcome = StoreOutcome(result: .stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), deliveredLive: false)
         default:
-            return StoreOutcome(result: .conflict, deliveredLive: false)
+            outcome = StoreOutcome(result: .conflict, deliveredLive: false)
         }
-        return StoreOutcome(result: result, deliveredLive: live, localConnection: local)
+        outcome.alongside = others
+        return outcome
     }
 
     public struct Page: Sendable {
@@ -285,11 +288,50 @@ public struct PendingQueue: Sendable {
     /// `read` marks it (each once). Returns whether this call changed the message.
     @discardableResult
     public func applyReceipt(recipient: String, messageId: String, delivered: Bool) async throws -> Bool {
-        let reply = try await redis.evaluate(
-            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), Self.bytesKey(recipient)],
-            arguments: [delivered ? 1 : 0, 0]
-        )
+        let reply = try await redis.evaluate(Self.ackScript, keys: Self.applyKeys(recipient, messageId), arguments: [delivered ? 1 : 0, 0])
         return !(reply.string ?? "").isEmpty
+    }
+
+    /// A receipt's last step, to be run later and many at once (`applyReceipts`, or
+    /// `applyCommand` in the same write as other work).
+    public struct ReceiptApplication: Sendable, Equatable {
+        public var recipient: String
+        public var messageId: String
+        public var delivered: Bool
+
+        public init(recipient: String, messageId: String, delivered: Bool) {
+            self.recipient = recipient
+            self.messageId = messageId
+            self.delivered = delivered
+        }
+    }
+
+    /// `applyReceipt` as a command to send with others (`EVALSHA`: a caller that gets
+    /// `NOSCRIPT` back runs it again through `applyReceipts`, which teaches the script).
+    /// Running it twice changes nothing more than once.
+    public static func applyCommand(_ application: ReceiptApplication) -> RedisCommand {
+        let keys: [any RedisArgument] = applyKeys(application.recipient, application.messageId)
+        return RedisCommand("EVALSHA", [ackScript.sha1, keys.count] + keys + [application.delivered ? 1 : 0, 0])
+    }
+
+    /// Whether `applyCommand` may go in another write: this client has taught Redis the
+    /// script (through `applyReceipts` or `applyReceipt`).
+    public var appliesAlongside: Bool { redis.knows(Self.ackScript) }
+
+    /// Applies receipts in one write (one round trip, one append-only-file write).
+    public func applyReceipts(_ applications: [ReceiptApplication]) async throws {
+        guard let first = applications.first else { return }
+        let (_, others) = try await redis.evaluate(
+            Self.ackScript, keys: Self.applyKeys(first.recipient, first.messageId), arguments: [first.delivered ? 1 : 0, 0],
+            alongside: applications.dropFirst().map(Self.applyCommand)
+        )
+        for case .error(let message) in others {
+            throw RedisError.server(message)
+        }
+    }
+
+    private static func applyKeys(_ recipient: String, _ messageId: String) -> [String] {
+        [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient)]
     }
 
     /// A recipient's bucket for the receipts it sends, in its own hash slot.

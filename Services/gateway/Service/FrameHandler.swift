@@ -181,6 +181,8 @@ struct FrameHandler: Sendable {
             await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
             return
         }
+        // A page must not hold what this socket has just acknowledged here.
+        if frame.type == .fetchPending { await receipts.applier.flush() }
         let payload = try RouterStream.storedPayload(frame.payload)
         // The router checks the exact stored size; this only keeps what cannot pass out of the stream.
         if isMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 128 {

@@ -33,6 +33,9 @@ public func buildGateway(
         unknownTTL: settings.unknownIdentityTTL
     )
     let deliveries = LocalDeliveries()
+    let applier = ReceiptApplier(
+        pending: PendingQueue(redis: environment.redis), maxWait: settings.receiptApplyMaxWait, logger: environment.logger
+    )
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
         connections: connections, settler: settler, banned: recentBans, identities: identities, metrics: environment.metrics,
@@ -48,7 +51,8 @@ public func buildGateway(
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
         receipts: ReceiptDesk(
             redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
-            instanceID: settings.common.instanceID, connections: connections, deliveries: deliveries
+            instanceID: settings.common.instanceID, connections: connections, deliveries: deliveries,
+            applier: applier
         ),
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
@@ -61,7 +65,7 @@ public func buildGateway(
             pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
             redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
             metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control,
-            deliveries: deliveries
+            deliveries: deliveries, applier: applier
         ) : nil,
         sendWaitMax: settings.sendWaitMax
     )
@@ -169,7 +173,7 @@ public func buildGateway(
     let refusals: [any Service] = settings.internalToken.isEmpty
         ? [RefuseToStart(problems: ["the internal token (WHISPER_INTERNAL_TOKEN) is empty"])] : []
     let assembly = ServiceAssembly(
-        services: refusals + environment.clientServices + [subscriber, settler, keeper, app, drainer],
+        services: refusals + environment.clientServices + [subscriber, settler, applier, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

@@ -110,6 +110,10 @@ public struct GatewaySettings: ServiceSettings {
     /// round trip each (`TokenLease`); 1: a round trip per frame.
     public var leaseMax = 16
 
+    /// How long a receipt's last step (its application to the recipient's queue) may
+    /// wait to go to Redis with other work (`ReceiptApplier`); 0: at once, by itself.
+    public var receiptApplyMaxWait: Duration = .milliseconds(2)
+
     public enum SendPath: String, Sendable {
         case direct, router
     }
@@ -228,6 +232,7 @@ public struct GatewaySettings: ServiceSettings {
         identityCacheTTL = storing.identityCacheTTL
         unknownIdentityTTL = storing.unknownIdentityTTL
         leaseMax = settings.int("gateway.rate.limit.lease.max", default: 16, range: 1...1_000)
+        receiptApplyMaxWait = .milliseconds(settings.int("gateway.receipt.apply.max.wait.ms", default: 2, range: 0...1_000))
         sendWaitMax = .milliseconds(settings.int("gateway.send.wait.max.ms", default: 100, range: 0...60_000))
         turnCredURL = settings.string("gateway.turn.cred.url", default: "")
         if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {

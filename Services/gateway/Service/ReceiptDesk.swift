@@ -14,7 +14,8 @@ import WhisperShared
 ///    sender's presence in the same round trip;
 /// 2. store the `message_delivered` frame for the sender, handing it to the sender's
 ///    socket in the same script (`ReceiptQueue.keep`);
-/// 3. apply the receipt to the recipient's queue (`delivered` removes the message).
+/// 3. apply the receipt to the recipient's queue (`delivered` removes the message),
+///    with other receipts' and in the same write as other work (`ReceiptApplier`).
 /// Dying after 1 changes nothing; dying after 2 leaves the message pending, so the
 /// recipient fetches and acknowledges it again (the sender may then get the same
 /// receipt twice, which clients take as a state). A message leaves the queue only
@@ -34,13 +35,15 @@ struct ReceiptDesk: Sendable {
     let instanceID: String
     let connections: ConnectionRegistry
     let deliveries: LocalDeliveries
+    let applier: ReceiptApplier
     /// Receipts served from `deliveries`, without the look-up in Redis.
     let known: Counter
 
     init(
         redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
-        deliveries: LocalDeliveries
+        deliveries: LocalDeliveries, applier: ReceiptApplier
     ) {
+        self.applier = applier
         self.instanceID = instanceID
         self.connections = connections
         self.deliveries = deliveries
@@ -75,10 +78,15 @@ struct ReceiptDesk: Sendable {
            delivery.sender == receipt.to,
            let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
             try await give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
-            try await pending.applyReceipt(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
+            await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
             known.increment()
             passed.increment()
             return .passed
+        }
+        // A repeat of a receipt taken a moment ago, whose application has not run yet.
+        if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered) {
+            ignored.increment()
+            return .ignored
         }
         let (check, socket) = try await pending.checkReceipt(
             recipient: recipient, messageId: receipt.messageId, delivered: delivered, locating: receipt.to
@@ -100,7 +108,7 @@ struct ReceiptDesk: Sendable {
                     try await receipts.keep(bytes, for: sender, handingTo: socket)
                 }
             }
-            try await pending.applyReceipt(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
+            await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
             if tell {
                 passed.increment()
                 return .passed

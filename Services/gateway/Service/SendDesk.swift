@@ -29,6 +29,8 @@ struct SendDesk: Sendable {
     let control: ControlChannel
     /// What this instance delivered to its own sockets, for their receipts.
     let deliveries: LocalDeliveries
+    /// Receipts' applications waiting to go to Redis: they go with the store.
+    let applier: ReceiptApplier
 
     /// Checks, stores and passes on one message the socket's identity (`sender`, whose
     /// own bucket was charged) sent; `receivedAt` is when the gateway read it (ms).
@@ -42,11 +44,25 @@ struct SendDesk: Sendable {
         if let attachment = message.attachment {
             try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
         }
-        let outcome = try await pending.store(
-            recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
-            acceptance: .reply(gateway: instanceID), acceptedAt: receivedAt, redeliver: false, pairLimit: pairLimit,
-            traceparent: traceparent
-        )
+        let applications = pending.appliesAlongside ? applier.take() : []
+        let outcome: PendingQueue.StoreOutcome
+        do {
+            outcome = try await pending.store(
+                recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
+                acceptance: .reply(gateway: instanceID), acceptedAt: receivedAt, redeliver: false, pairLimit: pairLimit,
+                traceparent: traceparent, alongside: applications.map(PendingQueue.applyCommand)
+            )
+        } catch {
+            applier.finished([], failed: applications)
+            throw error
+        }
+        // One that found its script unknown (Redis restarted) goes again on its own.
+        var ran: [PendingQueue.ReceiptApplication] = []
+        var failed: [PendingQueue.ReceiptApplication] = []
+        for (application, reply) in zip(applications, outcome.alongside) {
+            if case .error = reply { failed.append(application) } else { ran.append(application) }
+        }
+        applier.finished(ran, failed: failed)
         let depth: Int
         switch outcome.result {
         case .stored(_, let stored):

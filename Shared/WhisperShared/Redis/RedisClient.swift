@@ -128,6 +128,13 @@ public final class RedisClient: Service, Sendable {
         try await connection().pipeline(commands)
     }
 
+    /// Whether this client has seen Redis run `script` (so an `EVALSHA` of it sent in a
+    /// pipeline is likely to be understood; after a Redis restart it may still answer
+    /// `NOSCRIPT`).
+    public func knows(_ script: RedisScript) -> Bool {
+        scripts.withLock { $0.contains(script.sha1) }
+    }
+
     /// Runs a Lua script by its SHA1 (EVALSHA), loading it first when Redis does not
     /// know it yet (after a restart, for example).
     @discardableResult

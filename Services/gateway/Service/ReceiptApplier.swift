@@ -1,0 +1,122 @@
+import Logging
+import ServiceLifecycle
+import Synchronization
+import WhisperMessaging
+import WhisperShared
+
+/// A receipt's last step (the acknowledgement script: `delivered` takes the message out
+/// of the recipient's queue), run for many receipts at once. By then the receipt was
+/// given to its sender (stored, or taken by the sender's socket), so nothing is on this
+/// step's path and it can wait for other work: waiting applications go out in the same
+/// write as the gateway's next message store (`SendDesk`), or by themselves at most
+/// `maxWait` after the first of them, or at once when `batchMax` wait. Under
+/// `appendfsync always` every Redis write round costs an fsync; carried with a store,
+/// an application costs neither a round trip nor an fsync of its own.
+///
+/// Until its application runs, a message stays pending: a gateway that dies first
+/// leaves it to be fetched and acknowledged again (its sender may get the receipt
+/// twice, which clients take as a state), as a gateway dying between the steps always
+/// did. A repeat of a receipt whose application has not run yet is known here as a
+/// repeat (`awaits`), so each status is still passed on once. Before the gateway asks for a page of pending messages for a socket, it runs
+/// what waits (`flush`), so a client never fetches a message it has just acknowledged
+/// on this gateway.
+final class ReceiptApplier: Service, Sendable {
+    private let pending: PendingQueue
+    private let logger: Logger
+    let maxWait: Duration
+    static let batchMax = 64
+    private struct State {
+        var waiting: [PendingQueue.ReceiptApplication] = []
+        /// Applications added and not yet run (waiting, or on their way): a repeat of
+        /// one of these receipts is a repeat, though Redis does not show it yet.
+        var outstanding: Set<String> = []
+    }
+
+    private let state = Mutex(State())
+    private let ticks: AsyncStream<Void>
+    private let tick: AsyncStream<Void>.Continuation
+
+    init(pending: PendingQueue, maxWait: Duration, logger: Logger) {
+        self.pending = pending
+        self.maxWait = maxWait
+        self.logger = logger
+        (ticks, tick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// Queues one receipt's application. Run at once when `maxWait` is zero, and while
+    /// this gateway has not yet taught Redis the script (its first receipt after a
+    /// start), so that later ones can go in other writes.
+    func add(_ application: PendingQueue.ReceiptApplication) async {
+        guard maxWait > .zero, pending.appliesAlongside else {
+            state.withLock { _ = $0.outstanding.insert(Self.key(application)) }
+            await apply([application])
+            return
+        }
+        let count = state.withLock { state in
+            state.waiting.append(application)
+            state.outstanding.insert(Self.key(application))
+            return state.waiting.count
+        }
+        if count == 1 || count >= Self.batchMax { tick.yield() }
+    }
+
+    /// Takes what waits, for a caller about to write to Redis anyway: it sends
+    /// `PendingQueue.applyCommand` for each with its own command, and hands back with
+    /// `retry` any that did not run.
+    func take() -> [PendingQueue.ReceiptApplication] {
+        state.withLock { state in
+            defer { state.waiting.removeAll(keepingCapacity: true) }
+            return state.waiting
+        }
+    }
+
+    /// Reports on applications taken with `take`: those that ran, and those that did
+    /// not (an error reply, a failed write), which wait again.
+    func finished(_ ran: [PendingQueue.ReceiptApplication], failed: [PendingQueue.ReceiptApplication] = []) {
+        guard !ran.isEmpty || !failed.isEmpty else { return }
+        state.withLock { state in
+            for application in ran { state.outstanding.remove(Self.key(application)) }
+            state.waiting.append(contentsOf: failed)
+        }
+        if !failed.isEmpty { tick.yield() }
+    }
+
+    /// Whether this receipt was taken already and its application has not run yet.
+    func awaits(recipient: String, messageId: String, delivered: Bool) -> Bool {
+        let key = Self.key(PendingQueue.ReceiptApplication(recipient: recipient, messageId: messageId, delivered: delivered))
+        return state.withLock { $0.outstanding.contains(key) }
+    }
+
+    private static func key(_ application: PendingQueue.ReceiptApplication) -> String {
+        application.recipient + "/" + application.messageId.lowercased() + (application.delivered ? "/d" : "/r")
+    }
+
+    /// Runs what waits now.
+    func flush() async {
+        await apply(take())
+    }
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            for await _ in self.ticks {
+                if self.state.withLock({ $0.waiting.count }) < Self.batchMax {
+                    try? await Task.sleep(for: self.maxWait)
+                }
+                await self.flush()
+            }
+        }
+        // Stopping: what waits is applied before the Redis client goes.
+        await flush()
+    }
+
+    private func apply(_ batch: [PendingQueue.ReceiptApplication]) async {
+        guard !batch.isEmpty else { return }
+        do {
+            try await pending.applyReceipts(batch)
+        } catch {
+            // The messages stay pending and come again with the next fetch.
+            logger.warning("receipt_apply_failed", metadata: ["count": "\(batch.count)", "error": "\(error)"])
+        }
+        finished(batch)
+    }
+}

@@ -1,0 +1,114 @@
+import Foundation
+@testable import GatewayService
+import Testing
+import WhisperClient
+import WhisperMessaging
+import WhisperShared
+
+/// A receipt's application to the recipient's queue waits for other work
+/// (`ReceiptApplier`): it goes in the write of the gateway's next store, before any page
+/// the recipient asks for, and at shutdown at the latest. These run with a wait of an
+/// hour, so only those events can have applied it. A gateway's first receipt is applied
+/// at once (it teaches Redis the script), so each test begins with one.
+@Suite(.serialized)
+struct ReceiptApplierTests {
+    private static func state(of messageId: String, for recipient: TestUser, in stack: MessagingStack) async throws -> String? {
+        try await stack.withRedis { try await $0.send("HGET", PendingQueue.messageKey(recipient.whisperId, messageId), "state").string }
+    }
+
+    /// Sends a message and waits for it at its recipient.
+    private static func deliver(_ text: String, from sender: TestUser, to recipient: TestUser) async throws -> (SendMessage, MessageReceived) {
+        let message = sender.message(text, to: recipient)
+        try await sender.connection.send(message)
+        var arrived: MessageReceived?
+        try await waitUntil {
+            arrived = await recipient.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+                .first { $0.messageId == message.messageId }
+            return arrived != nil
+        }
+        return (message, try #require(arrived))
+    }
+
+    /// Waits until the sender has the receipt for `messageId`.
+    private static func waitForReceipt(of messageId: String, at sender: TestUser) async throws {
+        try await waitUntil {
+            await sender.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == messageId }
+        }
+    }
+
+    /// A first exchange, whose receipt is applied at once.
+    private static func warmUp(_ alice: TestUser, _ bob: TestUser, in stack: MessagingStack) async throws {
+        let (first, atBob) = try await deliver("first", from: alice, to: bob)
+        try await bob.connection.acknowledge(atBob)
+        try await waitUntil { try await state(of: first.messageId, for: bob, in: stack) == "delivered" }
+        try await waitForReceipt(of: first.messageId, at: alice)
+    }
+
+    @Test func anApplicationGoesInTheWriteOfTheNextStore() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 0)
+        try await Self.warmUp(alice, bob, in: stack)
+        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        try await bob.connection.acknowledge(atBob)
+        // Given to Alice before it is applied: the receipt does not wait.
+        try await Self.waitForReceipt(of: message.messageId, at: alice)
+        _ = try await bob.connection.ping()
+        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "pending", "waiting for other work")
+        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        // A repeat meanwhile is still a repeat: not passed on again.
+        try await bob.connection.acknowledge(atBob)
+        _ = try await bob.connection.ping()
+
+        // Carol's message to Dave is a store on the same gateway: it carries the application.
+        let carol = try await stack.user(on: 0)
+        let dave = try await stack.offlineUser(on: 0)
+        try await carol.connection.send(carol.message("unrelated", to: dave))
+        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered")
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        _ = try await alice.connection.ping()
+        #expect(await alice.events.all(.messageDelivered).count == 2, "the warm-up's and this one's, once each")
+        try await stack.stop()
+    }
+
+    @Test func aPageDoesNotHoldWhatTheSocketHasJustAcknowledged() async throws {
+        let stack = try await MessagingStack.start(gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 0)
+        try await Self.warmUp(alice, bob, in: stack)
+        let (first, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        let (second, _) = try await Self.deliver("two", from: alice, to: bob)
+        try await bob.connection.acknowledge(atBob)
+        let page = try await bob.connection.fetchPending()
+        #expect(page.messages.map(\.messageId) == [second.messageId], "the first was applied before the page")
+        #expect(try await Self.state(of: first.messageId, for: bob, in: stack) == "delivered")
+        try await stack.stop()
+    }
+
+    @Test func whatWaitsIsAppliedWhenTheGatewayStops() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 0)
+        try await Self.warmUp(alice, bob, in: stack)
+        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        try await bob.connection.acknowledge(atBob)
+        try await Self.waitForReceipt(of: message.messageId, at: alice)
+        _ = try await bob.connection.ping()
+        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "pending")
+        try await stack.stop()
+        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered")
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+    }
+
+    @Test func withoutOtherWorkItGoesAfterItsWait() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .milliseconds(20) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        try await Self.warmUp(alice, bob, in: stack)
+        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        try await bob.connection.acknowledge(atBob)
+        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        try await stack.stop()
+    }
+}
