@@ -214,7 +214,11 @@ private final class LoadSocketHandler: ChannelInboundHandler {
             if frame.type == .messageAccepted {
                 role.stats.accepted(after: .now - sentAt)
             } else {
-                role.stats.failed("refused " + (frame.payload(as: ErrorPayload.self)?.code.rawValue ?? "?"))
+                // The code and what the message says, up to its first number or ';'
+                // ("RATE_LIMITED the server is busy"), so that kinds add up.
+                let error = frame.payload(as: ErrorPayload.self)
+                let what = error?.message.prefix { $0 != ";" && !$0.isNumber }.trimmingCharacters(in: .whitespaces) ?? ""
+                role.stats.failed("refused " + (error?.code.rawValue ?? "?") + (what.isEmpty ? "" : " (\(what))"))
             }
             if case .sender(let peer, let perSecond, _, _, let window, let end) = role.kind, ContinuousClock.now < end {
                 // Sends that came due while the window was full go now; unpaced, the next one does.

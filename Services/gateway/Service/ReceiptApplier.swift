@@ -1,4 +1,6 @@
 import Logging
+import NIOCore
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import WhisperMessaging
@@ -9,7 +11,9 @@ import WhisperShared
 /// given to its sender (stored, or taken by the sender's socket), so nothing is on this
 /// step's path and it can wait for other work: waiting applications go out in the same
 /// write as the gateway's next message store (`SendDesk`), or by themselves at most
-/// `maxWait` after the first of them, or at once when `batchMax` wait. Under
+/// `maxWait` after the first of them, or at once when `batchMax` wait. The wait is a
+/// timer on NIO's event loop that a store taking the applications cancels, so under
+/// load no timer fires and nothing wakes for it. Under
 /// `appendfsync always` every Redis write round costs an fsync; carried with a store,
 /// an application costs neither a round trip nor an fsync of its own.
 ///
@@ -30,34 +34,55 @@ final class ReceiptApplier: Service, Sendable {
         /// Applications added and not yet run (waiting, or on their way): a repeat of
         /// one of these receipts is a repeat, though Redis does not show it yet.
         var outstanding: Set<String> = []
+        /// The flush due `maxWait` after the first of `waiting` was added.
+        var timer: Scheduled<Void>?
+        var stopped = false
     }
 
     private let state = Mutex(State())
-    private let ticks: AsyncStream<Void>
-    private let tick: AsyncStream<Void>.Continuation
+    private let loop: any EventLoop
 
-    init(pending: PendingQueue, maxWait: Duration, logger: Logger) {
+    init(pending: PendingQueue, maxWait: Duration, logger: Logger, loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any()) {
         self.pending = pending
         self.maxWait = maxWait
         self.logger = logger
-        (ticks, tick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        self.loop = loop
     }
 
     /// Queues one receipt's application. Run at once when `maxWait` is zero, and while
     /// this gateway has not yet taught Redis the script (its first receipt after a
     /// start), so that later ones can go in other writes.
     func add(_ application: PendingQueue.ReceiptApplication) async {
-        guard maxWait > .zero, pending.appliesAlongside else {
-            state.withLock { _ = $0.outstanding.insert(Self.key(application)) }
+        let queued = state.withLock { state in
+            state.outstanding.insert(Self.key(application))
+            guard maxWait > .zero, !state.stopped, pending.appliesAlongside else { return false }
+            state.waiting.append(application)
+            return true
+        }
+        guard queued else {
             await apply([application])
             return
         }
-        let count = state.withLock { state in
-            state.waiting.append(application)
-            state.outstanding.insert(Self.key(application))
-            return state.waiting.count
+        schedule()
+    }
+
+    /// Arms the timer for what waits, or flushes at once when `batchMax` wait.
+    private func schedule() {
+        let now = state.withLock { state -> Bool in
+            if state.waiting.count >= Self.batchMax {
+                state.timer?.cancel()
+                state.timer = nil
+                return true
+            }
+            if !state.waiting.isEmpty, state.timer == nil {
+                state.timer = loop.scheduleTask(in: .nanoseconds(maxWait.nanoseconds)) { [self] in
+                    self.state.withLock { $0.timer = nil }
+                    Task { await self.flush() }
+                }
+            }
+            return false
         }
-        if count == 1 || count >= Self.batchMax { tick.yield() }
+        if now { Task { await flush() } }
     }
 
     /// Takes what waits, for a caller about to write to Redis anyway: it sends
@@ -65,6 +90,8 @@ final class ReceiptApplier: Service, Sendable {
     /// `retry` any that did not run.
     func take() -> [PendingQueue.ReceiptApplication] {
         state.withLock { state in
+            state.timer?.cancel()
+            state.timer = nil
             defer { state.waiting.removeAll(keepingCapacity: true) }
             return state.waiting
         }
@@ -78,7 +105,7 @@ final class ReceiptApplier: Service, Sendable {
             for application in ran { state.outstanding.remove(Self.key(application)) }
             state.waiting.append(contentsOf: failed)
         }
-        if !failed.isEmpty { tick.yield() }
+        if !failed.isEmpty { schedule() }
     }
 
     /// Whether this receipt was taken already and its application has not run yet.
@@ -97,15 +124,10 @@ final class ReceiptApplier: Service, Sendable {
     }
 
     func run() async throws {
-        await cancelWhenGracefulShutdown {
-            for await _ in self.ticks {
-                if self.state.withLock({ $0.waiting.count }) < Self.batchMax {
-                    try? await Task.sleep(for: self.maxWait)
-                }
-                await self.flush()
-            }
-        }
-        // Stopping: what waits is applied before the Redis client goes.
+        try? await gracefulShutdown()
+        // Stopping: what waits is applied before the Redis client goes, and later
+        // receipts (sockets still draining) are applied at once.
+        state.withLock { $0.stopped = true }
         await flush()
     }
 
