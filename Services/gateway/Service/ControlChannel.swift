@@ -13,6 +13,10 @@ import WhisperShared
 struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
     let settler: ReceiptSettler
+    /// For receipts handed over live (`liveReceipt`): where one the socket cannot take
+    /// is stored, and what applies it once it is safe.
+    let receipts: ReceiptQueue
+    let applier: ReceiptApplier
     let banned: RecentBans
     /// The identities this instance's `SendDesk` caches: a change reaches it at once.
     let identities: IdentityCache
@@ -20,9 +24,11 @@ struct ControlChannel: Sendable {
     let logger: Logger
 
     init(
-        connections: ConnectionRegistry, settler: ReceiptSettler, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
-        logger: Logger
+        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: ReceiptQueue, applier: ReceiptApplier, banned: RecentBans,
+        identities: IdentityCache, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.receipts = receipts
+        self.applier = applier
         self.connections = connections
         self.identities = identities
         self.banned = banned
@@ -40,6 +46,12 @@ struct ControlChannel: Sendable {
             logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
             return
         }
+        if command.kind == .liveReceipt {
+            if let frame = command.frame, let live = command.live {
+                takeLive(frame, live, connection: connections.connection(command.connId))
+            }
+            return
+        }
         guard let connection = connections.connection(command.connId) else { return }
         switch command.kind {
         case .revoke:
@@ -54,6 +66,29 @@ struct ControlChannel: Sendable {
             if let frame = command.frame {
                 deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
             }
+        case .liveReceipt:
+            break
+        }
+    }
+
+    /// A receipt another gateway handed over without storing it (`ReceiptDesk`): written
+    /// to its owner's socket, or stored for the owner's next fetch when that socket is
+    /// gone, is not the owner's, or cannot take it within `ReceiptDesk.handOverLimit`;
+    /// then applied to the recipient's queue. A store that fails applies nothing: the
+    /// message stays pending and is acknowledged again.
+    func takeLive(_ frame: [UInt8], _ live: LiveReceipt, connection: ClientConnection?) {
+        let (receipts, applier, logger) = (self.receipts, self.applier, self.logger)
+        let owned = connection.flatMap { $0.whisperId == live.owner ? $0 : nil }
+        Task {
+            if await owned?.sendConfirmed(frame, within: ReceiptDesk.handOverLimit) != true {
+                do {
+                    try await receipts.keep(frame, for: live.owner, handingTo: nil)
+                } catch {
+                    logger.warning("live_receipt_keep_failed", metadata: ["error": "\(error)"])
+                    return
+                }
+            }
+            await applier.add(.init(recipient: live.recipient, messageId: live.messageId, delivered: live.delivered))
         }
     }
 

@@ -38,7 +38,8 @@ public func buildGateway(
     )
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
-        connections: connections, settler: settler, banned: recentBans, identities: identities, metrics: environment.metrics,
+        connections: connections, settler: settler,
+        receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, banned: recentBans, identities: identities, metrics: environment.metrics,
         logger: environment.logger
     )
     let frames = FrameHandler(

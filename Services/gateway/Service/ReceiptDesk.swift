@@ -12,8 +12,9 @@ import WhisperShared
 /// Three steps, in an order that loses nothing when the gateway dies between two:
 /// 1. charge the recipient's bucket and look the message up, changing nothing, with the
 ///    sender's presence in the same round trip;
-/// 2. store the `message_delivered` frame for the sender, handing it to the sender's
-///    socket in the same script (`ReceiptQueue.keep`);
+/// 2. make the `message_delivered` frame safe for the sender: taken by the sender's
+///    socket (on this instance, or on another through its gateway: below), or stored
+///    for the sender's next fetch (`ReceiptQueue.keep`);
 /// 3. apply the receipt to the recipient's queue (`delivered` removes the message),
 ///    with other receipts' and in the same write as other work (`ReceiptApplier`).
 /// Dying after 1 changes nothing; dying after 2 leaves the message pending, so the
@@ -27,6 +28,14 @@ import WhisperShared
 /// is closing, has frames waiting or does not take it within `handOverLimit` gets it
 /// stored (without a publish) for its next `fetch_pending`. Dying before the write
 /// completes leaves the message pending, as above. No pub/sub hop, no store, no settle.
+///
+/// When the sender's socket is on another gateway, the frame is published to that
+/// gateway as a `live_receipt` (`GatewayCommand`), not stored: that gateway does steps
+/// 2 and 3 the same way for its own socket (`ControlChannel.takeLive`), and this one
+/// applies nothing. A command lost on the way (that gateway dying, its subscriber cut)
+/// leaves the message pending, as above; one published to no subscriber is stored
+/// here. That saves each such receipt the store's and the settle's writes (two
+/// append-only-file fsyncs with `appendfsync always`).
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let receipts: ReceiptQueue
@@ -38,12 +47,20 @@ struct ReceiptDesk: Sendable {
     let applier: ReceiptApplier
     /// Receipts served from `deliveries`, without the look-up in Redis.
     let known: Counter
+    /// Receipts handed to the gateway of the sender's socket without a store.
+    let handedOver: Counter
+    let redis: RedisClient
 
     init(
         redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, instanceID: String, connections: ConnectionRegistry,
         deliveries: LocalDeliveries, applier: ReceiptApplier
     ) {
         self.applier = applier
+        self.redis = redis
+        handedOver = metrics.counter(
+            "gateway_receipts_handed_over",
+            help: "delivery_receipt frames passed to the gateway of the sender's socket without being stored (it writes and applies them)."
+        )
         self.instanceID = instanceID
         self.connections = connections
         self.deliveries = deliveries
@@ -104,8 +121,20 @@ struct ReceiptDesk: Sendable {
                 if let socket, socket.gateway == instanceID {
                     let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
                     try await give(bytes, to: connection, owner: sender)
+                } else if let socket {
+                    // The sender's gateway takes it from here: it writes the frame (or
+                    // stores it) and applies the receipt, so nothing is stored or applied here.
+                    let live = LiveReceipt(owner: sender, recipient: recipient, messageId: receipt.messageId, delivered: delivered)
+                    let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
+                    if try await command.publish(to: socket.gateway, on: redis) > 0 {
+                        handedOver.increment()
+                        passed.increment()
+                        return .passed
+                    }
+                    // That gateway is gone: kept for the sender's next fetch.
+                    try await receipts.keep(bytes, for: sender, handingTo: nil)
                 } else {
-                    try await receipts.keep(bytes, for: sender, handingTo: socket)
+                    try await receipts.keep(bytes, for: sender, handingTo: nil)
                 }
             }
             await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))

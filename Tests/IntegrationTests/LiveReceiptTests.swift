@@ -1,0 +1,102 @@
+import Foundation
+@testable import GatewayService
+import Testing
+import WhisperClient
+import WhisperMessaging
+import WhisperShared
+
+/// A receipt whose sender's socket is on another gateway is handed to that gateway
+/// (`live_receipt`), not stored: it writes the frame and applies the receipt, or stores
+/// the frame when its socket cannot take it. Gateway 0 holds the senders, gateway 1 the
+/// recipients; no routers, so no stream command runs.
+@Suite(.serialized)
+struct LiveReceiptTests {
+    private static func state(of messageId: String, for recipient: TestUser, in stack: MessagingStack) async throws -> String? {
+        try await stack.withRedis { try await $0.send("HGET", PendingQueue.messageKey(recipient.whisperId, messageId), "state").string }
+    }
+
+    private static func presence(of user: TestUser, in stack: MessagingStack) async throws -> PresenceRecord {
+        let value = try await stack.withRedis { try await $0.send("GET", RedisKeys.presence(user.whisperId)).string }
+        return try #require(value.flatMap(PresenceRecord.init(encoded:)))
+    }
+
+    /// Sends a message and waits for it at its recipient.
+    private static func deliver(_ text: String, from sender: TestUser, to recipient: TestUser) async throws -> (SendMessage, MessageReceived) {
+        let message = sender.message(text, to: recipient)
+        try await sender.connection.send(message)
+        var arrived: MessageReceived?
+        try await waitUntil {
+            arrived = await recipient.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+                .first { $0.messageId == message.messageId }
+            return arrived != nil
+        }
+        return (message, try #require(arrived))
+    }
+
+    private static func handedOver(in stack: MessagingStack) async throws -> Double {
+        Metrics.value(in: try await stack.metricsText(of: [stack.gateways[1]]), "whisper_gateway_receipts_handed_over_total")
+    }
+
+    @Test func aReceiptCrossesGatewaysWithoutAStore() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        for text in ["one", "two", "three"] {
+            let (message, atBob) = try await Self.deliver(text, from: alice, to: bob)
+            try await bob.connection.acknowledge(atBob)
+            try await waitUntil {
+                await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+            }
+            // Applied by Alice's gateway once her socket took the receipt.
+            try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        }
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        #expect(try await Self.handedOver(in: stack) == 3)
+        // Nothing was stored for Alice: her receipt store was not even created.
+        #expect(try await stack.withRedis { try await $0.send("EXISTS", ReceiptQueue.key(alice.whisperId)).int } == 0)
+        #expect(await alice.events.all(.messageDelivered).count == 3)
+        try await stack.stop()
+    }
+
+    @Test func aLiveReceiptForASocketThatIsGoneIsStoredThenApplied() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (message, _) = try await Self.deliver("one", from: alice, to: bob)
+        let aliceGateway = try await Self.presence(of: alice, in: stack).gateway
+        // What Bob's gateway would publish, naming a socket Alice's gateway no longer has.
+        let live = LiveReceipt(owner: alice.whisperId, recipient: bob.whisperId, messageId: message.messageId, delivered: true)
+        let frame = ServerFrameCodec.encode(MessageDelivered(messageId: message.messageId, status: .delivered, timestamp: 1, from: bob.whisperId))
+        let command = GatewayCommand(kind: .liveReceipt, connId: "closed-a-moment-ago", frame: frame, live: live)
+        let receivers = try await stack.withRedis { try await command.publish(to: aliceGateway, on: $0) }
+        #expect(receivers == 1)
+        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        #expect(try await stack.storedReceipts(alice.whisperId) == 1, "kept for her next fetch")
+        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        #expect(await alice.events.all(.messageDelivered).isEmpty, "not written to her live socket")
+        try await stack.stop()
+    }
+
+    @Test func aReceiptForAGatewayThatIsGoneIsStoredAndAppliedWhereItArrived() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        // Alice's presence names a gateway that no longer listens.
+        try await stack.withRedis { _ = try await $0.send("SET", RedisKeys.presence(alice.whisperId), "gateway-gone conn-1", "PX", 60_000) }
+        try await bob.connection.acknowledge(atBob)
+        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        #expect(try await stack.storedReceipts(alice.whisperId) == 1)
+        #expect(try await Self.handedOver(in: stack) == 0)
+        try await stack.stop()
+    }
+
+    @Test func theCommandReadsBackAsItWasWritten() throws {
+        let live = LiveReceipt(owner: "WSP-A", recipient: "WSP-B", messageId: "m-1", delivered: false)
+        let command = GatewayCommand(kind: .liveReceipt, connId: "c-1", frame: Array("{}".utf8), live: live)
+        #expect(GatewayCommand.decode(command.encoded) == command)
+        // Without its frame, or with a status it does not know, it is not read at all.
+        #expect(GatewayCommand.decode(Array("live_receipt\nc-1\nWSP-A WSP-B m-1 read\n\n".utf8)) == nil)
+        #expect(GatewayCommand.decode(Array("live_receipt\nc-1\nWSP-A WSP-B m-1 seen\n\n{}".utf8)) == nil)
+    }
+}
