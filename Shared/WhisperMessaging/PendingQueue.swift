@@ -119,7 +119,7 @@ public struct PendingQueue: Sendable {
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8],
         acceptance: Acceptance, acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
-        group: GroupCheck? = nil, traceparent: String? = nil, alongside: [RedisCommand] = []
+        group: GroupCheck? = nil, traceparent: String? = nil, origin: DeliveryOrigin? = nil, alongside: [RedisCommand] = []
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
@@ -137,8 +137,8 @@ public struct PendingQueue: Sendable {
         }
         var arguments: [any RedisArgument] = [
             sender, body, Int(Self.ttl.milliseconds), messageId, channel,
-            // The deliver command's detail (the trace, when traces are on) and acceptedAt.
-            command, "\(traceparent ?? "")\n\(acceptedAt)", redeliver ? 1 : 0,
+            // The deliver command's detail (the trace, when traces are on, and the origin) and acceptedAt.
+            command, "\(GatewayCommand.deliverDetail(traceparent: traceparent, origin: origin))\n\(acceptedAt)", redeliver ? 1 : 0,
         ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
         if let group {
             keys.append(RedisKeys.groups(recipient))

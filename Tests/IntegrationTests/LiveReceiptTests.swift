@@ -52,13 +52,15 @@ struct LiveReceiptTests {
         }
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
         #expect(try await Self.handedOver(in: stack) == 3)
+        // Bob's gateway knew each message's origin from its delivery: no look-up.
+        #expect(Metrics.value(in: try await stack.metricsText(of: [stack.gateways[1]]), "whisper_gateway_receipts_known_total") == 3)
         // Nothing was stored for Alice: her receipt store was not even created.
         #expect(try await stack.withRedis { try await $0.send("EXISTS", ReceiptQueue.key(alice.whisperId)).int } == 0)
         #expect(await alice.events.all(.messageDelivered).count == 3)
         try await stack.stop()
     }
 
-    @Test func aLiveReceiptForASocketThatIsGoneIsStoredThenApplied() async throws {
+    @Test func aLiveReceiptForASocketThatIsGoneIsStoredForTheSendersSocketOfNowThenApplied() async throws {
         let stack = try await MessagingStack.start(routers: 0)
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
@@ -71,14 +73,19 @@ struct LiveReceiptTests {
         let receivers = try await stack.withRedis { try await command.publish(to: aliceGateway, on: $0) }
         #expect(receivers == 1)
         try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
-        #expect(try await stack.storedReceipts(alice.whisperId) == 1, "kept for her next fetch")
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        #expect(await alice.events.all(.messageDelivered).isEmpty, "not written to her live socket")
+        // Stored, and handed to the socket her presence names now, which settles it.
+        try await waitUntil {
+            await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+        }
+        #expect(try await stack.withRedis { try await $0.send("EXISTS", ReceiptQueue.key(alice.whisperId)).int } == 1, "it was stored")
+        try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
         try await stack.stop()
     }
 
     @Test func aReceiptForAGatewayThatIsGoneIsStoredAndAppliedWhereItArrived() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
+        // Through a router, so the delivery carries no origin and the receipt is looked up.
+        let stack = try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
@@ -89,6 +96,21 @@ struct LiveReceiptTests {
         #expect(try await stack.storedReceipts(alice.whisperId) == 1)
         #expect(try await Self.handedOver(in: stack) == 0)
         try await stack.stop()
+    }
+
+    @Test func aDeliverCarriesItsOriginWithOrWithoutATrace() throws {
+        let origin = DeliveryOrigin(gateway: "gateway-a", connId: "c-1", sender: "WSP-A", recipient: "WSP-B", messageId: "m-1")
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        for traceparent in [nil, trace] {
+            let command = GatewayCommand(kind: .deliver, connId: "c-2", frame: Array("{}".utf8), traceparent: traceparent, origin: origin)
+            #expect(GatewayCommand.decode(command.encoded) == command)
+        }
+        // What the store script publishes: the detail as PendingQueue passes it.
+        let detail = GatewayCommand.deliverDetail(traceparent: trace, origin: origin)
+        let published = GatewayCommand.decode(Array("deliver\nc-2\n\(detail)\n17\n{}".utf8))
+        #expect(published?.origin == origin && published?.traceparent == trace && published?.acceptedAt == 17)
+        // A detail that is not an origin is none.
+        #expect(GatewayCommand.decode(Array("deliver\nc-2\na b c\n\n{}".utf8))?.origin == nil)
     }
 
     @Test func theCommandReadsBackAsItWasWritten() throws {

@@ -17,6 +17,9 @@ struct ControlChannel: Sendable {
     /// is stored, and what applies it once it is safe.
     let receipts: ReceiptQueue
     let applier: ReceiptApplier
+    let presence: PresenceStore
+    /// Messages delivered here with their origin, for their receipts (`ReceiptDesk`).
+    let deliveries: LocalDeliveries
     let banned: RecentBans
     /// The identities this instance's `SendDesk` caches: a change reaches it at once.
     let identities: IdentityCache
@@ -24,9 +27,11 @@ struct ControlChannel: Sendable {
     let logger: Logger
 
     init(
-        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: ReceiptQueue, applier: ReceiptApplier, banned: RecentBans,
-        identities: IdentityCache, metrics: ServiceMetrics, logger: Logger
+        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: ReceiptQueue, applier: ReceiptApplier, presence: PresenceStore,
+        deliveries: LocalDeliveries, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics, logger: Logger
     ) {
+        self.presence = presence
+        self.deliveries = deliveries
         self.receipts = receipts
         self.applier = applier
         self.connections = connections
@@ -64,6 +69,14 @@ struct ControlChannel: Sendable {
             handOver(frame, stored: stored, to: connection)
         case .deliver:
             if let frame = command.frame {
+                // Remembered before the write, so the receipt cannot come first; only
+                // for the socket of the message's recipient.
+                if let origin = command.origin, connection.whisperId == origin.recipient {
+                    deliveries.remember(
+                        recipient: origin.recipient, messageId: origin.messageId, sender: origin.sender, senderConnection: origin.connId,
+                        senderGateway: origin.gateway
+                    )
+                }
                 deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
             }
         case .liveReceipt:
@@ -72,17 +85,19 @@ struct ControlChannel: Sendable {
     }
 
     /// A receipt another gateway handed over without storing it (`ReceiptDesk`): written
-    /// to its owner's socket, or stored for the owner's next fetch when that socket is
-    /// gone, is not the owner's, or cannot take it within `ReceiptDesk.handOverLimit`;
+    /// to its owner's socket, or stored when that socket is gone, is not the owner's, or
+    /// cannot take it within `ReceiptDesk.handOverLimit` (and handed to the owner's
+    /// socket of now, wherever presence names one: the owner may have moved since);
     /// then applied to the recipient's queue. A store that fails applies nothing: the
     /// message stays pending and is acknowledged again.
     func takeLive(_ frame: [UInt8], _ live: LiveReceipt, connection: ClientConnection?) {
-        let (receipts, applier, logger) = (self.receipts, self.applier, self.logger)
+        let (receipts, applier, presence, logger) = (self.receipts, self.applier, self.presence, self.logger)
         let owned = connection.flatMap { $0.whisperId == live.owner ? $0 : nil }
         Task {
             if await owned?.sendConfirmed(frame, within: ReceiptDesk.handOverLimit) != true {
                 do {
-                    try await receipts.keep(frame, for: live.owner, handingTo: nil)
+                    let socket = owned == nil ? try await presence.lookup(live.owner) : nil
+                    try await receipts.keep(frame, for: live.owner, handingTo: socket)
                 } catch {
                     logger.warning("live_receipt_keep_failed", metadata: ["error": "\(error)"])
                     return

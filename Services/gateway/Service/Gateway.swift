@@ -39,7 +39,8 @@ public func buildGateway(
     let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
         connections: connections, settler: settler,
-        receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, banned: recentBans, identities: identities, metrics: environment.metrics,
+        receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, presence: presence,
+        deliveries: deliveries, banned: recentBans, identities: identities, metrics: environment.metrics,
         logger: environment.logger
     )
     let frames = FrameHandler(

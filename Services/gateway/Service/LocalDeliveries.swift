@@ -1,12 +1,12 @@
 import Synchronization
 import WhisperShared
 
-/// Messages this gateway stored itself and wrote to a recipient's socket on this same
-/// instance, remembered for a short while with the sender's socket. A receipt for one
-/// of them, from that recipient, needs no look-up in Redis: the gateway already knows
-/// the message is the recipient's, who sent it and where the sender's socket is (it
-/// read the message from it). With one gateway, every conversation is such a pair; with
-/// more, the share of pairs whose two sockets meet on one instance.
+/// Messages this gateway wrote to a recipient's socket, remembered for a short while
+/// with the sender's socket: those it stored itself (the sender's socket is here) and
+/// those another gateway stored and published here with their origin
+/// (`DeliveryOrigin`: the sender's socket is there). A receipt for one of them, from
+/// that recipient, needs no look-up in Redis: the gateway already knows the message is
+/// the recipient's, who sent it and where the sender's socket was.
 ///
 /// Each status is taken once (`delivered`, then `read`); a receipt that finds nothing
 /// here (forgotten, a repeat, from another gateway) is looked up in Redis as before,
@@ -17,6 +17,9 @@ final class LocalDeliveries: Sendable {
         let sender: String
         /// The `ClientConnection.id` the sender's message was read from.
         let senderConnection: String
+        /// The gateway holding that socket when it is not this one (the message came
+        /// through its channel, `DeliveryOrigin`); nil for this instance's own socket.
+        var senderGateway: String? = nil
     }
 
     private struct Entry {
@@ -52,9 +55,11 @@ final class LocalDeliveries: Sendable {
 
     /// Called before the message is written to the recipient's socket, so its receipt
     /// cannot come first.
-    func remember(recipient: String, messageId: String, sender: String, senderConnection: String) {
+    func remember(recipient: String, messageId: String, sender: String, senderConnection: String, senderGateway: String? = nil) {
         let key = Self.key(recipient, messageId)
-        let entry = Entry(delivery: Delivery(sender: sender, senderConnection: senderConnection), until: .now + lifetime)
+        let entry = Entry(
+            delivery: Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway), until: .now + lifetime
+        )
         state.withLock { state in
             if state.entries.updateValue(entry, forKey: key) == nil {
                 state.order.append(key)

@@ -92,13 +92,21 @@ struct ReceiptDesk: Sendable {
         // A message this gateway delivered itself, from a sender whose socket is still
         // here: step 1 is already known.
         if let delivery = deliveries.take(recipient: recipient, messageId: receipt.messageId, delivered: delivered),
-           delivery.sender == receipt.to,
-           let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
-            try await give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
-            await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
-            known.increment()
-            passed.increment()
-            return .passed
+           delivery.sender == receipt.to {
+            if let gateway = delivery.senderGateway {
+                // Delivered here from another gateway's store: handed to that gateway.
+                if try await handOver(Self.frame(for: receipt), owner: delivery.sender, recipient: recipient, receipt: receipt,
+                                      to: PresenceRecord(gateway: gateway, connId: delivery.senderConnection)) {
+                    known.increment()
+                    return .passed
+                }
+            } else if let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
+                try await give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
+                await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
+                known.increment()
+                passed.increment()
+                return .passed
+            }
         }
         // A repeat of a receipt taken a moment ago, whose application has not run yet.
         if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered) {
@@ -122,13 +130,7 @@ struct ReceiptDesk: Sendable {
                     let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
                     try await give(bytes, to: connection, owner: sender)
                 } else if let socket {
-                    // The sender's gateway takes it from here: it writes the frame (or
-                    // stores it) and applies the receipt, so nothing is stored or applied here.
-                    let live = LiveReceipt(owner: sender, recipient: recipient, messageId: receipt.messageId, delivered: delivered)
-                    let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
-                    if try await command.publish(to: socket.gateway, on: redis) > 0 {
-                        handedOver.increment()
-                        passed.increment()
+                    if try await handOver(bytes, owner: sender, recipient: recipient, receipt: receipt, to: socket) {
                         return .passed
                     }
                     // That gateway is gone: kept for the sender's next fetch.
@@ -145,6 +147,18 @@ struct ReceiptDesk: Sendable {
             ignored.increment()
             return .ignored
         }
+    }
+
+    /// Steps 2 and 3 left to the gateway of the sender's socket (`live_receipt`): it
+    /// writes the frame, or stores it, then applies the receipt, so nothing is stored
+    /// or applied here. False when no gateway listens on that channel (nothing was done).
+    private func handOver(_ bytes: [UInt8], owner: String, recipient: String, receipt: DeliveryReceipt, to socket: PresenceRecord) async throws -> Bool {
+        let live = LiveReceipt(owner: owner, recipient: recipient, messageId: receipt.messageId, delivered: receipt.status == .delivered)
+        let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
+        guard try await command.publish(to: socket.gateway, on: redis) > 0 else { return false }
+        handedOver.increment()
+        passed.increment()
+        return true
     }
 
     /// Step 2 for a sender whose socket is on this instance: a receipt its socket took

@@ -50,7 +50,11 @@ struct SendDesk: Sendable {
             outcome = try await pending.store(
                 recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
                 acceptance: .reply(gateway: instanceID), acceptedAt: receivedAt, redeliver: false, pairLimit: pairLimit,
-                traceparent: traceparent, alongside: applications.map(PendingQueue.applyCommand)
+                traceparent: traceparent,
+                origin: DeliveryOrigin(
+                    gateway: instanceID, connId: connection.id, sender: sender, recipient: message.to, messageId: message.messageId
+                ),
+                alongside: applications.map(PendingQueue.applyCommand)
             )
         } catch {
             applier.finished([], failed: applications)

@@ -4,8 +4,9 @@
 /// Wire format (cheap to build, also from Lua, and to read; the frame is carried as it is):
 /// `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`, empty where a field does not
 /// apply. `detail` is the reason of a `revoke`, `<owner> <entryId>` of a `receipt`,
-/// `<owner> <recipient> <messageId> delivered|read` of a `live_receipt`, and the W3C
-/// `traceparent` of a `deliver` when traces are on.
+/// `<owner> <recipient> <messageId> delivered|read` of a `live_receipt`, and for a
+/// `deliver` the W3C `traceparent` when traces are on, followed (space-separated) by
+/// the message's origin when a gateway stored it (`DeliveryOrigin`).
 public struct GatewayCommand: Sendable, Equatable {
     public enum Kind: String, Sendable {
         /// Send `session_revoked` with `reason`, then close the socket.
@@ -37,13 +38,16 @@ public struct GatewayCommand: Sendable, Equatable {
     public var traceparent: String?
     /// For `liveReceipt`: whose receipt it is and what to apply once it is taken.
     public var live: LiveReceipt?
+    /// For `deliver` of a message a gateway stored: where it came from.
+    public var origin: DeliveryOrigin?
 
     public init(
         kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil,
-        stored: StoredReceipt? = nil, traceparent: String? = nil, live: LiveReceipt? = nil
+        stored: StoredReceipt? = nil, traceparent: String? = nil, live: LiveReceipt? = nil, origin: DeliveryOrigin? = nil
     ) {
         self.traceparent = traceparent
         self.live = live
+        self.origin = origin
         self.kind = kind
         self.connId = connId
         self.reason = reason
@@ -53,7 +57,8 @@ public struct GatewayCommand: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? live?.detail ?? reason?.rawValue ?? traceparent ?? ""
+        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? live?.detail ?? reason?.rawValue
+            ?? Self.deliverDetail(traceparent: traceparent, origin: origin)
         var bytes = Array("\(kind.rawValue)\n\(connId)\n\(detail)\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
         if let frame { bytes += frame }
         return bytes
@@ -74,6 +79,8 @@ public struct GatewayCommand: Sendable, Equatable {
         let frame = start < bytes.count ? Array(bytes[start...]) : nil
         var stored: StoredReceipt?
         var live: LiveReceipt?
+        var traceparent: String?
+        var origin: DeliveryOrigin?
         switch kind {
         case .receipt:
             guard let parsed = StoredReceipt(detail: fields[2]) else { return nil }
@@ -81,6 +88,13 @@ public struct GatewayCommand: Sendable, Equatable {
         case .liveReceipt:
             guard let parsed = LiveReceipt(detail: fields[2]), frame != nil else { return nil }
             live = parsed
+        case .deliver:
+            var tokens = fields[2].split(separator: " ")[...]
+            if let first = tokens.first, WhisperTracing.isTraceparent(String(first)) {
+                traceparent = String(first)
+                tokens = tokens.dropFirst()
+            }
+            origin = DeliveryOrigin(tokens: Array(tokens))
         default:
             break
         }
@@ -88,8 +102,19 @@ public struct GatewayCommand: Sendable, Equatable {
             kind: kind, connId: fields[1],
             reason: kind == .revoke ? SessionRevoked.Reason(rawValue: fields[2]) : nil,
             frame: frame, acceptedAt: Int64(fields[3]), stored: stored,
-            traceparent: kind == .deliver && WhisperTracing.isTraceparent(fields[2]) ? fields[2] : nil, live: live
+            traceparent: traceparent, live: live, origin: origin
         )
+    }
+
+    /// The detail of a `deliver`: the trace (when traces are on), then the origin; the
+    /// store script sends it as it is.
+    public static func deliverDetail(traceparent: String?, origin: DeliveryOrigin?) -> String {
+        switch (traceparent, origin) {
+        case (let trace?, let origin?): trace + " " + origin.detail
+        case (let trace?, nil): trace
+        case (nil, let origin?): origin.detail
+        case (nil, nil): ""
+        }
     }
 
     /// Publishes to the gateway's channel; returns how many subscribers got it (0 when
@@ -122,6 +147,37 @@ public struct LiveReceipt: Sendable, Equatable {
         let parts = detail.split(separator: " ")
         guard parts.count == 4, parts[3] == "delivered" || parts[3] == "read" else { return nil }
         self.init(owner: String(parts[0]), recipient: String(parts[1]), messageId: String(parts[2]), delivered: parts[3] == "delivered")
+    }
+}
+
+/// Where a message a gateway stored itself came from: that gateway, the socket it was
+/// read from, its sender and recipient, and its messageId. The recipient's gateway
+/// keeps it for the message's receipt (`LocalDeliveries`), which it can then hand to
+/// that gateway without looking the message up. Whisper IDs, connection IDs, instance
+/// IDs and messageIds hold no spaces.
+public struct DeliveryOrigin: Sendable, Equatable {
+    public var gateway: String
+    public var connId: String
+    public var sender: String
+    public var recipient: String
+    public var messageId: String
+
+    public init(gateway: String, connId: String, sender: String, recipient: String, messageId: String) {
+        self.gateway = gateway
+        self.connId = connId
+        self.sender = sender
+        self.recipient = recipient
+        self.messageId = messageId
+    }
+
+    var detail: String { "\(gateway) \(connId) \(sender) \(recipient) \(messageId)" }
+
+    init?(tokens: [Substring]) {
+        guard tokens.count == 5 else { return nil }
+        self.init(
+            gateway: String(tokens[0]), connId: String(tokens[1]), sender: String(tokens[2]), recipient: String(tokens[3]),
+            messageId: String(tokens[4])
+        )
     }
 }
 
