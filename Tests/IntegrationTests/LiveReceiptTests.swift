@@ -11,26 +11,9 @@ import WhisperShared
 /// recipients; no routers, so no stream command runs.
 @Suite(.serialized)
 struct LiveReceiptTests {
-    private static func state(of messageId: String, for recipient: TestUser, in stack: MessagingStack) async throws -> String? {
-        try await stack.withRedis { try await $0.send("HGET", PendingQueue.messageKey(recipient.whisperId, messageId), "state").string }
-    }
-
     private static func presence(of user: TestUser, in stack: MessagingStack) async throws -> PresenceRecord {
         let value = try await stack.withRedis { try await $0.send("GET", RedisKeys.presence(user.whisperId)).string }
         return try #require(value.flatMap(PresenceRecord.init(encoded:)))
-    }
-
-    /// Sends a message and waits for it at its recipient.
-    private static func deliver(_ text: String, from sender: TestUser, to recipient: TestUser) async throws -> (SendMessage, MessageReceived) {
-        let message = sender.message(text, to: recipient)
-        try await sender.connection.send(message)
-        var arrived: MessageReceived?
-        try await waitUntil {
-            arrived = await recipient.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
-                .first { $0.messageId == message.messageId }
-            return arrived != nil
-        }
-        return (message, try #require(arrived))
     }
 
     private static func handedOver(in stack: MessagingStack) async throws -> Double {
@@ -42,13 +25,13 @@ struct LiveReceiptTests {
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         for text in ["one", "two", "three"] {
-            let (message, atBob) = try await Self.deliver(text, from: alice, to: bob)
+            let (message, atBob) = try await alice.sendAndWaitForArrival(text, to: bob)
             try await bob.connection.acknowledge(atBob)
             try await waitUntil {
                 await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
             }
             // Applied by Alice's gateway once her socket took the receipt.
-            try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+            try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
         }
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
         #expect(try await Self.handedOver(in: stack) == 3)
@@ -64,7 +47,7 @@ struct LiveReceiptTests {
         let stack = try await MessagingStack.start(routers: 0)
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let (message, _) = try await Self.deliver("one", from: alice, to: bob)
+        let (message, _) = try await alice.sendAndWaitForArrival("one", to: bob)
         let aliceGateway = try await Self.presence(of: alice, in: stack).gateway
         // What Bob's gateway would publish, naming a socket Alice's gateway no longer has.
         let live = LiveReceipt(owner: alice.whisperId, recipient: bob.whisperId, messageId: message.messageId, delivered: true)
@@ -72,7 +55,7 @@ struct LiveReceiptTests {
         let command = GatewayCommand(kind: .liveReceipt, connId: "closed-a-moment-ago", frame: frame, live: live)
         let receivers = try await stack.withRedis { try await command.publish(to: aliceGateway, on: $0) }
         #expect(receivers == 1)
-        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
         // Stored, and handed to the socket her presence names now, which settles it.
         try await waitUntil {
@@ -88,11 +71,11 @@ struct LiveReceiptTests {
         let stack = try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
-        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
         // Alice's presence names a gateway that no longer listens.
         try await stack.withRedis { _ = try await $0.send("SET", RedisKeys.presence(alice.whisperId), "gateway-gone conn-1", "PX", 60_000) }
         try await bob.connection.acknowledge(atBob)
-        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
         #expect(try await stack.storedReceipts(alice.whisperId) == 1)
         #expect(try await Self.handedOver(in: stack) == 0)
         try await stack.stop()

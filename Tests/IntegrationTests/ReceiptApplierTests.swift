@@ -12,23 +12,6 @@ import WhisperShared
 /// at once (it teaches Redis the script), so each test begins with one.
 @Suite(.serialized)
 struct ReceiptApplierTests {
-    private static func state(of messageId: String, for recipient: TestUser, in stack: MessagingStack) async throws -> String? {
-        try await stack.withRedis { try await $0.send("HGET", PendingQueue.messageKey(recipient.whisperId, messageId), "state").string }
-    }
-
-    /// Sends a message and waits for it at its recipient.
-    private static func deliver(_ text: String, from sender: TestUser, to recipient: TestUser) async throws -> (SendMessage, MessageReceived) {
-        let message = sender.message(text, to: recipient)
-        try await sender.connection.send(message)
-        var arrived: MessageReceived?
-        try await waitUntil {
-            arrived = await recipient.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
-                .first { $0.messageId == message.messageId }
-            return arrived != nil
-        }
-        return (message, try #require(arrived))
-    }
-
     /// Waits until the sender has the receipt for `messageId`.
     private static func waitForReceipt(of messageId: String, at sender: TestUser) async throws {
         try await waitUntil {
@@ -38,24 +21,32 @@ struct ReceiptApplierTests {
 
     /// A first exchange, whose receipt is applied at once.
     private static func warmUp(_ alice: TestUser, _ bob: TestUser, in stack: MessagingStack) async throws {
-        let (first, atBob) = try await deliver("first", from: alice, to: bob)
+        let (first, atBob) = try await alice.sendAndWaitForArrival("first", to: bob)
         try await bob.connection.acknowledge(atBob)
-        try await waitUntil { try await state(of: first.messageId, for: bob, in: stack) == "delivered" }
+        try await waitUntil { try await stack.messageState(first.messageId, for: bob) == "delivered" }
         try await waitForReceipt(of: first.messageId, at: alice)
     }
 
-    @Test func anApplicationGoesInTheWriteOfTheNextStore() async throws {
+    /// Alice and Bob on one gateway whose applications wait an hour: a message from
+    /// Alice that Bob has acknowledged and whose receipt Alice has, not yet applied.
+    private static func acknowledgedNotApplied() async throws
+        -> (stack: MessagingStack, alice: TestUser, bob: TestUser, message: SendMessage, atBob: MessageReceived) {
         let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 0)
-        try await Self.warmUp(alice, bob, in: stack)
-        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        try await warmUp(alice, bob, in: stack)
+        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
         try await bob.connection.acknowledge(atBob)
         // Given to Alice before it is applied: the receipt does not wait.
-        try await Self.waitForReceipt(of: message.messageId, at: alice)
+        try await waitForReceipt(of: message.messageId, at: alice)
         _ = try await bob.connection.ping()
-        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "pending", "waiting for other work")
+        #expect(try await stack.messageState(message.messageId, for: bob) == "pending", "waiting for other work")
         #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        return (stack, alice, bob, message, atBob)
+    }
+
+    @Test func anApplicationGoesInTheWriteOfTheNextStore() async throws {
+        let (stack, alice, bob, message, atBob) = try await Self.acknowledgedNotApplied()
         // A repeat meanwhile is still a repeat: not passed on again.
         try await bob.connection.acknowledge(atBob)
         _ = try await bob.connection.ping()
@@ -64,7 +55,7 @@ struct ReceiptApplierTests {
         let carol = try await stack.user(on: 0)
         let dave = try await stack.offlineUser(on: 0)
         try await carol.connection.send(carol.message("unrelated", to: dave))
-        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered")
+        #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
         _ = try await alice.connection.ping()
         #expect(await alice.events.all(.messageDelivered).count == 2, "the warm-up's and this one's, once each")
@@ -76,27 +67,19 @@ struct ReceiptApplierTests {
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 0)
         try await Self.warmUp(alice, bob, in: stack)
-        let (first, atBob) = try await Self.deliver("one", from: alice, to: bob)
-        let (second, _) = try await Self.deliver("two", from: alice, to: bob)
+        let (first, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+        let (second, _) = try await alice.sendAndWaitForArrival("two", to: bob)
         try await bob.connection.acknowledge(atBob)
         let page = try await bob.connection.fetchPending()
         #expect(page.messages.map(\.messageId) == [second.messageId], "the first was applied before the page")
-        #expect(try await Self.state(of: first.messageId, for: bob, in: stack) == "delivered")
+        #expect(try await stack.messageState(first.messageId, for: bob) == "delivered")
         try await stack.stop()
     }
 
     @Test func whatWaitsIsAppliedWhenTheGatewayStops() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 0)
-        try await Self.warmUp(alice, bob, in: stack)
-        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
-        try await bob.connection.acknowledge(atBob)
-        try await Self.waitForReceipt(of: message.messageId, at: alice)
-        _ = try await bob.connection.ping()
-        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "pending")
+        let (stack, _, bob, message, _) = try await Self.acknowledgedNotApplied()
         try await stack.stop()
-        #expect(try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered")
+        #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
     }
 
@@ -105,9 +88,9 @@ struct ReceiptApplierTests {
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         try await Self.warmUp(alice, bob, in: stack)
-        let (message, atBob) = try await Self.deliver("one", from: alice, to: bob)
+        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
         try await bob.connection.acknowledge(atBob)
-        try await waitUntil { try await Self.state(of: message.messageId, for: bob, in: stack) == "delivered" }
+        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
         #expect(try await stack.pendingDepth(bob.whisperId) == 0)
         try await stack.stop()
     }

@@ -85,6 +85,11 @@ struct MessagingStack {
         }
     }
 
+    /// A stored message's state (`pending`, `delivered`, `read`), nil once it is gone.
+    func messageState(_ messageId: String, for recipient: TestUser) async throws -> String? {
+        try await withRedis { try await $0.send("HGET", PendingQueue.messageKey(recipient.whisperId, messageId), "state").string }
+    }
+
     /// Messages waiting in a recipient's pending queue.
     func pendingDepth(_ whisperId: String) async throws -> Int {
         try await withRedis { try await PendingQueue(redis: $0).depth(recipient: whisperId) }
@@ -209,8 +214,13 @@ struct TestUser {
     func sendAndWaitForArrival(_ text: String, to peer: TestUser) async throws -> (sent: SendMessage, received: MessageReceived) {
         let message = message(text, to: peer)
         try await connection.send(message)
-        let received = try #require(try await peer.events(.messageReceived).first?.payload(as: MessageReceived.self))
-        return (message, received)
+        var arrived: MessageReceived?
+        try await waitUntil {
+            arrived = await peer.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+                .first { $0.messageId == message.messageId }
+            return arrived != nil
+        }
+        return (message, try #require(arrived))
     }
 
     /// Sends `count` messages to `peer`, each accepted before the next; their messageIds.
