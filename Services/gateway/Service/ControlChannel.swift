@@ -86,22 +86,21 @@ struct ControlChannel: Sendable {
 
     /// A receipt another gateway handed over without storing it (`ReceiptDesk`): written
     /// to its owner's socket, or stored when that socket is gone, is not the owner's, or
-    /// cannot take it within `ReceiptDesk.handOverLimit` (and handed to the owner's
-    /// socket of now, wherever presence names one: the owner may have moved since);
+    /// cannot take it within `ReceiptQueue.handOverLimit` (a gone socket's receipt is
+    /// handed to the owner's socket of now, wherever presence names one: the owner may
+    /// have moved since);
     /// then applied to the recipient's queue. A store that fails applies nothing: the
     /// message stays pending and is acknowledged again.
     func takeLive(_ frame: [UInt8], _ live: LiveReceipt, connection: ClientConnection?) {
         let (receipts, applier, presence, logger) = (self.receipts, self.applier, self.presence, self.logger)
         let owned = connection.flatMap { $0.whisperId == live.owner ? $0 : nil }
         Task {
-            if await owned?.sendConfirmed(frame, within: ReceiptDesk.handOverLimit) != true {
-                do {
-                    let socket = owned == nil ? try await presence.lookup(live.owner) : nil
-                    try await receipts.keep(frame, for: live.owner, handingTo: socket)
-                } catch {
-                    logger.warning("live_receipt_keep_failed", metadata: ["error": "\(error)"])
-                    return
-                }
+            do {
+                let socket = owned == nil ? try await presence.lookup(live.owner) : nil
+                try await receipts.give(frame, to: owned, owner: live.owner, handingTo: socket)
+            } catch {
+                logger.warning("live_receipt_keep_failed", metadata: ["error": "\(error)"])
+                return
             }
             await applier.add(.init(recipient: live.recipient, messageId: live.messageId, delivered: live.delivered))
         }

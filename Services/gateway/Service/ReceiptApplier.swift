@@ -20,10 +20,10 @@ import WhisperShared
 /// Until its application runs, a message stays pending: a gateway that dies first
 /// leaves it to be fetched and acknowledged again (its sender may get the receipt
 /// twice, which clients take as a state), as a gateway dying between the steps always
-/// did. A repeat of a receipt whose application has not run yet is known here as a
-/// repeat (`awaits`), so each status is still passed on once. Before the gateway asks for a page of pending messages for a socket, it runs
-/// what waits (`flush`), so a client never fetches a message it has just acknowledged
-/// on this gateway.
+/// did. A repeat of a receipt whose application waits here is known as a repeat
+/// (`awaits`) and dropped, as Redis would once it ran. Before the gateway asks for a
+/// page of pending messages for a socket, it runs what waits (`flush`), so a client
+/// never fetches a message it has just acknowledged on this gateway.
 final class ReceiptApplier: Service, Sendable {
     private let pending: PendingQueue
     private let logger: Logger
@@ -86,8 +86,8 @@ final class ReceiptApplier: Service, Sendable {
     }
 
     /// Takes what waits, for a caller about to write to Redis anyway: it sends
-    /// `PendingQueue.applyCommand` for each with its own command, and hands back with
-    /// `retry` any that did not run.
+    /// `PendingQueue.applyCommand` for each with its own command, and reports the
+    /// replies with `returned`.
     func take() -> [PendingQueue.ReceiptApplication] {
         state.withLock { state in
             state.timer?.cancel()
@@ -97,9 +97,24 @@ final class ReceiptApplier: Service, Sendable {
         }
     }
 
-    /// Reports on applications taken with `take`: those that ran, and those that did
-    /// not (an error reply, a failed write), which wait again.
-    func finished(_ ran: [PendingQueue.ReceiptApplication], failed: [PendingQueue.ReceiptApplication] = []) {
+    /// Reports on applications taken with `take` and sent: their replies, in order, or
+    /// nil when the write failed. Those with an error reply (`NOSCRIPT` after a Redis
+    /// restart, say) or whose write failed wait again, to go on their own.
+    func returned(_ taken: [PendingQueue.ReceiptApplication], replies: [RESPValue]?) {
+        guard let replies else {
+            finished([], failed: taken)
+            return
+        }
+        var ran: [PendingQueue.ReceiptApplication] = []
+        var failed: [PendingQueue.ReceiptApplication] = []
+        for (application, reply) in zip(taken, replies) {
+            if case .error = reply { failed.append(application) } else { ran.append(application) }
+        }
+        finished(ran, failed: failed)
+    }
+
+    /// Applications that ran, and those that did not, which wait again.
+    private func finished(_ ran: [PendingQueue.ReceiptApplication], failed: [PendingQueue.ReceiptApplication] = []) {
         guard !ran.isEmpty || !failed.isEmpty else { return }
         state.withLock { state in
             for application in ran { state.outstanding.remove(Self.key(application)) }

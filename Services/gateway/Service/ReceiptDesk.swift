@@ -10,8 +10,8 @@ import WhisperShared
 /// an acknowledgement and two processes' wake-ups per receipt (docs/benchmarks.md).
 ///
 /// Three steps, in an order that loses nothing when the gateway dies between two:
-/// 1. charge the recipient's bucket and look the message up, changing nothing, with the
-///    sender's presence in the same round trip;
+/// 1. look the message up, changing nothing, with the sender's presence in the same
+///    round trip (the recipient's bucket was charged before, through the socket's lease);
 /// 2. make the `message_delivered` frame safe for the sender: taken by the sender's
 ///    socket (on this instance, or on another through its gateway: below), or stored
 ///    for the sender's next fetch (`ReceiptQueue.keep`);
@@ -25,7 +25,7 @@ import WhisperShared
 /// When the sender's socket is on this instance, step 2 is a write to that socket in
 /// place of the store: once the socket has taken the frame (handed to the connection,
 /// as a stored receipt is settled once written) the receipt is applied; a socket that
-/// is closing, has frames waiting or does not take it within `handOverLimit` gets it
+/// is closing, has frames waiting or does not take it within 50 ms gets it (`ReceiptQueue.give`)
 /// stored (without a publish) for its next `fetch_pending`. Dying before the write
 /// completes leaves the message pending, as above. No pub/sub hop, no store, no settle.
 ///
@@ -75,10 +75,6 @@ struct ReceiptDesk: Sendable {
         ignored = metrics.counter("gateway_receipts", help: help, labels: [("outcome", "ignored")])
     }
 
-    /// How long a local sender's socket may take to accept a receipt before it is
-    /// stored instead (a socket with frames waiting is not tried at all).
-    static let handOverLimit: TimeAmount = .milliseconds(50)
-
     enum Outcome: Equatable {
         case passed
         case ignored
@@ -95,13 +91,13 @@ struct ReceiptDesk: Sendable {
            delivery.sender == receipt.to {
             if let gateway = delivery.senderGateway {
                 // Delivered here from another gateway's store: handed to that gateway.
-                if try await handOver(Self.frame(for: receipt), owner: delivery.sender, recipient: recipient, receipt: receipt,
+                if try await handToSendersGateway(Self.frame(for: receipt), owner: delivery.sender, recipient: recipient, receipt: receipt,
                                       to: PresenceRecord(gateway: gateway, connId: delivery.senderConnection)) {
                     known.increment()
                     return .passed
                 }
             } else if let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
-                try await give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
+                try await receipts.give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
                 await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
                 known.increment()
                 passed.increment()
@@ -128,9 +124,9 @@ struct ReceiptDesk: Sendable {
                 let bytes = Self.frame(for: receipt)
                 if let socket, socket.gateway == instanceID {
                     let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
-                    try await give(bytes, to: connection, owner: sender)
+                    try await receipts.give(bytes, to: connection, owner: sender)
                 } else if let socket {
-                    if try await handOver(bytes, owner: sender, recipient: recipient, receipt: receipt, to: socket) {
+                    if try await handToSendersGateway(bytes, owner: sender, recipient: recipient, receipt: receipt, to: socket) {
                         return .passed
                     }
                     // That gateway is gone: kept for the sender's next fetch.
@@ -152,7 +148,7 @@ struct ReceiptDesk: Sendable {
     /// Steps 2 and 3 left to the gateway of the sender's socket (`live_receipt`): it
     /// writes the frame, or stores it, then applies the receipt, so nothing is stored
     /// or applied here. False when no gateway listens on that channel (nothing was done).
-    private func handOver(_ bytes: [UInt8], owner: String, recipient: String, receipt: DeliveryReceipt, to socket: PresenceRecord) async throws -> Bool {
+    private func handToSendersGateway(_ bytes: [UInt8], owner: String, recipient: String, receipt: DeliveryReceipt, to socket: PresenceRecord) async throws -> Bool {
         let live = LiveReceipt(owner: owner, recipient: recipient, messageId: receipt.messageId, delivered: receipt.status == .delivered)
         let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
         guard try await command.publish(to: socket.gateway, on: redis) > 0 else { return false }
@@ -161,17 +157,23 @@ struct ReceiptDesk: Sendable {
         return true
     }
 
-    /// Step 2 for a sender whose socket is on this instance: a receipt its socket took
-    /// needs no store; one it could not take now (or a socket gone) is kept for the
-    /// sender's next fetch, without a publish.
-    private func give(_ bytes: [UInt8], to connection: ClientConnection?, owner: String) async throws {
-        if await connection?.sendConfirmed(bytes, within: Self.handOverLimit) != true {
-            try await receipts.keep(bytes, for: owner, handingTo: nil)
-        }
-    }
-
     /// `message_delivered` for the receipt's sender.
     static func frame(for receipt: DeliveryReceipt) -> [UInt8] {
         ServerFrameCodec.encode(MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from))
+    }
+}
+
+extension ReceiptQueue {
+    /// How long a sender's socket on this instance may take to accept a receipt before
+    /// it is stored instead (a socket with frames waiting is not tried at all).
+    static let handOverLimit: TimeAmount = .milliseconds(50)
+
+    /// A receipt for `owner` made safe on this instance: written to the owner's socket
+    /// here when it takes it within `handOverLimit` (then nothing is stored), else kept
+    /// for the owner's next fetch, and handed to `socket` when one is named.
+    func give(_ bytes: [UInt8], to connection: ClientConnection?, owner: String, handingTo socket: PresenceRecord? = nil) async throws {
+        if await connection?.sendConfirmed(bytes, within: Self.handOverLimit) != true {
+            try await keep(bytes, for: owner, handingTo: socket)
+        }
     }
 }

@@ -44,7 +44,7 @@ struct SendDesk: Sendable {
         if let attachment = message.attachment {
             try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
         }
-        let applications = pending.appliesAlongside ? applier.take() : []
+        let applications = applier.take()
         let outcome: PendingQueue.StoreOutcome
         do {
             outcome = try await pending.store(
@@ -57,16 +57,10 @@ struct SendDesk: Sendable {
                 alongside: applications.map(PendingQueue.applyCommand)
             )
         } catch {
-            applier.finished([], failed: applications)
+            applier.returned(applications, replies: nil)
             throw error
         }
-        // One that found its script unknown (Redis restarted) goes again on its own.
-        var ran: [PendingQueue.ReceiptApplication] = []
-        var failed: [PendingQueue.ReceiptApplication] = []
-        for (application, reply) in zip(applications, outcome.alongside) {
-            if case .error = reply { failed.append(application) } else { ran.append(application) }
-        }
-        applier.finished(ran, failed: failed)
+        applier.returned(applications, replies: outcome.alongside)
         let depth: Int
         switch outcome.result {
         case .stored(_, let stored):

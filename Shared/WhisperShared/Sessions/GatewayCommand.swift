@@ -109,12 +109,7 @@ public struct GatewayCommand: Sendable, Equatable {
     /// The detail of a `deliver`: the trace (when traces are on), then the origin; the
     /// store script sends it as it is.
     public static func deliverDetail(traceparent: String?, origin: DeliveryOrigin?) -> String {
-        switch (traceparent, origin) {
-        case (let trace?, let origin?): trace + " " + origin.detail
-        case (let trace?, nil): trace
-        case (nil, let origin?): origin.detail
-        case (nil, nil): ""
-        }
+        [traceparent, origin?.detail].compactMap { $0 }.joined(separator: " ")
     }
 
     /// Publishes to the gateway's channel; returns how many subscribers got it (0 when
