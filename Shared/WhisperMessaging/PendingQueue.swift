@@ -310,8 +310,14 @@ public struct PendingQueue: Sendable {
     /// `NOSCRIPT` back runs it again through `applyReceipts`, which teaches the script).
     /// Running it twice changes nothing more than once.
     public static func applyCommand(_ application: ReceiptApplication) -> RedisCommand {
-        let keys: [any RedisArgument] = applyKeys(application.recipient, application.messageId)
-        return RedisCommand("EVALSHA", [ackScript.sha1, keys.count] + keys + [application.delivered ? 1 : 0, 0])
+        let keys = applyKeys(application.recipient, application.messageId)
+        var command = RedisCommand("EVALSHA", [ackScript.sha1, keys.count])
+        for key in keys {
+            command.append(key)
+        }
+        command.append(application.delivered ? 1 : 0)
+        command.append(0)
+        return command
     }
 
     /// Whether `applyCommand` may go in another write: this client has taught Redis the
@@ -356,7 +362,7 @@ public struct PendingQueue: Sendable {
     }
 
     public static func messageKey(_ recipient: String, _ messageId: String) -> String {
-        "pending:{\(recipient)}:msg:\(messageId.lowercased())"
+        "pending:{\(recipient)}:msg:\(Format.lowercased(messageId))"
     }
 
     /// Removes what is older than the TTL, a bounded batch per call, and takes its size

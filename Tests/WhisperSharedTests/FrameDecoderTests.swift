@@ -119,6 +119,17 @@ import WhisperShared
         #expect(!Format.isBase64("AAA"))
         #expect(!Format.isBase64("AA-_"))
         #expect(Format.decodedLength(ofBase64: "AAAAAA==") == 4)
+        // A long value (read in place) and one cut out of a larger string.
+        #expect(Format.isBase64(String(repeating: "Ab+/", count: 16_384)))
+        #expect(!Format.isBase64(String(repeating: "Ab+/", count: 16_383) + "Ab+!"))
+        #expect(Format.isBase64(String("xxAAA=".dropFirst(2))))
+    }
+
+    @Test func idsAreLoweredOnlyWhenTheyHaveCapitals() {
+        #expect(Format.lowercased("6F1D2C3B-4A59-4E8F-9D0C-1B2A3F4E5D6C") == "6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c")
+        #expect(Format.lowercased("6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c") == "6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c")
+        #expect(Format.lowercased("ÄBC") == "äbc")
+        #expect(Format.lowercased("") == "")
     }
 
     @Test func uuidsAndGroupIDs() {

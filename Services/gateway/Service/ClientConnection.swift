@@ -187,6 +187,31 @@ public final class ClientConnection: Sendable {
         let frame = WebSocketFrame(fin: true, opcode: .text, data: buffer)
         let loop = channel.eventLoop
         let written = loop.makePromise(of: Void.self)
+        if loop.inEventLoop {
+            // On the socket's own loop the write and its flush run inline: a socket with
+            // room takes the frame before `writeAndFlush` returns, and the answer needs
+            // no timer. Only a frame left waiting falls through to the timed wait.
+            if let taken = writeOnLoop(frame, promise: written) { return taken }
+            return await timedAnswer(written, within: limit)
+        }
+        channel.writeAndFlush(frame, promise: written)
+        return await timedAnswer(written, within: limit)
+    }
+
+    /// Writes on the channel's own event loop; returns whether the socket took the
+    /// frame when that was known before the write returned, else nil.
+    private func writeOnLoop(_ frame: WebSocketFrame, promise written: EventLoopPromise<Void>) -> Bool? {
+        let inline = InlineWrite()
+        written.futureResult.assumeIsolated().whenComplete { result in
+            if case .success = result { inline.taken = true } else { inline.taken = false }
+        }
+        channel.writeAndFlush(frame, promise: written)
+        return inline.taken
+    }
+
+    /// Whether `written` succeeds within `limit` (false when it fails or is late).
+    private func timedAnswer(_ written: EventLoopPromise<Void>, within limit: TimeAmount) async -> Bool {
+        let loop = written.futureResult.eventLoop
         let answer = loop.makePromise(of: Bool.self)
         // Whichever comes first answers; the other finds the answer given (a promise
         // may be completed once only).
@@ -199,7 +224,6 @@ public final class ClientConnection: Sendable {
             guard once.claim() else { return }
             if case .success = result { answer.succeed(true) } else { answer.succeed(false) }
         }
-        channel.writeAndFlush(frame, promise: written)
         return (try? await answer.futureResult.get()) ?? false
     }
 
@@ -320,6 +344,12 @@ struct TokenLease {
 }
 
 /// Lets the first of two racing callbacks act, once.
+/// What an inline write's promise said, read on the same event loop right after the
+/// write (nil: not completed yet).
+private final class InlineWrite {
+    var taken: Bool?
+}
+
 private final class FirstAnswer: Sendable {
     private let given = Atomic<Bool>(false)
 

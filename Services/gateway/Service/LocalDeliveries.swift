@@ -50,7 +50,7 @@ final class LocalDeliveries: Sendable {
     }
 
     private static func key(_ recipient: String, _ messageId: String) -> String {
-        recipient + "/" + messageId.lowercased()
+        recipient + "/" + Format.lowercased(messageId)
     }
 
     /// Called before the message is written to the recipient's socket, so its receipt

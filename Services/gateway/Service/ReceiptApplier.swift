@@ -130,7 +130,7 @@ final class ReceiptApplier: Service, Sendable {
     }
 
     private static func key(_ application: PendingQueue.ReceiptApplication) -> String {
-        application.recipient + "/" + application.messageId.lowercased() + (application.delivered ? "/d" : "/r")
+        application.recipient + "/" + Format.lowercased(application.messageId) + (application.delivered ? "/d" : "/r")
     }
 
     /// Runs what waits now.

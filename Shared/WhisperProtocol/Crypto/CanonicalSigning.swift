@@ -11,7 +11,17 @@ public enum CanonicalSigning {
         messageType: String, messageId: String, from: String, toOrGroupId: String,
         timestamp: Int64, nonce: String, ciphertext: String
     ) -> [UInt8] {
-        Array("v1\n\(messageType)\n\(messageId)\n\(from)\n\(toOrGroupId)\n\(timestamp)\n\(nonce)\n\(ciphertext)\n".utf8)
+        // Built in place: one allocation for a ciphertext of up to 64 KiB.
+        let timestamp = String(timestamp)
+        let fields = [messageType, messageId, from, toOrGroupId, timestamp, nonce, ciphertext]
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(3 + fields.reduce(0) { $0 + $1.utf8.count + 1 })
+        bytes.append(contentsOf: "v1\n".utf8)
+        for field in fields {
+            bytes.append(contentsOf: field.utf8)
+            bytes.append(UInt8(ascii: "\n"))
+        }
+        return bytes
     }
 
     /// sig = Ed25519_Sign(SHA256(signed_bytes)).

@@ -428,7 +428,7 @@ public struct ReportUser: PrivilegedPayload, Equatable {
     /// Every message the report names, lower-case, each once, in the order given.
     public var reportedMessageIds: [String] {
         var seen = Set<String>()
-        return ((messageId.map { [$0] } ?? []) + (messageIds ?? [])).map { $0.lowercased() }.filter { seen.insert($0).inserted }
+        return ((messageId.map { [$0] } ?? []) + (messageIds ?? [])).map(Format.lowercased).filter { seen.insert($0).inserted }
     }
 
     public func validate() throws(FieldViolation) {

@@ -59,6 +59,12 @@ public enum Format {
         return isUUID(String(rest)) && !rest.utf8.contains { (UInt8(ascii: "A")...UInt8(ascii: "F")).contains($0) }
     }
 
+    /// `value.lowercased()`, without building a new string when there is nothing to
+    /// lower (an ID as clients and this server write it).
+    public static func lowercased(_ value: String) -> String {
+        value.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") || $0 >= 0x80 } ? value.lowercased() : value
+    }
+
     static func isBase64Character(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
             || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "/")
@@ -67,12 +73,19 @@ public enum Format {
     /// Standard base64 with padding, at least one byte encoded:
     /// `^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$`
     public static func isBase64(_ value: String) -> Bool {
-        let bytes = Array(value.utf8)
-        guard !bytes.isEmpty, bytes.count % 4 == 0 else { return false }
+        // A ciphertext is up to 64 KiB: read the string's own bytes, not a copy.
+        if let answer = value.utf8.withContiguousStorageIfAvailable(isBase64(bytes:)) { return answer }
+        return isBase64(bytes: Array(value.utf8)[...])
+    }
+
+    private static func isBase64<Bytes: RandomAccessCollection>(bytes: Bytes) -> Bool where Bytes.Element == UInt8, Bytes.Index == Int {
+        let count = bytes.count
+        guard count > 0, count % 4 == 0 else { return false }
+        let end = bytes.startIndex + count
         var padding = 0
-        if bytes[bytes.count - 1] == UInt8(ascii: "=") { padding += 1 }
-        if bytes[bytes.count - 2] == UInt8(ascii: "=") { padding += 1 }
-        for byte in bytes[..<(bytes.count - padding)] where !isBase64Character(byte) {
+        if bytes[end - 1] == UInt8(ascii: "=") { padding += 1 }
+        if bytes[end - 2] == UInt8(ascii: "=") { padding += 1 }
+        for byte in bytes[bytes.startIndex..<(end - padding)] where !isBase64Character(byte) {
             return false
         }
         return true
@@ -122,8 +135,9 @@ public enum Format {
 public struct Checker {
     public init() {}
 
-    public func require(_ condition: Bool, _ field: String, _ rule: String) throws(FieldViolation) {
-        if !condition { throw FieldViolation(field, rule) }
+    /// `rule` is built only for a violation (most rules interpolate a limit).
+    public func require(_ condition: Bool, _ field: String, _ rule: @autoclosure () -> String) throws(FieldViolation) {
+        if !condition { throw FieldViolation(field, rule()) }
     }
 
     public func whisperID(_ value: String, _ field: String) throws(FieldViolation) {

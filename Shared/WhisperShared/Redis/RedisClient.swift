@@ -149,7 +149,11 @@ public final class RedisClient: Service, Sendable {
         _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand]
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
         let connection = try connection()
-        let evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count] + keys + arguments)
+        var evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count])
+        for key in keys {
+            evalsha.append(key)
+        }
+        evalsha.append(contentsOf: arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
             let replies = try await connection.pipeline([evalsha] + others)
