@@ -366,8 +366,9 @@ public struct PendingQueue: Sendable {
     }
 
     /// Removes what is older than the TTL, a bounded batch per call, and takes its size
-    /// off the byte count (KEYS[1] the queue, `bytes` its count key). An empty queue's
-    /// count is set to 0, which also heals a count left by an earlier version.
+    /// off the byte count (KEYS[1] the queue, `bytes` its count key); returns how many
+    /// messages the queue still holds. An empty queue's count is set to 0, which also
+    /// heals a count left by an earlier version.
     static let expiryLua = """
         local function expire_old(queue, bytes, ttl, now)
             local old = redis.call('XRANGE', queue, '-', '(' .. tostring(now - ttl), 'COUNT', 256)
@@ -379,11 +380,13 @@ public struct PendingQueue: Sendable {
                 end
                 redis.call('XDEL', queue, entry[1])
             end
-            if redis.call('XLEN', queue) == 0 then
+            local length = redis.call('XLEN', queue)
+            if length == 0 then
                 redis.call('DEL', bytes)
             elseif freed > 0 then
                 redis.call('DECRBY', bytes, freed)
             end
+            return length
         end
 
         """
@@ -430,10 +433,10 @@ public struct PendingQueue: Sendable {
             if epoch ~= ARGV[16] then return {'stale', epoch} end
         end
         local now = now_ms()
-        expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
+        local length = expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
         local size = #ARGV[2]
         local held = tonumber(redis.call('GET', KEYS[5]) or '0')
-        if redis.call('XLEN', KEYS[1]) >= tonumber(ARGV[11]) or held + size > tonumber(ARGV[12]) then
+        if length >= tonumber(ARGV[11]) or held + size > tonumber(ARGV[12]) then
             return {'full'}
         end
         local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]), now)
@@ -444,13 +447,13 @@ public struct PendingQueue: Sendable {
         redis.call('PEXPIRE', KEYS[5], ARGV[3])
         redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        redis.call('ZADD', KEYS[6], now, ARGV[1])
-        if redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[13]) then
+        -- Only a sender new to the set can take it past its cap.
+        if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[13]) then
             redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[13]) + 1))
         end
         redis.call('PEXPIRE', KEYS[6], ARGV[14])
         if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
-        return {'stored', id, redis.call('XLEN', KEYS[1]), deliver()}
+        return {'stored', id, length + 1, deliver()}
         """)
 
     /// KEYS: queue, byte count. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
