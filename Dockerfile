@@ -13,7 +13,7 @@ ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${SWIFT_IMAGE} AS build
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libhiredis-dev libsodium-dev pkg-config \
+    && apt-get install -y --no-install-recommends libhiredis-dev libsodium-dev libjemalloc-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, so that a change of our sources does not fetch them again.
@@ -23,7 +23,8 @@ COPY . .
 # The Swift runtime and Foundation linked in (--static-swift-stdlib): the runtime image
 # needs no Swift toolchain, only the C libraries named below. Checked on 2026-11-25 with
 # the same toolchain: a release gateway built so needs libsodium.so.23,
-# libhiredis.so.0.14, libstdc++.so.6, libz.so.1, libgcc_s, libm and libc (ldd).
+# libhiredis.so.0.14, libjemalloc.so.2 (the services' allocator, Package.swift),
+# libstdc++.so.6, libz.so.1, libgcc_s, libm and libc (ldd).
 RUN swift build -c release --static-swift-stdlib \
         --product gateway --product auth --product router --product push-sender \
         --product attachment-signer --product turn-cred --product admin --product gc-worker \
@@ -35,7 +36,7 @@ RUN swift build -c release --static-swift-stdlib \
 
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libhiredis0.14 libsodium23 libstdc++6 zlib1g ca-certificates tzdata curl \
+    && apt-get install -y --no-install-recommends libhiredis0.14 libsodium23 libjemalloc2 libstdc++6 zlib1g ca-certificates tzdata curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin whisper
 COPY --from=build /out/ /usr/local/bin/

@@ -225,6 +225,14 @@ targets.append(.executableTarget(
     path: "Tests/Fuzz/Sources"
 ))
 
+// The services allocate with jemalloc on Linux (libjemalloc-dev to build, libjemalloc2 to
+// run): glibc's malloc was about a tenth of the gateway's CPU under load, and with
+// jemalloc the same build carried 5 to 15 % more messages flat out (docs/benchmarks.md,
+// "Allocations"). Linked into the eight executables only, not the libraries, tests or
+// tools. WHISPER_SYSTEM_MALLOC=1 at build time keeps glibc's.
+let serviceLinkerSettings: [LinkerSetting] = Context.environment["WHISPER_SYSTEM_MALLOC"] == "1"
+    ? [] : [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]
+
 for service in services {
     targets.append(.target(
         name: service.library,
@@ -234,7 +242,8 @@ for service in services {
     targets.append(.executableTarget(
         name: service.executable,
         dependencies: [.target(name: service.library), "WhisperShared"],
-        path: "Services/\(service.folder)/Main"
+        path: "Services/\(service.folder)/Main",
+        linkerSettings: serviceLinkerSettings
     ))
 }
 

@@ -17,6 +17,7 @@ ensure_packages() {
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
     pkg-config --exists hiredis 2>/dev/null || missing+=(libhiredis-dev)
     pkg-config --exists libsodium 2>/dev/null || missing+=(libsodium-dev)
+    pkg-config --exists jemalloc 2>/dev/null || missing+=(libjemalloc-dev)
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [ -n "$(pg_bindir 2>/dev/null)" ] || missing+=(postgresql)

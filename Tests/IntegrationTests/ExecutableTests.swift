@@ -43,6 +43,12 @@ import WhisperShared
             serviceEnvironment["WHISPER_LOG_LEVEL"] = "info"
             let (process, output) = try launch(service, environment: serviceEnvironment)
             _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }
+            #if os(Linux)
+            // Allocations go to jemalloc (Package.swift), unless built without it.
+            let maps = (try? String(contentsOfFile: "/proc/\(process.processIdentifier)/maps", encoding: .utf8)) ?? ""
+            let systemMalloc = ProcessInfo.processInfo.environment["WHISPER_SYSTEM_MALLOC"] == "1"
+            #expect(maps.contains("libjemalloc") != systemMalloc, "\(service) allocates with jemalloc")
+            #endif
             if service == "router" {
                 // Normal running: the router's blocking read is out.
                 try await TestServers.withRedis { redis in
