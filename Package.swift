@@ -226,10 +226,10 @@ targets.append(.executableTarget(
 ))
 
 // The services allocate with jemalloc on Linux (libjemalloc-dev to build, libjemalloc2 to
-// run): glibc's malloc was about a tenth of the gateway's CPU under load, and with
-// jemalloc the same build carried 5 to 15 % more messages flat out (docs/benchmarks.md,
-// "Allocations"). Linked into the eight executables only, not the libraries, tests or
-// tools. WHISPER_SYSTEM_MALLOC=1 at build time keeps glibc's.
+// run): glibc's malloc was about a tenth of the gateway's CPU under load; with jemalloc
+// the same build's gateway used a few per cent less CPU per message in runs side by
+// side (docs/benchmarks.md, "Allocations"). Linked into the eight executables only, not
+// the libraries, tests or tools. WHISPER_SYSTEM_MALLOC=1 at build time keeps glibc's.
 let serviceLinkerSettings: [LinkerSetting] = Context.environment["WHISPER_SYSTEM_MALLOC"] == "1"
     ? [] : [.linkedLibrary("jemalloc", .when(platforms: [.linux]))]
 
