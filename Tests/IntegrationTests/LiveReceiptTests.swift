@@ -43,6 +43,24 @@ struct LiveReceiptTests {
         try await stack.stop()
     }
 
+    /// The sender's gateway applies a handed-over receipt with its next store or after
+    /// its wait (here a long one, so that nothing is applied while the repeats come):
+    /// repeats meanwhile still look pending in Redis, and are not passed on again.
+    @Test func repeatsBeforeTheSendersGatewayAppliedAreNotPassedOn() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(30) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (_, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+        for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .delivered) }
+        for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .read) }
+        let told = try await alice.events(.messageDelivered, count: 2)
+        // Bob's frames are served in order: once his ping is answered, every repeat was handled.
+        _ = try await bob.connection.ping()
+        #expect(await alice.events.all(.messageDelivered).count == told.count)
+        #expect(try await Self.handedOver(in: stack) == 2, "one hand-over per status")
+        try await stack.stop()
+    }
+
     @Test func aLiveReceiptForASocketThatIsGoneIsStoredForTheSendersSocketOfNowThenApplied() async throws {
         let stack = try await MessagingStack.start(routers: 0)
         let alice = try await stack.user(on: 0)

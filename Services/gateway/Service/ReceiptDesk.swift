@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import Prometheus
+import Synchronization
 import WhisperMessaging
 import WhisperShared
 
@@ -49,6 +50,9 @@ struct ReceiptDesk: Sendable {
     let known: Counter
     /// Receipts handed to the gateway of the sender's socket without a store.
     let handedOver: Counter
+    /// Those receipts, for a while: that gateway applies them, so until it has, the
+    /// message still looks pending here and a repeat would pass the look-up.
+    let recentHandOvers: RecentHandOvers
     let redis: RedisClient
 
     init(
@@ -57,6 +61,7 @@ struct ReceiptDesk: Sendable {
     ) {
         self.applier = applier
         self.redis = redis
+        recentHandOvers = RecentHandOvers()
         handedOver = metrics.counter(
             "gateway_receipts_handed_over",
             help: "delivery_receipt frames passed to the gateway of the sender's socket without being stored (it writes and applies them)."
@@ -104,8 +109,10 @@ struct ReceiptDesk: Sendable {
                 return .passed
             }
         }
-        // A repeat of a receipt taken a moment ago, whose application has not run yet.
-        if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered) {
+        // A repeat of a receipt taken a moment ago, whose application has not run yet
+        // (here, or on the sender's gateway it was handed to).
+        if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
+            || recentHandOvers.contains(recipient: recipient, messageId: receipt.messageId, delivered: delivered) {
             ignored.increment()
             return .ignored
         }
@@ -152,6 +159,7 @@ struct ReceiptDesk: Sendable {
         let live = LiveReceipt(owner: owner, recipient: recipient, messageId: receipt.messageId, delivered: receipt.status == .delivered)
         let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
         guard try await command.publish(to: socket.gateway, on: redis) > 0 else { return false }
+        recentHandOvers.insert(recipient: recipient, messageId: receipt.messageId, delivered: live.delivered)
         handedOver.increment()
         passed.increment()
         return true
@@ -176,4 +184,65 @@ extension ReceiptQueue {
             try await keep(bytes, for: owner, handingTo: socket)
         }
     }
+}
+
+/// Receipts this gateway handed to another gateway (`live_receipt`) in the last
+/// `window`, by recipient, message and status, at most `capacity` (the oldest go). The
+/// sender's gateway applies such a receipt a few milliseconds later (with its next
+/// store, or within `GATEWAY_RECEIPT_APPLY_MAX_WAIT_MS`); a repeat from the recipient
+/// meanwhile finds the message still pending in Redis, and without this memory it would
+/// be passed on a second time. After the window Redis is right again: the receipt was
+/// applied, or its command was lost and the message is pending, to be acknowledged anew.
+final class RecentHandOvers: Sendable {
+    private struct State {
+        var until: [String: ContinuousClock.Instant] = [:]
+        var order: [String] = []
+        var head = 0
+    }
+
+    let capacity: Int
+    let window: Duration
+    private let state = Mutex(State())
+
+    init(capacity: Int = 20_000, window: Duration = .seconds(10)) {
+        self.capacity = max(1, capacity)
+        self.window = window
+    }
+
+    private static func key(_ recipient: String, _ messageId: String, _ delivered: Bool) -> String {
+        recipient + "/" + Format.lowercased(messageId) + (delivered ? "/d" : "/r")
+    }
+
+    func insert(recipient: String, messageId: String, delivered: Bool) {
+        let key = Self.key(recipient, messageId, delivered)
+        let until = ContinuousClock.now + window
+        state.withLock { state in
+            if state.until.updateValue(until, forKey: key) == nil {
+                state.order.append(key)
+            }
+            while state.until.count > capacity, state.head < state.order.count {
+                state.until[state.order[state.head]] = nil
+                state.head += 1
+            }
+            if state.head >= capacity || state.order.count - state.head > 2 * capacity {
+                state.order = state.order[state.head...].filter { state.until[$0] != nil }
+                state.head = 0
+            }
+        }
+    }
+
+    func contains(recipient: String, messageId: String, delivered: Bool) -> Bool {
+        let key = Self.key(recipient, messageId, delivered)
+        let now = ContinuousClock.now
+        return state.withLock { state in
+            guard let until = state.until[key] else { return false }
+            guard now < until else {
+                state.until[key] = nil
+                return false
+            }
+            return true
+        }
+    }
+
+    var count: Int { state.withLock { $0.until.count } }
 }
