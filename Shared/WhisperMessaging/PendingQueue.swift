@@ -304,6 +304,12 @@ public struct PendingQueue: Sendable {
             self.messageId = messageId
             self.delivered = delivered
         }
+
+        /// One string per recipient, message (whatever its case) and status, for sets
+        /// of applications waiting or done.
+        public var key: String {
+            recipient + "/" + Format.lowercased(messageId) + (delivered ? "/d" : "/r")
+        }
     }
 
     /// `applyReceipt` as a command to send with others (`EVALSHA`: a caller that gets

@@ -44,23 +44,23 @@ import Testing
 
     @Test func handOversAreKnownPerStatusForTheirWindow() {
         let recent = RecentHandOvers()
-        recent.insert(recipient: "bob", messageId: "M-1", delivered: true)
-        #expect(recent.contains(recipient: "bob", messageId: "m-1", delivered: true))
-        #expect(!recent.contains(recipient: "bob", messageId: "M-1", delivered: false), "read is its own status")
-        #expect(!recent.contains(recipient: "alice", messageId: "M-1", delivered: true))
+        recent.insert(.init(recipient: "bob", messageId: "M-1", delivered: true))
+        #expect(recent.contains(.init(recipient: "bob", messageId: "m-1", delivered: true)))
+        #expect(!recent.contains(.init(recipient: "bob", messageId: "M-1", delivered: false)), "read is its own status")
+        #expect(!recent.contains(.init(recipient: "alice", messageId: "M-1", delivered: true)))
         let expired = RecentHandOvers(window: .zero)
-        expired.insert(recipient: "bob", messageId: "m", delivered: true)
-        #expect(!expired.contains(recipient: "bob", messageId: "m", delivered: true), "past its window Redis decides")
+        expired.insert(.init(recipient: "bob", messageId: "m", delivered: true))
+        #expect(!expired.contains(.init(recipient: "bob", messageId: "m", delivered: true)), "past its window Redis decides")
         #expect(expired.count == 0)
     }
 
     @Test func handOversAreBoundedOldestFirst() {
         let recent = RecentHandOvers(capacity: 100)
         for index in 0..<1_000 {
-            recent.insert(recipient: "bob", messageId: "m\(index)", delivered: true)
+            recent.insert(.init(recipient: "bob", messageId: "m\(index)", delivered: true))
         }
         #expect(recent.count == 100)
-        #expect(!recent.contains(recipient: "bob", messageId: "m0", delivered: true))
-        #expect(recent.contains(recipient: "bob", messageId: "m999", delivered: true))
+        #expect(!recent.contains(.init(recipient: "bob", messageId: "m0", delivered: true)))
+        #expect(recent.contains(.init(recipient: "bob", messageId: "m999", delivered: true)))
     }
 }

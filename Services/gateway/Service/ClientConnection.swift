@@ -192,9 +192,9 @@ public final class ClientConnection: Sendable {
             // room takes the frame before `writeAndFlush` returns, and the answer needs
             // no timer. Only a frame left waiting falls through to the timed wait.
             if let taken = writeOnLoop(frame, promise: written) { return taken }
-            return await timedAnswer(written, within: limit)
+        } else {
+            channel.writeAndFlush(frame, promise: written)
         }
-        channel.writeAndFlush(frame, promise: written)
         return await timedAnswer(written, within: limit)
     }
 
@@ -343,13 +343,13 @@ struct TokenLease {
     }
 }
 
-/// Lets the first of two racing callbacks act, once.
 /// What an inline write's promise said, read on the same event loop right after the
 /// write (nil: not completed yet).
 private final class InlineWrite {
     var taken: Bool?
 }
 
+/// Lets the first of two racing callbacks act, once.
 private final class FirstAnswer: Sendable {
     private let given = Atomic<Bool>(false)
 

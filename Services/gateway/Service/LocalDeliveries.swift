@@ -24,20 +24,11 @@ final class LocalDeliveries: Sendable {
 
     private struct Entry {
         let delivery: Delivery
-        let until: ContinuousClock.Instant
         var deliveredTaken = false
     }
 
-    private struct State {
-        var entries: [String: Entry] = [:]
-        /// Keys in the order they were remembered (some already taken), for eviction.
-        var order: [String] = []
-        var head = 0
-    }
-
-    let capacity: Int
     let lifetime: Duration
-    private let state = Mutex(State())
+    private let table: Mutex<RecentTable<Entry>>
 
     /// 20,000 deliveries of at most about 250 bytes each (two Whisper IDs, a message
     /// and a connection ID): about 5 MB at most, whatever the load.
@@ -45,7 +36,7 @@ final class LocalDeliveries: Sendable {
     static let standardLifetime: Duration = .seconds(60)
 
     init(capacity: Int = standardCapacity, lifetime: Duration = standardLifetime) {
-        self.capacity = max(1, capacity)
+        table = Mutex(RecentTable(capacity: capacity))
         self.lifetime = lifetime
     }
 
@@ -56,48 +47,27 @@ final class LocalDeliveries: Sendable {
     /// Called before the message is written to the recipient's socket, so its receipt
     /// cannot come first.
     func remember(recipient: String, messageId: String, sender: String, senderConnection: String, senderGateway: String? = nil) {
-        let key = Self.key(recipient, messageId)
-        let entry = Entry(
-            delivery: Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway), until: .now + lifetime
-        )
-        state.withLock { state in
-            if state.entries.updateValue(entry, forKey: key) == nil {
-                state.order.append(key)
-            }
-            while state.entries.count > capacity, state.head < state.order.count {
-                state.entries[state.order[state.head]] = nil
-                state.head += 1
-            }
-            // Keys of taken entries stay in `order` until their turn; compact now and
-            // then so that it stays near the capacity.
-            if state.head >= capacity || state.order.count - state.head > 2 * capacity {
-                state.order = state.order[state.head...].filter { state.entries[$0] != nil }
-                state.head = 0
-            }
-        }
+        let entry = Entry(delivery: Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway))
+        let until = ContinuousClock.now + lifetime
+        table.withLock { $0.insert(entry, for: Self.key(recipient, messageId), until: until) }
     }
 
     /// The delivery a receipt of this status is for, once per status: `delivered` once,
     /// then `read` once (which forgets the message). Nil when not known here.
     func take(recipient: String, messageId: String, delivered: Bool) -> Delivery? {
         let key = Self.key(recipient, messageId)
-        let now = ContinuousClock.now
-        return state.withLock { state in
-            guard var entry = state.entries[key] else { return nil }
-            guard now < entry.until else {
-                state.entries[key] = nil
-                return nil
-            }
+        return table.withLock { table in
+            guard var entry = table.value(for: key) else { return nil }
             if delivered {
                 guard !entry.deliveredTaken else { return nil }
                 entry.deliveredTaken = true
-                state.entries[key] = entry
+                table.update(entry, for: key)
             } else {
-                state.entries[key] = nil
+                table.remove(key)
             }
             return entry.delivery
         }
     }
 
-    var count: Int { state.withLock { $0.entries.count } }
+    var count: Int { table.withLock { $0.count } }
 }

@@ -54,7 +54,7 @@ final class ReceiptApplier: Service, Sendable {
     /// start), so that later ones can go in other writes.
     func add(_ application: PendingQueue.ReceiptApplication) async {
         let queued = state.withLock { state in
-            state.outstanding.insert(Self.key(application))
+            state.outstanding.insert(application.key)
             guard maxWait > .zero, !state.stopped, pending.appliesAlongside else { return false }
             state.waiting.append(application)
             return true
@@ -117,7 +117,7 @@ final class ReceiptApplier: Service, Sendable {
     private func finished(_ ran: [PendingQueue.ReceiptApplication], failed: [PendingQueue.ReceiptApplication] = []) {
         guard !ran.isEmpty || !failed.isEmpty else { return }
         state.withLock { state in
-            for application in ran { state.outstanding.remove(Self.key(application)) }
+            for application in ran { state.outstanding.remove(application.key) }
             state.waiting.append(contentsOf: failed)
         }
         if !failed.isEmpty { schedule() }
@@ -125,13 +125,10 @@ final class ReceiptApplier: Service, Sendable {
 
     /// Whether this receipt was taken already and its application has not run yet.
     func awaits(recipient: String, messageId: String, delivered: Bool) -> Bool {
-        let key = Self.key(PendingQueue.ReceiptApplication(recipient: recipient, messageId: messageId, delivered: delivered))
+        let key = PendingQueue.ReceiptApplication(recipient: recipient, messageId: messageId, delivered: delivered).key
         return state.withLock { $0.outstanding.contains(key) }
     }
 
-    private static func key(_ application: PendingQueue.ReceiptApplication) -> String {
-        application.recipient + "/" + Format.lowercased(application.messageId) + (application.delivered ? "/d" : "/r")
-    }
 
     /// Runs what waits now.
     func flush() async {

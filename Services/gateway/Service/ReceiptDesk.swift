@@ -112,7 +112,7 @@ struct ReceiptDesk: Sendable {
         // A repeat of a receipt taken a moment ago, whose application has not run yet
         // (here, or on the sender's gateway it was handed to).
         if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
-            || recentHandOvers.contains(recipient: recipient, messageId: receipt.messageId, delivered: delivered) {
+            || recentHandOvers.contains(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered)) {
             ignored.increment()
             return .ignored
         }
@@ -159,7 +159,7 @@ struct ReceiptDesk: Sendable {
         let live = LiveReceipt(owner: owner, recipient: recipient, messageId: receipt.messageId, delivered: receipt.status == .delivered)
         let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
         guard try await command.publish(to: socket.gateway, on: redis) > 0 else { return false }
-        recentHandOvers.insert(recipient: recipient, messageId: receipt.messageId, delivered: live.delivered)
+        recentHandOvers.insert(.init(recipient: recipient, messageId: receipt.messageId, delivered: live.delivered))
         handedOver.increment()
         passed.increment()
         return true
@@ -194,55 +194,22 @@ extension ReceiptQueue {
 /// be passed on a second time. After the window Redis is right again: the receipt was
 /// applied, or its command was lost and the message is pending, to be acknowledged anew.
 final class RecentHandOvers: Sendable {
-    private struct State {
-        var until: [String: ContinuousClock.Instant] = [:]
-        var order: [String] = []
-        var head = 0
-    }
-
-    let capacity: Int
     let window: Duration
-    private let state = Mutex(State())
+    private let table: Mutex<RecentTable<Void>>
 
     init(capacity: Int = 20_000, window: Duration = .seconds(10)) {
-        self.capacity = max(1, capacity)
+        table = Mutex(RecentTable(capacity: capacity))
         self.window = window
     }
 
-    private static func key(_ recipient: String, _ messageId: String, _ delivered: Bool) -> String {
-        recipient + "/" + Format.lowercased(messageId) + (delivered ? "/d" : "/r")
-    }
-
-    func insert(recipient: String, messageId: String, delivered: Bool) {
-        let key = Self.key(recipient, messageId, delivered)
+    func insert(_ receipt: PendingQueue.ReceiptApplication) {
         let until = ContinuousClock.now + window
-        state.withLock { state in
-            if state.until.updateValue(until, forKey: key) == nil {
-                state.order.append(key)
-            }
-            while state.until.count > capacity, state.head < state.order.count {
-                state.until[state.order[state.head]] = nil
-                state.head += 1
-            }
-            if state.head >= capacity || state.order.count - state.head > 2 * capacity {
-                state.order = state.order[state.head...].filter { state.until[$0] != nil }
-                state.head = 0
-            }
-        }
+        table.withLock { $0.insert((), for: receipt.key, until: until) }
     }
 
-    func contains(recipient: String, messageId: String, delivered: Bool) -> Bool {
-        let key = Self.key(recipient, messageId, delivered)
-        let now = ContinuousClock.now
-        return state.withLock { state in
-            guard let until = state.until[key] else { return false }
-            guard now < until else {
-                state.until[key] = nil
-                return false
-            }
-            return true
-        }
+    func contains(_ receipt: PendingQueue.ReceiptApplication) -> Bool {
+        table.withLock { $0.value(for: receipt.key) != nil }
     }
 
-    var count: Int { state.withLock { $0.until.count } }
+    var count: Int { table.withLock { $0.count } }
 }

@@ -74,21 +74,17 @@ public enum Format {
     /// `^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{4})$`
     public static func isBase64(_ value: String) -> Bool {
         // A ciphertext is up to 64 KiB: read the string's own bytes, not a copy.
-        if let answer = value.utf8.withContiguousStorageIfAvailable(isBase64(bytes:)) { return answer }
-        return isBase64(bytes: Array(value.utf8)[...])
-    }
-
-    private static func isBase64<Bytes: RandomAccessCollection>(bytes: Bytes) -> Bool where Bytes.Element == UInt8, Bytes.Index == Int {
-        let count = bytes.count
-        guard count > 0, count % 4 == 0 else { return false }
-        let end = bytes.startIndex + count
-        var padding = 0
-        if bytes[end - 1] == UInt8(ascii: "=") { padding += 1 }
-        if bytes[end - 2] == UInt8(ascii: "=") { padding += 1 }
-        for byte in bytes[bytes.startIndex..<(end - padding)] where !isBase64Character(byte) {
-            return false
+        var value = value
+        return value.withUTF8 { bytes in
+            guard !bytes.isEmpty, bytes.count % 4 == 0 else { return false }
+            var padding = 0
+            if bytes[bytes.count - 1] == UInt8(ascii: "=") { padding += 1 }
+            if bytes[bytes.count - 2] == UInt8(ascii: "=") { padding += 1 }
+            for byte in bytes[..<(bytes.count - padding)] where !isBase64Character(byte) {
+                return false
+            }
+            return true
         }
-        return true
     }
 
     /// Base64 that decodes to exactly `count` bytes, in canonical padded form.
