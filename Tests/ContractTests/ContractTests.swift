@@ -83,6 +83,10 @@ import WhisperShared
                 switch ClientFrameDecoder().decode(Array(example.json.utf8)) {
                 case .success(let frame):
                     #expect(frame.type.rawValue == example.type)
+                    // The session token is read from the payload as sent, and only privileged frames have one.
+                    let payload = (try JSONSerialization.jsonObject(with: Data(example.json.utf8)) as? [String: Any])?["payload"] as? [String: Any]
+                    #expect(frame.sessionToken == payload?["sessionToken"] as? String, "example \(example.index) (\(example.type)): session token")
+                    #expect((frame.sessionToken != nil) == frame.type.isPrivileged, "example \(example.index) (\(example.type)): privileged but no token, or a token on an open frame")
                 case .failure(let rejection):
                     Issue.record("example \(example.index) (\(example.type)) refused by the Swift decoder: \(rejection.message)")
                 }

@@ -76,7 +76,7 @@ public struct InboundFrame: Sendable {
 
     /// The session token, for privileged frames.
     public var sessionToken: String? {
-        (payload as? any PrivilegedPayload)?.sessionToken
+        payload.presentedSessionToken
     }
 }
 

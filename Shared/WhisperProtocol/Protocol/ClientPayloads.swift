@@ -6,6 +6,14 @@ public protocol ClientPayload: Codable, Sendable {
     /// The frame `type` this payload travels under.
     static var frameType: ClientFrameType { get }
     func validate() throws(FieldViolation)
+    /// The session token a privileged payload carries, nil for the others. A
+    /// requirement with defaults below, so reading it from `any ClientPayload` goes
+    /// through the witness table, not a cast to `any PrivilegedPayload` per frame.
+    var presentedSessionToken: String? { get }
+}
+
+extension ClientPayload {
+    public var presentedSessionToken: String? { nil }
 }
 
 /// Payloads that name the versions they were built for (spec 3.1).
@@ -17,6 +25,10 @@ public protocol VersionedPayload: ClientPayload {
 /// Payloads that act for a signed-in identity and so carry its session token.
 public protocol PrivilegedPayload: VersionedPayload {
     var sessionToken: String { get }
+}
+
+extension PrivilegedPayload {
+    public var presentedSessionToken: String? { sessionToken }
 }
 
 public enum Platform: String, Codable, Sendable, CaseIterable {
