@@ -124,11 +124,10 @@ final class ReceiptApplier: Service, Sendable {
     }
 
     /// Whether this receipt was taken already and its application has not run yet.
-    func awaits(recipient: String, messageId: String, delivered: Bool) -> Bool {
-        let key = PendingQueue.ReceiptApplication(recipient: recipient, messageId: messageId, delivered: delivered).key
+    func awaits(_ application: PendingQueue.ReceiptApplication) -> Bool {
+        let key = application.key
         return state.withLock { $0.outstanding.contains(key) }
     }
-
 
     /// Runs what waits now.
     func flush() async {

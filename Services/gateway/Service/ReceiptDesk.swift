@@ -90,20 +90,21 @@ struct ReceiptDesk: Sendable {
     @discardableResult
     func serve(_ receipt: DeliveryReceipt, from recipient: String) async throws -> Outcome {
         let delivered = receipt.status == .delivered
+        let application = PendingQueue.ReceiptApplication(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
         // A message this gateway delivered itself, from a sender whose socket is still
         // here: step 1 is already known.
         if let delivery = deliveries.take(recipient: recipient, messageId: receipt.messageId, delivered: delivered),
            delivery.sender == receipt.to {
             if let gateway = delivery.senderGateway {
                 // Delivered here from another gateway's store: handed to that gateway.
-                if try await handToSendersGateway(Self.frame(for: receipt), owner: delivery.sender, recipient: recipient, receipt: receipt,
+                if try await handToSendersGateway(Self.frame(for: receipt), owner: delivery.sender, application: application,
                                       to: PresenceRecord(gateway: gateway, connId: delivery.senderConnection)) {
                     known.increment()
                     return .passed
                 }
             } else if let connection = connections.connection(delivery.senderConnection), connection.whisperId == delivery.sender {
                 try await receipts.give(Self.frame(for: receipt), to: connection, owner: delivery.sender)
-                await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
+                await applier.add(application)
                 known.increment()
                 passed.increment()
                 return .passed
@@ -111,8 +112,7 @@ struct ReceiptDesk: Sendable {
         }
         // A repeat of a receipt taken a moment ago, whose application has not run yet
         // (here, or on the sender's gateway it was handed to).
-        if applier.awaits(recipient: recipient, messageId: receipt.messageId, delivered: delivered)
-            || recentHandOvers.contains(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered)) {
+        if applier.awaits(application) || recentHandOvers.contains(application) {
             ignored.increment()
             return .ignored
         }
@@ -133,7 +133,7 @@ struct ReceiptDesk: Sendable {
                     let connection = connections.connection(socket.connId).flatMap { $0.whisperId == sender ? $0 : nil }
                     try await receipts.give(bytes, to: connection, owner: sender)
                 } else if let socket {
-                    if try await handToSendersGateway(bytes, owner: sender, recipient: recipient, receipt: receipt, to: socket) {
+                    if try await handToSendersGateway(bytes, owner: sender, application: application, to: socket) {
                         return .passed
                     }
                     // That gateway is gone: kept for the sender's next fetch.
@@ -142,7 +142,7 @@ struct ReceiptDesk: Sendable {
                     try await receipts.keep(bytes, for: sender, handingTo: nil)
                 }
             }
-            await applier.add(.init(recipient: recipient, messageId: receipt.messageId, delivered: delivered))
+            await applier.add(application)
             if tell {
                 passed.increment()
                 return .passed
@@ -155,11 +155,13 @@ struct ReceiptDesk: Sendable {
     /// Steps 2 and 3 left to the gateway of the sender's socket (`live_receipt`): it
     /// writes the frame, or stores it, then applies the receipt, so nothing is stored
     /// or applied here. False when no gateway listens on that channel (nothing was done).
-    private func handToSendersGateway(_ bytes: [UInt8], owner: String, recipient: String, receipt: DeliveryReceipt, to socket: PresenceRecord) async throws -> Bool {
-        let live = LiveReceipt(owner: owner, recipient: recipient, messageId: receipt.messageId, delivered: receipt.status == .delivered)
+    private func handToSendersGateway(
+        _ bytes: [UInt8], owner: String, application: PendingQueue.ReceiptApplication, to socket: PresenceRecord
+    ) async throws -> Bool {
+        let live = LiveReceipt(owner: owner, recipient: application.recipient, messageId: application.messageId, delivered: application.delivered)
         let command = GatewayCommand(kind: .liveReceipt, connId: socket.connId, frame: bytes, live: live)
         guard try await command.publish(to: socket.gateway, on: redis) > 0 else { return false }
-        recentHandOvers.insert(.init(recipient: recipient, messageId: receipt.messageId, delivered: live.delivered))
+        recentHandOvers.insert(application)
         handedOver.increment()
         passed.increment()
         return true
