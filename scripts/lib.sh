@@ -150,10 +150,12 @@ start_coturn() {
     if [ -f "$dir/turn.pid" ] && kill -0 "$(cat "$dir/turn.pid")" 2>/dev/null; then
         return 0
     fi
-    turnserver -o -n --listening-ip=127.0.0.1 --relay-ip=127.0.0.1 --listening-port="$port" \
+    # deploy/coturn/turnserver.conf denies relays to private and loopback ranges; on
+    # loopback the clients' peers are 127.0.0.1, so that one address is let through.
+    turnserver -o -c "$ROOT/deploy/coturn/turnserver.conf" --listening-ip=127.0.0.1 --relay-ip=127.0.0.1 --listening-port="$port" \
         --min-port="${WHISPER_TURN_MIN_PORT:-49160}" --max-port="${WHISPER_TURN_MAX_PORT:-49260}" \
-        --use-auth-secret --static-auth-secret="$secret" --realm=whisper.local \
-        --no-tls --no-dtls --no-cli --allow-loopback-peers \
+        --static-auth-secret="$secret" --realm=whisper.local \
+        --allow-loopback-peers --allowed-peer-ip=127.0.0.1 \
         --log-file="$dir/turn.log" --simple-log --pidfile="$dir/turn.pid" >/dev/null 2>&1 \
         || die "coturn did not start (see $dir/turn.log)"
     local i

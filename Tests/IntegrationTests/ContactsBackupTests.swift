@@ -74,4 +74,25 @@ import WhisperShared
         #expect(try await Self.call(.GET, stack, token: second.token).status == 404)
         try await stack.stop()
     }
+
+    /// Item 8 of issue 34: a blob that names a crypto version the backup format does not
+    /// have is refused, and the one stored before stays as it was.
+    @Test func aBackupNamingAnotherCryptoVersionIsRefusedAndTheStoredOneKept() async throws {
+        let stack = try await MessagingStack.start(routers: 1)
+        let device = try await Self.device(stack, mnemonic: BIP39.generateMnemonic())
+        let backup = ContactsBackup(contacts: [.init(whisperId: "WSP-AB3D-EF4G-HJKE", addedAt: 1_767_268_800_000)])
+        let sealed = try backup.sealed(with: device.keys)
+        #expect(try await Self.call(.PUT, stack, token: device.token, body: sealed).status == 200)
+        for version in [0, 2, 3] {
+            var other = try backup.sealed(with: device.keys)
+            other["cryptoVersion"] = version
+            let refused = try await Self.call(.PUT, stack, token: device.token, body: other)
+            #expect(refused.status == 400)
+            #expect((refused.json["error"] as? [String: Any])?["code"] as? String == "INVALID_PAYLOAD")
+        }
+        let fetched = try await Self.call(.GET, stack, token: device.token)
+        #expect(fetched.json["nonce"] as? String == sealed["nonce"] as? String)
+        #expect(fetched.json["ciphertext"] as? String == sealed["ciphertext"] as? String)
+        try await stack.stop()
+    }
 }

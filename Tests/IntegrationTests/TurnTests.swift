@@ -150,4 +150,30 @@ import WhisperShared
         // Computed apart from this code (Python's hmac module).
         #expect(made.credential == "Iis8bE1xiR1SI8uW2eDUpNlzb5g=")
     }
+
+    /// Item 9 of issue 34: coturn as the deployments run it (deploy/coturn/turnserver.conf)
+    /// relays to no private, link-local or metadata address and holds a bounded number of
+    /// allocations per credential; turn-cred's credentials last an hour unless set.
+    @Test func relaysReachNoPrivateOrMetadataAddressAndACredentialHoldsFewAllocations() throws {
+        let coturn = try CoturnProcess(secrets: [Self.secret])
+        let mint = TurnCredentialMint(secret: Self.secret, urls: ["turn:127.0.0.1:3478"], ttl: .seconds(600))
+        for peer in ["169.254.169.254", "10.1.2.3", "100.64.0.1", "172.17.0.1", "192.168.1.1", "fd00::1", "fe80::1", "::1"] {
+            let credentials = mint.credentials(for: "WSP-AB3D-EF4G-HJKE", now: Clock.millisecondsNow())
+            let (status, output) = try coturn.relay(to: peer, username: credentials.username, credential: credentials.credential)
+            #expect(status != 0, "a relay to \(peer) was allowed")
+            #expect(output.contains("403") || output.contains("Forbidden"), "\(peer): \(output.suffix(300))")
+        }
+        // One credential: allocations pile up (each lives until its lifetime ends) until
+        // coturn refuses the next with 486; a fresh identity's credential still allocates.
+        let held = mint.credentials(for: "WSP-MN6P-QR7S-TVTG", now: Clock.millisecondsNow())
+        var refusedAt: Int?
+        for attempt in 1...30 where refusedAt == nil {
+            let (_, output) = try coturn.relay(to: "127.0.0.1", username: held.username, credential: held.credential)
+            if output.contains("486") { refusedAt = attempt }
+        }
+        #expect(refusedAt != nil, "30 relays on one credential were all allocated")
+        let other = mint.credentials(for: "WSP-WX2Y-Z34A-B5C6", now: Clock.millisecondsNow())
+        #expect(try coturn.allocates(username: other.username, credential: other.credential))
+        #expect(TurnCredSettings.defaultTTLSeconds <= 3_600)
+    }
 }

@@ -82,8 +82,11 @@ struct ContactsBackupRoutes: Sendable {
         guard Limits.SUPPORTED_PROTOCOL_VERSIONS.contains(upload.protocolVersion) else {
             throw WhisperHTTPError(.invalidPayload, "protocolVersion \(upload.protocolVersion) is not supported")
         }
-        guard Limits.SUPPORTED_CRYPTO_VERSIONS.contains(upload.cryptoVersion) else {
-            throw WhisperHTTPError(.invalidPayload, "cryptoVersion \(upload.cryptoVersion) is not supported")
+        guard Limits.CONTACTS_BACKUP_CRYPTO_VERSIONS.contains(upload.cryptoVersion) else {
+            throw WhisperHTTPError(
+                .invalidPayload,
+                "cryptoVersion \(upload.cryptoVersion) is not a contacts backup version; supported: \(Limits.CONTACTS_BACKUP_CRYPTO_VERSIONS.sorted())"
+            )
         }
         guard Format.isBase64(upload.nonce, decodedLength: 24) else {
             throw WhisperHTTPError(.invalidPayload, "nonce must be base64 of exactly 24 bytes")

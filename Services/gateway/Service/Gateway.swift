@@ -92,6 +92,7 @@ public func buildGateway(
 
     let router = Router(context: GatewayRequestContext.self)
     router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
+    router.add(middleware: RequestBodyLimit())
     let subscribed = ReadinessCheck(name: "redis_subscriber") {
         subscriber.isSubscribed ? .ok : .failed("not subscribed to this instance's channel")
     }

@@ -24,15 +24,18 @@ public struct TurnCredSettings: ServiceSettings {
     public var secrets: [String]
     /// The TURN and STUN URLs handed to clients (`turn:`, `turns:`, `stun:`).
     public var urls: [String]
-    /// How long a credential is good for.
+    /// How long a credential is good for. coturn cannot revoke a REST-API credential, so
+    /// this is how long a banned identity can still relay: one hour by default (a call
+    /// that outlives it gets new credentials with an ICE restart).
     public var ttl: Duration
+    public static let defaultTTLSeconds = 3_600
     /// Credentials one identity may fetch (WebSocket and HTTP together).
     public var perIdentity: RateLimitRule
 
     public init(
         common: CommonSettings, internalToken: String, secrets: [String], urls: [String],
         internalHTTP: HTTPSettings = HTTPSettings(host: "127.0.0.1", port: TurnCredSettings.defaultInternalPort),
-        ttl: Duration = .seconds(43_200), perIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60))
+        ttl: Duration = .seconds(TurnCredSettings.defaultTTLSeconds), perIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60))
     ) {
         self.common = common
         self.internalToken = internalToken
@@ -59,7 +62,7 @@ public struct TurnCredSettings: ServiceSettings {
         } else if let bad = urls.first(where: { !TurnCredentialMint.isTurnURL($0) }) {
             settings.reject("turn.cred.urls", because: "\(bad) does not start with turn:, turns: or stun:")
         }
-        ttl = .seconds(settings.int("turn.cred.ttl.seconds", default: 43_200, range: 60...604_800))
+        ttl = .seconds(settings.int("turn.cred.ttl.seconds", default: Self.defaultTTLSeconds, range: 60...604_800))
         perIdentity = settings.rateLimit("turn.cred.rate.limit.per.identity", default: "30/60s")
     }
 }

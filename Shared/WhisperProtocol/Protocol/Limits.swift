@@ -48,4 +48,8 @@ public enum Limits {
     /// 1: the original suite. 2: the same message cryptography with the
     /// domain-separated registration proof (`RegistrationProof`).
     public static let SUPPORTED_CRYPTO_VERSIONS: Set<Int> = [1, 2]
+    /// The contacts backup's sealing (spec 14.1: secretbox under `contactsKey`) has one
+    /// version; version 2 of the suite changed the registration proof only. A blob that
+    /// names another version is refused: no client could tell how to open it.
+    public static let CONTACTS_BACKUP_CRYPTO_VERSIONS: Set<Int> = [1]
 }

@@ -25,6 +25,7 @@ public func buildHTTPService(
     let draining = DrainFlag()
     let router = Router(context: BasicRequestContext.self)
     router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
+    router.add(middleware: RequestBodyLimit())
     OperationsRoutes(
         environment: environment,
         readiness: Readiness(checks: environment.standardReadinessChecks + extraReadinessChecks),
@@ -37,6 +38,7 @@ public func buildHTTPService(
         // (behind the load balancer) never exposes it.
         let internalRouter = Router(context: BasicRequestContext.self)
         internalRouter.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
+        internalRouter.add(middleware: RequestBodyLimit())
         internalListener.routes(internalRouter, environment)
         internalApps.append(Application(
             router: internalRouter,

@@ -21,9 +21,12 @@ final class CoturnProcess: @unchecked Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Self.binary)
         process.arguments = [
-            "-n", "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1", "--listening-port=\(port)",
+            // The deployments' own settings (quotas, denied peer ranges); the test's peers
+            // are on 127.0.0.1, as with scripts/up.
+            "-c", TestServers.repoRoot.appendingPathComponent("deploy/coturn/turnserver.conf").path,
+            "--listening-ip=127.0.0.1", "--relay-ip=127.0.0.1", "--listening-port=\(port)",
             "--min-port=\(40_000 + range * 100)", "--max-port=\(40_000 + range * 100 + 99)",
-            "--use-auth-secret", "--realm=whisper.test", "--no-tls", "--no-dtls", "--no-cli", "--allow-loopback-peers",
+            "--realm=whisper.test", "--allow-loopback-peers", "--allowed-peer-ip=127.0.0.1",
             "--log-file=\(directory.appendingPathComponent("turn.log").path)", "--simple-log",
             "--pidfile=\(directory.appendingPathComponent("turn.pid").path)",
         ] + secrets.map { "--static-auth-secret=\($0)" }
@@ -42,17 +45,28 @@ final class CoturnProcess: @unchecked Sendable {
     /// allocates a relay for each of two clients that then send each other packets
     /// through their relays. True when that worked (exit status 0).
     func allocates(username: String, credential: String) throws -> Bool {
+        let (status, text) = try runClient(["-y", "-n", "3", "-u", username, "-w", credential])
+        return status == 0 && text.contains("Total lost packets 0")
+    }
+
+    /// Runs coturn's client with one allocation that sends to `peer` through the relay;
+    /// its exit status and what it printed (coturn's refusals among it: `403 (Forbidden
+    /// IP)` for a denied peer, `486 (Allocation Quota Reached)`).
+    func relay(to peer: String, username: String, credential: String) throws -> (status: Int32, output: String) {
+        try runClient(["-n", "1", "-e", peer, "-u", username, "-w", credential])
+    }
+
+    private func runClient(_ arguments: [String]) throws -> (status: Int32, output: String) {
         let client = Process()
         client.executableURL = URL(fileURLWithPath: Self.client)
-        client.arguments = ["-p", "\(port)", "-y", "-n", "3", "-u", username, "-w", credential, "127.0.0.1"]
+        client.arguments = ["-p", "\(port)"] + arguments + ["127.0.0.1"]
         let output = Pipe()
         client.standardOutput = output
         client.standardError = output
         try client.run()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         client.waitUntilExit()
-        let allocated = client.terminationStatus == 0 && text.contains("Total lost packets 0")
-        return allocated
+        return (client.terminationStatus, text)
     }
 
     deinit {
