@@ -49,11 +49,11 @@ final class CoturnProcess: @unchecked Sendable {
         return status == 0 && text.contains("Total lost packets 0")
     }
 
-    /// Runs coturn's client with one allocation that sends to `peer` through the relay;
+    /// Runs coturn's client with `clients` allocations that send to `peer` through the relay;
     /// its exit status and what it printed (coturn's refusals among it: `403 (Forbidden
     /// IP)` for a denied peer, `486 (Allocation Quota Reached)`).
-    func relay(to peer: String, username: String, credential: String) throws -> (status: Int32, output: String) {
-        try runClient(["-n", "1", "-e", peer, "-u", username, "-w", credential])
+    func relay(to peer: String, username: String, credential: String, clients: Int = 1) throws -> (status: Int32, output: String) {
+        try runClient(["-n", "1", "-m", "\(clients)", "-e", peer, "-u", username, "-w", credential])
     }
 
     private func runClient(_ arguments: [String]) throws -> (status: Int32, output: String) {
