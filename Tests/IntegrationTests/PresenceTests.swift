@@ -15,13 +15,18 @@ struct PresenceTests {
         let bob = try await stack.user(on: 1)
         let carol = try await stack.user(on: 1)
         _ = try await alice.sendAndWaitForArrival("hi", to: bob)
+        // One message, taken by Bob and not answered, makes no peers (issue 34, item 5):
+        // Alice, a stranger to Bob until he writes back, learns nothing of him.
+        #expect(try await alice.connection.subscribePresence([bob.whisperId]).peers.isEmpty)
+        #expect(try await bob.connection.subscribePresence([alice.whisperId]).peers.isEmpty)
+        _ = try await bob.sendAndWaitForArrival("hi back", to: alice)
 
         // Bob is Alice's peer; Carol is nobody's. The snapshot leaves strangers out.
         let bobs = try await bob.connection.subscribePresence([alice.whisperId, carol.whisperId])
         #expect(bobs.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
         let carols = try await carol.connection.subscribePresence([alice.whisperId, bob.whisperId])
         #expect(carols.peers.isEmpty)
-        // The other way round works too (Alice wrote to Bob).
+        // The other way round works too (each wrote to the other).
         let alices = try await alice.connection.subscribePresence([bob.whisperId])
         #expect(alices.peers == [PresenceSnapshot.Peer(whisperId: bob.whisperId, status: .online)])
 
@@ -56,6 +61,7 @@ struct PresenceTests {
         // Alice needs a socket to send from to become Bob's peer.
         let sender = try await stack.reconnect(alice, on: 0)
         try await sender.connection.send(sender.message("hi", to: bob))
+        try await bob.connection.send(bob.message("hi", to: alice))
         await sender.connection.close()
         try await stack.waitUntilOffline(alice)
 
@@ -80,6 +86,7 @@ struct PresenceTests {
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         _ = try await alice.sendAndWaitForArrival("hi", to: bob)
+        _ = try await bob.sendAndWaitForArrival("hi", to: alice)
         _ = try await bob.connection.subscribePresence([alice.whisperId])
         var current = alice
         for _ in 0..<3 {

@@ -39,7 +39,7 @@ struct PresenceDesk: Sendable {
     func subscribe(_ whisperIds: [String], watcher: String, on connection: ClientConnection) async throws -> PresenceSnapshot {
         var seen: Set<String> = [watcher]
         let targets = whisperIds.filter { seen.insert($0).inserted }
-        let since = Double(Clock.millisecondsNow() &- Int64(Peers.window.milliseconds))
+        let asked = Clock.millisecondsNow()
         var relations: [RESPValue] = []
         if !targets.isEmpty {
             relations = try await redis.pipeline(targets.flatMap { target in
@@ -48,8 +48,7 @@ struct PresenceDesk: Sendable {
         }
         let peers = targets.enumerated().filter { index, _ in
             guard relations.count > 2 * index + 1 else { return false }
-            let scores = [relations[2 * index], relations[2 * index + 1]].compactMap { $0.string.flatMap(Double.init) }
-            return scores.contains { $0 >= since }
+            return Peers.exchanged([relations[2 * index], relations[2 * index + 1]], now: asked)
         }.map(\.element)
 
         let now = Clock.millisecondsNow()

@@ -2,7 +2,7 @@ import Prometheus
 import WhisperShared
 
 /// Relays `typing` to a direct peer's socket (docs/protocol.md section 8): only between
-/// identities that exchanged a message within `Peers.window`, at most one per
+/// identities that each sent the other a message within `Peers.window` (`Peers.exchanged`), at most one per
 /// (sender, peer) every `interval`, and only to a peer with a live socket. Nothing is
 /// stored and nothing is answered: whatever is not relayed is dropped and counted.
 struct TypingDesk: Sendable {
@@ -37,36 +37,26 @@ struct TypingDesk: Sendable {
     private func decide(_ typing: Typing, from sender: String) async throws -> Outcome {
         guard typing.to != sender else { return .notPeer }
         let now = Clock.millisecondsNow()
-        let since = now &- Int64(Peers.window.milliseconds)
-        // The sender's slot in the script (throttle, and whether the peer wrote to the
-        // sender); the peer's slot beside it (whether the sender wrote to the peer, and
+        // The sender's slot in the script (throttle, and when the peer last wrote to the
+        // sender); the peer's slot beside it (when the sender last wrote to the peer, and
         // where the peer is connected).
         let (reply, others) = try await redis.evaluate(
             Self.gateScript, keys: [RedisKeys.peers(sender), Self.throttleKey(sender, typing.to)],
-            arguments: [typing.to, since, Int(Self.interval.milliseconds)],
+            arguments: [typing.to, Int(Self.interval.milliseconds)],
             alongside: [RedisCommand("ZSCORE", RedisKeys.peers(typing.to), sender), RedisCommand("GET", RedisKeys.presence(typing.to))]
         )
-        switch reply.int ?? 0 {
-        case 0:
-            return .throttled
-        case 1:
-            break
-        default:
-            guard others.count == 2, let score = others[0].string.flatMap(Double.init), score >= Double(since) else { return .notPeer }
-        }
+        if case .integer(0) = reply { return .throttled }
+        guard others.count == 2, Peers.exchanged([reply, others[0]], now: now) else { return .notPeer }
         guard others.count == 2, let socket = others[1].string.flatMap(PresenceRecord.init(encoded:)) else { return .offline }
         let frame = ServerFrameCodec.encode(PeerTyping(from: sender, isTyping: typing.isTyping, timestamp: now))
         try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
         return .relayed
     }
 
-    /// KEYS: the sender's peers, the pair's throttle. ARGV: the peer, the window's start
-    /// (ms), the interval (ms). Returns 0 (throttled), 1 (the peer wrote to the sender
-    /// within the window) or 2 (not known from this side).
+    /// KEYS: the sender's peers, the pair's throttle. ARGV: the peer, the interval (ms).
+    /// Returns 0 (throttled) or when the peer last wrote to the sender ('' for never).
     static let gateScript = RedisScript("""
-        if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then return 0 end
-        local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-        if score and tonumber(score) >= tonumber(ARGV[2]) then return 1 end
-        return 2
+        if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 0 end
+        return redis.call('ZSCORE', KEYS[1], ARGV[1]) or ''
         """)
 }

@@ -20,8 +20,8 @@ public enum RedisKeys {
     public static let ringingCalls = "calls:ringing"
     /// Who sent this identity a message lately: a sorted set of Whisper IDs scored by
     /// the last message's time (ms), written with each stored message (`PendingQueue`).
-    /// Two identities are direct peers when either is in the other's set within
-    /// `Peers.window` (docs/protocol.md section 8).
+    /// Two identities are direct peers when each is in the other's set within
+    /// `Peers.window` (`Peers.exchanged`, docs/protocol.md section 8).
     public static func peers(_ whisperId: String) -> String { "peers:{\(whisperId)}" }
     /// The groups an identity belongs to: a hash of groupId → the group's membership
     /// version (`groups.epoch`) as of the last change. Written by the router that
@@ -35,9 +35,18 @@ public enum RedisKeys {
     public static func gatewayChannel(_ instanceID: String) -> String { "gateway:\(instanceID)" }
 }
 
-/// Direct peers: identities that exchanged a message within `window`.
+/// Direct peers: identities that each sent the other a message within `window`.
 public enum Peers {
     public static let window: Duration = .seconds(30 * 86_400)
     /// Senders remembered per identity (the most recent ones).
     public static let capacity = 1_000
+
+    /// The rule, in one place: A and B are direct peers when B is in `peers:{A}` and A
+    /// in `peers:{B}`, both within the window. `scores` are the two `ZSCORE` replies;
+    /// a message one side sent alone (a stranger's first message) is not enough.
+    public static func exchanged(_ scores: [RESPValue], now: Int64) -> Bool {
+        let since = Double(now &- Int64(window.milliseconds))
+        let times = scores.compactMap { $0.string.flatMap(Double.init) }
+        return scores.count == 2 && times.count == 2 && times.allSatisfy { $0 >= since }
+    }
 }
