@@ -273,3 +273,19 @@ enum ProtocolExamples {
         return examples
     }
 }
+
+/// Item 10 of issue 34: times read back from Redis are untrusted input too.
+@Suite struct RedisValuesTests {
+    @Test func aGatewayCensusTimeThatCannotBeSubtractedIsStaleNotATrap() async throws {
+        let server = try RedisProcess()
+        try server.start()
+        let configuration = try #require(RedisConfiguration(url: server.url))
+        try await TestServers.withRedis(configuration) { redis in
+            let now = Clock.millisecondsNow()
+            try await redis.send("HSET", GatewayCensus.key, "hostile", "1 1 -9223372036854775808", "fine", "2 1 \(now)")
+            let live = try await GatewayCensus.read(now: now, maxAge: .seconds(60), on: redis)
+            #expect(live.map(\.instance) == ["fine"])
+            #expect(try await redis.send("HEXISTS", GatewayCensus.key, "hostile").int == 0)
+        }
+    }
+}

@@ -150,7 +150,9 @@ struct PendingCensusLoop: Service {
                     if let sample {
                         messages.set(Double(sample.messages))
                         queues.set(Double(sample.queues))
-                        age.set(Double(max(0, now - sample.sampledAt)) / 1_000)
+                        // The sample's time comes from Redis: no value of it may trap.
+                        let (elapsed, overflow) = now.subtractingReportingOverflow(sample.sampledAt)
+                        age.set(overflow ? 0 : Double(max(0, elapsed)) / 1_000)
                         if mine {
                             logger.info("pending_census", metadata: [
                                 "messages": "\(sample.messages)", "queues": "\(sample.queues)", "tookMs": "\(sample.tookMs)",

@@ -34,7 +34,9 @@ public enum GatewayCensus {
             defer { index += 2 }
             guard let instance = fields[index].string else { continue }
             let parts = (fields[index + 1].string ?? "").split(separator: " ").compactMap { Int64($0) }
-            guard parts.count == 3, now - parts[2] <= Int64(maxAge.milliseconds) else {
+            // Redis is not trusted input: a time far from now is stale, never an overflow.
+            guard parts.count == 3, case let (age, overflow) = now.subtractingReportingOverflow(parts[2]), !overflow,
+                  age <= Int64(maxAge.milliseconds) else {
                 stale.append(instance)
                 continue
             }
