@@ -256,6 +256,24 @@ public actor WhisperConnection {
         return updated
     }
 
+    /// The open invitations to groups (from identities that are not direct peers; they
+    /// also arrive live as `group_invited`), newest first.
+    public func groupInvitations() async throws -> [GroupInvitation] {
+        let frame = try await request(GroupInvitationsList(sessionToken: try token()))
+        guard let list = frame.payload(as: GroupInvitations.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return list.invitations
+    }
+
+    /// Accepts an invitation: the caller becomes a member (the answer is the group's state).
+    public func acceptGroupInvitation(_ groupId: String) async throws -> GroupUpdated {
+        try await updateGroup(groupId, add: [try ownId()])
+    }
+
+    /// Declines an invitation; the group never hears of it.
+    public func declineGroupInvitation(_ groupId: String) async throws {
+        _ = try await updateGroup(groupId, remove: [try ownId()])
+    }
+
     /// Sends one member's copy of a group message (`MessageCrypto.makeGroupCopies`);
     /// returns when the server has stored it for that member.
     @discardableResult
@@ -332,6 +350,11 @@ public actor WhisperConnection {
     func token() throws -> String {
         guard let sessionToken else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
         return sessionToken
+    }
+
+    func ownId() throws -> String {
+        guard let whisperId else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
+        return whisperId
     }
 
     // MARK: - Socket events

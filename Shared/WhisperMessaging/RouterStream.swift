@@ -14,7 +14,7 @@ public enum RouterStream {
 
     /// The frame types the router serves.
     public static let frameTypes: Set<ClientFrameType> = [
-        .sendMessage, .deliveryReceipt, .fetchPending, .groupSendMessage, .groupCreate, .groupUpdate,
+        .sendMessage, .deliveryReceipt, .fetchPending, .groupSendMessage, .groupCreate, .groupUpdate, .groupInvitationsList,
         .callInitiate, .callAnswer, .callIceCandidate, .callEnd,
     ]
 

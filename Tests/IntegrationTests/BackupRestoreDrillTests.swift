@@ -54,6 +54,7 @@ import WhisperShared
         var users: [TestUser] = []
         for (index, mnemonic) in mnemonics.enumerated() { users.append(try await register(mnemonic, on: before, gateway: index % 2)) }
         let (alice, bob, carol) = (users[0], users[1], users[2])
+        try await before.makePeers([alice, bob, carol])
         let group = try await alice.connection.createGroup(title: "Drill", memberIds: [bob.whisperId, carol.whisperId])
         let contacts = ContactsBackup(contacts: [
             .init(whisperId: bob.whisperId, addedAt: 1_767_268_800_000, displayName: "Bob"),

@@ -144,6 +144,8 @@ import WhisperShared
         }
 
         // A group: three members listen, alice creates it and sends once; each prints it.
+        // Alice and the three have written to each other: she adds them (strangers would be invited).
+        try await TestServers.withRedis(redis) { try await MessagingStack.makePeers([alice, bob, carol, dave], on: $0) }
         let listeners = try await [listen("bob", count: 1), listen("carol", count: 1), listen("dave", count: 1)]
         let created = try await run(["group", "create", "Command line", bob, carol, dave], as: "alice")
         #expect(created.status == 0, "\(created.errors)")

@@ -1,3 +1,4 @@
+@testable import AdminService
 import AsyncHTTPClient
 import Foundation
 import NIOCore
@@ -145,6 +146,29 @@ import WhisperShared
         #expect(try await Self.request(.POST, "\(base)/console/logout", form: "csrf=\(csrf)", cookie: session.pair).status == .seeOther)
         #expect(try await Self.request(.GET, "\(base)/console", cookie: session.pair).status == .seeOther)
         #expect(try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.count } == 0)
+        try await stack.stop()
+        try await admin.service.stop()
+    }
+
+    /// Item 10 of issue 34: anyone who reaches the sign-in page can spend the bucket of
+    /// failed attempts, but a valid token still signs in.
+    @Test func failedSignInsCannotLockOperatorsOut() async throws {
+        let (stack, admin) = try await ModerationTests.start()
+        let base = admin.baseURL
+        let form = try await Self.request(.GET, "\(base)/console/login")
+        let login = try #require(Self.setCookie(form, "whisper_console_login"))
+        let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
+        var statuses: [HTTPResponseStatus] = []
+        for attempt in 0...Console.signInLimit.capacity {
+            let wrong = "csrf=\(nonce)&token=wrong-\(attempt)"
+            statuses.append(try await Self.request(.POST, "\(base)/console/login", form: wrong, cookie: login.pair).status)
+        }
+        #expect(statuses.first == .unauthorized)
+        #expect(statuses.last == .tooManyRequests)
+        let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
+        #expect(signedIn.status == .seeOther)
+        #expect(Self.setCookie(signedIn, "whisper_console") != nil)
         try await stack.stop()
         try await admin.service.stop()
     }

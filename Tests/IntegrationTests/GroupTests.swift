@@ -17,6 +17,7 @@ struct GroupTests {
         var members: [TestUser] = []
         for index in 0..<4 { members.append(try await stack.user(on: index % 2 == 0 ? 1 : 0)) }
 
+        try await stack.makePeers([owner] + members)
         let created = try await owner.connection.createGroup(title: "Weekend climbing", memberIds: members.map(\.whisperId))
         #expect(Format.isGroupID(created.groupId))
         #expect(created.memberIds == [owner.whisperId] + members.map(\.whisperId))
@@ -64,6 +65,7 @@ struct GroupTests {
         let owner = try await stack.user(on: 0)
         let stays = try await stack.user(on: 1)
         let leaves = try await stack.user(on: 1)
+        try await stack.makePeers([owner, stays, leaves])
         let created = try await owner.connection.createGroup(title: "Book club", memberIds: [stays.whisperId, leaves.whisperId])
 
         // Both routers learn the group (each handles some of these copies).
@@ -122,6 +124,7 @@ struct GroupTests {
         let owner = try await stack.user(on: 0)
         let member = try await stack.user(on: 1)
         let outsider = try await stack.user(on: 0)
+        try await stack.makePeers([owner, member])
         let created = try await owner.connection.createGroup(title: "Private", memberIds: [member.whisperId])
 
         let copy = try #require(outsider.groupCopies("let me in", groupId: created.groupId, to: [member]).first)
@@ -158,6 +161,7 @@ struct GroupTests {
         let owner = try await stack.user(on: 0)
         let online = try await stack.user(on: 1)
         let away = try await stack.offlineUser(on: 1)
+        try await stack.makePeers([owner, online, away])
         let created = try await owner.connection.createGroup(title: "Trip", memberIds: [online.whisperId, away.whisperId])
         let copies = owner.groupCopies("see you at 8", groupId: created.groupId, to: [online, away])
         #expect(await owner.connection.sendGroup(copies).values.allSatisfy { (try? $0.get()) != nil })
@@ -189,6 +193,7 @@ struct GroupTests {
         let first = try await stack.user(on: 1)
         let second = try await stack.user(on: 0)
         let newcomer = try await stack.user(on: 1)
+        try await stack.makePeers([owner, first, second, newcomer])
         let created = try await owner.connection.createGroup(title: "Roles", memberIds: [first.whisperId, second.whisperId])
 
         await #expect(throws: WhisperClientError.refused(.forbidden, "only the group's owner may add or remove other members")) {
@@ -229,6 +234,7 @@ struct GroupTests {
         let stack = try await MessagingStack.start()
         let owner = try await stack.user(on: 0)
         let member = try await stack.user(on: 1)
+        try await stack.makePeers([owner, member])
         let request = GroupCreate(sessionToken: owner.token, title: "Once", memberIds: [member.whisperId])
         let requestId = UUID().uuidString.lowercased()
         let first = try await owner.connection.request(request, requestId: requestId)
@@ -267,6 +273,7 @@ struct GroupCacheTests {
         let owner = try await stack.user(on: 0)
         let stays = try await stack.user(on: 1)
         let leaves = try await stack.user(on: 1)
+        try await stack.makePeers([owner, stays, leaves])
         let created = try await owner.connection.createGroup(title: "Stale", memberIds: [stays.whisperId, leaves.whisperId])
 
         try await stack.withPostgres { postgres in

@@ -24,8 +24,8 @@ struct Console: Sendable {
 
     static let sessionCookie = "whisper_console"
     static let loginCookie = "whisper_console_login"
-    /// Sign-in attempts, all addresses together: a token cannot be guessed, but each
-    /// attempt costs a hash per configured token and a log line.
+    /// Failed sign-in attempts, all addresses together: a token cannot be guessed, but
+    /// each attempt costs a hash per configured token and a log line.
     static let signInLimit = RateLimitRule(capacity: 60, period: .seconds(60))
 
     func cookie(_ name: String, _ value: String, maxAge: Int) -> String {
@@ -156,10 +156,14 @@ struct Console: Sendable {
             ])
             return signInPage(error: "The form expired; sign in again.", status: .forbidden)
         }
-        if case .limited = try await limiter.take("console_sign_in", key: "all", rule: Self.signInLimit) {
-            return signInPage(error: "Too many sign-in attempts; wait a minute.", status: .tooManyRequests)
-        }
+        // Only failures are charged: a valid token is never refused, so nobody who can
+        // reach the page can lock operators out by spending the bucket (issue 34). Tokens
+        // are at least 32 characters, so the limit is not what stops guessing; it caps the
+        // work and the log lines failed attempts cost.
         guard let token = form["token"], let operatorName = auth.tokens.name(for: token.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            if case .limited = try await limiter.take("console_sign_in_failures", key: "all", rule: Self.signInLimit) {
+                return signInPage(error: "Too many failed sign-in attempts; wait a minute.", status: .tooManyRequests)
+            }
             logger.warning("console_sign_in_refused")
             return signInPage(error: "That is not an admin token.", status: .unauthorized)
         }

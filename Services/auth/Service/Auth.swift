@@ -15,7 +15,7 @@ public func buildAuth(
         settings: settings.common,
         logger: logger,
         routes: { router, environment in
-            let identities = IdentityRepository(postgres: environment.postgres, logger: environment.logger)
+            let identities = IdentityRepository(postgres: environment.postgres, logger: environment.logger, devicesKept: settings.devicesKeptPerIdentity)
             let sessions = SessionStore(redis: environment.redis)
             let limiter = RateLimiter(redis: environment.redis)
             let registration = Registration(

@@ -24,6 +24,11 @@ public struct AuthSettings: ServiceSettings {
     public var backupPerIdentity: RateLimitRule
     /// `report_user` frames per reporting identity.
     public var reportPerIdentity: RateLimitRule
+    /// Device rows kept per identity, the active one included: older ones are deleted at
+    /// the next sign-in (each sign-in on a new install adds one). Devices that are not
+    /// active keep no push or VoIP token.
+    public var devicesKeptPerIdentity = AuthSettings.defaultDevicesKept
+    public static let defaultDevicesKept = 5
 
     public init(
         common: CommonSettings,
@@ -60,6 +65,7 @@ public struct AuthSettings: ServiceSettings {
         keyLookupPerIdentity = settings.rateLimit("auth.rate.limit.key.lookup.per.identity", default: "120/60s")
         backupPerIdentity = settings.rateLimit("auth.rate.limit.backup.per.identity", default: "60/60s")
         reportPerIdentity = settings.rateLimit("auth.rate.limit.report.per.identity", default: "20/1h")
+        devicesKeptPerIdentity = settings.int("auth.devices.kept.per.identity", default: Self.defaultDevicesKept, range: 1...100)
     }
 }
 

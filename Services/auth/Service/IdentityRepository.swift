@@ -16,6 +16,8 @@ struct Identity: Sendable, Equatable {
 struct IdentityRepository: Sendable {
     let postgres: PostgresClient
     let logger: Logger
+    /// Device rows kept per identity (`AuthSettings.devicesKeptPerIdentity`).
+    var devicesKept = AuthSettings.defaultDevicesKept
 
     /// A ban is in force when the user row says so or an unlifted, unexpired ban exists.
     private static let columns = """
@@ -90,8 +92,24 @@ struct IdentityRepository: Sendable {
             for try await owner in owners.decode(String.self) where owner != whisperId {
                 return false
             }
+            // The other devices: no longer active, and with no tokens (nothing is pushed
+            // to them); only the most recent `devicesKept - 1` of them stay at all, so
+            // sign-ins from new installs cannot grow an identity's rows without bound.
             _ = try await connection.query(
-                "UPDATE devices SET active = false, updated_at = now() WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid AND active",
+                """
+                UPDATE devices SET active = false, push_token = NULL, voip_token = NULL, updated_at = now()
+                WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid
+                  AND (active OR push_token IS NOT NULL OR voip_token IS NOT NULL)
+                """,
+                logger: logger
+            )
+            _ = try await connection.query(
+                """
+                DELETE FROM devices WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid AND device_id NOT IN (
+                    SELECT device_id FROM devices WHERE whisper_id = \(whisperId) AND device_id <> \(deviceId)::uuid
+                    ORDER BY last_seen_at DESC, updated_at DESC LIMIT \(devicesKept - 1)
+                )
+                """,
                 logger: logger
             )
             _ = try await connection.query(

@@ -170,7 +170,8 @@ struct FrameHandler: Sendable {
     private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
         let isMessage = frame.type == .sendMessage || frame.type == .groupSendMessage
-        if frame.type == .groupCreate || frame.type == .groupUpdate, !limits.groupOpsPerAddress.take(connection.remoteAddress) {
+        let isGroupOp = frame.type == .groupCreate || frame.type == .groupUpdate || frame.type == .groupInvitationsList
+        if isGroupOp, !limits.groupOpsPerAddress.take(connection.remoteAddress) {
             await refuse(.rateLimited, "too many group changes from this address; slow down", requestId: frame.requestId, on: connection)
             return
         }
@@ -469,7 +470,7 @@ struct FrameLimits: Sendable {
         // A group copy is a message: each counts like a send_message.
         case .sendMessage, .groupSendMessage: ("send", sendPerSender)
         case .fetchPending: ("fetch", fetchPerIdentity)
-        case .groupCreate, .groupUpdate: ("group", groupOpsPerIdentity)
+        case .groupCreate, .groupUpdate, .groupInvitationsList: ("group", groupOpsPerIdentity)
         case .callInitiate: ("call", callsPerIdentity)
         case .callAnswer, .callIceCandidate, .callEnd: ("signal", callSignalsPerIdentity)
         default: nil

@@ -134,7 +134,12 @@ struct GroupDesk: Sendable {
     let directory: GroupDirectory
     let identities: IdentityCache
     let events: ReceiptQueue
+    /// Open invitations kept per invitee; past it the oldest are withdrawn.
+    var invitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
     let logger: Logger
+
+    /// How long an invitation stays open.
+    static let invitationLifetime = "30 days"
 
     // MARK: - Membership of a copy
 
@@ -182,8 +187,11 @@ struct GroupDesk: Sendable {
             throw WhisperError(.invalidPayload, "memberIds must name at least one identity besides the creator")
         }
         try await checkNewMembers(others)
+        // Only direct peers of the creator are added; anyone else is invited and becomes
+        // a member only by accepting, so nobody can put a stranger into groups.
+        let (direct, invitees) = try await partition(others, author: creator)
         let groupId = Self.groupId(creator: creator, requestId: entry.requestId)
-        let view = try await transaction { connection -> GroupView in
+        let (view, invited) = try await transaction { connection -> (GroupView, [String]) in
             let inserted = try await connection.query(
                 """
                 INSERT INTO groups (group_id, title, created_by) VALUES (\(groupId), \(request.title), \(creator))
@@ -197,10 +205,11 @@ struct GroupDesk: Sendable {
                     INSERT INTO group_members (group_id, whisper_id, role, added_by, added_at)
                     SELECT \(groupId), member, CASE WHEN member = \(creator) THEN 'owner' ELSE 'member' END, \(creator),
                            now() + (ordinality - 1) * interval '1 microsecond'
-                    FROM unnest(\([creator] + others)::text[]) WITH ORDINALITY AS m(member, ordinality)
+                    FROM unnest(\([creator] + direct)::text[]) WITH ORDINALITY AS m(member, ordinality)
                     """,
                     logger: logger
                 )
+                try await invite(invitees, to: groupId, by: creator, on: connection)
             }
             guard let view = try await GroupView.load(groupId, lock: "UPDATE", on: connection, logger: logger) else {
                 throw WhisperError(.internalError, "the group was not stored; try again")
@@ -209,15 +218,19 @@ struct GroupDesk: Sendable {
                 throw WhisperError(.invalidPayload, "requestId names another group; use a new requestId")
             }
             try await writeRecords(groupId: groupId, epoch: view.epoch, members: view.memberIds, removed: [])
-            return view
+            return (view, try await Self.invitees(of: groupId, on: connection, logger: logger))
         }
         directory.remember(groupId, view)
-        let created = GroupCreated(
+        var created = GroupCreated(
             groupId: groupId, title: view.title, memberIds: view.memberIds, ownerId: view.owner ?? creator,
             createdBy: view.createdBy, createdAt: view.createdAt
         )
         try await tell(ServerFrameCodec.encode(created), to: view.memberIds.filter { $0 != creator })
-        logger.info("group_created", metadata: ["groupId": "\(groupId)", "whisperId": "\(creator)", "members": "\(view.memberIds.count)"])
+        try await notifyInvited(invited, group: view, by: creator)
+        logger.info("group_created", metadata: [
+            "groupId": "\(groupId)", "whisperId": "\(creator)", "members": "\(view.memberIds.count)", "invited": "\(invited.count)",
+        ])
+        created.invited = invited.isEmpty ? nil : invited
         return ServerFrameCodec.encode(created, requestId: entry.requestId)
     }
 
@@ -238,9 +251,14 @@ struct GroupDesk: Sendable {
         var after: GroupView?
         var added: [String]
         var removed: [String]
+        /// Identities of `addMembers` invited rather than added.
+        var invited: [String] = []
     }
 
     /// Applies an update: any member may change the title or leave; only the owner may
+    /// add or remove others, and an addition that is not a direct peer of the owner is an
+    /// invitation (withdrawn by removing it). An invitee who is not a member may accept
+    /// (`addMembers: [self]`) or decline (`removeMembers: [self]`), nothing else.
     /// add or remove others. When the owner leaves, the member who joined earliest
     /// becomes the owner; when the last member leaves, the group is deleted.
     func update(_ request: GroupUpdate, entry: RouterStream.Entry) async throws -> [UInt8] {
@@ -252,26 +270,42 @@ struct GroupDesk: Sendable {
             throw WhisperError(.invalidPayload, "a Whisper ID is in both addMembers and removeMembers")
         }
         try await checkNewMembers(adds.filter { $0 != author })
+        let (_, strangers) = try await partition(adds.filter { $0 != author }, author: author)
         let groupId = request.groupId
         let change = try await transaction { connection -> Change in
             guard let before = try await GroupView.load(groupId, lock: "UPDATE", on: connection, logger: logger) else {
                 throw WhisperError(.notFound, "no such group")
             }
-            guard let role = before.roles[author] else { throw WhisperError(.forbidden, "not a member of this group") }
+            guard let role = before.roles[author] else {
+                return try await answerInvitation(request, by: author, group: before, adds: adds, removes: removes, on: connection)
+            }
             let touchesOthers = adds.contains { $0 != author } || removes.contains { $0 != author }
             guard !touchesOthers || role == "owner" else {
                 throw WhisperError(.forbidden, "only the group's owner may add or remove other members")
             }
-            let added = adds.filter { !before.isMember($0) }
+            let invited = strangers.filter { !before.isMember($0) }
+            let added = adds.filter { !before.isMember($0) && !invited.contains($0) }
             let removed = removes.filter { before.isMember($0) }
-            let remaining = before.memberIds.filter { !removed.contains($0) } + added
-            guard remaining.count <= Limits.MAX_GROUP_MEMBERS else {
-                throw WhisperError(.invalidPayload, "the group would have \(remaining.count) members; at most \(Limits.MAX_GROUP_MEMBERS)")
+            // Removing someone who is only invited withdraws the invitation.
+            let withdrawn = removes.filter { !before.isMember($0) }
+            if !withdrawn.isEmpty {
+                _ = try await connection.query(
+                    "DELETE FROM group_invitations WHERE group_id = \(groupId) AND whisper_id = ANY(\(withdrawn)::text[])", logger: logger
+                )
             }
+            let remaining = before.memberIds.filter { !removed.contains($0) } + added
+            let open = try await Self.invitees(of: groupId, on: connection, logger: logger).filter { !invited.contains($0) }.count
+            guard remaining.count + open + invited.count <= Limits.MAX_GROUP_MEMBERS else {
+                throw WhisperError(
+                    .invalidPayload,
+                    "the group would have \(remaining.count) members and \(open + invited.count) invited; at most \(Limits.MAX_GROUP_MEMBERS) together"
+                )
+            }
+            if !invited.isEmpty { try await invite(invited, to: groupId, by: author, on: connection) }
             let title = request.title ?? before.title
             let membersChange = !added.isEmpty || !removed.isEmpty
             guard membersChange || title != before.title else {
-                return Change(before: before, after: before, added: [], removed: [])
+                return Change(before: before, after: before, added: [], removed: [], invited: invited)
             }
             guard !remaining.isEmpty else {
                 _ = try await connection.query("DELETE FROM groups WHERE group_id = \(groupId)", logger: logger)
@@ -308,7 +342,7 @@ struct GroupDesk: Sendable {
             if membersChange {
                 try await writeRecords(groupId: groupId, epoch: epoch, members: after.memberIds, removed: removed)
             }
-            return Change(before: before, after: after, added: added, removed: removed)
+            return Change(before: before, after: after, added: added, removed: removed, invited: invited)
         }
         directory.remember(groupId, change.after)
         let now = Clock.millisecondsNow()
@@ -328,12 +362,149 @@ struct GroupDesk: Sendable {
                 "groupId": "\(groupId)", "whisperId": "\(author)", "added": "\(change.added.count)", "removed": "\(change.removed.count)",
             ])
         }
+        if let view = change.after { try await notifyInvited(change.invited, group: view, by: author) }
         var answer = updated
         if change.after == nil || change.removed.contains(author) {
             answer.memberIds = []
             answer.ownerId = nil
         }
+        answer.invited = change.invited.isEmpty ? nil : change.invited
         return ServerFrameCodec.encode(answer, requestId: entry.requestId)
+    }
+
+    /// An update from someone who is not a member: accepting (`addMembers: [self]`) or
+    /// declining (`removeMembers: [self]`) an open invitation, and nothing else. Runs in
+    /// the update's transaction, with the group's row held.
+    private func answerInvitation(
+        _ request: GroupUpdate, by invitee: String, group before: GroupView, adds: [String], removes: [String], on connection: PostgresConnection
+    ) async throws -> Change {
+        let accepting = adds == [invitee] && removes.isEmpty && request.title == nil
+        let declining = removes == [invitee] && adds.isEmpty && request.title == nil
+        let invitation = try await connection.query(
+            """
+            DELETE FROM group_invitations WHERE group_id = \(before.groupId) AND whisper_id = \(invitee)
+              AND invited_at > now() - \(Self.invitationLifetime)::interval
+            RETURNING invited_by
+            """,
+            logger: logger
+        ).decode(String.self).first { _ in true }
+        guard accepting || declining, let invitedBy = invitation else {
+            throw WhisperError(.forbidden, "not a member of this group")
+        }
+        guard accepting else { return Change(before: before, after: before, added: [], removed: [invitee]) }
+        guard before.memberIds.count < Limits.MAX_GROUP_MEMBERS else {
+            throw WhisperError(.forbidden, "the group is full (\(Limits.MAX_GROUP_MEMBERS) members)")
+        }
+        let epoch = before.epoch + 1
+        _ = try await connection.query(
+            "UPDATE groups SET epoch = \(epoch), updated_at = now() WHERE group_id = \(before.groupId)", logger: logger
+        )
+        _ = try await connection.query(
+            """
+            INSERT INTO group_members (group_id, whisper_id, role, added_by, added_at)
+            VALUES (\(before.groupId), \(invitee), 'member', \(invitedBy), now())
+            """,
+            logger: logger
+        )
+        guard let after = try await GroupView.load(before.groupId, on: connection, logger: logger) else {
+            throw WhisperError(.internalError, "the group was not stored; try again")
+        }
+        try await writeRecords(groupId: before.groupId, epoch: epoch, members: after.memberIds, removed: [])
+        return Change(before: before, after: after, added: [invitee], removed: [])
+    }
+
+    // MARK: - Invitations
+
+    /// `group_invitations_list`: the identity's open invitations, newest first.
+    func invitations(for whisperId: String, entry: RouterStream.Entry) async throws -> [UInt8] {
+        let rows = try await postgres.query(
+            """
+            SELECT i.group_id, g.title, i.invited_by,
+                   (SELECT count(*) FROM group_members m WHERE m.group_id = i.group_id)::int8,
+                   (extract(epoch FROM i.invited_at) * 1000)::int8
+            FROM group_invitations i JOIN groups g ON g.group_id = i.group_id
+            WHERE i.whisper_id = \(whisperId) AND i.invited_at > now() - \(Self.invitationLifetime)::interval
+            ORDER BY i.invited_at DESC, i.group_id LIMIT \(invitationsPerIdentity)
+            """,
+            logger: logger
+        )
+        var invitations: [GroupInvitation] = []
+        for try await (groupId, title, invitedBy, members, at) in rows.decode((String, String, String, Int64, Int64).self) {
+            invitations.append(GroupInvitation(groupId: groupId, title: title, invitedBy: invitedBy, memberCount: Int(clamping: members), invitedAt: at))
+        }
+        return ServerFrameCodec.encode(GroupInvitations(invitations: invitations), requestId: entry.requestId)
+    }
+
+    /// Splits identities named by `author` into its direct peers (added at once) and the
+    /// others (invited): the rule of presence and typing (`Peers.exchanged`).
+    private func partition(_ whisperIds: [String], author: String) async throws -> (direct: [String], invited: [String]) {
+        guard !whisperIds.isEmpty else { return ([], []) }
+        let scores = try await redis.pipeline(whisperIds.flatMap { other in
+            [RedisCommand("ZSCORE", RedisKeys.peers(author), other), RedisCommand("ZSCORE", RedisKeys.peers(other), author)]
+        })
+        let now = Clock.millisecondsNow()
+        var direct: [String] = []
+        var invited: [String] = []
+        for (index, other) in whisperIds.enumerated() {
+            let pair = scores.count > 2 * index + 1 ? [scores[2 * index], scores[2 * index + 1]] : []
+            if Peers.exchanged(pair, now: now) { direct.append(other) } else { invited.append(other) }
+        }
+        return (direct, invited)
+    }
+
+    /// Records invitations (a repeat renews one) and keeps each invitee's open ones at
+    /// `invitationsPerIdentity`, withdrawing the oldest and any that lapsed.
+    private func invite(_ invitees: [String], to groupId: String, by author: String, on connection: PostgresConnection) async throws {
+        guard !invitees.isEmpty else { return }
+        _ = try await connection.query(
+            """
+            INSERT INTO group_invitations (group_id, whisper_id, invited_by)
+            SELECT \(groupId), invitee, \(author) FROM unnest(\(invitees)::text[]) AS i(invitee)
+            ON CONFLICT (group_id, whisper_id) DO UPDATE SET invited_by = EXCLUDED.invited_by, invited_at = now()
+            """,
+            logger: logger
+        )
+        _ = try await connection.query(
+            """
+            DELETE FROM group_invitations d USING (
+                SELECT group_id, whisper_id, invited_at,
+                       row_number() OVER (PARTITION BY whisper_id ORDER BY invited_at DESC, group_id) AS rank
+                FROM group_invitations WHERE whisper_id = ANY(\(invitees)::text[])
+            ) r
+            WHERE d.group_id = r.group_id AND d.whisper_id = r.whisper_id
+              AND (r.rank > \(invitationsPerIdentity) OR r.invited_at <= now() - \(Self.invitationLifetime)::interval)
+            """,
+            logger: logger
+        )
+    }
+
+    /// The identities with an open invitation to `groupId`.
+    private static func invitees(of groupId: String, on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        var invitees: [String] = []
+        let rows = try await connection.query(
+            """
+            SELECT whisper_id FROM group_invitations
+            WHERE group_id = \(groupId) AND invited_at > now() - \(invitationLifetime)::interval ORDER BY invited_at, whisper_id
+            """,
+            logger: logger
+        )
+        for try await invitee in rows.decode(String.self) { invitees.append(invitee) }
+        return invitees
+    }
+
+    /// Tells each invitee's live socket of its invitation (`group_invited`). Nothing is
+    /// stored for an invitee: one who is away lists them with `group_invitations_list`,
+    /// so invitations never take room from what an identity is owed.
+    private func notifyInvited(_ invitees: [String], group: GroupView, by author: String) async throws {
+        guard !invitees.isEmpty else { return }
+        let sockets = try await redis.pipeline(invitees.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        let frame = ServerFrameCodec.encode(GroupInvitation(
+            groupId: group.groupId, title: group.title, invitedBy: author, memberCount: group.memberIds.count, invitedAt: Clock.millisecondsNow()
+        ))
+        for (index, _) in invitees.enumerated() {
+            guard index < sockets.count, let socket = sockets[index].string.flatMap(PresenceRecord.init(encoded:)) else { continue }
+            try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
+        }
     }
 
     // MARK: - Shared steps

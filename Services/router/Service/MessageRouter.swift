@@ -43,6 +43,10 @@ struct MessageRouter: Sendable {
                 try await reply(try await groups.update(try decode(GroupUpdate.self, entry), entry: entry), to: entry)
                 metrics.routed(.group)
                 return .group
+            case .groupInvitationsList:
+                try await reply(try await groups.invitations(for: entry.whisperId, entry: entry), to: entry)
+                metrics.routed(.group)
+                return .group
             case .callInitiate:
                 return try await counted(calls.initiate(try decode(CallInitiate.self, entry), entry: entry))
             case .callAnswer:

@@ -36,6 +36,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                     directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
                     identities: identities,
                     events: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                    invitationsPerIdentity: settings.groupInvitationsPerIdentity,
                     logger: environment.logger
                 ),
                 calls: calls,

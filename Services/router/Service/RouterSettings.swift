@@ -34,6 +34,10 @@ public struct RouterSettings: ServiceSettings {
     public var callAnsweredTTL: Duration
     /// How often a router looks for calls whose ring timeout has passed.
     public var callSweepInterval: Duration
+    /// Open group invitations kept per invitee (from identities that are not its direct
+    /// peers); past it the oldest are withdrawn. Invitations also lapse after 30 days.
+    public var groupInvitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
+    public static let defaultGroupInvitationsPerIdentity = 50
 
     public init(
         common: CommonSettings,
@@ -80,5 +84,8 @@ public struct RouterSettings: ServiceSettings {
         callRingTimeout = .seconds(settings.int("router.call.ring.timeout.seconds", default: 45, range: 1...600))
         callAnsweredTTL = .seconds(settings.int("router.call.answered.ttl.seconds", default: 86_400, range: 60...604_800))
         callSweepInterval = .milliseconds(settings.int("router.call.sweep.interval.ms", default: 1_000, range: 50...60_000))
+        groupInvitationsPerIdentity = settings.int(
+            "router.group.invitations.per.identity", default: Self.defaultGroupInvitationsPerIdentity, range: 1...1_000
+        )
     }
 }

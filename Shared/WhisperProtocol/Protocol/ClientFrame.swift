@@ -13,6 +13,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case fetchPending = "fetch_pending"
     case groupCreate = "group_create"
     case groupUpdate = "group_update"
+    case groupInvitationsList = "group_invitations_list"
     case groupSendMessage = "group_send_message"
     case callInitiate = "call_initiate"
     case callAnswer = "call_answer"
@@ -44,6 +45,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .fetchPending: FetchPending.self
         case .groupCreate: GroupCreate.self
         case .groupUpdate: GroupUpdate.self
+        case .groupInvitationsList: GroupInvitationsList.self
         case .groupSendMessage: GroupSendMessage.self
         case .callInitiate: CallInitiate.self
         case .callAnswer: CallAnswer.self

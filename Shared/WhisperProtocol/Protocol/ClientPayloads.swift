@@ -287,10 +287,13 @@ public protocol SessionOnlyFrame: Sendable {
 public enum SessionRefreshFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.sessionRefresh }
 public enum LogoutFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.logout }
 public enum GetTurnCredentialsFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.getTurnCredentials }
+public enum GroupInvitationsListFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.groupInvitationsList }
 
 public typealias SessionRefresh = SessionOnlyPayload<SessionRefreshFrame>
 public typealias Logout = SessionOnlyPayload<LogoutFrame>
 public typealias GetTurnCredentials = SessionOnlyPayload<GetTurnCredentialsFrame>
+/// Asks for the open invitations to groups (`group_invitations`).
+public typealias GroupInvitationsList = SessionOnlyPayload<GroupInvitationsListFrame>
 
 public struct UpdateTokens: PrivilegedPayload {
     public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, pushToken, voipToken }

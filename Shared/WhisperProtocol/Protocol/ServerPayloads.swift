@@ -16,6 +16,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case pendingMessages = "pending_messages"
     case groupCreated = "group_created"
     case groupUpdated = "group_updated"
+    case groupInvited = "group_invited"
+    case groupInvitations = "group_invitations"
     case callIncoming = "call_incoming"
     case callRinging = "call_ringing"
     case callAnswered = "call_answered"
@@ -44,6 +46,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .pendingMessages: PendingMessages.self
         case .groupCreated: GroupCreated.self
         case .groupUpdated: GroupUpdated.self
+        case .groupInvited: GroupInvitation.self
+        case .groupInvitations: GroupInvitations.self
         case .callIncoming: CallIncoming.self
         case .callRinging: CallRinging.self
         case .callAnswered: CallAnswered.self
@@ -237,14 +241,52 @@ public struct GroupCreated: ServerPayload, Equatable {
     public var ownerId: String
     public var createdBy: String
     public var createdAt: Int64
+    /// Identities named who were invited rather than added (they are not direct peers of
+    /// the creator): members once they accept. Absent when there are none.
+    public var invited: [String]?
 
-    public init(groupId: String, title: String, memberIds: [String], ownerId: String, createdBy: String, createdAt: Int64) {
+    public init(
+        groupId: String, title: String, memberIds: [String], ownerId: String, createdBy: String, createdAt: Int64, invited: [String]? = nil
+    ) {
         self.groupId = groupId
         self.title = title
         self.memberIds = memberIds
         self.ownerId = ownerId
         self.createdBy = createdBy
         self.createdAt = createdAt
+        self.invited = invited
+    }
+}
+
+/// An invitation to a group (docs/protocol.md section 6): someone who is not a direct
+/// peer named this identity in `group_create` or `group_update`. Sent to the invitee's
+/// live socket as `group_invited` (never stored for it), and listed in
+/// `group_invitations`. Accepting is `group_update` with `addMembers: [self]`, declining
+/// `removeMembers: [self]`.
+public struct GroupInvitation: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.groupInvited
+    public var groupId: String
+    public var title: String
+    public var invitedBy: String
+    public var memberCount: Int
+    public var invitedAt: Int64
+
+    public init(groupId: String, title: String, invitedBy: String, memberCount: Int, invitedAt: Int64) {
+        self.groupId = groupId
+        self.title = title
+        self.invitedBy = invitedBy
+        self.memberCount = memberCount
+        self.invitedAt = invitedAt
+    }
+}
+
+/// The answer to `group_invitations_list`: the open invitations, newest first.
+public struct GroupInvitations: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.groupInvitations
+    public var invitations: [GroupInvitation]
+
+    public init(invitations: [GroupInvitation]) {
+        self.invitations = invitations
     }
 }
 
@@ -261,10 +303,13 @@ public struct GroupUpdated: ServerPayload, Equatable {
     public var removed: [String]
     public var updatedBy: String
     public var updatedAt: Int64
+    /// In the answer to the owner only: identities of `addMembers` who were invited
+    /// rather than added (not direct peers of the owner). Absent when there are none.
+    public var invited: [String]?
 
     public init(
         groupId: String, title: String, memberIds: [String], ownerId: String?, added: [String], removed: [String],
-        updatedBy: String, updatedAt: Int64
+        updatedBy: String, updatedAt: Int64, invited: [String]? = nil
     ) {
         self.groupId = groupId
         self.title = title
@@ -274,6 +319,7 @@ public struct GroupUpdated: ServerPayload, Equatable {
         self.removed = removed
         self.updatedBy = updatedBy
         self.updatedAt = updatedAt
+        self.invited = invited
     }
 }
 

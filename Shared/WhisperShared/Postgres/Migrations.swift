@@ -167,6 +167,21 @@ public enum Migrations {
             "ALTER TABLE reports ADD CONSTRAINT reports_message_ids_bound CHECK (cardinality(message_ids) <= 20)",
             "CREATE UNIQUE INDEX reports_one_open_per_pair ON reports (reporter_id, reported_id) WHERE status = 'open'",
         ]),
+        // Someone who is not a direct peer of the group's owner is invited, not added: a
+        // member only once they accept (docs/protocol.md section 6). Bounded per invitee
+        // by the router; gone with the group.
+        Migration(version: 5, name: "group_invitations", statements: [
+            """
+            CREATE TABLE group_invitations (
+                group_id   text NOT NULL REFERENCES groups (group_id) ON DELETE CASCADE,
+                whisper_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                invited_by text NOT NULL,
+                invited_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (group_id, whisper_id)
+            )
+            """,
+            "CREATE INDEX group_invitations_invitee_idx ON group_invitations (whisper_id, invited_at)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -72,6 +72,26 @@ struct MessagingStack {
         try await TestServers.withRedis(redis, body)
     }
 
+    /// Makes every pair of `users` direct peers (`MessagingStack.makePeers(_:on:)`).
+    func makePeers(_ users: [TestUser]) async throws {
+        try await withRedis { try await Self.makePeers(users.map(\.whisperId), on: $0) }
+    }
+
+    /// Makes every pair of `whisperIds` direct peers, as if each had sent the other a
+    /// message (the record each stored message leaves, `RedisKeys.peers`): a group's
+    /// owner adds only its direct peers, and invites anyone else.
+    static func makePeers(_ whisperIds: [String], on redis: RedisClient) async throws {
+        let now = Clock.millisecondsNow()
+        var commands: [RedisCommand] = []
+        for id in whisperIds {
+            for other in whisperIds where other != id {
+                commands.append(RedisCommand("ZADD", RedisKeys.peers(id), now, other))
+            }
+        }
+        guard !commands.isEmpty else { return }
+        _ = try await redis.pipeline(commands)
+    }
+
     /// Runs `body` with a Postgres client of its own on the stack's database.
     func withPostgres<T: Sendable>(_ body: @Sendable (PostgresClient) async throws -> T) async throws -> T {
         let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
