@@ -273,4 +273,73 @@ import WhisperShared
         #expect(metrics.contains(#"whisper_call_setups_total{outcome="cancelled"} 1"#))
         try await stack.stop()
     }
+
+    /// Item 4 of issue 34: one caller rang one callee twelve times in seconds, and many
+    /// strangers together could ring someone without end. New calls are limited per pair
+    /// and, from identities that are not the callee's direct peers, per callee; a repeat
+    /// of a call already made is not charged.
+    @Test func callsToOneCalleeAreLimitedPerPairAndFromStrangersTogether() async throws {
+        let stack = try await MessagingStack.start(router: { $0.strangerCallsPerCallee = RateLimitRule(capacity: 7, period: .seconds(3_600)) })
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let dave = try await stack.user(on: 0)
+        @Sendable func call(_ caller: TestUser) async throws -> ErrorCode? {
+            let callId = RandomID.uuid()
+            let offer = Self.signal(CallInitiate.self, "offer", callId: callId, from: caller, to: bob)
+            do {
+                guard case .ringing = try await caller.connection.startCall(offer),
+                      case .ringing = try await caller.connection.startCall(offer) // a resend: the same call, not charged
+                else { return .internalError }
+                // Hung up at once, as in the attack.
+                try await caller.connection.signal(Self.signal(CallEnd.self, "", callId: callId, from: caller, to: bob, reason: .hangup))
+                return nil
+            } catch WhisperClientError.refused(let code, _) {
+                return code
+            }
+        }
+        // Alice: five calls, then refused.
+        var alices: [ErrorCode?] = []
+        for _ in 0..<6 { alices.append(try await call(alice)) }
+        #expect(alices == [nil, nil, nil, nil, nil, .rateLimited])
+        // Dave, another stranger: two more reach bob (seven strangers' calls in all).
+        var daves: [ErrorCode?] = []
+        for _ in 0..<3 { daves.append(try await call(dave)) }
+        #expect(daves == [nil, nil, .rateLimited])
+        let rang = Set(await bob.events.all(.callIncoming).compactMap { $0.payload(as: CallIncoming.self)?.callId })
+        #expect(rang.count == 7)
+        try await stack.stop()
+    }
+
+    /// Item 4 of issue 34: a stranger's call that is only ringing does not make a direct
+    /// peer's call busy: it ends (busy) and the peer's call rings. A stranger calling
+    /// while the peer's call rings is busy as before.
+    @Test func aStrangersRingingCallYieldsToADirectPeersCall() async throws {
+        let stack = try await MessagingStack.start()
+        let stranger = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let carol = try await stack.user(on: 0)
+        let other = try await stack.user(on: 1)
+        try await stack.makePeers([bob, carol])
+
+        let held = RandomID.uuid()
+        guard case .ringing = try await stranger.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: held, from: stranger, to: bob)) else {
+            Issue.record("the stranger's call did not ring")
+            return
+        }
+        let peers = RandomID.uuid()
+        let start = try await carol.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: peers, from: carol, to: bob))
+        guard case .ringing = start else { Issue.record("the peer's call did not ring: \(start)"); return }
+        let yielded = try #require(try await stranger.events(.callEnded).first?.payload(as: CallEnded.self))
+        #expect(yielded.callId == held && yielded.reason == "busy" && yielded.origin == .server)
+        #expect(try await Self.callState(stack, held) == "ended")
+        let incoming = try await bob.events(.callIncoming, count: 2).compactMap { $0.payload(as: CallIncoming.self)?.callId }
+        #expect(incoming == [held, peers])
+
+        // Another stranger now meets a peer's ringing call: busy, and the peer's call rings on.
+        let late = try await other.connection.startCall(Self.signal(CallInitiate.self, "offer", callId: RandomID.uuid(), from: other, to: bob))
+        guard case .ended(let busy) = late else { Issue.record("not busy: \(late)"); return }
+        #expect(busy.reason == "busy")
+        #expect(try await Self.callState(stack, peers) == "ringing")
+        try await stack.stop()
+    }
 }

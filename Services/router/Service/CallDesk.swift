@@ -39,6 +39,10 @@ struct CallDesk: Sendable {
         var sweepInterval: Duration
         /// How long a router that claimed a due call has to end it before another may.
         var sweepLease: Duration = .seconds(30)
+        /// New calls from one caller to one callee.
+        var perPair = RateLimitRule(capacity: 5, period: .seconds(600))
+        /// New calls to one callee from identities that are not its direct peers, together.
+        var strangersPerCallee = RateLimitRule(capacity: 20, period: .seconds(3_600))
     }
 
     // MARK: - Frames from the parties
@@ -49,6 +53,17 @@ struct CallDesk: Sendable {
         guard let callee = try await identities.lookup(signal.to) else { throw WhisperError(.notFound, "no such callee") }
         guard !callee.banned else { throw WhisperError(.forbidden, "the callee is banned") }
         let callId = signal.callId
+        let fromPeer = try await areDirectPeers(signal.from, signal.to)
+        // A new call is charged before anything is stored (a repeat of one is not): per
+        // pair, and strangers' calls per callee, so nobody can ring, wake (VoIP push) or
+        // fill another's store of missed calls without bound.
+        if try await redis.send("EXISTS", RedisKeys.call(callId)).int == 0 {
+            var checks = [(action: "call_to:\(signal.to)", key: signal.from, rule: settings.perPair)]
+            if !fromPeer { checks.append((action: "stranger_calls", key: signal.to, rule: settings.strangersPerCallee)) }
+            if case .limited(let retry) = try await RateLimiter(redis: redis).takeAll(checks) {
+                throw WhisperError(.rateLimited, "too many calls to \(signal.to); retry in \(retry) ms")
+            }
+        }
         let offer = ServerFrameCodec.encode(CallIncoming(signal))
         let socket = "\(entry.gateway) \(entry.connId)"
         switch try await open(signal, offer: offer, callerSocket: socket) {
@@ -63,7 +78,16 @@ struct CallDesk: Sendable {
             break
         }
         // The callee's line first: a busy callee must not cost the caller their other call.
-        if case .held(let other) = try await claimLine(of: signal.to, for: callId, party: .callee) {
+        // A call from a direct peer does not wait behind a stranger's call that is only
+        // ringing: that one ends (busy), so a stranger cannot hold someone's line.
+        var claim = try await claimLine(of: signal.to, for: callId, party: .callee)
+        if case .held(let other) = claim, fromPeer, let held = try await load(other), held.state == .ringing,
+           try await !areDirectPeers(held.caller, signal.to) {
+            logger.info("call_yielded", metadata: ["callId": "\(other)", "to": "\(callId)"])
+            try await finish(other, held, by: .server, reason: ServerCallEndReason.busy.rawValue, onlyIfRinging: true)
+            claim = try await claimLine(of: signal.to, for: callId, party: .callee)
+        }
+        if case .held(let other) = claim {
             logger.info("call_busy", metadata: ["callId": "\(callId)", "heldBy": "\(other)"])
             let record = CallRecord(caller: signal.from, callee: signal.to, state: .ringing)
             try await finish(callId, record, by: .server, reason: ServerCallEndReason.busy.rawValue, replyingTo: entry)
@@ -223,6 +247,14 @@ struct CallDesk: Sendable {
         guard let sig = Data(base64Encoded: signal.sig), CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else {
             throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
         }
+    }
+
+    /// Whether the two identities each sent the other a message lately (`Peers.exchanged`).
+    private func areDirectPeers(_ one: String, _ other: String) async throws -> Bool {
+        let scores = try await redis.pipeline([
+            RedisCommand("ZSCORE", [RedisKeys.peers(one), other]), RedisCommand("ZSCORE", [RedisKeys.peers(other), one]),
+        ])
+        return Peers.exchanged(scores, now: Clock.millisecondsNow())
     }
 
     /// The call, when `from` and `to` are its two parties; anyone else is refused and

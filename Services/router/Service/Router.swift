@@ -22,7 +22,8 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 redis: environment.redis, identities: identities,
                 frames: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 settings: .init(
-                    ringTimeout: settings.callRingTimeout, answeredTTL: settings.callAnsweredTTL, sweepInterval: settings.callSweepInterval
+                    ringTimeout: settings.callRingTimeout, answeredTTL: settings.callAnsweredTTL, sweepInterval: settings.callSweepInterval,
+                    perPair: settings.callsPerPair, strangersPerCallee: settings.strangerCallsPerCallee
                 ),
                 metrics: CallMetrics(metrics: environment.metrics), logger: environment.logger
             )

@@ -38,6 +38,12 @@ public struct RouterSettings: ServiceSettings {
     /// peers); past it the oldest are withdrawn. Invitations also lapse after 30 days.
     public var groupInvitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
     public static let defaultGroupInvitationsPerIdentity = 50
+    /// Calls one caller may start to one callee (each rings, and wakes an offline callee
+    /// with a VoIP push).
+    public var callsPerPair = RateLimitRule(capacity: 5, period: .seconds(600))
+    /// Calls that identities who are not the callee's direct peers may start to it, all
+    /// of them together: bounds the missed calls strangers leave in its store.
+    public var strangerCallsPerCallee = RateLimitRule(capacity: 20, period: .seconds(3_600))
 
     public init(
         common: CommonSettings,
@@ -84,6 +90,8 @@ public struct RouterSettings: ServiceSettings {
         callRingTimeout = .seconds(settings.int("router.call.ring.timeout.seconds", default: 45, range: 1...600))
         callAnsweredTTL = .seconds(settings.int("router.call.answered.ttl.seconds", default: 86_400, range: 60...604_800))
         callSweepInterval = .milliseconds(settings.int("router.call.sweep.interval.ms", default: 1_000, range: 50...60_000))
+        callsPerPair = settings.rateLimit("router.call.rate.limit.per.pair", default: "5/10m")
+        strangerCallsPerCallee = settings.rateLimit("router.call.rate.limit.strangers.per.callee", default: "20/1h")
         groupInvitationsPerIdentity = settings.int(
             "router.group.invitations.per.identity", default: Self.defaultGroupInvitationsPerIdentity, range: 1...1_000
         )
