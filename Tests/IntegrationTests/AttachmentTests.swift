@@ -16,13 +16,14 @@ import WhisperShared
         let service: RunningService
     }
 
-    static func start() async throws -> Signer {
+    static func start(_ adjust: (inout AttachmentSignerSettings) -> Void = { _ in }) async throws -> Signer {
         let moto = try MotoProcess()
         let store = try await moto.client()
         let stack = try await MessagingStack.start(routers: 1)
-        let settings = AttachmentSignerSettings(
+        var settings = AttachmentSignerSettings(
             common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: moto.settings
         )
+        adjust(&settings)
         let service = try await RunningService.start { running in
             buildAttachmentSigner(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
         }
@@ -162,6 +163,34 @@ import WhisperShared
         #expect(extra.status == 400)
         let anonymous = try await Self.call(.POST, "\(signer.service.baseURL)/attachments/presign", token: nil, body: [:])
         #expect(anonymous.status == 401)
+        try await signer.service.stop()
+        try await signer.stack.stop()
+    }
+
+    /// Item 3 of issue 34: one identity's uploads are bounded in bytes, those not sent yet
+    /// and all of them, each identity on its own.
+    @Test func uploadsArePerIdentityQuotasOfUnsentAndLiveBytes() async throws {
+        let signer = try await Self.start { $0.quotaUnsentBytes = 5_000; $0.quotaLiveBytes = 9_000 }
+        let alice = try await signer.stack.user(on: 0)
+        let carol = try await signer.stack.user(on: 0)
+        let bob = try await signer.stack.offlineUser(on: 1)
+        // Alice: one sent (3,016 bytes), then unsent ones up to 5,000 bytes.
+        _ = try await GCTests.sendAttachment(signer, from: alice, to: [bob])
+        #expect(try await Self.presign(signer, alice, size: 4_000).status == 200)
+        let unsentFull = try await Self.presign(signer, alice, size: 2_000)
+        #expect(unsentFull.status == 429)
+        #expect((unsentFull.json["error"] as? [String: Any])?["code"] as? String == "RATE_LIMITED")
+        #expect(((unsentFull.json["error"] as? [String: Any])?["message"] as? String)?.contains("not sent yet") == true)
+        #expect(try await Self.presign(signer, alice, size: 1_000).status == 200)
+        // Carol: her own quota; two sent (6,032 bytes), then the live bound (9,000).
+        _ = try await GCTests.sendAttachment(signer, from: carol, to: [bob])
+        _ = try await GCTests.sendAttachment(signer, from: carol, to: [bob])
+        let liveFull = try await Self.presign(signer, carol, size: 3_000)
+        #expect(liveFull.status == 429)
+        #expect(((liveFull.json["error"] as? [String: Any])?["message"] as? String)?.contains("recipients") == true)
+        #expect(try await Self.presign(signer, carol, size: 2_900).status == 200)
+        let refusals = try await HTTP.get("\(signer.service.baseURL)/metrics").body
+        #expect(Metrics.value(in: refusals, "whisper_attachment_quota_refusals_total") == 2)
         try await signer.service.stop()
         try await signer.stack.stop()
     }

@@ -138,4 +138,27 @@ import WhisperShared
         try await signer.service.stop()
         try await signer.stack.stop()
     }
+
+    /// Item 3 of issue 34: an upload that no message named is collected a day after its
+    /// presign; one that was sent stays until its recipients take it.
+    @Test func aNeverSentUploadGoesAfterADayAndASentOneStays() async throws {
+        let signer = try await AttachmentTests.start()
+        let alice = try await signer.stack.user(on: 0)
+        let bob = try await signer.stack.offlineUser(on: 1)
+        let sent = try await Self.sendAttachment(signer, from: alice, to: [bob])
+        let presigned = try await AttachmentTests.presign(signer, alice, size: 100)
+        let unsent = try #require(presigned.json["objectKey"] as? String)
+        try await signer.store.put(unsent, body: Sodium.randomBytes(100), contentType: "application/octet-stream")
+        try await Self.collector(signer.stack, store: signer.store) { collector in
+            // Within the day: both stay.
+            #expect(try await collector.run(now: Date().addingTimeInterval(23 * 3_600)).deleted == 0)
+            // A day on: the unsent one goes; the sent one waits for bob.
+            let later = try await collector.run(now: Date().addingTimeInterval(25 * 3_600))
+            #expect(later.deleted == 1)
+            #expect(try await signer.store.head(unsent) == nil)
+            #expect(try await signer.store.head(sent) != nil)
+        }
+        try await signer.service.stop()
+        try await signer.stack.stop()
+    }
 }

@@ -20,6 +20,13 @@ public struct AttachmentSignerSettings: ServiceSettings {
     public var attachmentTTL: Duration
     public var presignPerIdentity: RateLimitRule
     public var downloadPerIdentity: RateLimitRule
+    /// Bytes of one identity's uploads in the bucket at once (declared sizes of every
+    /// upload not yet deleted, sent or not).
+    public var quotaLiveBytes: Int64 = AttachmentSignerSettings.defaultQuotaLiveBytes
+    /// Bytes of one identity's uploads that no message has named yet.
+    public var quotaUnsentBytes: Int64 = AttachmentSignerSettings.defaultQuotaUnsentBytes
+    public static let defaultQuotaLiveBytes: Int64 = 2 << 30
+    public static let defaultQuotaUnsentBytes: Int64 = 256 << 20
 
     public init(
         common: CommonSettings, s3: S3Settings, uploadURLTTL: Duration = .seconds(900), downloadURLTTL: Duration = .seconds(300),
@@ -44,6 +51,9 @@ public struct AttachmentSignerSettings: ServiceSettings {
         attachmentTTL = .seconds(settings.int("whisper.attachment.ttl.days", default: 30, range: 1...3_650) * 86_400)
         presignPerIdentity = settings.rateLimit("attachment.signer.rate.limit.presign.per.identity", default: "60/60s")
         downloadPerIdentity = settings.rateLimit("attachment.signer.rate.limit.download.per.identity", default: "600/60s")
+        let most = 1 << 50
+        quotaLiveBytes = Int64(settings.int("attachment.signer.quota.live.bytes", default: Int(Self.defaultQuotaLiveBytes), range: 1...most))
+        quotaUnsentBytes = Int64(settings.int("attachment.signer.quota.unsent.bytes", default: Int(Self.defaultQuotaUnsentBytes), range: 1...most))
     }
 }
 
@@ -57,7 +67,7 @@ public func buildAttachmentSigner(
         logger: logger,
         routes: { router, environment in
             AttachmentRoutes(
-                ledger: AttachmentLedger(postgres: environment.postgres),
+                ledger: AttachmentLedger(postgres: environment.postgres, logger: environment.logger),
                 store: S3Client(signer: settings.s3.signer),
                 sessions: SessionStore(redis: environment.redis),
                 limiter: RateLimiter(redis: environment.redis),
@@ -80,6 +90,7 @@ struct PresignRequest: Decodable {
 /// The `attachments` rows, as attachment-signer reads and writes them.
 struct AttachmentLedger: Sendable {
     let postgres: PostgresClient
+    let logger: Logger
 
     struct Record: Sendable {
         var uploader: String
@@ -90,11 +101,39 @@ struct AttachmentLedger: Sendable {
         var sentTo: Bool
     }
 
-    func record(objectKey: String, uploader: String, contentType: String, size: Int64, purpose: String, expiresAt: Date) async throws {
-        try await postgres.query("""
-            INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
-            VALUES (\(objectKey), \(uploader), \(contentType), \(size), \(purpose), \(expiresAt))
-            """)
+    /// What an identity's uploads hold: every upload not deleted yet, and those of them
+    /// that no message has named.
+    struct Usage: Sendable, Equatable {
+        var liveBytes: Int64
+        var unsentBytes: Int64
+    }
+
+    /// Records an upload unless it would take the uploader past a quota; returns the
+    /// usage before it either way (nil when recorded). Presigns of one identity take
+    /// turns (an advisory lock on it), so two at once cannot both squeeze under a quota.
+    func record(
+        objectKey: String, uploader: String, contentType: String, size: Int64, purpose: String, expiresAt: Date,
+        liveQuota: Int64, unsentQuota: Int64
+    ) async throws -> Usage? {
+        try await postgres.withTransaction(logger: logger) { connection -> Usage? in
+            _ = try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\(uploader), 6))", logger: logger)
+            let rows = try await connection.query("""
+                SELECT coalesce(sum(size_bytes), 0)::int8,
+                       coalesce(sum(size_bytes) FILTER (
+                           WHERE NOT EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key)), 0)::int8
+                FROM attachments a WHERE uploader_id = \(uploader) AND deleted_at IS NULL
+                """, logger: logger)
+            var usage = Usage(liveBytes: 0, unsentBytes: 0)
+            for try await (live, unsent) in rows.decode((Int64, Int64).self) { usage = Usage(liveBytes: live, unsentBytes: unsent) }
+            let (live, liveOverflow) = usage.liveBytes.addingReportingOverflow(size)
+            let (unsent, unsentOverflow) = usage.unsentBytes.addingReportingOverflow(size)
+            guard !liveOverflow, !unsentOverflow, live <= liveQuota, unsent <= unsentQuota else { return usage }
+            _ = try await connection.query("""
+                INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
+                VALUES (\(objectKey), \(uploader), \(contentType), \(size), \(purpose), \(expiresAt))
+                """, logger: logger)
+            return nil
+        }
     }
 
     /// The attachment as `reader` may see it.
@@ -136,6 +175,7 @@ struct AttachmentRoutes: Sendable {
         let presigned = metrics.counter("attachment_presigns", help: "Upload URLs handed out.")
         let downloads = metrics.counter("attachment_downloads", help: "Download URLs handed out.")
         let rejected = metrics.counter("attachment_objects_rejected", help: "Uploaded objects whose size or type differed from their declaration.")
+        let quotaRefusals = metrics.counter("attachment_quota_refusals", help: "Presigns refused because the identity's uploads would pass a quota.")
         router.post("/attachments/presign") { request, _ -> Response in
             let session = try await sessions.authenticate(request)
             let body = try await request.body.collect(upTo: 4_096)
@@ -143,10 +183,22 @@ struct AttachmentRoutes: Sendable {
             try await limiter.charge("presign", session.whisperId, settings.presignPerIdentity)
             let now = Date()
             let objectKey = Self.objectKey(at: now)
-            try await ledger.record(
+            let over = try await ledger.record(
                 objectKey: objectKey, uploader: session.whisperId, contentType: presign.contentType, size: presign.sizeBytes,
-                purpose: presign.purpose, expiresAt: now.addingTimeInterval(Double(settings.attachmentTTL.components.seconds))
+                purpose: presign.purpose, expiresAt: now.addingTimeInterval(Double(settings.attachmentTTL.components.seconds)),
+                liveQuota: settings.quotaLiveBytes, unsentQuota: settings.quotaUnsentBytes
             )
+            if let usage = over {
+                quotaRefusals.increment()
+                let unsentFull = usage.unsentBytes &+ presign.sizeBytes > settings.quotaUnsentBytes
+                throw WhisperHTTPError(
+                    .rateLimited,
+                    unsentFull
+                        ? "uploads not sent yet hold \(usage.unsentBytes) of \(settings.quotaUnsentBytes) bytes: send them, or wait for them to be collected"
+                        : "this identity's attachments hold \(usage.liveBytes) of \(settings.quotaLiveBytes) bytes: wait for recipients to take them",
+                    headers: [.retryAfter: "3600"]
+                )
+            }
             let seconds = Int(settings.uploadURLTTL.components.seconds)
             let headers = ["Content-Length": String(presign.sizeBytes), "Content-Type": Self.uploadContentType]
             let url = settings.s3.publicSigner.presignedURL(method: "PUT", key: objectKey, expires: seconds, headers: headers, date: now)

@@ -21,6 +21,10 @@ public struct GCWorkerSettings: ServiceSettings {
     public var recipientGrace: Duration
     /// Time between samples of the pending queues' total size (`PendingCensus`).
     public var pendingCensusInterval: Duration
+    /// An upload that no message has named (no recipient recorded) is deleted this long
+    /// after it was presigned: never-sent uploads cannot hold the bucket for 30 days.
+    public var unsentLifetime: Duration = .seconds(GCWorkerSettings.defaultUnsentHours * 3_600)
+    public static let defaultUnsentHours = 24
 
     public init(
         common: CommonSettings, s3: S3Settings, interval: Duration = .seconds(600), batchSize: Int = 200,
@@ -41,6 +45,7 @@ public struct GCWorkerSettings: ServiceSettings {
         batchSize = settings.int("gc.worker.batch.size", default: 200, range: 1...10_000)
         recipientGrace = .seconds(settings.int("gc.worker.recipient.grace.seconds", default: 600, range: 0...86_400))
         pendingCensusInterval = .seconds(settings.int("gc.worker.pending.census.seconds", default: 60, range: 5...3_600))
+        unsentLifetime = .seconds(settings.int("gc.worker.unsent.upload.hours", default: Self.defaultUnsentHours, range: 1...720) * 3_600)
     }
 }
 
@@ -54,7 +59,7 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
         workers: { environment in
             [GCLoop(collector: AttachmentCollector(
                 postgres: environment.postgres, redis: environment.redis, store: S3Client(signer: settings.s3.signer),
-                batchSize: settings.batchSize, recipientGrace: settings.recipientGrace,
+                batchSize: settings.batchSize, recipientGrace: settings.recipientGrace, unsentLifetime: settings.unsentLifetime,
                 metrics: GCMetrics(metrics: environment.metrics), logger: environment.logger
             ), redis: environment.redis, interval: settings.interval, logger: environment.logger),
              PendingCensusLoop(redis: environment.redis, interval: settings.pendingCensusInterval, metrics: environment.metrics, logger: environment.logger)]
@@ -193,6 +198,7 @@ public struct AttachmentCollector: Sendable {
     let store: S3Client
     let batchSize: Int
     let recipientGrace: Duration
+    var unsentLifetime: Duration = .seconds(GCWorkerSettings.defaultUnsentHours * 3_600)
     let metrics: GCMetrics
     let logger: Logger
 
@@ -254,16 +260,20 @@ public struct AttachmentCollector: Sendable {
         }
     }
 
-    /// Claims up to a batch of attachments that may go (expired; rejected; sent, and
-    /// taken by every recipient), deletes their objects, then their rows, in one
+    /// Claims up to a batch of attachments that may go (expired; rejected; never sent
+    /// within `unsentLifetime`; sent, and taken by every recipient), deletes their
+    /// objects, then their rows, in one
     /// transaction: another collector skips the claimed rows, and an object whose
     /// deletion failed keeps its row for the next run.
     func deleteBatch(now: Date) async throws -> (Int, Int64) {
-        try await postgres.withTransaction(logger: logger) { connection in
+        let unsentBefore = now.addingTimeInterval(-Double(unsentLifetime.components.seconds))
+        return try await postgres.withTransaction(logger: logger) { connection in
             let rows = try await connection.query("""
                 SELECT a.object_key, a.size_bytes FROM attachments a
                 WHERE a.deleted_at IS NULL AND (
-                    a.expires_at <= \(now) OR a.rejected_at IS NOT NULL OR (
+                    a.expires_at <= \(now) OR a.rejected_at IS NOT NULL
+                    OR (a.created_at <= \(unsentBefore) AND NOT EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key))
+                    OR (
                         EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key)
                         AND NOT EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key AND r.acked_at IS NULL)
                     )
