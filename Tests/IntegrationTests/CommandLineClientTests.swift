@@ -169,6 +169,19 @@ import WhisperShared
         let removed = try await run(["group", "remove", groupId, dave], as: "alice")
         #expect(removed.status == 0)
         #expect(!removed.output.contains(dave))
+        // Were alice and dave strangers, adding dave again would be an invitation, which
+        // dave lists and accepts.
+        try await TestServers.withRedis(redis) { client in
+            _ = try await client.pipeline([
+                RedisCommand("ZREM", [RedisKeys.peers(alice), dave]), RedisCommand("ZREM", [RedisKeys.peers(dave), alice]),
+            ])
+        }
+        let invited = try await run(["group", "add", groupId, dave], as: "alice")
+        #expect(invited.status == 0 && !invited.output.contains(dave), "\(invited.errors)")
+        let invitations = try await run(["group", "invitations"], as: "dave")
+        #expect(invitations.status == 0 && invitations.output.hasPrefix(groupId) && invitations.output.contains(alice), "\(invitations.errors)")
+        let accepted = try await run(["group", "accept", groupId], as: "dave")
+        #expect(accepted.status == 0 && accepted.output.contains(dave), "\(accepted.errors)")
 
         // The contacts backup: alice names bob, pushes; a second profile recovered from
         // alice's phrase pulls the same list.

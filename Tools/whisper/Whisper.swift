@@ -391,7 +391,7 @@ struct Fetch: AsyncParsableCommand {
 struct GroupCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "group", abstract: "Create, change, list and message groups.",
-        subcommands: [Create.self, Add.self, Remove.self, SendToGroup.self, List.self]
+        subcommands: [Create.self, Add.self, Remove.self, SendToGroup.self, List.self, Invitations.self, Accept.self, Decline.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -408,6 +408,10 @@ struct GroupCommand: AsyncParsableCommand {
                 let created = try await session.withSession { connection, _ in try await connection.createGroup(title: title, memberIds: ids) }
                 try common.profile.save(group: Profile.Group(created))
                 print(created.groupId)
+                if let invited = created.invited, !invited.isEmpty {
+                    // Not direct peers yet: they join by accepting (`whisper group accept`).
+                    FileHandle.standardError.write(Data("whisper: invited, not added: \(invited.joined(separator: " "))\n".utf8))
+                }
             }
         }
     }
@@ -486,6 +490,54 @@ struct GroupCommand: AsyncParsableCommand {
                 }
                 print(messageId)
                 if !failed.isEmpty { throw ExitCode(1) }
+            }
+        }
+    }
+
+    struct Invitations: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List open invitations to groups (from identities that are not direct peers): ID, title, inviter, members."
+        )
+        @OptionGroup var common: Common
+
+        func run() async throws {
+            try await guarded("group invitations") {
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let invitations = try await session.withSession { connection, _ in try await connection.groupInvitations() }
+                for invitation in invitations {
+                    print("\(invitation.groupId)\t\(Inbox.printable(invitation.title))\t\(invitation.invitedBy)\t\(invitation.memberCount)")
+                }
+            }
+        }
+    }
+
+    struct Accept: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Accept an invitation: join the group.")
+        @OptionGroup var common: Common
+        @Argument var groupId: String
+
+        func run() async throws {
+            try await guarded("group accept") {
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let joined = try await session.withSession { connection, _ in try await connection.acceptGroupInvitation(groupId) }
+                try common.profile.save(group: Profile.Group(joined))
+                print(joined.memberIds.joined(separator: " "))
+            }
+        }
+    }
+
+    struct Decline: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Decline an invitation; nobody is told.")
+        @OptionGroup var common: Common
+        @Argument var groupId: String
+
+        func run() async throws {
+            try await guarded("group decline") {
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                try await session.withSession { connection, _ in try await connection.declineGroupInvitation(groupId) }
             }
         }
     }
