@@ -99,6 +99,13 @@ actor Inbox {
                     text: "group \(updated.groupId) \"\(Self.printable(updated.title))\" \(change)"
                 )
             }
+        case .groupInvited:
+            if let invitation = frame.payload(as: GroupInvitation.self) {
+                emit(
+                    ["type": "group_invited", "groupId": invitation.groupId, "title": invitation.title, "by": invitation.invitedBy],
+                    text: "invited to group \(invitation.groupId) \"\(Self.printable(invitation.title))\" by \(invitation.invitedBy) (whisper group accept|decline)"
+                )
+            }
         default:
             break
         }
