@@ -84,8 +84,6 @@ var targets: [Target] = [
         dependencies: [
             "CSodium",
             .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
         ],
         path: "Shared/WhisperProtocol"
     ),

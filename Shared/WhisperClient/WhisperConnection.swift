@@ -141,7 +141,7 @@ public actor WhisperConnection {
         sweeper = Task { [weak self] in
             while !Task.isCancelled {
                 // NIO's timer: the socket's event loop is awake anyway.
-                try? await Clock.sleep(for: .milliseconds(250))
+                try? await Task.sleep(for: .milliseconds(250))
                 guard let self, await self.expireOverdue() else { return }
             }
         }

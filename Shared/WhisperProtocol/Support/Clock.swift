@@ -1,6 +1,4 @@
 import Foundation
-import NIOCore
-import NIOPosix
 
 public enum Clock {
     /// Milliseconds since 1970, as every timestamp in the protocol.
@@ -27,29 +25,5 @@ public enum Clock {
     public static func nanoseconds(ofMilliseconds milliseconds: Int64) -> Int64 {
         let (value, overflow) = milliseconds.multipliedReportingOverflow(by: 1_000_000)
         return overflow ? (milliseconds < 0 ? .min : .max) : value
-    }
-
-    /// Waits `duration` on a timer of NIO's event loops (the loops that run this
-    /// process's tasks, `ServiceMain.useEventLoopsForConcurrency`). `Task.sleep` would
-    /// also work, but its timer lives on a Dispatch queue: each wake-up there wakes a
-    /// second thread, which then hands the task back to the event loop. For a loop that
-    /// sleeps hundreds of times a second that doubles the thread switches. Throws
-    /// `CancellationError` when the task is cancelled while waiting.
-    public static func sleep(for duration: Duration) async throws {
-        guard duration > .zero else {
-            try Task.checkCancellation()
-            return
-        }
-        let scheduled = MultiThreadedEventLoopGroup.singleton.any()
-            .scheduleTask(in: .nanoseconds(duration.nanoseconds)) {}
-        do {
-            try await withTaskCancellationHandler {
-                try await scheduled.futureResult.get()
-            } onCancel: {
-                scheduled.cancel()
-            }
-        } catch {
-            throw CancellationError()
-        }
     }
 }
