@@ -24,13 +24,9 @@ public struct MessageChecks: Sendable {
     /// Throws the refusal (`WhisperError`) for the client, or an infrastructure error.
     public func check(_ message: SendMessage, groupId: String? = nil, sentBy session: String) async throws -> [UInt8] {
         let now = Clock.millisecondsNow()
-        guard message.from == session else {
-            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
-        }
+        try Self.checkAuthor(message.from, session: session)
         try Self.checkSize(message)
-        guard Clock.isWithinSkew(message.timestamp, of: now) else {
-            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
-        }
+        try Self.checkTimestamp(message.timestamp, now: now)
         let received = MessageReceived(
             messageId: message.messageId, groupId: groupId, from: message.from, to: message.to, msgType: message.msgType,
             timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
@@ -40,24 +36,45 @@ public struct MessageChecks: Sendable {
         guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
             throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")
         }
-        guard let sender = try await identities.lookup(message.from) else {
-            throw WhisperError(.notRegistered, "the sending identity does not exist")
-        }
-        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
-        let signedBytes = CanonicalSigning.bytes(
-            messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
-            from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
-            ciphertext: message.ciphertext
+        try await verifySignature(
+            from: message.from, sig: message.sig,
+            over: CanonicalSigning.bytes(
+                messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
+                from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
+                ciphertext: message.ciphertext
+            )
         )
-        guard let signature = Data(base64Encoded: message.sig),
-              CanonicalSigning.verify([UInt8](signature), over: signedBytes, publicKey: sender.signPublicKey) else {
-            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
-        }
         guard let recipient = try await identities.lookup(message.to) else {
             throw WhisperError(.notFound, "no such recipient")
         }
         guard !recipient.banned else { throw WhisperError(.forbidden, "the recipient is banned") }
         return body
+    }
+
+    // MARK: - The rules of every signed frame (messages and call signals)
+
+    /// A frame acts for the identity of the socket it came on.
+    public static func checkAuthor(_ from: String, session: String) throws {
+        guard from == session else { throw WhisperError(.forbidden, "from must be the Whisper ID of this session") }
+    }
+
+    /// A signed timestamp is within `TIMESTAMP_SKEW_MS` of the server's clock.
+    public static func checkTimestamp(_ timestamp: Int64, now: Int64) throws {
+        guard Clock.isWithinSkew(timestamp, of: now) else {
+            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
+        }
+    }
+
+    /// The sender exists, is not banned, and `sig` verifies over `canonical` (spec 3.5)
+    /// with its signing key (cached).
+    public func verifySignature(from sender: String, sig: String, over canonical: [UInt8]) async throws {
+        guard let identity = try await identities.lookup(sender) else {
+            throw WhisperError(.notRegistered, "the sending identity does not exist")
+        }
+        guard !identity.banned else { throw WhisperError(.userBanned, "this identity is banned") }
+        guard let signature = Data(base64Encoded: sig), CanonicalSigning.verify([UInt8](signature), over: canonical, publicKey: identity.signPublicKey) else {
+            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
+        }
     }
 
     /// The inline ciphertext holds at most MAX_TEXT_BYTES of plaintext; media travel

@@ -229,24 +229,18 @@ struct CallDesk: Sendable {
 
     // MARK: - Steps
 
-    /// Session identity, timestamp window and signature: the rules of every signaling frame.
+    /// Session identity, timestamp window and signature: the rules of every signed frame
+    /// (`MessageChecks`), with the frame's own type in the canonical bytes.
     private func verify<Marker>(_ signal: CallSignal<Marker>, entry: RouterStream.Entry) async throws {
-        guard signal.from == entry.whisperId else { throw WhisperError(.forbidden, "from must be the Whisper ID of this session") }
-        let now = Clock.millisecondsNow()
-        guard Clock.isWithinSkew(signal.timestamp, of: now) else {
-            throw WhisperError(.invalidTimestamp, "timestamp is more than 10 minutes from the server time \(now)")
-        }
-        guard let sender = try await identities.lookup(signal.from) else {
-            throw WhisperError(.notRegistered, "the sending identity does not exist")
-        }
-        guard !sender.banned else { throw WhisperError(.userBanned, "this identity is banned") }
-        let signed = CanonicalSigning.bytes(
-            messageType: Marker.frameType.rawValue, messageId: signal.callId, from: signal.from, toOrGroupId: signal.to,
-            timestamp: signal.timestamp, nonce: signal.nonce, ciphertext: signal.ciphertext
+        try MessageChecks.checkAuthor(signal.from, session: entry.whisperId)
+        try MessageChecks.checkTimestamp(signal.timestamp, now: Clock.millisecondsNow())
+        try await MessageChecks(identities: identities).verifySignature(
+            from: signal.from, sig: signal.sig,
+            over: CanonicalSigning.bytes(
+                messageType: Marker.frameType.rawValue, messageId: signal.callId, from: signal.from, toOrGroupId: signal.to,
+                timestamp: signal.timestamp, nonce: signal.nonce, ciphertext: signal.ciphertext
+            )
         )
-        guard let sig = Data(base64Encoded: signal.sig), CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else {
-            throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
-        }
     }
 
     /// Whether the two identities each sent the other a message lately (`Peers.exchanged`).
