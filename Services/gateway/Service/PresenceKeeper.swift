@@ -1,0 +1,48 @@
+import Logging
+import Prometheus
+import ServiceLifecycle
+import Synchronization
+import Tracing
+import WhisperMessaging
+import WhisperShared
+
+/// Keeps the presence entries of this instance's sockets alive while they are open.
+struct PresenceKeeper: Service {
+    let presence: PresenceStore
+    let connections: ConnectionRegistry
+    let instanceID: String
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            // This instance's socket counts for `GET /admin/stats`, from the start (once
+            // Redis answers; the loop below keeps them current).
+            for _ in 0..<50 where !Task.isCancelled {
+                do {
+                    try await GatewayCensus.record(
+                        instance: instanceID, open: connections.count, signedIn: connections.bound().count, at: Clock.millisecondsNow(),
+                        on: presence.redis
+                    )
+                    break
+                } catch {
+                    try? await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            while !Task.isCancelled {
+                try? await Task.sleep(for: interval)
+                let bound = connections.bound()
+                do {
+                    try await presence.prepare()
+                    try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+                    try await GatewayCensus.record(
+                        instance: instanceID, open: connections.count, signedIn: bound.count, at: Clock.millisecondsNow(), on: presence.redis
+                    )
+                } catch {
+                    logger.warning("presence_refresh_failed", metadata: ["error": "\(error)", "connections": "\(bound.count)"])
+                }
+            }
+        }
+        try? await GatewayCensus.remove(instance: instanceID, on: presence.redis)
+    }
+}
