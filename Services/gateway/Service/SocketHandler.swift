@@ -13,7 +13,7 @@ import WhisperShared
 /// Complete messages go to the socket's `SocketInbox`; a task handles them one after
 /// another and ends when the inbox is empty. So an idle socket costs its channel, this
 /// handler and its `ClientConnection`, and no task, stream or buffer: the gateway holds
-/// tens of thousands of them (docs/benchmarks.md, "Idle sockets").
+/// tens of thousands of them (docs/benchmarks.md, "Today's figures").
 final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundIn = WebSocketFrame
