@@ -30,6 +30,13 @@ struct PushWorker: Service, CustomStringConvertible {
     /// Jobs being handled at once, at most: reading stops while this many are open.
     var maxJobs: Int { max(settings.batchSize, settings.inFlightPerProvider) * 2 }
 
+    var stream: StreamGroupReader {
+        StreamGroupReader(
+            stream: PushStream.key, group: PushStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
+            events: "push"
+        )
+    }
+
     func run() async throws {
         let jobs = Slots(maxJobs)
         let finished = Finished()
@@ -49,55 +56,40 @@ struct PushWorker: Service, CustomStringConvertible {
     }
 
     /// Reads while there is room, so a slow or stalled provider holds up only the jobs
-    /// waiting for it, not the stream; acknowledges what finished in the same loop.
+    /// waiting for it, not the stream; acknowledges what finished with each read.
     private func loop(jobs: Slots, finished: Finished, start: (Entry) -> Void) async {
-        var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
-        var groupReady = false
-        var readerConnected = false
+        let stream = self.stream
         var lastClaim = ContinuousClock.now
-        func begin(_ entries: [Entry]) async {
+        func begin(_ entries: [StreamGroupReader.Entry]) async {
             for entry in entries {
                 await jobs.acquire()
                 finished.started(entry.id)
-                start(entry)
+                start(Entry(id: entry.id, job: entry.fields.flatMap(PushStream.Job.init(fields:)), fields: entry.fields ?? []))
             }
         }
-        while !Task.isCancelled {
+        await stream.loop {
+            try await moveDueRetries()
+            await jobs.waitForRoom()
+            let done = finished.take()
+            let entries: [StreamGroupReader.Entry]
             do {
-                if !groupReady {
-                    try await ensureGroup()
-                    groupReady = true
-                }
-                let done = finished.take()
-                do {
-                    try await acknowledge(done)
-                } catch {
-                    // Kept for the next turn: not handled a second time once Redis is back.
-                    finished.restore(done)
-                    throw error
-                }
-                try await moveDueRetries()
-                await jobs.waitForRoom()
-                let reply = try await reader.send(RedisCommand("XREADGROUP", [
-                    "GROUP", PushStream.group, consumerName, "COUNT", min(settings.batchSize, max(1, jobs.available)), "BLOCK", 500,
-                    "STREAMS", PushStream.key, ">",
-                ]))
-                readerConnected = true
-                await begin(Self.entries(ofReadReply: reply))
-                if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
-                    await begin(try await claimAbandoned(finished: finished))
-                    lastClaim = ContinuousClock.now
-                }
-                backoff.reset()
-            } catch RedisError.server(let message) where message.hasPrefix("NOGROUP") {
-                groupReady = false
-            } catch RedisError.unavailable where !readerConnected {
-                try? await Clock.sleep(for: .milliseconds(20))
+                entries = try await stream.read(count: min(settings.batchSize, max(1, jobs.available)), blockMs: 500, acknowledging: done)
             } catch {
-                if Task.isCancelled { break }
-                let delay = backoff.next()
-                logger.warning("push_read_failed", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
-                try? await Task.sleep(for: delay)
+                // Kept for the next turn: not handled a second time once Redis is back.
+                finished.restore(done)
+                throw error
+            }
+            await begin(entries)
+            if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
+                var claimed: [StreamGroupReader.Entry] = []
+                // One of our own still in flight for that long (a stalled provider) is not abandoned.
+                try await stream.claim(idle: settings.claimAfter, count: settings.batchSize, isOurs: finished.isHandling) { page in
+                    claimed += page
+                    return claimed.count < settings.batchSize
+                }
+                if !claimed.isEmpty { logger.info("push_claimed_jobs", metadata: ["count": "\(claimed.count)"]) }
+                await begin(claimed)
+                lastClaim = ContinuousClock.now
             }
         }
     }
@@ -106,19 +98,7 @@ struct PushWorker: Service, CustomStringConvertible {
 
     /// Acknowledges and deletes finished jobs in one write.
     private func acknowledge(_ ids: [String]) async throws {
-        guard !ids.isEmpty else { return }
-        _ = try await redis.pipeline([
-            RedisCommand("XACK", [PushStream.key, PushStream.group] + ids),
-            RedisCommand("XDEL", [PushStream.key] + ids),
-        ])
-    }
-
-    private func ensureGroup() async throws {
-        do {
-            try await redis.send("XGROUP", "CREATE", PushStream.key, PushStream.group, "0", "MKSTREAM")
-        } catch RedisError.server(let message) where message.hasPrefix("BUSYGROUP") {
-            // Another push-sender made it first.
-        }
+        try await stream.acknowledge(ids)
     }
 
     private func handle(_ entry: Entry) async {
@@ -318,43 +298,6 @@ struct PushWorker: Service, CustomStringConvertible {
     static func encodeMember(_ fields: [String]) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: fields, options: [])) ?? Data("[]".utf8)
         return String(decoding: data, as: UTF8.self)
-    }
-
-    // MARK: - Claims
-
-    /// Jobs idle longer than `claimAfter` in another push-sender (it died), taken over.
-    private func claimAbandoned(finished: Finished) async throws -> [Entry] {
-        var start = "0-0"
-        var claimed: [Entry] = []
-        for _ in 0..<20 {
-            let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
-                PushStream.key, PushStream.group, consumerName, Int(settings.claimAfter.milliseconds), start, "COUNT", settings.batchSize,
-            ]))
-            guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { break }
-            // One of our own still in flight for that long (a stalled provider) is not abandoned.
-            claimed += Self.entries(parts[1]).filter { !finished.isHandling($0.id) }
-            if next == "0-0" || claimed.count >= settings.batchSize { break }
-            start = next
-        }
-        if !claimed.isEmpty { logger.info("push_claimed_jobs", metadata: ["count": "\(claimed.count)"]) }
-        return claimed
-    }
-
-    static func entries(ofReadReply reply: RESPValue) -> [(id: String, job: PushStream.Job?, fields: [RESPValue])] {
-        guard let streams = reply.array else { return [] }
-        return streams.flatMap { stream -> [(id: String, job: PushStream.Job?, fields: [RESPValue])] in
-            guard let parts = stream.array, parts.count == 2 else { return [] }
-            return entries(parts[1])
-        }
-    }
-
-    static func entries(_ list: RESPValue) -> [(id: String, job: PushStream.Job?, fields: [RESPValue])] {
-        (list.array ?? []).compactMap { item in
-            guard let parts = item.array, parts.count == 2, let id = parts[0].string else { return nil }
-            // A claimed entry deleted meanwhile comes back without fields: nothing to do.
-            guard let fields = parts[1].array else { return (id, nil, []) }
-            return (id, PushStream.Job(fields: fields), fields)
-        }
     }
 }
 

@@ -26,6 +26,13 @@ struct StreamConsumer: Service {
     /// Entries read but not yet handled, at most.
     var maxInFlight: Int { settings.batchSize * 4 }
 
+    var stream: StreamGroupReader {
+        StreamGroupReader(
+            stream: RouterStream.key, group: RouterStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
+            events: "router"
+        )
+    }
+
     func run() async throws {
         let lanes = EntryLanes(limit: maxInFlight)
         await cancelWhenGracefulShutdown {
@@ -46,72 +53,25 @@ struct StreamConsumer: Service {
 
     /// The read loop: new entries, and now and then entries a dead router left.
     private func read(into lanes: EntryLanes, starting startLane: (String) -> Void) async {
-        var backoff = Backoff(policy: .init(initial: .milliseconds(50), maximum: .seconds(2)))
+        let stream = self.stream
         var lastClaim = ContinuousClock.now
         /// Set after a read that did not fill its batch: when the next one may go out.
         var lingerUntil: ContinuousClock.Instant?
-        var groupReady = false
-        /// Whether a read has succeeded since this loop began: until one has, the
-        /// reader's connection may still be being opened.
-        var readerConnected = false
-        while !Task.isCancelled {
-            do {
-                if !groupReady {
-                    try await ensureGroup()
-                    groupReady = true
-                }
-                await lanes.waitForRoom()
-                if let lingerUntil {
-                    try? await Clock.sleep(for: lingerUntil - .now)
-                }
-                let readStart = ContinuousClock.now
-                let count = min(settings.batchSize, lanes.room)
-                let read = RedisCommand("XREADGROUP", [
-                    "GROUP", RouterStream.group, consumerName, "COUNT", count, "BLOCK", 1000,
-                    "STREAMS", RouterStream.key, ">",
-                ])
-                // What finished since the last read is acknowledged in the same write:
-                // under load every read carries the acknowledgements, no round trip of
-                // their own. (The acknowledging task takes what a read blocked on an
-                // idle stream would hold back.)
-                let finished = lanes.takeFinished()
-                let reply: RESPValue
-                if finished.isEmpty {
-                    reply = try await reader.send(read)
-                } else {
-                    let replies: [RESPValue]
-                    do {
-                        replies = try await reader.pipeline(Self.acknowledgement(of: finished) + [read])
-                    } catch {
-                        // Not acknowledged: handled again after `claimAfter`, which is idempotent.
-                        logger.warning("router_ack_failed", metadata: ["count": "\(finished.count)", "error": "\(error)"])
-                        throw error
-                    }
-                    guard let last = replies.last else { throw RedisError.unexpectedReply("XREADGROUP") }
-                    if case .error(let message) = last { throw RedisError.server(message) }
-                    reply = last
-                }
-                readerConnected = true
-                let entries = Self.entries(ofReadReply: reply)
-                lingerUntil = settings.readLinger > .zero && entries.count < count ? readStart + settings.readLinger : nil
-                submit(entries, redelivery: false, to: lanes, starting: startLane)
-                if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
-                    try await claimAbandoned(into: lanes, starting: startLane)
-                    lastClaim = ContinuousClock.now
-                }
-                backoff.reset()
-            } catch RedisError.server(let message) where message.hasPrefix("NOGROUP") {
-                groupReady = false
-            } catch RedisError.unavailable where !readerConnected {
-                // Starting: the reader's connection is still being opened (its client
-                // reports it if that fails). Try again shortly, without a warning.
-                try? await Clock.sleep(for: .milliseconds(20))
-            } catch {
-                // Stopping: a read cut short is no failure.
-                if Task.isCancelled { break }
-                let delay = backoff.next()
-                logger.warning("router_read_failed", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
-                try? await Task.sleep(for: delay)
+        await stream.loop {
+            await lanes.waitForRoom()
+            if let lingerUntil {
+                try? await Clock.sleep(for: lingerUntil - .now)
+            }
+            let readStart = ContinuousClock.now
+            let count = min(settings.batchSize, lanes.room)
+            // What finished since the last read goes with it. (The acknowledging task
+            // takes what a read blocked on an idle stream would hold back.)
+            let entries = try await stream.read(count: count, blockMs: 1000, acknowledging: lanes.takeFinished())
+            lingerUntil = settings.readLinger > .zero && entries.count < count ? readStart + settings.readLinger : nil
+            submit(Self.parsed(entries), redelivery: false, to: lanes, starting: startLane)
+            if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
+                try await claimAbandoned(into: lanes, starting: startLane)
+                lastClaim = ContinuousClock.now
             }
         }
     }
@@ -178,40 +138,16 @@ struct StreamConsumer: Service {
     /// only what is not handled yet and no routed ciphertext stays in Redis. The cap of
     /// `RouterStream.maxLength` is then a bound on the backlog, not on history.
     private func acknowledge(_ ids: [String]) async throws {
-        _ = try await redis.pipeline(Self.acknowledgement(of: ids))
-    }
-
-    static func acknowledgement(of ids: [String]) -> [RedisCommand] {
-        [RedisCommand("XACK", [RouterStream.key, RouterStream.group] + ids), RedisCommand("XDEL", [RouterStream.key] + ids)]
-    }
-
-    private func ensureGroup() async throws {
-        do {
-            try await redis.send("XGROUP", "CREATE", RouterStream.key, RouterStream.group, "0", "MKSTREAM")
-        } catch RedisError.server(let message) where message.hasPrefix("BUSYGROUP") {
-            // Another router made it first.
-        }
+        try await stream.acknowledge(ids)
     }
 
     /// Takes over entries idle longer than `claimAfter`, a page at a time.
     private func claimAbandoned(into lanes: EntryLanes, starting startLane: (String) -> Void) async throws {
-        var start = "0-0"
-        for _ in 0..<20 {
-            let reply = try await redis.send(RedisCommand("XAUTOCLAIM", [
-                RouterStream.key, RouterStream.group, consumerName, Int(settings.claimAfter.milliseconds), start,
-                "COUNT", settings.batchSize,
-            ]))
-            guard let parts = reply.array, parts.count >= 2, let next = parts[0].string else { return }
-            var entries = Self.entries(parts[1])
-            // An entry of ours still being handled is not abandoned.
-            entries.removeAll { lanes.isHandling($0.id) }
-            if !entries.isEmpty {
-                logger.info("router_claimed_entries", metadata: ["count": "\(entries.count)"])
-                entries = try await dropPoisoned(entries)
-                submit(entries, redelivery: true, to: lanes, starting: startLane)
-            }
-            if next == "0-0" { return }
-            start = next
+        // An entry of ours still being handled is not abandoned.
+        try await stream.claim(idle: settings.claimAfter, count: settings.batchSize, isOurs: lanes.isHandling) { claimed in
+            logger.info("router_claimed_entries", metadata: ["count": "\(claimed.count)"])
+            submit(try await dropPoisoned(Self.parsed(claimed)), redelivery: true, to: lanes, starting: startLane)
+            return true
         }
     }
 
@@ -249,21 +185,10 @@ struct StreamConsumer: Service {
 
     static let maxDeliveries: Int64 = 10
 
-    static func entries(ofReadReply reply: RESPValue) -> [(id: String, entry: RouterStream.Entry?)] {
-        guard let streams = reply.array else { return [] }
-        return streams.flatMap { stream -> [(id: String, entry: RouterStream.Entry?)] in
-            guard let parts = stream.array, parts.count == 2 else { return [] }
-            return entries(parts[1])
-        }
-    }
-
-    static func entries(_ list: RESPValue) -> [(id: String, entry: RouterStream.Entry?)] {
-        (list.array ?? []).compactMap { item in
-            guard let parts = item.array, parts.count == 2, let id = parts[0].string else { return nil }
-            // A claimed entry that was deleted meanwhile comes back with no fields.
-            guard let fields = parts[1].array else { return (id, nil) }
-            return (id, RouterStream.Entry(fields: fields))
-        }
+    /// Entries as the router handles them: nil for one that cannot be read (malformed,
+    /// or deleted meanwhile).
+    static func parsed(_ entries: [StreamGroupReader.Entry]) -> [(id: String, entry: RouterStream.Entry?)] {
+        entries.map { ($0.id, $0.fields.flatMap(RouterStream.Entry.init(fields:))) }
     }
 }
 
