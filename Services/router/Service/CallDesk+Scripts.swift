@@ -56,18 +56,6 @@ extension CallDesk {
         return 1
         """)
 
-    /// KEYS: presence. ARGV: frame. Publishes the frame to the identity's live socket as
-    /// a `GatewayCommand` of kind `deliver`; returns {receivers, '<gateway> <connId>'}.
-    static let deliverScript = RedisScript("""
-        local live = redis.call('GET', KEYS[1])
-        if not live then return {0, ''} end
-        local space = string.find(live, ' ', 1, true)
-        if not space then return {0, ''} end
-        local gateway = string.sub(live, 1, space - 1)
-        local conn = string.sub(live, space + 1)
-        return {redis.call('PUBLISH', 'gateway:' .. gateway, 'deliver\\n' .. conn .. '\\n\\n\\n' .. ARGV[1]), live}
-        """)
-
     /// KEYS: ringing calls. ARGV: now, lease deadline, limit. Returns the due callIds,
     /// each pushed to the lease deadline.
     static let claimDueScript = RedisScript("""

@@ -65,7 +65,7 @@ struct CallDesk: Sendable {
             }
         }
         let offer = ServerFrameCodec.encode(CallIncoming(signal))
-        let socket = "\(entry.gateway) \(entry.connId)"
+        let socket = PresenceRecord(gateway: entry.gateway, connId: entry.connId)
         switch try await open(signal, offer: offer, callerSocket: socket) {
         case .conflict:
             throw WhisperError(.invalidPayload, "callId is already used by another call")
@@ -119,7 +119,10 @@ struct CallDesk: Sendable {
         guard signal.from == record.callee else { throw WhisperError(.forbidden, "only the callee answers a call") }
         let reply = try await redis.evaluate(
             Self.transitionScript, keys: [RedisKeys.call(signal.callId)],
-            arguments: ["answer", Clock.millisecondsNow(), "callee", "", Int(settings.answeredTTL.milliseconds), "\(entry.gateway) \(entry.connId)"]
+            arguments: [
+                "answer", Clock.millisecondsNow(), "callee", "", Int(settings.answeredTTL.milliseconds),
+                PresenceRecord(gateway: entry.gateway, connId: entry.connId).encoded,
+            ]
         )
         switch Transition(reply) {
         case .missing, .ended:
@@ -268,12 +271,12 @@ struct CallDesk: Sendable {
         case conflict
     }
 
-    private func open(_ signal: CallInitiate, offer: [UInt8], callerSocket: String) async throws -> Opened {
+    private func open(_ signal: CallInitiate, offer: [UInt8], callerSocket: PresenceRecord) async throws -> Opened {
         let ttl = settings.ringTimeout + .seconds(60)
         let reply = try await redis.evaluate(
             Self.openScript, keys: [RedisKeys.call(signal.callId)],
             arguments: [
-                signal.from, signal.to, signal.media?.rawValue ?? "", offer, Clock.millisecondsNow(), Int(ttl.milliseconds), callerSocket,
+                signal.from, signal.to, signal.media?.rawValue ?? "", offer, Clock.millisecondsNow(), Int(ttl.milliseconds), callerSocket.encoded,
             ]
         )
         guard let parts = reply.array, let outcome = parts.first?.string else { throw RedisError.unexpectedReply("call open") }
@@ -320,7 +323,7 @@ struct CallDesk: Sendable {
             let socket = whisperId == record.caller ? record.callerSocket : record.calleeSocket
             guard let socket else { return false }
             let live = try await PresenceStore(redis: redis).lookup(whisperId)
-            return live.map { "\($0.gateway) \($0.connId)" } == socket
+            return live == socket
         }
     }
 
@@ -383,12 +386,15 @@ struct CallDesk: Sendable {
     }
 
     /// Writes `frame` to the identity's live socket; the socket it went to, or nil when
-    /// the identity has none (or its gateway is gone).
+    /// the identity has none (or its gateway is gone). The presence record is read and
+    /// the command published from here, in Swift: their formats have one home each
+    /// (`PresenceRecord`, `GatewayCommand`), and under sharded pub/sub the gateway's
+    /// channel is in another slot than the identity's keys.
     @discardableResult
-    private func deliver(_ frame: [UInt8], to whisperId: String) async throws -> String? {
-        let reply = try await redis.evaluate(Self.deliverScript, keys: [RedisKeys.presence(whisperId)], arguments: [frame])
-        guard let parts = reply.array, parts.count == 2, (parts[0].int ?? 0) > 0 else { return nil }
-        return parts[1].string
+    private func deliver(_ frame: [UInt8], to whisperId: String) async throws -> PresenceRecord? {
+        guard let socket = try await PresenceStore(redis: redis).lookup(whisperId) else { return nil }
+        let receivers = try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
+        return receivers > 0 ? socket : nil
     }
 
     private func load(_ callId: String) async throws -> CallRecord? {
@@ -399,7 +405,8 @@ struct CallDesk: Sendable {
               let state = fields[2].string.flatMap(CallState.init(rawValue:)) else { return nil }
         return CallRecord(
             caller: caller, callee: callee, state: state, reached: fields[3].string == "1",
-            callerSocket: fields[4].string, calleeSocket: fields[5].string
+            callerSocket: fields[4].string.flatMap(PresenceRecord.init(encoded:)),
+            calleeSocket: fields[5].string.flatMap(PresenceRecord.init(encoded:))
         )
     }
 }

@@ -13,8 +13,8 @@ struct CallRecord: Sendable {
     var callee: String
     var state: CallState
     var reached = false
-    var callerSocket: String?
-    var calleeSocket: String?
+    var callerSocket: PresenceRecord?
+    var calleeSocket: PresenceRecord?
 }
 
 /// What the transition script answered.

@@ -10,7 +10,8 @@ public struct PresenceRecord: Sendable, Equatable {
         self.connId = connId
     }
 
-    var encoded: String { "\(gateway) \(connId)" }
+    /// The record as Redis keeps it; the only place its format is written.
+    public var encoded: String { "\(gateway) \(connId)" }
 
     public init?(encoded: String) {
         let parts = encoded.split(separator: " ", maxSplits: 1)
