@@ -27,20 +27,21 @@ public struct ReceiptQueue: Sendable {
     /// so one left from before an upgrade is no type error (it expires within 72 h).
     public static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}:waiting" }
 
-    /// Stores `frame` for `owner` and, when `socket` is given, publishes it to that
-    /// socket's gateway in the same script (one round trip; the store comes first).
+    /// Stores `frame` for `owner` and, when `socket` is given, then hands it to that
+    /// socket's gateway as a `GatewayCommand` (kind `receipt`, built here in Swift: the
+    /// store comes first, and the channel may live in another slot than the owner's keys).
     /// Returns the stored entry (`StoredReceipt`'s entryId): a caller that writes the
     /// frame to the owner's socket itself (a gateway holding it) settles that entry.
     @discardableResult
     public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> String {
         let reply = try await redis.evaluate(
-            Self.keepScript, keys: [Self.key(owner)],
-            arguments: [
-                frame, Int(PendingQueue.ttl.milliseconds), socket.map { RedisKeys.gatewayChannel($0.gateway) } ?? "",
-                socket?.connId ?? "", owner, capacity,
-            ]
+            Self.keepScript, keys: [Self.key(owner)], arguments: [frame, Int(PendingQueue.ttl.milliseconds), capacity]
         )
         guard let id = reply.string, !id.isEmpty else { throw RedisError.unexpectedReply("receipt keep") }
+        if let socket {
+            let command = GatewayCommand(kind: .receipt, connId: socket.connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id))
+            _ = try await command.publish(to: socket.gateway, on: redis)
+        }
         return id
     }
 
@@ -73,18 +74,14 @@ public struct ReceiptQueue: Sendable {
         Int(try await redis.send("XLEN", Self.key(owner)).int ?? 0)
     }
 
-    /// KEYS: the owner's receipts. ARGV: frame, ttl ms, gateway channel (or ""), connId,
-    /// owner, capacity. The command format is `GatewayCommand`'s (kind `receipt`).
+    /// KEYS: the owner's receipts. ARGV: frame, ttl ms, capacity. Returns the entry's ID.
     static let keepScript = RedisScript("""
-        local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[6], '*', 'f', ARGV[1])
+        local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], '*', 'f', ARGV[1])
         -- Receipts older than the ttl go, though newer ones keep the stream alive.
         local clock = redis.call('TIME')
         local cutoff = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - tonumber(ARGV[2])
         if cutoff > 0 then redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d', cutoff)) end
         redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        if ARGV[3] ~= '' then
-            redis.call('PUBLISH', ARGV[3], 'receipt\\n' .. ARGV[4] .. '\\n' .. ARGV[5] .. ' ' .. id .. '\\n\\n' .. ARGV[1])
-        end
         return id
         """)
 }
