@@ -96,7 +96,7 @@ var targets: [Target] = [
     // and push streams (Redis). Server-only: the services that move messages link it.
     .target(
         name: "WhisperMessaging",
-        dependencies: ["WhisperShared"],
+        dependencies: ["WhisperShared", .product(name: "NIOCore", package: "swift-nio")],
         path: "Shared/WhisperMessaging"
     ),
     .target(

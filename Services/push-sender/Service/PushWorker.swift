@@ -38,57 +38,55 @@ struct PushWorker: Service, CustomStringConvertible {
     }
 
     func run() async throws {
-        let jobs = Slots(maxJobs)
-        let finished = Finished()
+        // Each job is a lane of its own: jobs are handled at once, up to `maxJobs`.
+        let jobs = Lanes<PushJob>(limit: maxJobs)
         await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
-                await loop(jobs: jobs, finished: finished) { entry in
+                await loop(jobs: jobs) { job in
                     group.addTask {
-                        await handle(entry)
-                        finished.add(entry.id)
-                        jobs.release()
+                        await handle(job.entry)
+                        jobs.finished(job)
                     }
                 }
             }
             // Stopping: what finished is acknowledged; the rest is claimed elsewhere.
-            try? await acknowledge(finished.take())
+            try? await acknowledge(jobs.takeFinished())
         }
     }
 
     /// Reads while there is room, so a slow or stalled provider holds up only the jobs
     /// waiting for it, not the stream; acknowledges what finished with each read.
-    private func loop(jobs: Slots, finished: Finished, start: (Entry) -> Void) async {
+    private func loop(jobs: Lanes<PushJob>, start: (PushJob) -> Void) async {
         let stream = self.stream
         var lastClaim = ContinuousClock.now
-        func begin(_ entries: [StreamGroupReader.Entry]) async {
+        func begin(_ entries: [StreamGroupReader.Entry]) {
             for entry in entries {
-                await jobs.acquire()
-                finished.started(entry.id)
-                start(Entry(id: entry.id, job: entry.fields.flatMap(PushStream.Job.init(fields:)), fields: entry.fields ?? []))
+                let job = PushJob(entry: Entry(id: entry.id, job: entry.fields.flatMap(PushStream.Job.init(fields:)), fields: entry.fields ?? []))
+                if jobs.add(job) { start(job) }
             }
         }
         await stream.loop {
             try await moveDueRetries()
             await jobs.waitForRoom()
-            let done = finished.take()
+            let done = jobs.takeFinished()
             let entries: [StreamGroupReader.Entry]
             do {
-                entries = try await stream.read(count: min(settings.batchSize, max(1, jobs.available)), blockMs: 500, acknowledging: done)
+                entries = try await stream.read(count: min(settings.batchSize, jobs.room), blockMs: 500, acknowledging: done)
             } catch {
                 // Kept for the next turn: not handled a second time once Redis is back.
-                finished.restore(done)
+                jobs.restore(done)
                 throw error
             }
-            await begin(entries)
+            begin(entries)
             if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
                 var claimed: [StreamGroupReader.Entry] = []
                 // One of our own still in flight for that long (a stalled provider) is not abandoned.
-                try await stream.claim(idle: settings.claimAfter, count: settings.batchSize, isOurs: finished.isHandling) { page in
+                try await stream.claim(idle: settings.claimAfter, count: settings.batchSize, isOurs: jobs.isHandling) { page in
                     claimed += page
                     return claimed.count < settings.batchSize
                 }
                 if !claimed.isEmpty { logger.info("push_claimed_jobs", metadata: ["count": "\(claimed.count)"]) }
-                await begin(claimed)
+                begin(claimed)
                 lastClaim = ContinuousClock.now
             }
         }
@@ -301,12 +299,12 @@ struct PushWorker: Service, CustomStringConvertible {
     }
 }
 
-/// A counting semaphore for tasks: `acquire` waits while none is free.
+/// A counting semaphore for tasks (requests open per provider): `acquire` waits while
+/// none is free.
 final class Slots: Sendable {
     private struct State {
         var free: Int
         var waiters: [CheckedContinuation<Void, Never>] = []
-        var roomWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state: Mutex<State>
@@ -314,8 +312,6 @@ final class Slots: Sendable {
     init(_ count: Int) {
         state = Mutex(State(free: max(1, count)))
     }
-
-    var available: Int { state.withLock { $0.free } }
 
     func acquire() async {
         if state.withLock({ state in
@@ -336,58 +332,19 @@ final class Slots: Sendable {
         }
     }
 
-    /// Waits until at least one is free (without taking it).
-    func waitForRoom() async {
-        if available > 0 { return }
-        await withCheckedContinuation { continuation in
-            let now = state.withLock { state -> Bool in
-                if state.free > 0 { return true }
-                state.roomWaiters.append(continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
-
     func release() {
-        let (waiter, room) = state.withLock { state -> (CheckedContinuation<Void, Never>?, [CheckedContinuation<Void, Never>]) in
-            if !state.waiters.isEmpty { return (state.waiters.removeFirst(), []) }
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if !state.waiters.isEmpty { return state.waiters.removeFirst() }
             state.free += 1
-            defer { state.roomWaiters.removeAll() }
-            return (nil, state.roomWaiters)
+            return nil
         }
         waiter?.resume()
-        room.forEach { $0.resume() }
     }
 }
 
-/// IDs of jobs finished and not yet acknowledged, and of jobs being handled.
-final class Finished: Sendable {
-    private let state = Mutex<(done: [String], handling: Set<String>)>(([], []))
-
-    func started(_ id: String) {
-        state.withLock { _ = $0.handling.insert(id) }
-    }
-
-    func add(_ id: String) {
-        state.withLock { state in
-            state.handling.remove(id)
-            state.done.append(id)
-        }
-    }
-
-    func isHandling(_ id: String) -> Bool {
-        state.withLock { $0.handling.contains(id) }
-    }
-
-    func restore(_ ids: [String]) {
-        state.withLock { $0.done.insert(contentsOf: ids, at: 0) }
-    }
-
-    func take() -> [String] {
-        state.withLock { state in
-            defer { state.done.removeAll(keepingCapacity: true) }
-            return state.done
-        }
-    }
+/// A push job as `Lanes` holds it: each is a lane of its own.
+struct PushJob: LaneItem {
+    var entry: PushWorker.Entry
+    var id: String { entry.id }
+    var lane: String { entry.id }
 }

@@ -192,128 +192,14 @@ struct StreamConsumer: Service {
     }
 }
 
-/// The entries a router is handling: a queue per sender, how many are in flight, and
-/// which are finished and wait to be acknowledged.
-final class EntryLanes: Sendable {
-    struct Item: Sendable {
-        var id: String
-        var entry: RouterStream.Entry
-        var redelivery: Bool
-    }
+/// A routed entry in its sender's lane.
+struct RoutedEntry: LaneItem {
+    var id: String
+    var entry: RouterStream.Entry
+    var redelivery: Bool
 
-    private struct State {
-        var queues: [String: CircularBuffer<Item>] = [:]
-        /// IDs read and not yet finished or abandoned.
-        var handling: Set<String> = []
-        var finished: [String] = []
-        var roomWaiter: CheckedContinuation<Void, Never>?
-    }
-
-    let limit: Int
-    private let state = Mutex(State())
-    /// Ticks when something finished: the acknowledging task wakes and takes all there is.
-    let acknowledgements: AsyncStream<Void>
-    private let tick: AsyncStream<Void>.Continuation
-
-    init(limit: Int) {
-        self.limit = limit
-        (acknowledgements, tick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
-    }
-
-    /// How many more entries may be read now.
-    var room: Int { max(1, limit - state.withLock { $0.handling.count }) }
-
-    /// Returns at once while there is room, else when there is.
-    func waitForRoom() async {
-        await withCheckedContinuation { continuation in
-            let resumeNow = state.withLock { state in
-                if state.handling.count < limit { return true }
-                state.roomWaiter = continuation
-                return false
-            }
-            if resumeNow { continuation.resume() }
-        }
-    }
-
-    /// Queues an entry behind its sender's; true when the sender had no lane running,
-    /// so the caller starts one.
-    func add(_ item: Item) -> Bool {
-        state.withLock { state in
-            guard state.handling.insert(item.id).inserted else { return false }
-            if state.queues[item.entry.whisperId] != nil {
-                state.queues[item.entry.whisperId]?.append(item)
-                return false
-            }
-            var queue = CircularBuffer<Item>(initialCapacity: 4)
-            queue.append(item)
-            state.queues[item.entry.whisperId] = queue
-            return true
-        }
-    }
-
-    /// The sender's next entry; nil ends the lane (and removes it, atomically with the check).
-    func next(for sender: String) -> Item? {
-        state.withLock { state in
-            guard let item = state.queues[sender]?.first else {
-                state.queues[sender] = nil
-                return nil
-            }
-            return item
-        }
-    }
-
-    /// The lane's first entry is done: it leaves the lane and waits for its XACK.
-    func finished(_ item: Item) {
-        finish(item.id) { state in
-            if state.queues[item.entry.whisperId]?.first?.id == item.id {
-                _ = state.queues[item.entry.whisperId]?.removeFirst()
-            }
-        }
-    }
-
-    /// An entry that never joined a lane (unreadable) is acknowledged all the same.
-    func finished(unreadable id: String) {
-        finish(id) { _ in }
-    }
-
-    private func finish(_ id: String, _ update: (inout State) -> Void) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.finished.append(id)
-            state.handling.remove(id)
-            update(&state)
-            return takeWaiterIfRoom(&state)
-        }
-        tick.yield()
-        waiter?.resume()
-    }
-
-    /// The lane failed at its first entry: it and the rest of the lane stay unacknowledged.
-    func abandon(_ sender: String) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            for left in state.queues[sender] ?? [] { state.handling.remove(left.id) }
-            state.queues[sender] = nil
-            return takeWaiterIfRoom(&state)
-        }
-        waiter?.resume()
-    }
-
-    /// Whether the reader is parked in `waitForRoom`.
-    var isWaitingForRoom: Bool { state.withLock { $0.roomWaiter != nil } }
-
-    func isHandling(_ id: String) -> Bool {
-        state.withLock { $0.handling.contains(id) }
-    }
-
-    func takeFinished() -> [String] {
-        state.withLock { state in
-            defer { state.finished.removeAll(keepingCapacity: true) }
-            return state.finished
-        }
-    }
-
-    private func takeWaiterIfRoom(_ state: inout State) -> CheckedContinuation<Void, Never>? {
-        guard state.handling.count < limit, let waiter = state.roomWaiter else { return nil }
-        state.roomWaiter = nil
-        return waiter
-    }
+    var lane: String { entry.whisperId }
 }
+
+/// The entries a router is handling: a lane per sender (`Lanes`).
+typealias EntryLanes = Lanes<RoutedEntry>
