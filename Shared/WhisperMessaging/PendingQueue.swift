@@ -260,28 +260,22 @@ public struct PendingQueue: Sendable {
     /// The first of a receipt's steps as a gateway serves it, once the recipient's bucket
     /// for receipts (`receiptBucket`) was charged (through the socket's lease): looks the
     /// message up and, in the same write, finds where `sender` (whom the receipt names)
-    /// is connected. Two plain reads, no script, nothing written (so nothing for the
-    /// append-only file).
+    /// is connected. The ack script only asked (its rule is the one `applyReceipt`
+    /// applies) and a plain read: nothing is written, so nothing goes to the append-only
+    /// file (Redis 7 propagates a script's effects, and this one has none).
     /// The receipt is then kept for its sender (`ReceiptQueue.keep`) and only after
     /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
     /// and the recipient acknowledges it again when it fetches it again.
     public func checkReceipt(
         recipient: String, messageId: String, delivered: Bool, locating sender: String
     ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
-        let replies = try await redis.pipeline([
-            RedisCommand("HMGET", Self.messageKey(recipient, messageId), "from", "state", "read"),
-            RedisCommand("GET", RedisKeys.presence(sender)),
-        ])
-        guard replies.count == 2, let fields = replies[0].array, fields.count == 3 else {
-            throw RedisError.unexpectedReply("receipt check")
-        }
-        guard let from = fields[0].string, !from.isEmpty else { return (.ignore, nil) }
-        if delivered {
-            guard fields[1].string == "pending" else { return (.ignore, nil) }
-        } else if fields[2].string != nil {
-            return (.ignore, nil)
-        }
-        return (.pass(sender: from), replies[1].string.flatMap(PresenceRecord.init(encoded:)))
+        // The ack script asked, not applied: the rule is the script's alone.
+        let (reply, others) = try await redis.evaluate(
+            Self.ackScript, keys: Self.applyKeys(recipient, messageId), arguments: [delivered ? 1 : 0, 0, 1],
+            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
+        )
+        guard let from = reply.string, !from.isEmpty else { return (.ignore, nil) }
+        return (.pass(sender: from), others.first?.string.flatMap(PresenceRecord.init(encoded:)))
     }
 
     /// The last step of a receipt: `delivered` takes the message out of the queue,
@@ -469,27 +463,30 @@ public struct PendingQueue: Sendable {
         """)
 
     /// KEYS: queue, message key, byte count. ARGV: 1 when delivered (else read), 1 when
-    /// the entry is handled again. Returns the sender when the receipt is to be passed
-    /// on, else "". `delivered` takes the message out of the queue.
+    /// the entry is handled again, and 1 to only ask (`checkReceipt`: nothing is written).
+    /// Returns the sender when the receipt is to be passed on, else "". `delivered` takes
+    /// the message out of the queue.
+    ///
+    /// The receipt-state rule lives here and nowhere else: a `delivered` receipt counts
+    /// while its message is pending, a `read` receipt once.
     static let ackScript = RedisScript("""
         local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read')
         local from = message[1]
         if not from then return '' end
+        local counts
+        if ARGV[1] == '1' then counts = (message[2] == 'pending') else counts = not message[5] end
+        if not counts then
+            if ARGV[2] == '1' then return from end
+            return ''
+        end
+        if ARGV[3] == '1' then return from end
         if ARGV[1] == '1' then
-            if message[2] ~= 'pending' then
-                if ARGV[2] == '1' then return from end
-                return ''
-            end
             if redis.call('XDEL', KEYS[1], message[3]) == 1 and message[4] then
                 redis.call('DECRBY', KEYS[3], tonumber(message[4]))
             end
             if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
             redis.call('HSET', KEYS[2], 'state', 'delivered')
             return from
-        end
-        if message[5] then
-            if ARGV[2] == '1' then return from end
-            return ''
         end
         redis.call('HSET', KEYS[2], 'read', '1')
         return from
