@@ -263,7 +263,7 @@ public struct PendingQueue: Sendable {
     /// is connected. The ack script only asked (its rule is the one `applyReceipt`
     /// applies) and a plain read: nothing is written, so nothing goes to the append-only
     /// file (Redis 7 propagates a script's effects, and this one has none).
-    /// The receipt is then kept for its sender (`ReceiptQueue.keep`) and only after
+    /// The receipt is then kept for its sender (`OwedFrames.keep`) and only after
     /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
     /// and the recipient acknowledges it again when it fetches it again.
     public func checkReceipt(

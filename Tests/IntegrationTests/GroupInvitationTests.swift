@@ -12,7 +12,7 @@ import WhisperShared
     /// Frames waiting in the identity's store of receipts, and the groups it belongs to.
     static func stored(for user: TestUser, on stack: MessagingStack) async throws -> (receipts: Int64, groups: Int64) {
         try await stack.withRedis { redis in
-            let receipts = try await redis.send("XLEN", ReceiptQueue.key(user.whisperId)).int ?? -1
+            let receipts = try await redis.send("XLEN", OwedFrames.key(user.whisperId)).int ?? -1
             let groups = try await redis.send("HLEN", RedisKeys.groups(user.whisperId)).int ?? -1
             return (receipts, groups)
         }

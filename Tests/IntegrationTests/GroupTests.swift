@@ -283,13 +283,13 @@ struct GroupCacheTests {
                 let directory = GroupDirectory(postgres: postgres, logger: TestServers.logger, metrics: metrics)
                 let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
                 let router = MessageRouter(
-                    redis: redis, identities: identities, pending: PendingQueue(redis: redis), receipts: ReceiptQueue(redis: redis),
+                    redis: redis, identities: identities, pending: PendingQueue(redis: redis), receipts: OwedFrames(redis: redis),
                     groups: GroupDesk(
-                        postgres: postgres, redis: redis, directory: directory, identities: identities, events: ReceiptQueue(redis: redis),
+                        postgres: postgres, redis: redis, directory: directory, identities: identities, events: OwedFrames(redis: redis),
                         logger: TestServers.logger
                     ),
                     calls: CallDesk(
-                        redis: redis, identities: identities, frames: ReceiptQueue(redis: redis),
+                        redis: redis, identities: identities, frames: OwedFrames(redis: redis),
                         settings: .init(ringTimeout: .seconds(45), answeredTTL: .seconds(3_600), sweepInterval: .seconds(1)),
                         metrics: CallMetrics(metrics: metrics), logger: TestServers.logger
                     ),

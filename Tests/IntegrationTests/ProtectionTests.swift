@@ -334,7 +334,7 @@ import WhisperShared
             #expect(check == .pass(sender: alice.whisperId))
             #expect(socket != nil, "Alice's socket is found in the same round trip")
             let frame = MessageDelivered(messageId: message.messageId, status: .delivered, timestamp: Clock.millisecondsNow())
-            try await ReceiptQueue(redis: redis).keep(ServerFrameCodec.encode(frame), for: alice.whisperId, handingTo: socket)
+            try await OwedFrames(redis: redis).keep(ServerFrameCodec.encode(frame), for: alice.whisperId, handingTo: socket)
         }
         let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
         #expect(first.messageId == message.messageId)

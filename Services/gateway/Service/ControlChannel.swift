@@ -15,7 +15,7 @@ struct ControlChannel: Sendable {
     let settler: ReceiptSettler
     /// For receipts handed over live (`liveReceipt`): where one the socket cannot take
     /// is stored, and what applies it once it is safe.
-    let receipts: ReceiptQueue
+    let receipts: OwedFrames
     let applier: ReceiptApplier
     let presence: PresenceStore
     /// Messages delivered here with their origin, for their receipts (`ReceiptDesk`).
@@ -27,7 +27,7 @@ struct ControlChannel: Sendable {
     let logger: Logger
 
     init(
-        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: ReceiptQueue, applier: ReceiptApplier, presence: PresenceStore,
+        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: OwedFrames, applier: ReceiptApplier, presence: PresenceStore,
         deliveries: LocalDeliveries, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics, logger: Logger
     ) {
         self.presence = presence
@@ -86,7 +86,7 @@ struct ControlChannel: Sendable {
 
     /// A receipt another gateway handed over without storing it (`ReceiptDesk`): written
     /// to its owner's socket, or stored when that socket is gone, is not the owner's, or
-    /// cannot take it within `ReceiptQueue.handOverLimit` (a gone socket's receipt is
+    /// cannot take it within `OwedFrames.handOverLimit` (a gone socket's receipt is
     /// handed to the owner's socket of now, wherever presence names one: the owner may
     /// have moved since);
     /// then applied to the recipient's queue. A store that fails applies nothing: the

@@ -36,10 +36,10 @@ public func buildGateway(
     let applier = ReceiptApplier(
         pending: PendingQueue(redis: environment.redis), maxWait: settings.receiptApplyMaxWait, logger: environment.logger
     )
-    let settler = ReceiptSettler(receipts: ReceiptQueue(redis: environment.redis), logger: environment.logger)
+    let settler = ReceiptSettler(receipts: OwedFrames(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
         connections: connections, settler: settler,
-        receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, presence: presence,
+        receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, presence: presence,
         deliveries: deliveries, banned: recentBans, identities: identities, metrics: environment.metrics,
         logger: environment.logger
     )

@@ -140,7 +140,7 @@ public struct GatewaySettings: ServiceSettings {
         controlPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
         routerBacklogMax: Int = 2_000,
         busyRetryMs: Int = 1_000,
-        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity,
+        receiptsWaitingMax: Int = OwedFrames.standardCapacity,
         groupOpsPerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
         groupOpsPerAddress: RateLimitRule = RateLimitRule(capacity: 120, period: .seconds(60)),
         presenceSubscribePerIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60)),
@@ -213,7 +213,7 @@ public struct GatewaySettings: ServiceSettings {
         allowedOrigins = settings.list("gateway.allowed.origins", default: [])
         routerBacklogMax = settings.int("gateway.router.backlog.max", default: 2_000, range: 0...1_000_000)
         busyRetryMs = settings.int("gateway.busy.retry.ms", default: 1_000, range: 1...60_000)
-        receiptsWaitingMax = settings.int("gateway.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
+        receiptsWaitingMax = settings.int("gateway.receipts.waiting.max", default: OwedFrames.standardCapacity, range: 1...1_000_000)
         groupOpsPerIdentity = settings.rateLimit("gateway.rate.limit.group.per.identity", default: "30/60s")
         groupOpsPerAddress = settings.rateLimit("gateway.rate.limit.group.per.address", default: "120/60s")
         presenceSubscribePerIdentity = settings.rateLimit("gateway.rate.limit.presence.subscribe.per.identity", default: "30/60s")

@@ -15,7 +15,7 @@ import WhisperShared
 ///    round trip (the recipient's bucket was charged before, through the socket's lease);
 /// 2. make the `message_delivered` frame safe for the sender: taken by the sender's
 ///    socket (on this instance, or on another through its gateway: below), or stored
-///    for the sender's next fetch (`ReceiptQueue.keep`);
+///    for the sender's next fetch (`OwedFrames.keep`);
 /// 3. apply the receipt to the recipient's queue (`delivered` removes the message),
 ///    with other receipts' and in the same write as other work (`ReceiptApplier`).
 /// Dying after 1 changes nothing; dying after 2 leaves the message pending, so the
@@ -26,7 +26,7 @@ import WhisperShared
 /// When the sender's socket is on this instance, step 2 is a write to that socket in
 /// place of the store: once the socket has taken the frame (handed to the connection,
 /// as a stored receipt is settled once written) the receipt is applied; a socket that
-/// is closing, has frames waiting or does not take it within 50 ms gets it (`ReceiptQueue.give`)
+/// is closing, has frames waiting or does not take it within 50 ms gets it (`OwedFrames.give`)
 /// stored (without a publish) for its next `fetch_pending`. Dying before the write
 /// completes leaves the message pending, as above. No pub/sub hop, no store, no settle.
 ///
@@ -39,7 +39,7 @@ import WhisperShared
 /// append-only-file fsyncs with `appendfsync always`).
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
-    let receipts: ReceiptQueue
+    let receipts: OwedFrames
     let passed: Counter
     let ignored: Counter
     let instanceID: String
@@ -74,7 +74,7 @@ struct ReceiptDesk: Sendable {
             help: "delivery_receipt frames for messages this gateway had delivered to the recipient's socket itself, passed on without a look-up in Redis."
         )
         pending = PendingQueue(redis: redis)
-        receipts = ReceiptQueue(redis: redis, capacity: receiptsWaitingMax)
+        receipts = OwedFrames(redis: redis, capacity: receiptsWaitingMax)
         let help = "delivery_receipt frames served by the gateway, by outcome: passed on to the sender, or ignored (unknown message, a repeat)."
         passed = metrics.counter("gateway_receipts", help: help, labels: [("outcome", "passed")])
         ignored = metrics.counter("gateway_receipts", help: help, labels: [("outcome", "ignored")])
@@ -173,7 +173,7 @@ struct ReceiptDesk: Sendable {
     }
 }
 
-extension ReceiptQueue {
+extension OwedFrames {
     /// How long a sender's socket on this instance may take to accept a receipt before
     /// it is stored instead (a socket with frames waiting is not tried at all).
     static let handOverLimit: TimeAmount = .milliseconds(50)

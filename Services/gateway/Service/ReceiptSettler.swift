@@ -4,18 +4,18 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Removes stored receipts once their sockets have taken them (`ReceiptQueue`), a
+/// Removes stored receipts once their sockets have taken them (`OwedFrames`), a
 /// batch per Redis round trip: what was written while one batch was on its way goes in
 /// the next. A receipt whose removal fails stays stored and comes again with the
 /// owner's next `fetch_pending`; none is lost.
 final class ReceiptSettler: Service, Sendable {
-    private let receipts: ReceiptQueue
+    private let receipts: OwedFrames
     private let logger: Logger
     private let waiting = Mutex<[StoredReceipt]>([])
     private let ticks: AsyncStream<Void>
     private let tick: AsyncStream<Void>.Continuation
 
-    init(receipts: ReceiptQueue, logger: Logger) {
+    init(receipts: OwedFrames, logger: Logger) {
         self.receipts = receipts
         self.logger = logger
         (ticks, tick) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))

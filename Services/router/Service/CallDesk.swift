@@ -26,7 +26,7 @@ struct CallDesk: Sendable {
     let identities: IdentityCache
     /// Where a callee who was not on line is told about a missed call (the same
     /// per-identity frame store that keeps receipts and group events).
-    let frames: ReceiptQueue
+    let frames: OwedFrames
     let settings: CallSettings
     let metrics: CallMetrics
     let logger: Logger

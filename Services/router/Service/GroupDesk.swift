@@ -133,7 +133,7 @@ struct GroupDesk: Sendable {
     let redis: RedisClient
     let directory: GroupDirectory
     let identities: IdentityCache
-    let events: ReceiptQueue
+    let events: OwedFrames
     /// Open invitations kept per invitee; past it the oldest are withdrawn.
     var invitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
     let logger: Logger

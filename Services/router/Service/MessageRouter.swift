@@ -11,7 +11,7 @@ struct MessageRouter: Sendable {
     let redis: RedisClient
     let identities: IdentityCache
     let pending: PendingQueue
-    let receipts: ReceiptQueue
+    let receipts: OwedFrames
     let groups: GroupDesk
     let calls: CallDesk
     let attachments: AttachmentRecipients

@@ -20,7 +20,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             )
             let calls = CallDesk(
                 redis: environment.redis, identities: identities,
-                frames: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                frames: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 settings: .init(
                     ringTimeout: settings.callRingTimeout, answeredTTL: settings.callAnsweredTTL, sweepInterval: settings.callSweepInterval,
                     perPair: settings.callsPerPair, strangersPerCallee: settings.strangerCallsPerCallee
@@ -31,12 +31,12 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 redis: environment.redis,
                 identities: identities,
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
-                receipts: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 groups: GroupDesk(
                     postgres: environment.postgres, redis: environment.redis,
                     directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
                     identities: identities,
-                    events: ReceiptQueue(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                    events: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                     invitationsPerIdentity: settings.groupInvitationsPerIdentity,
                     logger: environment.logger
                 ),

@@ -49,7 +49,7 @@ public struct RouterSettings: ServiceSettings {
         common: CommonSettings,
         sendPerPair: RateLimitRule = RateLimitRule(capacity: 300, period: .seconds(60)),
         pendingCapacity: PendingQueue.Capacity = .standard,
-        receiptsWaitingMax: Int = ReceiptQueue.standardCapacity,
+        receiptsWaitingMax: Int = OwedFrames.standardCapacity,
         unknownIdentityTTL: Duration = .seconds(10),
         batchSize: Int = 200,
         claimAfter: Duration = .seconds(10),
@@ -80,7 +80,7 @@ public struct RouterSettings: ServiceSettings {
         let storing = StoringSettings(from: settings, service: Self.serviceName)
         sendPerPair = storing.sendPerPair
         pendingCapacity = storing.pendingCapacity
-        receiptsWaitingMax = settings.int("router.receipts.waiting.max", default: ReceiptQueue.standardCapacity, range: 1...1_000_000)
+        receiptsWaitingMax = settings.int("router.receipts.waiting.max", default: OwedFrames.standardCapacity, range: 1...1_000_000)
         unknownIdentityTTL = storing.unknownIdentityTTL
         batchSize = settings.int("router.batch.size", default: 200, range: 1...5_000)
         claimAfter = .milliseconds(settings.int("router.claim.after.ms", default: 10_000, range: 500...600_000))

@@ -15,7 +15,7 @@ public struct GatewayCommand: Sendable, Equatable {
         case supersede
         /// Write `frame` (a complete server frame) to the socket.
         case deliver
-        /// Write `frame`, a stored receipt (`ReceiptQueue`), and once the socket has
+        /// Write `frame`, a stored receipt (`OwedFrames`), and once the socket has
         /// taken it, remove it from the store.
         case receipt
         /// Write `frame`, a receipt not stored anywhere (`LiveReceipt`), to its owner's

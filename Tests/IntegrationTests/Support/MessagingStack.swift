@@ -117,7 +117,7 @@ struct MessagingStack {
 
     /// Receipts stored for `whisperId` and not yet taken by a socket of theirs.
     func storedReceipts(_ whisperId: String) async throws -> Int {
-        try await withRedis { try await ReceiptQueue(redis: $0).count(for: whisperId) }
+        try await withRedis { try await OwedFrames(redis: $0).count(for: whisperId) }
     }
 
     /// Entries ever added to the router stream (`entries-added` of `XINFO STREAM`):

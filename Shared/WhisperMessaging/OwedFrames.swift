@@ -1,6 +1,13 @@
 import WhisperShared
-/// Receipts (`message_delivered` frames) on their way to the message's sender, stored
-/// before they are handed over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
+
+/// The server frames owed to one identity that must reach it even if it is offline:
+/// receipts (`message_delivered`) for the messages it sent, `group_created` and
+/// `group_updated` of groups it is in, and missed calls (`call_ended`). Receipts are
+/// the most of them, and the rest is said of them below; the others are kept the same
+/// way. (Named `ReceiptQueue` until issue 35; the key keeps its name.)
+///
+/// Receipts on their way to the message's sender are stored before they are handed
+/// over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
 /// kept 72 hours. A receipt leaves the store only when a gateway has written it to the
 /// sender's socket (`GatewayCommand.Kind.receipt`, then `settle`); one that finds no
 /// socket, or a socket that closes first, waits for the sender's next `fetch_pending`.
@@ -13,12 +20,12 @@ import WhisperShared
 /// At most `capacity` receipts wait per sender (the oldest go first past it): a sender
 /// who stays away while many of its messages are read cannot grow the store without
 /// bound. Each message gives at most one `delivered` and one `read` receipt.
-public struct ReceiptQueue: Sendable {
+public struct OwedFrames: Sendable {
     let redis: RedisClient
     public let capacity: Int
     public static let standardCapacity = 10_000
 
-    public init(redis: RedisClient, capacity: Int = ReceiptQueue.standardCapacity) {
+    public init(redis: RedisClient, capacity: Int = OwedFrames.standardCapacity) {
         self.redis = redis
         self.capacity = capacity
     }
