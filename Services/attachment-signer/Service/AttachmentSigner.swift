@@ -101,21 +101,22 @@ struct AttachmentLedger: Sendable {
         var sentTo: Bool
     }
 
-    /// What an identity's uploads hold: every upload not deleted yet, and those of them
-    /// that no message has named.
-    struct Usage: Sendable, Equatable {
-        var liveBytes: Int64
-        var unsentBytes: Int64
+    /// The quota an upload would pass, with what the identity's uploads hold already.
+    enum QuotaRefusal: Sendable, Equatable {
+        /// Uploads that no message has named yet.
+        case unsent(held: Int64)
+        /// Every upload not deleted yet, sent or not.
+        case live(held: Int64)
     }
 
-    /// Records an upload unless it would take the uploader past a quota; returns the
-    /// usage before it either way (nil when recorded). Presigns of one identity take
-    /// turns (an advisory lock on it), so two at once cannot both squeeze under a quota.
+    /// Records an upload unless it would take the uploader past a quota; returns which
+    /// (nil when recorded). Presigns of one identity take turns (an advisory lock on it),
+    /// so two at once cannot both squeeze under a quota.
     func record(
         objectKey: String, uploader: String, contentType: String, size: Int64, purpose: String, expiresAt: Date,
         liveQuota: Int64, unsentQuota: Int64
-    ) async throws -> Usage? {
-        try await postgres.withTransaction(logger: logger) { connection -> Usage? in
+    ) async throws -> QuotaRefusal? {
+        try await postgres.withTransaction(logger: logger) { connection -> QuotaRefusal? in
             _ = try await connection.query("SELECT pg_advisory_xact_lock(hashtextextended(\(uploader), 6))", logger: logger)
             let rows = try await connection.query("""
                 SELECT coalesce(sum(size_bytes), 0)::int8,
@@ -123,11 +124,12 @@ struct AttachmentLedger: Sendable {
                            WHERE NOT EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key)), 0)::int8
                 FROM attachments a WHERE uploader_id = \(uploader) AND deleted_at IS NULL
                 """, logger: logger)
-            var usage = Usage(liveBytes: 0, unsentBytes: 0)
-            for try await (live, unsent) in rows.decode((Int64, Int64).self) { usage = Usage(liveBytes: live, unsentBytes: unsent) }
-            let (live, liveOverflow) = usage.liveBytes.addingReportingOverflow(size)
-            let (unsent, unsentOverflow) = usage.unsentBytes.addingReportingOverflow(size)
-            guard !liveOverflow, !unsentOverflow, live <= liveQuota, unsent <= unsentQuota else { return usage }
+            var (live, unsent): (Int64, Int64) = (0, 0)
+            for try await usage in rows.decode((Int64, Int64).self) { (live, unsent) = usage }
+            let (unsentAfter, unsentOverflow) = unsent.addingReportingOverflow(size)
+            if unsentOverflow || unsentAfter > unsentQuota { return .unsent(held: unsent) }
+            let (liveAfter, liveOverflow) = live.addingReportingOverflow(size)
+            if liveOverflow || liveAfter > liveQuota { return .live(held: live) }
             _ = try await connection.query("""
                 INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
                 VALUES (\(objectKey), \(uploader), \(contentType), \(size), \(purpose), \(expiresAt))
@@ -188,16 +190,15 @@ struct AttachmentRoutes: Sendable {
                 purpose: presign.purpose, expiresAt: now.addingTimeInterval(Double(settings.attachmentTTL.components.seconds)),
                 liveQuota: settings.quotaLiveBytes, unsentQuota: settings.quotaUnsentBytes
             )
-            if let usage = over {
+            if let over {
                 quotaRefusals.increment()
-                let unsentFull = usage.unsentBytes &+ presign.sizeBytes > settings.quotaUnsentBytes
-                throw WhisperHTTPError(
-                    .rateLimited,
-                    unsentFull
-                        ? "uploads not sent yet hold \(usage.unsentBytes) of \(settings.quotaUnsentBytes) bytes: send them, or wait for them to be collected"
-                        : "this identity's attachments hold \(usage.liveBytes) of \(settings.quotaLiveBytes) bytes: wait for recipients to take them",
-                    headers: [.retryAfter: "3600"]
-                )
+                let message = switch over {
+                case .unsent(let held):
+                    "uploads not sent yet hold \(held) of \(settings.quotaUnsentBytes) bytes: send them, or wait for them to be collected"
+                case .live(let held):
+                    "this identity's attachments hold \(held) of \(settings.quotaLiveBytes) bytes: wait for recipients to take them"
+                }
+                throw WhisperHTTPError(.rateLimited, message, headers: [.retryAfter: "3600"])
             }
             let seconds = Int(settings.uploadURLTTL.components.seconds)
             let headers = ["Content-Length": String(presign.sizeBytes), "Content-Type": Self.uploadContentType]

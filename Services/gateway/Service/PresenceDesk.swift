@@ -39,17 +39,8 @@ struct PresenceDesk: Sendable {
     func subscribe(_ whisperIds: [String], watcher: String, on connection: ClientConnection) async throws -> PresenceSnapshot {
         var seen: Set<String> = [watcher]
         let targets = whisperIds.filter { seen.insert($0).inserted }
-        let asked = Clock.millisecondsNow()
-        var relations: [RESPValue] = []
-        if !targets.isEmpty {
-            relations = try await redis.pipeline(targets.flatMap { target in
-                [RedisCommand("ZSCORE", RedisKeys.peers(watcher), target), RedisCommand("ZSCORE", RedisKeys.peers(target), watcher)]
-            })
-        }
-        let peers = targets.enumerated().filter { index, _ in
-            guard relations.count > 2 * index + 1 else { return false }
-            return Peers.exchanged([relations[2 * index], relations[2 * index + 1]], now: asked)
-        }.map(\.element)
+        let relations = try await Peers.exchanged(watcher, with: targets, on: redis)
+        let peers = zip(targets, relations).filter(\.1).map(\.0)
 
         let now = Clock.millisecondsNow()
         let value = "\(now &+ Int64(Self.lifetime.milliseconds)) \(instanceID) \(connection.id)"

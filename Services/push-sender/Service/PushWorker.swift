@@ -59,8 +59,11 @@ struct PushWorker: Service, CustomStringConvertible {
     private func loop(jobs: Lanes<PushJob>, start: (PushJob) -> Void) async {
         let stream = self.stream
         var lastClaim = ContinuousClock.now
-        func begin(_ entries: [StreamGroupReader.Entry]) {
+        // Each job waits for room before it starts, claimed ones too: never more than
+        // `maxJobs` in hand.
+        func begin(_ entries: [StreamGroupReader.Entry]) async {
             for entry in entries {
+                await jobs.waitForRoom()
                 let job = PushJob(entry: Entry(id: entry.id, job: entry.fields.flatMap(PushStream.Job.init(fields:)), fields: entry.fields ?? []))
                 if jobs.add(job) { start(job) }
             }
@@ -77,7 +80,7 @@ struct PushWorker: Service, CustomStringConvertible {
                 jobs.restore(done)
                 throw error
             }
-            begin(entries)
+            await begin(entries)
             if ContinuousClock.now - lastClaim >= settings.claimAfter / 2 {
                 var claimed: [StreamGroupReader.Entry] = []
                 // One of our own still in flight for that long (a stalled provider) is not abandoned.
@@ -86,7 +89,7 @@ struct PushWorker: Service, CustomStringConvertible {
                     return claimed.count < settings.batchSize
                 }
                 if !claimed.isEmpty { logger.info("push_claimed_jobs", metadata: ["count": "\(claimed.count)"]) }
-                begin(claimed)
+                await begin(claimed)
                 lastClaim = ContinuousClock.now
             }
         }

@@ -248,10 +248,7 @@ struct CallDesk: Sendable {
 
     /// Whether the two identities each sent the other a message lately (`Peers.exchanged`).
     private func areDirectPeers(_ one: String, _ other: String) async throws -> Bool {
-        let scores = try await redis.pipeline([
-            RedisCommand("ZSCORE", [RedisKeys.peers(one), other]), RedisCommand("ZSCORE", [RedisKeys.peers(other), one]),
-        ])
-        return Peers.exchanged(scores, now: Clock.millisecondsNow())
+        try await Peers.exchanged(one, with: [other], on: redis).first ?? false
     }
 
     /// The call, when `from` and `to` are its two parties; anyone else is refused and

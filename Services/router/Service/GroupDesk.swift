@@ -258,9 +258,9 @@ struct GroupDesk: Sendable {
     /// Applies an update: any member may change the title or leave; only the owner may
     /// add or remove others, and an addition that is not a direct peer of the owner is an
     /// invitation (withdrawn by removing it). An invitee who is not a member may accept
-    /// (`addMembers: [self]`) or decline (`removeMembers: [self]`), nothing else.
-    /// add or remove others. When the owner leaves, the member who joined earliest
-    /// becomes the owner; when the last member leaves, the group is deleted.
+    /// (`addMembers: [self]`) or decline (`removeMembers: [self]`), nothing else. When the
+    /// owner leaves, the member who joined earliest becomes the owner; when the last member
+    /// leaves, the group is deleted.
     func update(_ request: GroupUpdate, entry: RouterStream.Entry) async throws -> [UInt8] {
         let author = entry.whisperId
         try await checkAuthor(author)
@@ -380,6 +380,7 @@ struct GroupDesk: Sendable {
     ) async throws -> Change {
         let accepting = adds == [invitee] && removes.isEmpty && request.title == nil
         let declining = removes == [invitee] && adds.isEmpty && request.title == nil
+        guard accepting || declining else { throw WhisperError(.forbidden, "not a member of this group") }
         let invitation = try await connection.query(
             """
             DELETE FROM group_invitations WHERE group_id = \(before.groupId) AND whisper_id = \(invitee)
@@ -388,9 +389,7 @@ struct GroupDesk: Sendable {
             """,
             logger: logger
         ).decode(String.self).first { _ in true }
-        guard accepting || declining, let invitedBy = invitation else {
-            throw WhisperError(.forbidden, "not a member of this group")
-        }
+        guard let invitedBy = invitation else { throw WhisperError(.forbidden, "not a member of this group") }
         guard accepting else { return Change(before: before, after: before, added: [], removed: [invitee]) }
         guard before.memberIds.count < Limits.MAX_GROUP_MEMBERS else {
             throw WhisperError(.forbidden, "the group is full (\(Limits.MAX_GROUP_MEMBERS) members)")
@@ -438,18 +437,9 @@ struct GroupDesk: Sendable {
     /// Splits identities named by `author` into its direct peers (added at once) and the
     /// others (invited): the rule of presence and typing (`Peers.exchanged`).
     private func partition(_ whisperIds: [String], author: String) async throws -> (direct: [String], invited: [String]) {
-        guard !whisperIds.isEmpty else { return ([], []) }
-        let scores = try await redis.pipeline(whisperIds.flatMap { other in
-            [RedisCommand("ZSCORE", RedisKeys.peers(author), other), RedisCommand("ZSCORE", RedisKeys.peers(other), author)]
-        })
-        let now = Clock.millisecondsNow()
-        var direct: [String] = []
-        var invited: [String] = []
-        for (index, other) in whisperIds.enumerated() {
-            let pair = scores.count > 2 * index + 1 ? [scores[2 * index], scores[2 * index + 1]] : []
-            if Peers.exchanged(pair, now: now) { direct.append(other) } else { invited.append(other) }
-        }
-        return (direct, invited)
+        let peers = try await Peers.exchanged(author, with: whisperIds, on: redis)
+        let pairs = zip(whisperIds, peers)
+        return (pairs.filter(\.1).map(\.0), pairs.filter { !$0.1 }.map(\.0))
     }
 
     /// Records invitations (a repeat renews one) and keeps each invitee's open ones at
@@ -501,7 +491,7 @@ struct GroupDesk: Sendable {
         let frame = ServerFrameCodec.encode(GroupInvitation(
             groupId: group.groupId, title: group.title, invitedBy: author, memberCount: group.memberIds.count, invitedAt: Clock.millisecondsNow()
         ))
-        for (index, _) in invitees.enumerated() {
+        for index in invitees.indices {
             guard index < sockets.count, let socket = sockets[index].string.flatMap(PresenceRecord.init(encoded:)) else { continue }
             try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
         }

@@ -49,4 +49,17 @@ public enum Peers {
         let times = scores.compactMap { $0.string.flatMap(Double.init) }
         return scores.count == 2 && times.count == 2 && times.allSatisfy { $0 >= since }
     }
+
+    /// Whether `one` and each of `others` are direct peers: the two look-ups of each pair
+    /// in one pipeline, answered by `exchanged`.
+    public static func exchanged(_ one: String, with others: [String], on redis: RedisClient) async throws -> [Bool] {
+        guard !others.isEmpty else { return [] }
+        let scores = try await redis.pipeline(others.flatMap { other in
+            [RedisCommand("ZSCORE", RedisKeys.peers(one), other), RedisCommand("ZSCORE", RedisKeys.peers(other), one)]
+        })
+        let now = Clock.millisecondsNow()
+        return others.indices.map { index in
+            scores.count > 2 * index + 1 && exchanged([scores[2 * index], scores[2 * index + 1]], now: now)
+        }
+    }
 }
