@@ -61,7 +61,7 @@ public struct OwedFrames: Sendable {
             guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array,
                   fields.count == 2, let frame = fields[1].bytes else { continue }
             let command = GatewayCommand(kind: .receipt, connId: connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id))
-            commands.append(RedisCommand("PUBLISH", RedisKeys.gatewayChannel(gateway), command.encoded))
+            commands.append(command.publishing(to: gateway))
         }
         if !commands.isEmpty {
             _ = try await redis.pipeline(commands)

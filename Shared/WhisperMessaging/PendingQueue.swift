@@ -12,7 +12,7 @@ import WhisperShared
 /// keys of one recipient share a hash slot, so each step is one atomic script.
 public struct PendingQueue: Sendable {
     public static let ttl: Duration = .seconds(Limits.PENDING_TTL_HOURS * 3600)
-    let redis: RedisClient
+    package let redis: RedisClient
     /// How much one recipient's queue may hold; a message past either cap is refused
     /// (`StoreResult.full`) until the recipient takes some.
     public let capacity: Capacity
@@ -81,105 +81,67 @@ public struct PendingQueue: Sendable {
         }
     }
 
-    /// How the sender hears that its message was accepted.
-    public enum Acceptance: Sendable {
-        /// The script publishes `command` (the sender's `message_accepted`) to the
-        /// sender's gateway: a router storing a stream entry.
-        case publish(gateway: String, command: GatewayCommand)
-        /// The script's reply is the acceptance: the caller is `gateway`, the instance
-        /// holding the sender's socket, and writes `message_accepted` itself. A recipient
-        /// whose socket is on that same instance is not published to either: the reply
-        /// names its connection (`StoreOutcome.localConnection`) and the caller writes
-        /// the message there.
-        case reply(gateway: String)
-    }
-
-    /// What `store` did, and where the message went live.
+    /// What `store` did, and where the recipient's live socket is.
     public struct StoreOutcome: Sendable, Equatable {
         public var result: StoreResult
-        /// A live socket was handed the message (published to its gateway, or named below).
-        public var deliveredLive: Bool
-        /// With `Acceptance.reply`: the recipient's connection on the caller's own
-        /// instance, for the caller to write `message_received` to. Nothing was published.
-        public var localConnection: String?
+        /// Where the recipient was connected when the message was stored (its presence
+        /// record, as the store read it), for the caller to deliver the message to; nil
+        /// when nobody is connected, or for a duplicate that is not to be delivered again.
+        public var recipientSocket: PresenceRecord?
         /// The replies of the commands sent `alongside` the store, in their order.
         public var alongside: [RESPValue] = []
+
+        public init(result: StoreResult, recipientSocket: PresenceRecord? = nil, alongside: [RESPValue] = []) {
+            self.result = result
+            self.recipientSocket = recipientSocket
+            self.alongside = alongside
+        }
     }
 
     /// Stores a message unless its messageId is already known for this recipient or the
     /// sender's bucket for this recipient (`pairLimit`, kept in the recipient's hash slot
-    /// and charged only for a new message) is empty, then, in the same script, tells the
-    /// sender (`acceptance`) and passes `message_received` to the gateway named in
-    /// `presence:{recipient}`, if any (published, or left to the caller when that is the
-    /// caller's own instance). One round trip; the store always comes first, and the
-    /// script's reply and messages leave Redis only after its write (under
-    /// `appendfsync always`, after the fsync). For a duplicate the sender is told again,
-    /// and the message is delivered again only when `redeliver` is set and it is still
-    /// pending.
+    /// and charged only for a new message) is empty, and reads, in the same script, where
+    /// the recipient is connected (`presence:{recipient}`). One round trip; nothing is
+    /// published: the caller tells the sender and delivers the message (`MessageSending`),
+    /// after the store, whose reply leaves Redis only after its write (under
+    /// `appendfsync always`, after the fsync). For a duplicate the recipient's socket is
+    /// returned only when `redeliver` is set and the message is still pending.
     public func store(
-        recipient: String, messageId: String, sender: String, body: [UInt8],
-        acceptance: Acceptance, acceptedAt: Int64, redeliver: Bool, pairLimit: RateLimitRule,
-        group: GroupCheck? = nil, traceparent: String? = nil, origin: DeliveryOrigin? = nil, alongside: [RedisCommand] = []
+        recipient: String, messageId: String, sender: String, body: [UInt8], redeliver: Bool, pairLimit: RateLimitRule,
+        group: GroupCheck? = nil, alongside: [RedisCommand] = []
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
         ]
-        let channel: String
-        let command: [UInt8]
-        switch acceptance {
-        case .publish(let gateway, let accepted):
-            channel = RedisKeys.gatewayChannel(gateway)
-            command = accepted.encoded
-        case .reply(let gateway):
-            channel = RedisKeys.gatewayChannel(gateway)
-            command = []
-        }
-        var arguments: [any RedisArgument] = [
-            sender, body, Int(Self.ttl.milliseconds), messageId, channel,
-            // The deliver command's detail (the trace, when traces are on, and the origin) and acceptedAt.
-            command, "\(GatewayCommand.deliverDetail(traceparent: traceparent, origin: origin))\n\(acceptedAt)", redeliver ? 1 : 0,
-        ] + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
+        var arguments: [any RedisArgument] = [sender, body, Int(Self.ttl.milliseconds), messageId, redeliver ? 1 : 0]
+            + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
         if let group {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
         }
         let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
-        // The fourth part: 1 (published to a live socket), 0 (none), or the connection
-        // on the caller's instance.
-        var live = false
-        var local: String?
-        if parts.count > 3 {
-            switch parts[3] {
-            case .integer(let count):
-                live = count > 0
-            case .bulkString(let connection) where !connection.isEmpty:
-                live = true
-                local = String(decoding: connection, as: UTF8.self)
-            default:
-                break
-            }
-        }
-        var outcome: StoreOutcome
+        // The fourth part of `stored` and `duplicate`: the recipient's presence record, or false.
+        let socket = parts.count > 3 ? parts[3].string.flatMap(PresenceRecord.init(encoded:)) : nil
+        let result: StoreResult
         switch status {
         case "stored":
-            outcome = StoreOutcome(result: .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0)), deliveredLive: live, localConnection: local)
+            result = .stored(entryId: parts[1].string ?? "", depth: Int(parts[2].int ?? 0))
         case "duplicate":
-            outcome = StoreOutcome(result: .duplicate, deliveredLive: live, localConnection: local)
+            result = .duplicate
         case "limited":
-            outcome = StoreOutcome(result: .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0)), deliveredLive: false)
+            result = .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0))
         case "full":
-            outcome = StoreOutcome(result: .full, deliveredLive: false)
+            result = .full
         case "not_member":
-            outcome = StoreOutcome(result: .notMember, deliveredLive: false)
+            result = .notMember
         case "stale":
-            outcome = StoreOutcome(result: .stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0), deliveredLive: false)
+            result = .stale(current: parts.count > 1 ? Int64(parts[1].string ?? "") ?? 0 : 0)
         default:
-            outcome = StoreOutcome(result: .conflict, deliveredLive: false)
+            result = .conflict
         }
-        outcome.alongside = others
-        return outcome
+        return StoreOutcome(result: result, recipientSocket: socket, alongside: others)
     }
 
     public struct Page: Sendable {
@@ -221,128 +183,6 @@ public struct PendingQueue: Sendable {
         return Page(messages: messages, nextCursor: more ? lastId : nil)
     }
 
-    public enum ReceiptResult: Sendable, Equatable {
-        /// The message was the recipient's, from `sender`; removed from the queue when delivered.
-        case acknowledged(sender: String)
-        /// No such message for this recipient (never sent to it, or older than 72 h).
-        case unknown
-    }
-
-    /// Applies the recipient's receipt (`delivered` removes the message from the queue)
-    /// and, in the same round trip, finds where `sender` (the sender the receipt names,
-    /// who is told if the message turns out to be theirs) is connected.
-    /// Each status counts once per message: a repeat (`delivered` for a message no longer
-    /// pending, a second `read`) is `.unknown`, so it is not passed on again, unless
-    /// `repeated` says this is a stream entry handled a second time (its router died
-    /// between this step and the next), when it is passed on again.
-    public func acknowledge(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String, repeated: Bool = false
-    ) async throws -> (result: ReceiptResult, senderSocket: PresenceRecord?) {
-        let (reply, others) = try await redis.evaluate(
-            Self.ackScript, keys: [RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), Self.bytesKey(recipient)],
-            arguments: [delivered ? 1 : 0, repeated ? 1 : 0],
-            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
-        )
-        let socket = others.first?.string.flatMap(PresenceRecord.init(encoded:))
-        if let sender = reply.string, !sender.isEmpty { return (.acknowledged(sender: sender), socket) }
-        return (.unknown, nil)
-    }
-
-    /// What a receipt's first step found (`checkReceipt`).
-    public enum ReceiptCheck: Sendable, Equatable {
-        /// The message is the recipient's, from `sender`, and this status was not yet
-        /// passed on: keep the receipt for the sender, then apply it (`applyReceipt`).
-        case pass(sender: String)
-        /// No such message for this recipient, or this status was passed on before.
-        case ignore
-    }
-
-    /// The first of a receipt's steps as a gateway serves it, once the recipient's bucket
-    /// for receipts (`receiptBucket`) was charged (through the socket's lease): looks the
-    /// message up and, in the same write, finds where `sender` (whom the receipt names)
-    /// is connected. The ack script only asked (its rule is the one `applyReceipt`
-    /// applies) and a plain read: nothing is written, so nothing goes to the append-only
-    /// file (Redis 7 propagates a script's effects, and this one has none).
-    /// The receipt is then kept for its sender (`OwedFrames.keep`) and only after
-    /// that applied (`applyReceipt`): a gateway that dies in between leaves the message as it was,
-    /// and the recipient acknowledges it again when it fetches it again.
-    public func checkReceipt(
-        recipient: String, messageId: String, delivered: Bool, locating sender: String
-    ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
-        // The ack script asked, not applied: the rule is the script's alone.
-        let (reply, others) = try await redis.evaluate(
-            Self.ackScript, keys: Self.applyKeys(recipient, messageId), arguments: [delivered ? 1 : 0, 0, 1],
-            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
-        )
-        guard let from = reply.string, !from.isEmpty else { return (.ignore, nil) }
-        return (.pass(sender: from), others.first?.string.flatMap(PresenceRecord.init(encoded:)))
-    }
-
-    /// The last step of a receipt: `delivered` takes the message out of the queue,
-    /// `read` marks it (each once). Returns whether this call changed the message.
-    @discardableResult
-    public func applyReceipt(recipient: String, messageId: String, delivered: Bool) async throws -> Bool {
-        let reply = try await redis.evaluate(Self.ackScript, keys: Self.applyKeys(recipient, messageId), arguments: [delivered ? 1 : 0, 0])
-        return !(reply.string ?? "").isEmpty
-    }
-
-    /// A receipt's last step, to be run later and many at once (`applyReceipts`, or
-    /// `applyCommand` in the same write as other work).
-    public struct ReceiptApplication: Sendable, Equatable {
-        public var recipient: String
-        public var messageId: String
-        public var delivered: Bool
-
-        public init(recipient: String, messageId: String, delivered: Bool) {
-            self.recipient = recipient
-            self.messageId = messageId
-            self.delivered = delivered
-        }
-
-        /// One string per recipient, message (whatever its case) and status, for sets
-        /// of applications waiting or done.
-        public var key: String {
-            recipient + "/" + Format.lowercased(messageId) + (delivered ? "/d" : "/r")
-        }
-    }
-
-    /// `applyReceipt` as a command to send with others (`EVALSHA`: a caller that gets
-    /// `NOSCRIPT` back runs it again through `applyReceipts`, which teaches the script).
-    /// Running it twice changes nothing more than once.
-    public static func applyCommand(_ application: ReceiptApplication) -> RedisCommand {
-        let keys = applyKeys(application.recipient, application.messageId)
-        var command = RedisCommand("EVALSHA", [ackScript.sha1, keys.count])
-        for key in keys {
-            command.append(key)
-        }
-        command.append(application.delivered ? 1 : 0)
-        command.append(0)
-        return command
-    }
-
-    /// Whether `applyCommand` may go in another write: this client has taught Redis the
-    /// script (through `applyReceipts` or `applyReceipt`).
-    public var appliesAlongside: Bool { redis.knows(Self.ackScript) }
-
-    /// Applies receipts in one write (one round trip, one append-only-file write).
-    public func applyReceipts(_ applications: [ReceiptApplication]) async throws {
-        guard let first = applications.first else { return }
-        let (_, others) = try await redis.evaluate(
-            Self.ackScript, keys: Self.applyKeys(first.recipient, first.messageId), arguments: [first.delivered ? 1 : 0, 0],
-            alongside: applications.dropFirst().map(Self.applyCommand)
-        )
-        for case .error(let message) in others {
-            throw RedisError.server(message)
-        }
-    }
-
-    private static func applyKeys(_ recipient: String, _ messageId: String) -> [String] {
-        [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient)]
-    }
-
-    /// A recipient's bucket for the receipts it sends, in its own hash slot.
-    public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
-
     /// Messages waiting for a recipient (after dropping expired ones).
     public func depth(recipient: String) async throws -> Int {
         Int(try await redis.send("XLEN", RedisKeys.pending(recipient)).int ?? 0)
@@ -354,7 +194,7 @@ public struct PendingQueue: Sendable {
     }
 
     /// The total size of the bodies in the queue (kept with it, in its slot).
-    static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
+    package static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
 
     /// Bytes the recipient's queue holds, as counted.
     public func bytes(recipient: String) async throws -> Int {
@@ -393,53 +233,40 @@ public struct PendingQueue: Sendable {
 
     /// KEYS: queue, message key, presence key, the pair's bucket, byte count, the
     /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
-    /// messageId, sender's gateway channel, accepted command (empty: the reply is the
-    /// acceptance, and a recipient on that same channel's instance is returned, not
-    /// published to), `<traceparent>\n<acceptedAt>`
-    /// (the deliver command's detail and time; the traceparent may be empty), redeliver flag,
-    /// the bucket's capacity and refill per ms, the queue's cap in messages and in bytes,
-    /// the peers' cap and their expiry ms; for a group copy also KEYS[7], the
-    /// recipient's groups, and ARGV 15 and 16, the groupId and the membership version the
-    /// router checked the sender against. The presence value is
-    /// `<gateway> <connId>` (`PresenceRecord`); the command format is `GatewayCommand`'s.
+    /// messageId, redeliver flag, the bucket's capacity and refill per ms, the queue's cap
+    /// in messages and in bytes, the peers' cap and their expiry ms; for a group copy
+    /// also KEYS[7], the recipient's groups, and ARGV 12 and 13, the groupId and the
+    /// membership version the router checked the sender against. Returns
+    /// {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
+    /// is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
+    /// redeliver flag is set and it is still pending), or {'limited', retry ms}, {'full'},
+    /// {'not_member'}, {'stale', version}, {'conflict'}. It publishes nothing.
     /// A resend of a stored copy is answered as a duplicate even if the recipient has
     /// left since (it was accepted before); a new copy is stored only while the
     /// recipient's record names the group at the version checked.
     static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
-        local function deliver()
-            local holder = redis.call('GET', KEYS[3])
-            if not holder then return 0 end
-            local space = string.find(holder, ' ', 1, true)
-            if not space then return 0 end
-            local gateway = string.sub(holder, 1, space - 1)
-            local conn = string.sub(holder, space + 1)
-            if ARGV[6] == '' and 'gateway:' .. gateway == ARGV[5] then return conn end
-            return redis.call('PUBLISH', 'gateway:' .. gateway,
-                'deliver\\n' .. conn .. '\\n' .. ARGV[7] .. '\\n{"type":"message_received","payload":' .. ARGV[2] .. '}')
-        end
         local known = redis.call('HGET', KEYS[2], 'from')
         if known then
             if known ~= ARGV[1] then return {'conflict'} end
-            if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
-            local delivered = 0
-            if ARGV[8] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
-                delivered = deliver()
+            local socket = false
+            if ARGV[5] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
+                socket = redis.call('GET', KEYS[3])
             end
-            return {'duplicate', '', 0, delivered}
+            return {'duplicate', '', 0, socket}
         end
-        if ARGV[15] then
-            local epoch = redis.call('HGET', KEYS[7], ARGV[15])
+        if ARGV[12] then
+            local epoch = redis.call('HGET', KEYS[7], ARGV[12])
             if not epoch then return {'not_member'} end
-            if epoch ~= ARGV[16] then return {'stale', epoch} end
+            if epoch ~= ARGV[13] then return {'stale', epoch} end
         end
         local now = now_ms()
         local length = expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
         local size = #ARGV[2]
         local held = tonumber(redis.call('GET', KEYS[5]) or '0')
-        if length >= tonumber(ARGV[11]) or held + size > tonumber(ARGV[12]) then
+        if length >= tonumber(ARGV[8]) or held + size > tonumber(ARGV[9]) then
             return {'full'}
         end
-        local retry = take_token(KEYS[4], tonumber(ARGV[9]), tonumber(ARGV[10]), now)
+        local retry = take_token(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
         if retry > 0 then return {'limited', retry} end
         local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
         redis.call('PEXPIRE', KEYS[1], ARGV[3])
@@ -448,47 +275,16 @@ public struct PendingQueue: Sendable {
         redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
         redis.call('PEXPIRE', KEYS[2], ARGV[3])
         -- Only a sender new to the set can take it past its cap.
-        if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[13]) then
-            redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[13]) + 1))
+        if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then
+            redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[10]) + 1))
         end
-        redis.call('PEXPIRE', KEYS[6], ARGV[14])
-        if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[5], ARGV[6]) end
-        return {'stored', id, length + 1, deliver()}
+        redis.call('PEXPIRE', KEYS[6], ARGV[11])
+        return {'stored', id, length + 1, redis.call('GET', KEYS[3])}
         """)
 
     /// KEYS: queue, byte count. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
     static let pageScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
         expire_old(KEYS[1], KEYS[2], tonumber(ARGV[3]), now_ms())
         return redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
-        """)
-
-    /// KEYS: queue, message key, byte count. ARGV: 1 when delivered (else read), 1 when
-    /// the entry is handled again, and 1 to only ask (`checkReceipt`: nothing is written).
-    /// Returns the sender when the receipt is to be passed on, else "". `delivered` takes
-    /// the message out of the queue.
-    ///
-    /// The receipt-state rule lives here and nowhere else: a `delivered` receipt counts
-    /// while its message is pending, a `read` receipt once.
-    static let ackScript = RedisScript("""
-        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read')
-        local from = message[1]
-        if not from then return '' end
-        local counts
-        if ARGV[1] == '1' then counts = (message[2] == 'pending') else counts = not message[5] end
-        if not counts then
-            if ARGV[2] == '1' then return from end
-            return ''
-        end
-        if ARGV[3] == '1' then return from end
-        if ARGV[1] == '1' then
-            if redis.call('XDEL', KEYS[1], message[3]) == 1 and message[4] then
-                redis.call('DECRBY', KEYS[3], tonumber(message[4]))
-            end
-            if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
-            redis.call('HSET', KEYS[2], 'state', 'delivered')
-            return from
-        end
-        redis.call('HSET', KEYS[2], 'read', '1')
-        return from
         """)
 }

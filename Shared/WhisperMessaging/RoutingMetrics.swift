@@ -3,7 +3,7 @@ import WhisperShared
 
 /// What routing a frame produced, for metrics and tests.
 public enum RoutingOutcome: String, Sendable, CaseIterable {
-    case delivered, queued, duplicate, receipt, ignored, page, refused
+    case delivered, queued, duplicate, ignored, page, refused
     /// A group created or changed (`group_create`, `group_update`).
     case group
     /// A call signaling frame passed on (or a call ended).

@@ -63,7 +63,7 @@ struct DirectSendTests {
     }
 
     /// A receipt between two sockets of one gateway is served from what that gateway
-    /// remembers of the delivery (`LocalDeliveries`): no look-up in Redis, each status
+    /// remembers of the delivery (`ReceiptMemory`): no look-up in Redis, each status
     /// passed on once, a repeat looked up (and dropped) as before.
     @Test func receiptsBetweenSocketsOfOneGatewayAreServedFromMemoryOncePerStatus() async throws {
         let stack = try await MessagingStack.start(routers: 0)

@@ -282,8 +282,14 @@ struct GroupCacheTests {
                 let identities = IdentityCache(postgres: postgres, logger: TestServers.logger, metrics: metrics, ttl: .seconds(30))
                 let directory = GroupDirectory(postgres: postgres, logger: TestServers.logger, metrics: metrics)
                 let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
+                let routing = RoutingMetrics(metrics: metrics)
                 let router = MessageRouter(
-                    redis: redis, identities: identities, pending: PendingQueue(redis: redis), receipts: OwedFrames(redis: redis),
+                    redis: redis,
+                    sending: MessageSending(
+                        checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: postgres),
+                        pending: PendingQueue(redis: redis), redis: redis, pairLimit: settings.sendPerPair, metrics: routing
+                    ),
+                    pending: PendingQueue(redis: redis), receipts: OwedFrames(redis: redis),
                     groups: GroupDesk(
                         postgres: postgres, redis: redis, directory: directory, identities: identities, events: OwedFrames(redis: redis),
                         logger: TestServers.logger
@@ -293,8 +299,7 @@ struct GroupCacheTests {
                         settings: .init(ringTimeout: .seconds(45), answeredTTL: .seconds(3_600), sweepInterval: .seconds(1)),
                         metrics: CallMetrics(metrics: metrics), logger: TestServers.logger
                     ),
-                    attachments: AttachmentRecipients(postgres: postgres),
-                    settings: settings, metrics: RoutingMetrics(metrics: metrics), logger: TestServers.logger
+                    settings: settings, metrics: routing, logger: TestServers.logger
                 )
                 // This router learns the group while `leaves` is a member.
                 let before = try #require(try await directory.view(created.groupId))

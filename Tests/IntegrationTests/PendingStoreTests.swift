@@ -17,8 +17,7 @@ import WhisperShared
     /// A message body as a router or gateway stores it (the script reads only its size).
     func store(_ queue: PendingQueue, to recipient: String, from sender: String) async throws -> PendingQueue.StoreOutcome {
         try await queue.store(
-            recipient: recipient, messageId: RandomID.uuid(), sender: sender, body: Array(#"{"text":"hi"}"#.utf8),
-            acceptance: .reply(gateway: "test-\(UUID().uuidString)"), acceptedAt: Clock.millisecondsNow(), redeliver: false,
+            recipient: recipient, messageId: RandomID.uuid(), sender: sender, body: Array(#"{"text":"hi"}"#.utf8), redeliver: false,
             pairLimit: RateLimitRule(capacity: 10_000, period: .seconds(1))
         )
     }

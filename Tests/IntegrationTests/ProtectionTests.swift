@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import GatewayService
 import NIOCore
 import Testing
 import WhisperClient

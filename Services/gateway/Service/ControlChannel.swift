@@ -12,14 +12,9 @@ import WhisperShared
 /// loop that read the message.
 struct ControlChannel: Sendable {
     let connections: ConnectionRegistry
-    let settler: ReceiptSettler
-    /// For receipts handed over live (`liveReceipt`): where one the socket cannot take
-    /// is stored, and what applies it once it is safe.
-    let receipts: OwedFrames
-    let applier: ReceiptApplier
-    let presence: PresenceStore
-    /// Messages delivered here with their origin, for their receipts (`ReceiptDesk`).
-    let deliveries: LocalDeliveries
+    /// Receipts handed to this instance's sockets (stored, or live), and the memory of
+    /// messages delivered here with their origin, for their receipts.
+    let receipts: ReceiptDesk
     let banned: RecentBans
     /// The identities this instance's `SendDesk` caches: a change reaches it at once.
     let identities: IdentityCache
@@ -27,17 +22,13 @@ struct ControlChannel: Sendable {
     let logger: Logger
 
     init(
-        connections: ConnectionRegistry, settler: ReceiptSettler, receipts: OwedFrames, applier: ReceiptApplier, presence: PresenceStore,
-        deliveries: LocalDeliveries, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics, logger: Logger
+        connections: ConnectionRegistry, receipts: ReceiptDesk, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
+        logger: Logger
     ) {
-        self.presence = presence
-        self.deliveries = deliveries
         self.receipts = receipts
-        self.applier = applier
         self.connections = connections
         self.identities = identities
         self.banned = banned
-        self.settler = settler
         self.latency = metrics.histogram("routing_latency", help: "From a message reaching the sender's gateway to its write on the recipient's socket.")
         self.logger = logger
     }
@@ -53,7 +44,7 @@ struct ControlChannel: Sendable {
         }
         if command.kind == .liveReceipt {
             if let frame = command.frame, let live = command.live {
-                takeLive(frame, live, connection: connections.connection(command.connId))
+                receipts.takeLive(frame, live, connection: connections.connection(command.connId))
             }
             return
         }
@@ -66,13 +57,13 @@ struct ControlChannel: Sendable {
             connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
         case .receipt:
             guard let frame = command.frame, let stored = command.stored else { return }
-            handOver(frame, stored: stored, to: connection)
+            receipts.handOver(frame, stored: stored, to: connection)
         case .deliver:
             if let frame = command.frame {
                 // Remembered before the write, so the receipt cannot come first; only
                 // for the socket of the message's recipient.
                 if let origin = command.origin, connection.whisperId == origin.recipient {
-                    deliveries.remember(
+                    receipts.memory.remember(
                         recipient: origin.recipient, messageId: origin.messageId, sender: origin.sender, senderConnection: origin.connId,
                         senderGateway: origin.gateway
                     )
@@ -82,37 +73,6 @@ struct ControlChannel: Sendable {
         case .liveReceipt:
             break
         }
-    }
-
-    /// A receipt another gateway handed over without storing it (`ReceiptDesk`): written
-    /// to its owner's socket, or stored when that socket is gone, is not the owner's, or
-    /// cannot take it within `OwedFrames.handOverLimit` (a gone socket's receipt is
-    /// handed to the owner's socket of now, wherever presence names one: the owner may
-    /// have moved since);
-    /// then applied to the recipient's queue. A store that fails applies nothing: the
-    /// message stays pending and is acknowledged again.
-    func takeLive(_ frame: [UInt8], _ live: LiveReceipt, connection: ClientConnection?) {
-        let (receipts, applier, presence, logger) = (self.receipts, self.applier, self.presence, self.logger)
-        let owned = connection.flatMap { $0.whisperId == live.owner ? $0 : nil }
-        Task {
-            do {
-                let socket = owned == nil ? try await presence.lookup(live.owner) : nil
-                try await receipts.give(frame, to: owned, owner: live.owner, handingTo: socket)
-            } catch {
-                logger.warning("live_receipt_keep_failed", metadata: ["error": "\(error)"])
-                return
-            }
-            await applier.add(.init(recipient: live.recipient, messageId: live.messageId, delivered: live.delivered))
-        }
-    }
-
-    /// Writes a stored receipt to its owner's socket (published here, or kept by this
-    /// instance's own `ReceiptDesk`) and settles it once written. Only to the socket of
-    /// the receipt's owner; left stored otherwise.
-    func handOver(_ frame: [UInt8], stored: StoredReceipt, to connection: ClientConnection) {
-        guard connection.whisperId == stored.owner else { return }
-        let settler = self.settler
-        connection.sendRaw(frame) { settler.settle(stored) }
     }
 
     /// Writes a frame for its socket: published here, or stored by this instance's own

@@ -32,15 +32,13 @@ public func buildGateway(
         postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
         unknownTTL: settings.unknownIdentityTTL
     )
-    let deliveries = LocalDeliveries()
-    let applier = ReceiptApplier(
-        pending: PendingQueue(redis: environment.redis), maxWait: settings.receiptApplyMaxWait, logger: environment.logger
+    let receipts = ReceiptDesk(
+        redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
+        applyMaxWait: settings.receiptApplyMaxWait, instanceID: settings.common.instanceID, connections: connections, presence: presence,
+        logger: environment.logger
     )
-    let settler = ReceiptSettler(receipts: OwedFrames(redis: environment.redis), logger: environment.logger)
     let control = ControlChannel(
-        connections: connections, settler: settler,
-        receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax), applier: applier, presence: presence,
-        deliveries: deliveries, banned: recentBans, identities: identities, metrics: environment.metrics,
+        connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
         logger: environment.logger
     )
     let frames = FrameHandler(
@@ -51,23 +49,19 @@ public func buildGateway(
         presence: presence,
         recentBans: recentBans,
         limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
-        receipts: ReceiptDesk(
-            redis: environment.redis, metrics: environment.metrics, receiptsWaitingMax: settings.receiptsWaitingMax,
-            instanceID: settings.common.instanceID, connections: connections, deliveries: deliveries,
-            applier: applier
-        ),
+        receipts: receipts,
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
             redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.presenceEventsPerIdentity,
             metrics: environment.metrics
         ),
         sends: settings.sendPath == .direct ? SendDesk(
-            checks: MessageChecks(identities: identities),
-            attachments: AttachmentRecipients(postgres: environment.postgres),
-            pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
-            redis: environment.redis, instanceID: settings.common.instanceID, pairLimit: settings.sendPerPair,
-            metrics: RoutingMetrics(metrics: environment.metrics, stream: false), connections: connections, control: control,
-            deliveries: deliveries, applier: applier
+            sending: MessageSending(
+                checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
+                pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity), redis: environment.redis,
+                pairLimit: settings.sendPerPair, metrics: RoutingMetrics(metrics: environment.metrics, stream: false)
+            ),
+            instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts
         ) : nil,
         sendWaitMax: settings.sendWaitMax
     )
@@ -176,7 +170,7 @@ public func buildGateway(
     let refusals: [any Service] = settings.internalToken.isEmpty
         ? [RefuseToStart(problems: ["the internal token (WHISPER_INTERNAL_TOKEN) is empty"])] : []
     let assembly = ServiceAssembly(
-        services: refusals + environment.clientServices + [subscriber, settler, applier, keeper, app, drainer],
+        services: refusals + environment.clientServices + [subscriber, receipts.settler, receipts.applier, keeper, app, drainer],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

@@ -7,7 +7,7 @@ import WhisperShared
 /// stops answering pings). Nothing else: no "last seen", no periodic updates.
 ///
 /// A subscription is kept in the watched identity's slot, `watchers:{W}`: watcher →
-/// `<expires ms> <gateway> <connId>`, so whichever gateway sees W come or go finds the
+/// `<expires ms> <presence record>` (`PresenceRecord.encoded`: the watching socket), so whichever gateway sees W come or go finds the
 /// sockets to tell in one script, which also charges W's bucket of presence events.
 /// The relation is checked when subscribing: only direct peers are recorded (and only
 /// they appear in the snapshot), so a stranger never learns anyone's presence.
@@ -43,7 +43,7 @@ struct PresenceDesk: Sendable {
         let peers = zip(targets, relations).filter(\.1).map(\.0)
 
         let now = Clock.millisecondsNow()
-        let value = "\(now &+ Int64(Self.lifetime.milliseconds)) \(instanceID) \(connection.id)"
+        let value = "\(now &+ Int64(Self.lifetime.milliseconds)) " + PresenceRecord(gateway: instanceID, connId: connection.id).encoded
         let previous = connection.replaceWatched(with: peers)
         let dropped = previous.filter { !peers.contains($0) }
         let statuses = try await withThrowingTaskGroup(of: (String, Bool).self) { group in
@@ -98,13 +98,10 @@ struct PresenceDesk: Sendable {
         }
         let frame = ServerFrameCodec.encode(PresenceUpdate(whisperId: whisperId, status: status, timestamp: now))
         var commands: [RedisCommand] = []
-        var index = 1
-        while index + 1 < parts.count {
-            if let gateway = parts[index].string, let connId = parts[index + 1].string {
-                let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame)
-                commands.append(RedisCommand("PUBLISH", RedisKeys.gatewayChannel(gateway), command.encoded))
+        for part in parts.dropFirst() {
+            if let socket = part.string.flatMap(PresenceRecord.init(encoded:)) {
+                commands.append(GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publishing(to: socket.gateway))
             }
-            index += 2
         }
         guard !commands.isEmpty else { return }
         _ = try await redis.pipeline(commands)
@@ -142,8 +139,8 @@ struct PresenceDesk: Sendable {
 
     /// KEYS: the identity's watchers, its bucket of presence events. ARGV: the bucket's
     /// capacity and refill per ms, now (ms). Returns {2} when nobody watches (nothing
-    /// charged), {0} when the bucket is empty, else {1, gateway, connId, ...} of every
-    /// live subscription (expired ones are dropped).
+    /// charged), {0} when the bucket is empty, else {1, record, ...}: the watching socket's
+    /// presence record of every live subscription, as stored (expired ones are dropped).
     static let announceScript = RedisScript(RateLimiter.bucketLua + """
         local all = redis.call('HGETALL', KEYS[1])
         if #all == 0 then return {2} end
@@ -151,10 +148,9 @@ struct PresenceDesk: Sendable {
         if take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms()) > 0 then return {0} end
         local out = {1}
         for i = 1, #all, 2 do
-            local expires, gateway, conn = string.match(all[i + 1], '^(%d+) (%S+) (%S+)$')
+            local expires, record = string.match(all[i + 1], '^(%d+) (.+)$')
             if expires and tonumber(expires) > now then
-                out[#out + 1] = gateway
-                out[#out + 1] = conn
+                out[#out + 1] = record
             else
                 redis.call('HDEL', KEYS[1], all[i])
             end

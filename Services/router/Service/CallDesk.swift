@@ -186,10 +186,9 @@ struct CallDesk: Sendable {
         ])
         guard let fields = replies.first?.array, fields.count == 3, fields[0].string == CallState.ringing.rawValue,
               fields[1].string == whisperId, let offer = fields[2].bytes else { return }
-        var commands = [offer] + (replies.last?.array ?? []).compactMap(\.bytes)
-        commands = commands.map { GatewayCommand(kind: .deliver, connId: connId, frame: $0).encoded }
+        let frames = [offer] + (replies.last?.array ?? []).compactMap(\.bytes)
         _ = try await redis.pipeline(
-            commands.map { RedisCommand("PUBLISH", [RedisKeys.gatewayChannel(gateway), $0]) }
+            frames.map { GatewayCommand(kind: .deliver, connId: connId, frame: $0).publishing(to: gateway) }
                 + [RedisCommand("HSET", [RedisKeys.call(callId), "reached", "1"])]
         )
         logger.info("call_handed_over", metadata: ["callId": "\(callId)", "whisperId": "\(whisperId)"])

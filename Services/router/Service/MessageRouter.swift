@@ -4,17 +4,19 @@ import Tracing
 import WhisperMessaging
 import WhisperShared
 
-/// Serves `send_message`, `delivery_receipt` and `fetch_pending` from the router stream
-/// (spec 4 and 5; ARCHITECTURE.md section 3). Every step is idempotent: an entry that is
-/// processed twice (a router died before acknowledging it) changes nothing twice.
+/// Serves the frames of the router stream (spec 4 and 5; ARCHITECTURE.md section 3):
+/// group copies (and `send_message` from gateways with `GATEWAY_SEND_PATH=router`),
+/// `fetch_pending`, group changes and call signaling. Every step is idempotent: an entry
+/// that is processed twice (a router died before acknowledging it) changes nothing twice.
+/// Receipts are served by the gateways (`ReceiptDesk`), never here.
 struct MessageRouter: Sendable {
     let redis: RedisClient
-    let identities: IdentityCache
+    /// The send path, shared with the gateways' `SendDesk`.
+    let sending: MessageSending
     let pending: PendingQueue
     let receipts: OwedFrames
     let groups: GroupDesk
     let calls: CallDesk
-    let attachments: AttachmentRecipients
     let settings: RouterSettings
     let metrics: RoutingMetrics
     let logger: Logger
@@ -55,8 +57,6 @@ struct MessageRouter: Sendable {
                 return try await counted(calls.candidate(try decode(CallIceCandidate.self, entry), entry: entry))
             case .callEnd:
                 return try await counted(calls.end(try decode(CallEnd.self, entry), entry: entry))
-            case .deliveryReceipt:
-                return try await receipt(try decode(DeliveryReceipt.self, entry), entry: entry, redelivery: redelivery)
             case .fetchPending:
                 return try await fetch(try decode(FetchPending.self, entry), entry: entry)
             default:
@@ -111,15 +111,6 @@ struct MessageRouter: Sendable {
 
     // MARK: - send_message
 
-    /// The checks run cheapest first, so that a refused message costs as little as it
-    /// can: what the entry itself shows (session's identity, size, time), then the
-    /// sender (cached), the signature (CPU only), the recipient (cached, unknown ones
-    /// too), and last the store script, which charges the pair's bucket and the
-    /// recipient's queue cap. docs/architecture.md lists the order.
-    ///
-    /// A group copy (`groupId` set) is signed over the groupId and checked once more
-    /// after the recipient: both ends must be members of the group (cached membership,
-    /// whose version the store script checks against the recipient's record).
     /// Runs `body` inside a span that continues the entry's trace, when traces are on and
     /// the gateway started one; `body` gets the context to pass on to the recipient's gateway.
     private func traced(
@@ -136,99 +127,52 @@ struct MessageRouter: Sendable {
         }
     }
 
+    /// One message, as the gateways' `SendDesk` serves it (`MessageSending`: the same
+    /// checks, in the same order, and the same store), told to the sender through its
+    /// gateway's channel. A group copy (`groupId` set) is signed over the groupId and
+    /// checked once more after the recipient: both ends must be members of the group
+    /// (cached membership, whose version the store script checks against the
+    /// recipient's record; a group that changed meanwhile is read again). A stream entry
+    /// handled a second time (`redelivery`: its router died) is answered again, and
+    /// delivered again if still pending.
     private func send(
         _ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool, traceparent: String? = nil
     ) async throws -> RoutingOutcome {
-        // The sender's own limit was charged by the gateway as it added the entry; the
-        // limit per recipient is charged by the store script (no round trip of its own).
-        let body = try await MessageChecks(identities: identities).check(message, groupId: groupId, sentBy: entry.whisperId)
-        var membership: PendingQueue.GroupCheck?
-        if let groupId {
-            membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
-        }
-        if let attachment = message.attachment {
-            try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
-        }
-
-        let accepted = GatewayCommand(kind: .deliver, connId: entry.connId, frame: Self.accepted(message.messageId, requestId: entry.requestId))
-        var attempts = 0
-        var result: PendingQueue.StoreOutcome
-        while true {
-            result = try await pending.store(
-                recipient: message.to, messageId: message.messageId, sender: message.from, body: body,
-                acceptance: .publish(gateway: entry.gateway, command: accepted), acceptedAt: entry.receivedAt, redeliver: redelivery,
-                pairLimit: settings.sendPerPair, group: membership, traceparent: traceparent
-            )
-            attempts += 1
-            guard let groupId, attempts < 4 else { break }
-            switch result.result {
-            case .stale:
-                // The group changed since this router read it: read it again.
-                groups.directory.forget(groupId)
-                membership = try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
-                continue
-            case .notMember:
-                membership = try await groups.recheck(sender: message.from, recipient: message.to, groupId: groupId)
-                continue
-            default:
-                break
-            }
-            break
-        }
-        let (stored, live) = (result.result, result.deliveredLive)
-        let outcome: RoutingOutcome
-        switch stored {
-        case .notMember:
-            throw WhisperError(.forbidden, "to is not a member of this group")
-        case .stale:
-            throw WhisperError(.internalError, "the group is changing; try again")
-        case .conflict, .limited, .full:
-            throw PendingQueue.refusal(for: stored, metrics: metrics)
-        case .duplicate:
-            // A client resend: answered as before, nothing queued. A stream entry handled
-            // a second time (its router died) was also delivered again, if still pending.
-            metrics.routed(.duplicate)
-            return .duplicate
-        case .stored(_, let depth):
-            metrics.queueDepth(depth)
-            if live {
-                outcome = .delivered
-            } else {
-                try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
-                outcome = .queued
+        let groups = self.groups
+        let group = groupId.map { groupId in
+            MessageSending.GroupCopy(groupId: groupId) { after in
+                switch after {
+                case .notMember?:
+                    return try await groups.recheck(sender: message.from, recipient: message.to, groupId: groupId)
+                case .some:
+                    // The group changed since this router read it: read it again.
+                    groups.directory.forget(groupId)
+                    return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+                case nil:
+                    return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+                }
             }
         }
-        metrics.routed(outcome)
-        logger.debug("message_routed", metadata: [
-            "messageId": "\(message.messageId)", "whisperId": "\(message.from)", "outcome": "\(outcome.rawValue)",
-            "sizeBytes": "\(message.ciphertext.utf8.count)",
-        ])
-        return outcome
+        return try await sending.send(
+            message,
+            from: MessageSending.Sender(
+                whisperId: entry.whisperId, requestId: entry.requestId, receivedAt: entry.receivedAt, traceparent: traceparent, origin: nil
+            ),
+            group: group, redeliver: redelivery, caller: Stream(entry: entry)
+        )
     }
 
-    // MARK: - delivery_receipt
+    /// The sender's gateway, as `MessageSending` sees it from a router.
+    private struct Stream: MessageSending.Caller {
+        let entry: RouterStream.Entry
 
-    private func receipt(_ receipt: DeliveryReceipt, entry: RouterStream.Entry, redelivery: Bool) async throws -> RoutingOutcome {
-        guard receipt.from == entry.whisperId else {
-            throw WhisperError(.forbidden, "from must be the Whisper ID of this session")
+        func accept(_ frame: [UInt8]) -> RedisCommand? {
+            GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publishing(to: entry.gateway)
         }
-        // Where the named sender is connected comes back with the acknowledgement.
-        let (result, socket) = try await pending.acknowledge(
-            recipient: receipt.from, messageId: receipt.messageId, delivered: receipt.status == .delivered, locating: receipt.to,
-            repeated: redelivery
-        )
-        // Not this recipient's message, not from the named sender, or a status already
-        // passed on: nothing to do, nothing to tell.
-        guard case .acknowledged(let sender) = result, sender == receipt.to else {
-            metrics.routed(.ignored)
-            return .ignored
-        }
-        let delivered = MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
-        // Stored first, handed to the sender's socket in the same script; it leaves the
-        // store once that socket has taken it, else it waits for the next fetch_pending.
-        try await receipts.keep(ServerFrameCodec.encode(delivered), for: sender, handingTo: socket)
-        metrics.routed(.receipt)
-        return .receipt
+
+        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
+
+        func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
     }
 
     // MARK: - fetch_pending
@@ -254,22 +198,9 @@ struct MessageRouter: Sendable {
             payload += Array(#","nextCursor":"\#(next)""#.utf8)
         }
         payload.append(UInt8(ascii: "}"))
-        try await reply(Self.frame(type: .pendingMessages, payload: payload, requestId: entry.requestId), to: entry)
+        try await reply(ServerFrameCodec.encode(.pendingMessages, payloadJSON: payload, requestId: entry.requestId), to: entry)
         metrics.routed(.page)
         return .page
-    }
-
-    // MARK: - Frames
-
-    static func accepted(_ messageId: String, requestId: String?) -> [UInt8] {
-        ServerFrameCodec.encode(MessageAccepted(messageId: messageId), requestId: requestId)
-    }
-
-    /// A frame around a payload that is already JSON. `requestId` has a restricted
-    /// alphabet (no quotes or backslashes), so it goes in as it is.
-    static func frame(type: ServerFrameType, payload: [UInt8], requestId: String? = nil) -> [UInt8] {
-        let head = requestId.map { #"{"type":"\#(type.rawValue)","requestId":"\#($0)","payload":"# } ?? #"{"type":"\#(type.rawValue)","payload":"#
-        return Array(head.utf8) + payload + [UInt8(ascii: "}")]
     }
 
     private func reply(_ frame: [UInt8], to entry: RouterStream.Entry) async throws {

@@ -4,7 +4,7 @@ import WhisperMessaging
 import WhisperShared
 
 /// Assembles one router instance: a consumer of the router stream that routes
-/// messages, receipts, pending-queue pages, group changes and call signaling, and a
+/// messages, pending-queue pages, group changes and call signaling, and a
 /// sweeper that ends calls whose ring timeout has passed.
 public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
     buildHTTPService(
@@ -27,10 +27,15 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 ),
                 metrics: CallMetrics(metrics: environment.metrics), logger: environment.logger
             )
+            let pending = PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity)
+            let metrics = RoutingMetrics(metrics: environment.metrics)
             let router = MessageRouter(
                 redis: environment.redis,
-                identities: identities,
-                pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity),
+                sending: MessageSending(
+                    checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
+                    pending: pending, redis: environment.redis, pairLimit: settings.sendPerPair, metrics: metrics
+                ),
+                pending: pending,
                 receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 groups: GroupDesk(
                     postgres: environment.postgres, redis: environment.redis,
@@ -41,9 +46,8 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                     logger: environment.logger
                 ),
                 calls: calls,
-                attachments: AttachmentRecipients(postgres: environment.postgres),
                 settings: settings,
-                metrics: RoutingMetrics(metrics: environment.metrics),
+                metrics: metrics,
                 logger: environment.logger
             )
             let consumer = StreamConsumer(

@@ -300,12 +300,24 @@ enum HotFrames {
 
     /// `{"type":..., "requestId":..., "payload":{...}}` for a payload that writes itself.
     static func frame(type: String, requestId: String?, payload: some HotPayload) -> [UInt8] {
-        var writer = FastJSONWriter(capacity: 512)
+        envelope(type: type, requestId: requestId, capacity: 512) { writer in
+            writer.key("payload")
+            payload.write(to: &writer)
+        }
+    }
+
+    /// The same envelope around a payload that is JSON already (a stored message, a page).
+    static func frame(type: String, requestId: String?, payloadJSON: [UInt8]) -> [UInt8] {
+        envelope(type: type, requestId: requestId, capacity: payloadJSON.count + 64) { $0.field("payload", json: payloadJSON) }
+    }
+
+    /// Every server and client frame this module writes by hand has its envelope written here.
+    private static func envelope(type: String, requestId: String?, capacity: Int, payload: (inout FastJSONWriter) -> Void) -> [UInt8] {
+        var writer = FastJSONWriter(capacity: capacity)
         writer.beginObject()
         writer.field("type", type)
         writer.field("requestId", requestId)
-        writer.key("payload")
-        payload.write(to: &writer)
+        payload(&writer)
         writer.endObject()
         return writer.bytes
     }

@@ -564,6 +564,12 @@ public enum ServerFrameCodec {
         return Array((try? ProtocolJSON.encoder.encode(Outbound(type: P.frameType, requestId: requestId, payload: payload))) ?? Data())
     }
 
+    /// A frame around a payload that is already JSON (a stored `message_received`
+    /// payload, a page of them): the envelope the other encoders write.
+    public static func encode(_ type: ServerFrameType, payloadJSON: [UInt8], requestId: String? = nil) -> [UInt8] {
+        HotFrames.frame(type: type.rawValue, requestId: requestId, payloadJSON: payloadJSON)
+    }
+
     public static func encodeError(_ code: ErrorCode, _ message: String, requestId: String?) -> [UInt8] {
         encode(ErrorPayload(code: code, message: message, requestId: requestId), requestId: requestId)
     }

@@ -1,7 +1,8 @@
 /// What other services tell a gateway instance about its sockets, published on the
 /// instance's channel (`gateway:<instance>`).
 ///
-/// Wire format (cheap to build, also from Lua, and to read; the frame is carried as it is):
+/// Wire format (cheap to build and to read; the frame is carried as it is; only this type
+/// writes it, and no script builds or publishes one):
 /// `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`, empty where a field does not
 /// apply. `detail` is the reason of a `revoke`, `<owner> <entryId>` of a `receipt`,
 /// `<owner> <recipient> <messageId> delivered|read` of a `live_receipt`, and for a
@@ -106,8 +107,7 @@ public struct GatewayCommand: Sendable, Equatable {
         )
     }
 
-    /// The detail of a `deliver`: the trace (when traces are on), then the origin; the
-    /// store script sends it as it is.
+    /// The detail of a `deliver`: the trace (when traces are on), then the origin.
     public static func deliverDetail(traceparent: String?, origin: DeliveryOrigin?) -> String {
         [traceparent, origin?.detail].compactMap { $0 }.joined(separator: " ")
     }
@@ -116,7 +116,13 @@ public struct GatewayCommand: Sendable, Equatable {
     /// that gateway is gone).
     @discardableResult
     public func publish(to gateway: String, on redis: RedisClient) async throws -> Int {
-        Int(try await redis.send("PUBLISH", RedisKeys.gatewayChannel(gateway), encoded).int ?? 0)
+        Int(try await redis.send(publishing(to: gateway)).int ?? 0)
+    }
+
+    /// The command that publishes this one to the gateway's channel, to send with others
+    /// (its reply: how many subscribers got it). The only place a command meets its channel.
+    public func publishing(to gateway: String) -> RedisCommand {
+        RedisCommand("PUBLISH", RedisKeys.gatewayChannel(gateway), encoded)
     }
 }
 
@@ -147,7 +153,7 @@ public struct LiveReceipt: Sendable, Equatable {
 
 /// Where a message a gateway stored itself came from: that gateway, the socket it was
 /// read from, its sender and recipient, and its messageId. The recipient's gateway
-/// keeps it for the message's receipt (`LocalDeliveries`), which it can then hand to
+/// keeps it for the message's receipt (`ReceiptMemory`), which it can then hand to
 /// that gateway without looking the message up. Whisper IDs, connection IDs, instance
 /// IDs and messageIds hold no spaces.
 public struct DeliveryOrigin: Sendable, Equatable {

@@ -21,19 +21,18 @@ import WhisperShared
 /// leaves it to be fetched and acknowledged again (its sender may get the receipt
 /// twice, which clients take as a state), as a gateway dying between the steps always
 /// did. A repeat of a receipt whose application waits here is known as a repeat
-/// (`awaits`) and dropped, as Redis would once it ran. Before the gateway asks for a
+/// (`ReceiptMemory`) and dropped, as Redis would once it ran; one whose application
+/// failed is forgotten there, so its repeat is looked up again. Before the gateway asks for a
 /// page of pending messages for a socket, it runs what waits (`flush`), so a client
 /// never fetches a message it has just acknowledged on this gateway.
 final class ReceiptApplier: Service, Sendable {
     private let pending: PendingQueue
+    private let memory: ReceiptMemory
     private let logger: Logger
     let maxWait: Duration
     static let batchMax = 64
     private struct State {
         var waiting: [PendingQueue.ReceiptApplication] = []
-        /// Applications added and not yet run (waiting, or on their way): a repeat of
-        /// one of these receipts is a repeat, though Redis does not show it yet.
-        var outstanding: Set<String> = []
         /// The flush due `maxWait` after the first of `waiting` was added.
         var timer: Scheduled<Void>?
         var stopped = false
@@ -42,8 +41,12 @@ final class ReceiptApplier: Service, Sendable {
     private let state = Mutex(State())
     private let loop: any EventLoop
 
-    init(pending: PendingQueue, maxWait: Duration, logger: Logger, loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any()) {
+    init(
+        pending: PendingQueue, memory: ReceiptMemory, maxWait: Duration, logger: Logger,
+        loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.any()
+    ) {
         self.pending = pending
+        self.memory = memory
         self.maxWait = maxWait
         self.logger = logger
         self.loop = loop
@@ -54,7 +57,6 @@ final class ReceiptApplier: Service, Sendable {
     /// start), so that later ones can go in other writes.
     func add(_ application: PendingQueue.ReceiptApplication) async {
         let queued = state.withLock { state in
-            state.outstanding.insert(application.key)
             guard maxWait > .zero, !state.stopped, pending.appliesAlongside else { return false }
             state.waiting.append(application)
             return true
@@ -101,32 +103,15 @@ final class ReceiptApplier: Service, Sendable {
     /// nil when the write failed. Those with an error reply (`NOSCRIPT` after a Redis
     /// restart, say) or whose write failed wait again, to go on their own.
     func returned(_ taken: [PendingQueue.ReceiptApplication], replies: [RESPValue]?) {
-        guard let replies else {
-            finished([], failed: taken)
-            return
-        }
-        var ran: [PendingQueue.ReceiptApplication] = []
-        var failed: [PendingQueue.ReceiptApplication] = []
-        for (application, reply) in zip(taken, replies) {
-            if case .error = reply { failed.append(application) } else { ran.append(application) }
-        }
-        finished(ran, failed: failed)
-    }
-
-    /// Applications that ran, and those that did not, which wait again.
-    private func finished(_ ran: [PendingQueue.ReceiptApplication], failed: [PendingQueue.ReceiptApplication] = []) {
-        guard !ran.isEmpty || !failed.isEmpty else { return }
-        state.withLock { state in
-            for application in ran { state.outstanding.remove(application.key) }
-            state.waiting.append(contentsOf: failed)
-        }
-        if !failed.isEmpty { schedule() }
-    }
-
-    /// Whether this receipt was taken already and its application has not run yet.
-    func awaits(_ application: PendingQueue.ReceiptApplication) -> Bool {
-        let key = application.key
-        return state.withLock { $0.outstanding.contains(key) }
+        let failed = replies.map { replies in
+            zip(taken, replies).compactMap { application, reply in
+                if case .error = reply { return application }
+                return nil
+            }
+        } ?? taken
+        guard !failed.isEmpty else { return }
+        state.withLock { $0.waiting.append(contentsOf: failed) }
+        schedule()
     }
 
     /// Runs what waits now.
@@ -147,9 +132,10 @@ final class ReceiptApplier: Service, Sendable {
         do {
             try await pending.applyReceipts(batch)
         } catch {
-            // The messages stay pending and come again with the next fetch.
+            // The messages stay pending and come again with the next fetch, when their
+            // receipts are looked up again.
             logger.warning("receipt_apply_failed", metadata: ["count": "\(batch.count)", "error": "\(error)"])
+            for application in batch { memory.release(application) }
         }
-        finished(batch)
     }
 }

@@ -1,0 +1,115 @@
+import WhisperMessaging
+import WhisperShared
+
+/// The receipt's side of a recipient's queue (`PendingQueue`): the receipt-state rule,
+/// stated once, in the acknowledgement script (`ackScript`), which both asks
+/// (`checkReceipt`) and applies (`applyReceipts`, `applyCommand`). Receipts are served
+/// by gateways only (`ReceiptDesk`); nothing else changes a message's state.
+extension PendingQueue {
+    /// What a receipt's first step found (`checkReceipt`).
+    public enum ReceiptCheck: Sendable, Equatable {
+        /// The message is the recipient's, from `sender`, and this status was not yet
+        /// passed on: keep the receipt for the sender, then apply it.
+        case pass(sender: String)
+        /// No such message for this recipient, or this status was passed on before.
+        case ignore
+    }
+
+    /// The first of a receipt's steps as a gateway serves it, once the recipient's bucket
+    /// for receipts (`receiptBucket`) was charged (through the socket's lease): looks the
+    /// message up and, in the same write, finds where `sender` (whom the receipt names)
+    /// is connected. The ack script only asks (ARGV[2]) and a plain read: nothing is
+    /// written, so nothing goes to the append-only file (Redis 7 propagates a script's
+    /// effects, and this one has none). The receipt is then kept for its sender
+    /// (`OwedFrames.keep`) and only after that applied: a gateway that dies in between
+    /// leaves the message as it was, and the recipient acknowledges it again when it
+    /// fetches it again.
+    public func checkReceipt(
+        recipient: String, messageId: String, delivered: Bool, locating sender: String
+    ) async throws -> (check: ReceiptCheck, senderSocket: PresenceRecord?) {
+        let (reply, others) = try await redis.evaluate(
+            Self.ackScript, keys: Self.applyKeys(recipient, messageId), arguments: [delivered ? 1 : 0, 1],
+            alongside: [RedisCommand("GET", RedisKeys.presence(sender))]
+        )
+        guard let from = reply.string, !from.isEmpty else { return (.ignore, nil) }
+        return (.pass(sender: from), others.first?.string.flatMap(PresenceRecord.init(encoded:)))
+    }
+
+    /// A receipt's last step (`delivered` takes the message out of the queue, `read`
+    /// marks it; each once), to be run later and many at once (`applyReceipts`, or
+    /// `applyCommand` in the same write as other work).
+    public struct ReceiptApplication: Sendable, Equatable {
+        public var recipient: String
+        public var messageId: String
+        public var delivered: Bool
+
+        public init(recipient: String, messageId: String, delivered: Bool) {
+            self.recipient = recipient
+            self.messageId = messageId
+            self.delivered = delivered
+        }
+    }
+
+    /// An application as a command to send with others (`EVALSHA`: a caller that gets
+    /// `NOSCRIPT` back runs it again through `applyReceipts`, which teaches the script).
+    /// Running it twice changes nothing more than once.
+    public static func applyCommand(_ application: ReceiptApplication) -> RedisCommand {
+        let keys = applyKeys(application.recipient, application.messageId)
+        var command = RedisCommand("EVALSHA", [ackScript.sha1, keys.count])
+        for key in keys {
+            command.append(key)
+        }
+        command.append(application.delivered ? 1 : 0)
+        command.append(0)
+        return command
+    }
+
+    /// Whether `applyCommand` may go in another write: this client has taught Redis the
+    /// script (through `applyReceipts`).
+    public var appliesAlongside: Bool { redis.knows(Self.ackScript) }
+
+    /// Applies receipts in one write (one round trip, one append-only-file write).
+    public func applyReceipts(_ applications: [ReceiptApplication]) async throws {
+        guard let first = applications.first else { return }
+        let (_, others) = try await redis.evaluate(
+            Self.ackScript, keys: Self.applyKeys(first.recipient, first.messageId), arguments: [first.delivered ? 1 : 0, 0],
+            alongside: applications.dropFirst().map(Self.applyCommand)
+        )
+        for case .error(let message) in others {
+            throw RedisError.server(message)
+        }
+    }
+
+    private static func applyKeys(_ recipient: String, _ messageId: String) -> [String] {
+        [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient)]
+    }
+
+    /// A recipient's bucket for the receipts it sends, in its own hash slot.
+    public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
+
+    /// KEYS: queue, message key, byte count. ARGV: 1 when delivered (else read), and 1 to
+    /// only ask (`checkReceipt`: nothing is written). Returns the sender when the receipt
+    /// is to be passed on, else "". `delivered` takes the message out of the queue.
+    ///
+    /// The receipt-state rule lives here and nowhere else: a `delivered` receipt counts
+    /// while its message is pending, a `read` receipt once.
+    static let ackScript = RedisScript("""
+        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read')
+        local from = message[1]
+        if not from then return '' end
+        local counts
+        if ARGV[1] == '1' then counts = (message[2] == 'pending') else counts = not message[5] end
+        if not counts then return '' end
+        if ARGV[2] == '1' then return from end
+        if ARGV[1] == '1' then
+            if redis.call('XDEL', KEYS[1], message[3]) == 1 and message[4] then
+                redis.call('DECRBY', KEYS[3], tonumber(message[4]))
+            end
+            if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
+            redis.call('HSET', KEYS[2], 'state', 'delivered')
+            return from
+        end
+        redis.call('HSET', KEYS[2], 'read', '1')
+        return from
+        """)
+}

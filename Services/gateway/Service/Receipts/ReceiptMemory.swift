@@ -1,0 +1,176 @@
+import Synchronization
+import WhisperMessaging
+import WhisperShared
+
+/// What this gateway remembers of recent receipts, in one place, so that a receipt it
+/// has handled is known as handled until Redis shows it, and a message it delivered
+/// needs no look-up for its receipt:
+/// - each status of a message's receipt this gateway has taken (`claim`): passed to the
+///   sender and waiting to be applied (`ReceiptApplier`), or handed to the gateway of the
+///   sender's socket, which applies it a few milliseconds later; a repeat from the
+///   recipient meanwhile would find the message still pending in Redis, and without this
+///   memory it would be passed on a second time;
+/// - messages this gateway wrote to a recipient's socket (`remember`), with the sender
+///   and the sender's socket: those it stored itself (the sender's socket is here) and
+///   those another gateway stored and published here with their origin
+///   (`DeliveryOrigin`: the sender's socket is there). A receipt for one of them, from
+///   that recipient, needs no look-up in Redis.
+///
+/// A receipt that finds nothing here (forgotten, or from before) is looked up in Redis,
+/// which is always right; so is one whose handling failed (`release`). What is
+/// remembered is bounded by count (the oldest go) and by age: past `lifetime` Redis is
+/// right again (the receipt was applied, or its command was lost and the message is
+/// pending, to be acknowledged anew).
+final class ReceiptMemory: Sendable {
+    struct Delivery: Equatable {
+        let sender: String
+        /// The `ClientConnection.id` the sender's message was read from.
+        let senderConnection: String
+        /// The gateway holding that socket when it is not this one (the message came
+        /// through its channel, `DeliveryOrigin`); nil for this instance's own socket.
+        var senderGateway: String? = nil
+    }
+
+    /// What `claim` found.
+    enum Claim: Equatable {
+        /// This status of this message's receipt was taken here already.
+        case repeated
+        /// Taken now, for the first time; with the delivery when this gateway wrote the
+        /// message to the recipient's socket.
+        case first(Delivery?)
+    }
+
+    private struct Entry {
+        var delivery: Delivery?
+        var deliveredTaken = false
+        var readTaken = false
+
+        var isEmpty: Bool { delivery == nil && !deliveredTaken && !readTaken }
+
+        func taken(_ delivered: Bool) -> Bool { delivered ? deliveredTaken : readTaken }
+
+        mutating func take(_ delivered: Bool) {
+            if delivered { deliveredTaken = true } else { readTaken = true }
+        }
+    }
+
+    let lifetime: Duration
+    private let table: Mutex<RecentTable<Entry>>
+
+    /// 20,000 messages of at most about 250 bytes each (two Whisper IDs, a message and a
+    /// connection ID): about 5 MB at most, whatever the load.
+    static let standardCapacity = 20_000
+    static let standardLifetime: Duration = .seconds(60)
+
+    init(capacity: Int = standardCapacity, lifetime: Duration = standardLifetime) {
+        table = Mutex(RecentTable(capacity: capacity))
+        self.lifetime = lifetime
+    }
+
+    private static func key(_ recipient: String, _ messageId: String) -> String {
+        recipient + "/" + Format.lowercased(messageId)
+    }
+
+    /// A message written to the recipient's socket here; called before the write, so
+    /// its receipt cannot come first.
+    func remember(recipient: String, messageId: String, sender: String, senderConnection: String, senderGateway: String? = nil) {
+        let delivery = Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway)
+        let until = ContinuousClock.now + lifetime
+        let key = Self.key(recipient, messageId)
+        table.withLock { table in
+            // Delivered again (a redelivery): what was taken stays taken.
+            if var entry = table.value(for: key) {
+                entry.delivery = delivery
+                table.update(entry, for: key)
+            } else {
+                table.insert(Entry(delivery: delivery), for: key, until: until)
+            }
+        }
+    }
+
+    /// Takes this status of the message's receipt: the first time it is `first` (with
+    /// the delivery, when known), after that `repeated`, until `release` or the end of
+    /// the lifetime.
+    func claim(_ receipt: PendingQueue.ReceiptApplication) -> Claim {
+        let key = Self.key(receipt.recipient, receipt.messageId)
+        return table.withLock { table in
+            guard var entry = table.value(for: key) else {
+                var entry = Entry()
+                entry.take(receipt.delivered)
+                table.insert(entry, for: key, until: ContinuousClock.now + lifetime)
+                return .first(nil)
+            }
+            guard !entry.taken(receipt.delivered) else { return .repeated }
+            entry.take(receipt.delivered)
+            table.update(entry, for: key)
+            return .first(entry.delivery)
+        }
+    }
+
+    /// Gives back a claim whose receipt was not passed on after all (Redis ignored it,
+    /// or handling it failed): a repeat is then looked up in Redis again.
+    func release(_ receipt: PendingQueue.ReceiptApplication) {
+        let key = Self.key(receipt.recipient, receipt.messageId)
+        table.withLock { table in
+            guard var entry = table.value(for: key) else { return }
+            if receipt.delivered { entry.deliveredTaken = false } else { entry.readTaken = false }
+            if entry.isEmpty { table.remove(key) } else { table.update(entry, for: key) }
+        }
+    }
+
+    var count: Int { table.withLock { $0.count } }
+}
+
+/// Values kept for a while by key, at most `capacity` of them: past that the oldest
+/// go first, and a value past its instant is gone when next asked for. For what a
+/// gateway remembers of recent receipts (`ReceiptMemory`), kept
+/// inside the owner's lock.
+private struct RecentTable<Value> {
+    private var entries: [String: (value: Value, until: ContinuousClock.Instant)] = [:]
+    /// Keys in the order they were inserted (some already removed), for eviction.
+    private var order: [String] = []
+    private var head = 0
+    let capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+    }
+
+    var count: Int { entries.count }
+
+    /// Keeps `value` under `key` until `until` (replacing what was there).
+    mutating func insert(_ value: Value, for key: String, until: ContinuousClock.Instant) {
+        if entries.updateValue((value, until), forKey: key) == nil {
+            order.append(key)
+        }
+        while entries.count > capacity, head < order.count {
+            entries[order[head]] = nil
+            head += 1
+        }
+        // Removed keys stay in `order` until their turn; compact now and then so that
+        // it stays near the capacity.
+        if head >= capacity || order.count - head > 2 * capacity {
+            order = order[head...].filter { entries[$0] != nil }
+            head = 0
+        }
+    }
+
+    /// The value under `key`, unless it is past its instant (then it is dropped).
+    mutating func value(for key: String, now: ContinuousClock.Instant = .now) -> Value? {
+        guard let entry = entries[key] else { return nil }
+        guard now < entry.until else {
+            entries[key] = nil
+            return nil
+        }
+        return entry.value
+    }
+
+    /// Changes the value under `key`, keeping its instant; nothing when there is none.
+    mutating func update(_ value: Value, for key: String) {
+        entries[key]?.value = value
+    }
+
+    mutating func remove(_ key: String) {
+        entries[key] = nil
+    }
+}

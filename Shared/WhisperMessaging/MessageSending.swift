@@ -1,0 +1,173 @@
+import WhisperShared
+
+/// Serves one `send_message` (a 1:1 message, or one copy of a group message) wherever it
+/// is read: at the sender's gateway (`SendDesk`) or at a router (`MessageRouter`: group
+/// copies, and 1:1 messages with `GATEWAY_SEND_PATH=router`). Both run this code; what
+/// differs is said by the `Caller`: how the sender hears `message_accepted`, and whether
+/// the recipient's socket may be on the caller's own instance.
+///
+/// The steps, in this order (docs/architecture.md, "The life of a message"):
+/// 1. the message's checks (`MessageChecks`), then for a group copy the membership of
+///    both ends, then an attachment's owner;
+/// 2. the store script, which answers for the sender (stored, a duplicate, or refused)
+///    and says where the recipient is connected; nothing leaves before its write;
+/// 3. the sender is told, the message goes to the recipient's socket (written here, or
+///    published to its gateway), and a recipient with no live socket gets a push job.
+/// One round trip for the store, one for what is published (none when both ends are on
+/// the caller's instance), one for a push job.
+public struct MessageSending: Sendable {
+    public let checks: MessageChecks
+    public let attachments: AttachmentRecipients
+    public let pending: PendingQueue
+    public let redis: RedisClient
+    public let pairLimit: RateLimitRule
+    public let metrics: RoutingMetrics
+
+    public init(
+        checks: MessageChecks, attachments: AttachmentRecipients, pending: PendingQueue, redis: RedisClient, pairLimit: RateLimitRule,
+        metrics: RoutingMetrics
+    ) {
+        self.checks = checks
+        self.attachments = attachments
+        self.pending = pending
+        self.redis = redis
+        self.pairLimit = pairLimit
+        self.metrics = metrics
+    }
+
+    /// The sender's side of one message.
+    public struct Sender: Sendable {
+        /// The session's identity (whose own bucket was charged already).
+        public var whisperId: String
+        public var requestId: String?
+        /// When the sender's gateway read the frame (ms), for the routing latency.
+        public var receivedAt: Int64
+        /// The message's trace, to continue at the recipient's gateway.
+        public var traceparent: String?
+        /// Where the message came from, carried to the recipient's gateway for its
+        /// receipt (`DeliveryOrigin`); nil when the receipt is to be looked up.
+        public var origin: DeliveryOrigin?
+
+        public init(whisperId: String, requestId: String?, receivedAt: Int64, traceparent: String?, origin: DeliveryOrigin?) {
+            self.whisperId = whisperId
+            self.requestId = requestId
+            self.receivedAt = receivedAt
+            self.traceparent = traceparent
+            self.origin = origin
+        }
+    }
+
+    /// Where `send` runs.
+    public protocol Caller: Sendable {
+        /// Tells the sender its message is stored (`frame`, its `message_accepted`):
+        /// written to its socket here (nil), or a command to publish with the delivery.
+        func accept(_ frame: [UInt8]) -> RedisCommand?
+        /// Writes `frame` (`message_received`) when `socket` is on this instance: true
+        /// when written, false when that socket has gone; nil when it is elsewhere.
+        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: Sender) -> Bool?
+        /// Work to send in the store's write, and what to do with its replies (nil: the
+        /// write failed).
+        func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void)
+    }
+
+    /// A group copy: its group, and how the caller checks both ends' membership. `admit`
+    /// is asked first with nil, then after a store that found the group changed (with
+    /// that result) for a fresh check, at most three times more.
+    public struct GroupCopy: Sendable {
+        public var groupId: String
+        public var admit: @Sendable (_ after: PendingQueue.StoreResult?) async throws -> PendingQueue.GroupCheck
+
+        public init(groupId: String, admit: @escaping @Sendable (_ after: PendingQueue.StoreResult?) async throws -> PendingQueue.GroupCheck) {
+            self.groupId = groupId
+            self.admit = admit
+        }
+    }
+
+    /// Checks, stores and passes on one message. Refusals are thrown as `WhisperError`s
+    /// for the caller to answer; a duplicate is answered here like a new message.
+    /// `redeliver`: the same message handled a second time (a stream entry whose router
+    /// died), delivered again when it is still pending.
+    @discardableResult
+    public func send(
+        _ message: SendMessage, from sender: Sender, group: GroupCopy? = nil, redeliver: Bool = false, caller: some Caller
+    ) async throws -> RoutingOutcome {
+        let body = try await checks.check(message, groupId: group?.groupId, sentBy: sender.whisperId)
+        var membership = try await group?.admit(nil)
+        if let attachment = message.attachment {
+            try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
+        }
+        var attempts = 0
+        var outcome: PendingQueue.StoreOutcome
+        while true {
+            let (commands, returned) = caller.alongside()
+            do {
+                outcome = try await pending.store(
+                    recipient: message.to, messageId: message.messageId, sender: message.from, body: body, redeliver: redeliver,
+                    pairLimit: pairLimit, group: membership, alongside: commands
+                )
+            } catch {
+                returned(nil)
+                throw error
+            }
+            returned(outcome.alongside)
+            attempts += 1
+            guard let group, attempts < 4 else { break }
+            switch outcome.result {
+            case .stale, .notMember:
+                membership = try await group.admit(outcome.result)
+                continue
+            default:
+                break
+            }
+            break
+        }
+        let depth: Int?
+        switch outcome.result {
+        case .stored(_, let stored):
+            depth = stored
+        case .duplicate:
+            // A client resend: answered as before, nothing queued.
+            depth = nil
+        case .notMember:
+            throw WhisperError(.forbidden, "to is not a member of this group")
+        case .stale:
+            throw WhisperError(.internalError, "the group is changing; try again")
+        case .conflict, .limited, .full:
+            throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
+        }
+        if let depth { metrics.queueDepth(depth) }
+        var commands: [RedisCommand] = []
+        if let accept = caller.accept(ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)) {
+            commands.append(accept)
+        }
+        var live = false
+        var published: Int?
+        if let socket = outcome.recipientSocket {
+            let frame = ServerFrameCodec.encode(.messageReceived, payloadJSON: body)
+            if let written = caller.deliverHere(frame, to: socket, message: message, sender: sender) {
+                live = written
+            } else {
+                let deliver = GatewayCommand(
+                    kind: .deliver, connId: socket.connId, frame: frame, acceptedAt: sender.receivedAt, traceparent: sender.traceparent,
+                    origin: sender.origin
+                )
+                published = commands.count
+                commands.append(deliver.publishing(to: socket.gateway))
+            }
+        }
+        if !commands.isEmpty {
+            let replies = try await redis.pipeline(commands)
+            if let published, published < replies.count { live = (replies[published].int ?? 0) > 0 }
+        }
+        guard depth != nil else {
+            metrics.routed(.duplicate)
+            return .duplicate
+        }
+        if !live {
+            try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
+        }
+        let routed: RoutingOutcome = live ? .delivered : .queued
+        metrics.routed(routed)
+        return routed
+    }
+}
