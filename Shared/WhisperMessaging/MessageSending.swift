@@ -1,3 +1,4 @@
+import NIOCore
 import WhisperShared
 
 /// Serves one `send_message` (a 1:1 message, or one copy of a group message) wherever it
@@ -68,6 +69,13 @@ public struct MessageSending: Sendable {
         /// Work to send in the store's write, and what to do with its replies (nil: the
         /// write failed).
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void)
+        /// Whether `send` waits for what it publishes before it returns. A router must (it
+        /// acknowledges the stream entry next, on another connection); a gateway need not:
+        /// the publish is written before anything the socket sends next, on the same
+        /// connection, so its order holds, and the socket's next frame does not wait a
+        /// round trip for it. The push job for a recipient whose gateway turned out to be
+        /// gone then follows from the reply.
+        var waitsForPublishes: Bool { get }
     }
 
     /// A group copy: its group, and how the caller checks both ends' membership. `admit`
@@ -155,19 +163,39 @@ public struct MessageSending: Sendable {
                 commands.append(deliver.publishing(to: socket.gateway))
             }
         }
+        let stored = depth != nil
+        if let published, !caller.waitsForPublishes {
+            // Delivered (or, when that gateway is gone, queued with a wake-up) once the
+            // reply is in, while the caller goes on.
+            try redis.dispatch(commands).whenComplete { [self] result in
+                let reached = (try? result.get()).map { published < $0.count && ($0[published].int ?? 0) > 0 } ?? false
+                guard stored else { return }
+                metrics.routed(reached ? .delivered : .queued)
+                if !reached {
+                    Task { try? await pushJob(for: message) }
+                }
+            }
+            if !stored { metrics.routed(.duplicate) }
+            return stored ? .delivered : .duplicate
+        }
         if !commands.isEmpty {
             let replies = try await redis.pipeline(commands)
             if let published, published < replies.count { live = (replies[published].int ?? 0) > 0 }
         }
-        guard depth != nil else {
+        guard stored else {
             metrics.routed(.duplicate)
             return .duplicate
         }
         if !live {
-            try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
+            try await pushJob(for: message)
         }
         let routed: RoutingOutcome = live ? .delivered : .queued
         metrics.routed(routed)
         return routed
+    }
+
+    /// The wake-up of a recipient with no live socket (`stream:push`).
+    private func pushJob(for message: SendMessage) async throws {
+        try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
     }
 }

@@ -67,6 +67,9 @@ struct SendDesk: Sendable {
             return true
         }
 
+        /// The socket's next frame does not wait for the publish (`MessageSending.Caller`).
+        var waitsForPublishes: Bool { false }
+
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) {
             let applier = desk.receipts.applier
             let applications = applier.take()

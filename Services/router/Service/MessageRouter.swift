@@ -173,6 +173,9 @@ struct MessageRouter: Sendable {
         func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
 
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
+
+        /// The entry is acknowledged next, on another connection: only once it is published.
+        var waitsForPublishes: Bool { true }
     }
 
     // MARK: - fetch_pending

@@ -128,6 +128,13 @@ public final class RedisClient: Service, Sendable {
         try await connection().pipeline(commands)
     }
 
+    /// Writes commands now (after everything sent before on this client, before anything
+    /// sent later: one connection keeps the order) and returns their replies when they
+    /// come, for a caller that must not wait for them.
+    public func dispatch(_ commands: [RedisCommand]) throws -> EventLoopFuture<[RESPValue]> {
+        try connection().dispatch(commands)
+    }
+
     /// Whether this client has seen Redis run `script` (so an `EVALSHA` of it sent in a
     /// pipeline is likely to be understood; after a Redis restart it may still answer
     /// `NOSCRIPT`).

@@ -54,6 +54,24 @@ public final class RedisConnection: Sendable {
     /// so that each result can be looked at on its own.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
+        let promises = write(commands)
+        var replies: [RESPValue] = []
+        replies.reserveCapacity(promises.count)
+        for promise in promises {
+            replies.append(try await promise.futureResult.get())
+        }
+        return replies
+    }
+
+    /// Writes commands now, ahead of any sent later on this connection, and returns
+    /// their replies (error replies in place) when they come, without waiting here.
+    public func dispatch(_ commands: [RedisCommand]) -> EventLoopFuture<[RESPValue]> {
+        guard !commands.isEmpty else { return channel.eventLoop.makeSucceededFuture([]) }
+        return EventLoopFuture.whenAllSucceed(write(commands).map(\.futureResult), on: channel.eventLoop)
+    }
+
+    /// Encodes and writes commands in one write; one promise per reply, in order.
+    private func write(_ commands: [RedisCommand]) -> [EventLoopPromise<RESPValue>] {
         var bytes = channel.allocator.buffer(capacity: 64 * commands.count)
         for command in commands {
             command.encode(into: &bytes)
@@ -61,12 +79,7 @@ public final class RedisConnection: Sendable {
         let eventLoop = channel.eventLoop
         let promises = commands.map { _ in eventLoop.makePromise(of: RESPValue.self) }
         channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises), promise: nil)
-        var replies: [RESPValue] = []
-        replies.reserveCapacity(promises.count)
-        for promise in promises {
-            replies.append(try await promise.futureResult.get())
-        }
-        return replies
+        return promises
     }
 
     /// Writes commands whose replies nobody waits for (SUBSCRIBE on a push connection).
