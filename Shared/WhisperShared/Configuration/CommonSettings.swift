@@ -46,6 +46,7 @@ public struct CommonSettings: Sendable {
     }
 
     /// Reads the shared settings: `WHISPER_POSTGRES_URL`, `WHISPER_REDIS_URL`,
+    /// `WHISPER_REDIS_REQUIRED_PERSISTENCE`,
     /// `WHISPER_LOG_LEVEL`, `WHISPER_INSTANCE_ID`, `WHISPER_SHUTDOWN_GRACE_SECONDS`, and this
     /// service's `<SERVICE>_HTTP_HOST` / `<SERVICE>_HTTP_PORT`.
     public init(service: String, defaultPort: Int, from settings: SettingsReader) {
@@ -79,6 +80,12 @@ public struct CommonSettings: Sendable {
             self.redis = RedisConfiguration()
         }
         self.redis.clientName = "whisper-\(service)"
+        let persistence = settings.string("whisper.redis.required.persistence", default: RedisPersistence.always.rawValue)
+        if let parsed = RedisPersistence(rawValue: persistence) {
+            self.redis.requiredPersistence = parsed
+        } else {
+            settings.reject("whisper.redis.required.persistence", because: "must be one of always, everysec, none")
+        }
         let level = settings.string("whisper.log.level", default: "info")
         if let parsed = Logger.Level(rawValue: level.lowercased()) {
             self.logLevel = parsed

@@ -9,6 +9,8 @@ public struct RedisConfiguration: Sendable, Equatable {
     public var clientName: String?
     public var connectTimeout: Duration
     public var reconnectBackoff: Backoff.Policy
+    /// How durable the server must be, checked at start (`RedisServerCheck`).
+    public var requiredPersistence: RedisPersistence = .always
 
     public init(
         host: String = "127.0.0.1",

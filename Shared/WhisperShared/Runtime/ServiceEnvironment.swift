@@ -12,6 +12,8 @@ public struct ServiceEnvironment: Sendable {
     public let metrics: ServiceMetrics
     public let redis: RedisClient
     public let postgres: PostgresClient
+    /// The check of the Redis server's settings, run with the clients.
+    public let redisCheck: RedisServerCheck
 
     public init(settings: CommonSettings, logger: Logger, eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) {
         var logger = logger
@@ -21,11 +23,14 @@ public struct ServiceEnvironment: Sendable {
         self.metrics = ServiceMetrics(service: settings.service, instanceID: settings.instanceID)
         self.redis = RedisClient(configuration: settings.redis, eventLoopGroup: eventLoopGroup, logger: logger)
         self.postgres = PostgresClient(configuration: settings.postgres.clientConfiguration, eventLoopGroup: eventLoopGroup, backgroundLogger: logger)
+        self.redisCheck = RedisServerCheck(redis: redis, required: settings.redis.requiredPersistence, logger: logger)
     }
 
-    /// The clients, first in the service group so that they stop last.
+    /// The clients, first in the service group so that they stop last, and the check of
+    /// the Redis server's settings (`RedisServerCheck`), which stops the service at start
+    /// when Redis would not keep what the services promise.
     public var clientServices: [any Service] {
-        [postgres, redis]
+        [postgres, redis, redisCheck]
     }
 
     /// Measures one round trip to Postgres (`SELECT 1`) and to Redis (`PING`), at most

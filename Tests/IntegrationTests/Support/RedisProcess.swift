@@ -20,7 +20,8 @@ final class RedisProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: TestServers.redisServerBinary)
         process.arguments = [
             "--bind", "127.0.0.1", "--port", "\(port)", "--dir", directory.path,
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path,
+            // As durable as the services require by default (`RedisServerCheck`).
+            "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path,
         ]
         try process.run()
         self.process = process
