@@ -34,6 +34,7 @@ let services: [(executable: String, library: String, folder: String, extra: [Tar
 
 let sharedDependencies: [Target.Dependency] = [
     "CHiredis",
+    .product(name: "NIOSSL", package: "swift-nio-ssl"),
     .product(name: "AsyncHTTPClient", package: "async-http-client"),
     "CSodium",
     .product(name: "Hummingbird", package: "hummingbird"),

@@ -33,6 +33,7 @@ ensure_packages() {
     command -v curl >/dev/null 2>&1 || missing+=(curl)
     [ -n "$(pg_bindir 2>/dev/null)" ] || missing+=(postgresql)
     command -v turnserver >/dev/null 2>&1 || missing+=(coturn)
+    command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if [ "${WHISPER_NEED_PROMTOOL:-0}" = 1 ]; then
         command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     fi
@@ -100,9 +101,15 @@ start_postgres() {
     fi
     mkdir -p "$run"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$run"
+    # WHISPER_PG_TLS_DIR: a folder with server.crt and server.key: TLS on as well (plain
+    # connections still work).
+    local tls=""
+    if [ -n "${WHISPER_PG_TLS_DIR:-}" ]; then
+        tls="-c ssl=on -c ssl_cert_file=$WHISPER_PG_TLS_DIR/server.crt -c ssl_key_file=$WHISPER_PG_TLS_DIR/server.key"
+    fi
     if ! as_pg "$bindir/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
         as_pg "$bindir/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 \
-            -o "-p $port -k $run -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${WHISPER_PG_FSYNC:-on}" \
+            -o "-p $port -k $run -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${WHISPER_PG_FSYNC:-on} $tls" \
             start >/dev/null || { tail -20 "$dir/server.log" >&2; die "PostgreSQL did not start"; }
     fi
     local psql=(as_pg psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1)
@@ -112,6 +119,26 @@ start_postgres() {
     if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname = 'whisper'")" != 1 ]; then
         "${psql[@]}" -c "CREATE DATABASE whisper OWNER whisper" >/dev/null
     fi
+}
+
+# make_test_tls DIR: a CA made now (DIR/ca.crt) and a server certificate it signed for
+# localhost and 127.0.0.1 (DIR/server.crt, DIR/server.key, readable by the PostgreSQL
+# server), for the TLS tests. Nothing in it outlives the run that made it.
+make_test_tls() {
+    local dir="$1"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=Whisper test CA" -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=localhost" \
+        -keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$dir/server.ext"
+    openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial -days 2 \
+        -extfile "$dir/server.ext" -out "$dir/server.crt" 2>/dev/null
+    chmod 600 "$dir/server.key"
+    chmod 755 "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir/server.key" "$dir/server.crt"
+    return 0
 }
 
 stop_postgres() {

@@ -23,6 +23,10 @@ public struct TestCertificates: Sendable {
     public let serverKey: NIOSSLPrivateKey
     /// The CA's PEM in a file, for the setting.
     public let caPath: String
+    /// The server's certificate and key as PEM files, for servers that read files
+    /// (redis-server's TLS).
+    public let serverCertificatePath: String
+    public let serverKeyPath: String
 
     public static func make() throws -> TestCertificates {
         let caKey = P256.Signing.PrivateKey()
@@ -51,13 +55,16 @@ public struct TestCertificates: Sendable {
             issuerPrivateKey: .init(caKey)
         )
         let caPEM = try ca.serializeAsPEM().pemString
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-test-ca-\(UUID().uuidString).pem").path
-        try caPEM.write(toFile: path, atomically: true, encoding: .utf8)
+        let serverPEM = try server.serializeAsPEM().pemString
+        let stem = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-test-\(UUID().uuidString)").path
+        try caPEM.write(toFile: stem + "-ca.pem", atomically: true, encoding: .utf8)
+        try serverPEM.write(toFile: stem + "-server.pem", atomically: true, encoding: .utf8)
+        try serverKey.pemRepresentation.write(toFile: stem + "-server.key", atomically: true, encoding: .utf8)
         return TestCertificates(
             caPEM: caPEM,
-            serverCertificate: try NIOSSLCertificate(bytes: Array(try server.serializeAsPEM().pemString.utf8), format: .pem),
+            serverCertificate: try NIOSSLCertificate(bytes: Array(serverPEM.utf8), format: .pem),
             serverKey: try NIOSSLPrivateKey(bytes: Array(serverKey.pemRepresentation.utf8), format: .pem),
-            caPath: path
+            caPath: stem + "-ca.pem", serverCertificatePath: stem + "-server.pem", serverKeyPath: stem + "-server.key"
         )
     }
 }

@@ -81,7 +81,9 @@ import Testing
         #expect(settings?.password == nil)
         #expect(PostgresSettings(url: "postgres://localhost/whisper") == nil, "a user is required")
         #expect(PostgresSettings(url: "postgres://u@h:5432") == nil, "a database is required")
-        #expect(PostgresSettings(url: "postgres://u@h/db?sslmode=verify-full") == nil)
+        #expect(PostgresSettings(url: "postgres://u@h/db?sslmode=allow") == nil)
+        #expect(PostgresSettings(url: "postgres://u@h/db?sslmode=verify-full")?.tlsMode == "verify-full")
+        #expect(PostgresSettings(url: "postgres://u@h/db?sslmode=verify-ca&sslrootcert=/etc/ca%20bundle.pem")?.caFile == "/etc/ca bundle.pem")
     }
 }
 

@@ -66,20 +66,43 @@ public struct CommonSettings: Sendable {
         } else if let parsed = PostgresSettings(url: postgresURL) {
             self.postgres = parsed
         } else {
-            settings.reject("whisper.postgres.url", because: "must look like postgres://user[:password]@host[:port]/database")
+            settings.reject(
+                "whisper.postgres.url",
+                because: "must look like postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require|verify-ca|verify-full]"
+            )
             self.postgres = PostgresSettings(host: "", port: 5432, username: "", password: nil, database: "")
         }
         self.postgres.maximumConnections = settings.int("whisper.postgres.max.connections", default: 10, range: 1...500)
+        let postgresCA = settings.string("whisper.postgres.ca.file", default: "")
+        if !postgresCA.isEmpty {
+            self.postgres.caFile = postgresCA
+        }
+        if let file = postgres.caFile {
+            if postgres.tlsMode == "disable" {
+                settings.reject("whisper.postgres.ca.file", because: "is for TLS: add sslmode=verify-full to WHISPER_POSTGRES_URL")
+            } else if !FileManager.default.isReadableFile(atPath: file) {
+                settings.reject("whisper.postgres.ca.file", because: "names no readable file")
+            }
+        }
         let redisURL = settings.requiredString("whisper.redis.url", secret: true)
         if let parsed = RedisConfiguration(url: redisURL) {
             self.redis = parsed
         } else {
             if !redisURL.isEmpty {
-                settings.reject("whisper.redis.url", because: "must look like redis://[:password@]host[:port][/db]")
+                settings.reject("whisper.redis.url", because: "must look like redis://[[user]:password@]host[:port][/db] (rediss:// for TLS)")
             }
             self.redis = RedisConfiguration()
         }
         self.redis.clientName = "whisper-\(service)"
+        let redisCA = settings.string("whisper.redis.ca.file", default: "")
+        if !redisCA.isEmpty {
+            if !redis.tls {
+                settings.reject("whisper.redis.ca.file", because: "is for TLS: use a rediss:// URL")
+            } else if !FileManager.default.isReadableFile(atPath: redisCA) {
+                settings.reject("whisper.redis.ca.file", because: "names no readable file")
+            }
+            self.redis.caFile = redisCA
+        }
         let persistence = settings.string("whisper.redis.required.persistence", default: RedisPersistence.always.rawValue)
         if let parsed = RedisPersistence(rawValue: persistence) {
             self.redis.requiredPersistence = parsed

@@ -1,3 +1,4 @@
+import NIOSSL
 import PostgresNIO
 
 /// Where and how to reach Postgres, parsed from `postgres://user[:password]@host[:port]/database[?sslmode=...]`.
@@ -7,9 +8,16 @@ public struct PostgresSettings: Sendable {
     public var username: String
     public var password: String?
     public var database: String
-    /// `disable`, `prefer` or `require`, as in libpq's `sslmode`.
+    /// `disable`, `prefer`, `require`, `verify-ca` or `verify-full`, as in libpq's
+    /// `sslmode`, except that `require` verifies the server as `verify-full` does (a
+    /// certificate worth asking for is worth checking).
     public var tlsMode: String
+    /// PEM file of the CA that signed the server's certificate (`WHISPER_POSTGRES_CA_FILE`,
+    /// or `sslrootcert` in the URL); nil: the system's roots.
+    public var caFile: String?
     public var maximumConnections: Int
+
+    public static let tlsModes = ["disable", "prefer", "require", "verify-ca", "verify-full"]
 
     public init(host: String, port: Int, username: String, password: String?, database: String, tlsMode: String = "disable", maximumConnections: Int = 10) {
         self.host = host
@@ -26,16 +34,19 @@ public struct PostgresSettings: Sendable {
         guard let scheme = schemes.first(where: { url.hasPrefix($0) }) else { return nil }
         var rest = Substring(url.dropFirst(scheme.count))
         var tlsMode = "disable"
+        var caFile: String?
         if let question = rest.firstIndex(of: "?") {
             for pair in rest[rest.index(after: question)...].split(separator: "&") {
                 let parts = pair.split(separator: "=", maxSplits: 1)
                 if parts.count == 2, parts[0] == "sslmode" {
                     tlsMode = String(parts[1])
+                } else if parts.count == 2, parts[0] == "sslrootcert" {
+                    caFile = String(parts[1]).removingPercentEncodingIfPossible
                 }
             }
             rest = rest[..<question]
         }
-        guard ["disable", "prefer", "require"].contains(tlsMode) else { return nil }
+        guard Self.tlsModes.contains(tlsMode) else { return nil }
         guard let at = rest.lastIndex(of: "@") else { return nil }
         let credentials = rest[..<at]
         rest = rest[rest.index(after: at)...]
@@ -59,6 +70,7 @@ public struct PostgresSettings: Sendable {
         }
         guard !username.isEmpty, !host.isEmpty, !database.isEmpty, (1...65535).contains(port) else { return nil }
         self.init(host: host, port: port, username: username, password: password, database: database, tlsMode: tlsMode)
+        self.caFile = caFile
     }
 
     /// The same server, another database (tests make one database per suite).
@@ -68,10 +80,24 @@ public struct PostgresSettings: Sendable {
         return copy
     }
 
+    /// What TLS the client asks for: verified against `caFile` (or the system's roots);
+    /// `verify-ca` checks the chain and not the name.
+    var tlsConfiguration: TLSConfiguration {
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        if let caFile {
+            configuration.trustRoots = .file(caFile)
+        }
+        if tlsMode == "verify-ca" {
+            configuration.certificateVerification = .noHostnameVerification
+        }
+        return configuration
+    }
+
     public var clientConfiguration: PostgresClient.Configuration {
         let tls: PostgresClient.Configuration.TLS = switch tlsMode {
-        case "require": .require(.makeClientConfiguration())
-        case "prefer": .prefer(.makeClientConfiguration())
+        case "require", "verify-ca", "verify-full": .require(tlsConfiguration)
+        case "prefer": .prefer(tlsConfiguration)
         default: .disable
         }
         var configuration = PostgresClient.Configuration(

@@ -1,9 +1,16 @@
-/// Where and how to reach Redis, parsed from a `redis://[:password@]host[:port][/db]` URL.
+/// Where and how to reach Redis, parsed from a `redis://[[user]:password@]host[:port][/db]`
+/// URL, or `rediss://` for TLS.
 public struct RedisConfiguration: Sendable, Equatable {
     public var host: String
     public var port: Int
     public var password: String?
+    /// An ACL user (Redis 6 and later); nil: the default user.
     public var username: String?
+    /// TLS to the server (`rediss://`), its certificate verified against `caFile` (or
+    /// the system's roots) and the host name or address.
+    public var tls = false
+    /// PEM file of the CA that signed the server's certificate (`WHISPER_REDIS_CA_FILE`).
+    public var caFile: String?
     public var database: Int
     /// Name shown in `CLIENT LIST`, e.g. the service name.
     public var clientName: String?
@@ -32,10 +39,12 @@ public struct RedisConfiguration: Sendable, Equatable {
         self.reconnectBackoff = reconnectBackoff
     }
 
-    /// Parses `redis://[[user]:password@]host[:port][/db]`; returns nil for anything else.
+    /// Parses `redis://[[user]:password@]host[:port][/db]` (`rediss://` for TLS); returns
+    /// nil for anything else.
     public init?(url: String) {
-        guard url.hasPrefix("redis://") else { return nil }
-        var rest = Substring(url.dropFirst("redis://".count))
+        let tls = url.hasPrefix("rediss://")
+        guard tls || url.hasPrefix("redis://") else { return nil }
+        var rest = Substring(url.dropFirst(tls ? "rediss://".count : "redis://".count))
         var username: String?
         var password: String?
         if let at = rest.lastIndex(of: "@") {
@@ -75,6 +84,7 @@ public struct RedisConfiguration: Sendable, Equatable {
         }
         guard !host.isEmpty, (1...65535).contains(port) else { return nil }
         self.init(host: host, port: port, username: username, password: password, database: database)
+        self.tls = tls
     }
 }
 
@@ -98,7 +108,7 @@ extension String {
 /// Printed without the password: service descriptions reach debug logs (swift-service-lifecycle).
 extension RedisConfiguration: CustomStringConvertible, CustomDebugStringConvertible {
     public var description: String {
-        "RedisConfiguration(\(host):\(port)/\(database), password \(password == nil ? "none" : "redacted"))"
+        "RedisConfiguration(\(tls ? "rediss" : "redis")://\(host):\(port)/\(database), user \(username ?? "default"), password \(password == nil ? "none" : "redacted"))"
     }
 
     public var debugDescription: String { description }

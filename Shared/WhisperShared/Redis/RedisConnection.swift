@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 
 /// One pipelined connection to Redis. Many commands may be in flight at once; replies
 /// come back in order. Safe to use from any task.
@@ -17,11 +18,19 @@ public final class RedisConnection: Sendable {
         eventLoopGroup: any EventLoopGroup,
         onUnsolicited: (@Sendable (RESPValue) -> Void)? = nil
     ) async throws -> RedisConnection {
+        let tls = try configuration.tlsContext()
         let channel = try await ClientBootstrap(group: eventLoopGroup)
             .connectTimeout(.nanoseconds(configuration.connectTimeout.nanoseconds))
             .channelOption(.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls {
+                        // The name is checked against the certificate; an address (no name
+                        // to send) is checked against the certificate's IP addresses.
+                        let name = configuration.host.contains(where: { $0 == ":" }) || configuration.host.allSatisfy({ $0.isNumber || $0 == "." })
+                            ? nil : configuration.host
+                        try channel.pipeline.syncOperations.addHandler(try NIOSSLClientHandler(context: tls, serverHostname: name))
+                    }
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(RedisReplyDecoder()))
                     try channel.pipeline.syncOperations.addHandler(RedisCommandHandler(onUnsolicited: onUnsolicited))
                 }
@@ -97,6 +106,18 @@ public final class RedisConnection: Sendable {
 }
 
 extension RedisConfiguration {
+    /// The TLS context of `rediss://`: certificate and name verified, against `caFile`
+    /// when given. Nil without TLS.
+    func tlsContext() throws -> NIOSSLContext? {
+        guard tls else { return nil }
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        configuration.minimumTLSVersion = .tlsv12
+        if let caFile {
+            configuration.trustRoots = .file(caFile)
+        }
+        return try NIOSSLContext(configuration: configuration)
+    }
+
     /// AUTH, SELECT and CLIENT SETNAME as this configuration asks.
     var handshake: [RedisCommand] {
         var commands: [RedisCommand] = []

@@ -7,19 +7,25 @@ final class RedisProcess: @unchecked Sendable {
     let directory: URL
     private var process: Process?
 
-    init() throws {
+    /// With `tls` (a server certificate and key, PEM files), the server speaks TLS only.
+    let tls: (certificate: String, key: String)?
+
+    init(tls: (certificate: String, key: String)? = nil) throws {
+        self.tls = tls
         port = try TestServers.freePort()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-redis-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
 
-    var url: String { "redis://127.0.0.1:\(port)" }
+    var url: String { "\(tls == nil ? "redis" : "rediss")://127.0.0.1:\(port)" }
 
     func start() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: TestServers.redisServerBinary)
-        process.arguments = [
-            "--bind", "127.0.0.1", "--port", "\(port)", "--dir", directory.path,
+        let ports = tls.map { ["--port", "0", "--tls-port", "\(port)", "--tls-cert-file", $0.certificate, "--tls-key-file", $0.key, "--tls-auth-clients", "no"] }
+            ?? ["--port", "\(port)"]
+        process.arguments = ["--bind", "127.0.0.1"] + ports + [
+            "--dir", directory.path,
             // As durable as the services require by default (`RedisServerCheck`).
             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path,
         ]
