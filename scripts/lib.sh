@@ -34,6 +34,7 @@ ensure_packages() {
     [ -n "$(pg_bindir 2>/dev/null)" ] || missing+=(postgresql)
     command -v turnserver >/dev/null 2>&1 || missing+=(coturn)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+    [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1 || missing+=(pgbouncer)
     if [ "${WHISPER_NEED_PROMTOOL:-0}" = 1 ]; then
         command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     fi
@@ -138,6 +139,47 @@ make_test_tls() {
     chmod 600 "$dir/server.key"
     chmod 755 "$dir"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$dir/server.key" "$dir/server.crt"
+    return 0
+}
+
+# start_pgbouncer NAME PORT PG_PORT: Debian's PgBouncer in transaction mode in front of
+# the PostgreSQL on PG_PORT, every database, user "whisper" without a password (as the
+# test cluster trusts it), in .data/NAME.
+start_pgbouncer() {
+    local name="$1" port="$2" pg_port="$3" dir bin
+    dir="$DATA/$name"
+    bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+    mkdir -p "$dir"
+    printf '"whisper" ""\n' >"$dir/users.txt"
+    cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=127.0.0.1 port=$pg_port
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/users.txt
+pool_mode = transaction
+max_client_conn = 500
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
+INI
+    [ "$(id -u)" -eq 0 ] && chown -R postgres:postgres "$dir"
+    as_pg "$bin" -d -q "$dir/pgbouncer.ini" || die "PgBouncer did not start"
+    local i
+    for i in $(seq 1 50); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "PgBouncer did not listen on $port"
+}
+
+stop_pgbouncer() {
+    local name="$1"
+    [ -f "$DATA/$name/pgbouncer.pid" ] && kill "$(cat "$DATA/$name/pgbouncer.pid")" 2>/dev/null || true
     return 0
 }
 

@@ -18,6 +18,12 @@ public enum MigrationError: Error, CustomStringConvertible, Sendable {
 
 /// Applies `Migrations.all` under a Postgres advisory lock, so that several processes
 /// may run it at once and exactly one does the work. Running it again is a no-op.
+///
+/// Each step is one transaction that takes the lock for itself (`pg_advisory_xact_lock`,
+/// released by its COMMIT or ROLLBACK) and reads the applied versions anew: nothing
+/// holds a session across transactions, so it works as well through a PgBouncer in
+/// transaction mode, where consecutive transactions may run on different server
+/// connections, as directly against Postgres.
 public struct Migrator: Sendable {
     /// The advisory lock key ("whisper" in ASCII, as a number).
     static let lockKey: Int64 = 0x77_6869_7370_6572
@@ -31,61 +37,70 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(client: PostgresClient, logger: Logger) async throws -> [Int] {
         try await client.withConnection { connection in
-            _ = try await connection.query("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
-            do {
-                let applied = try await apply(on: connection, logger: logger)
-                _ = try await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                return applied
-            } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
-                _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                throw error
+            try await locked(on: connection, logger: logger) {
+                _ = try await connection.query(
+                    """
+                    CREATE TABLE IF NOT EXISTS schema_migrations (
+                        version    integer PRIMARY KEY,
+                        name       text NOT NULL,
+                        checksum   text NOT NULL,
+                        applied_at timestamptz NOT NULL DEFAULT now()
+                    )
+                    """,
+                    logger: logger
+                )
             }
+            var applied: [Int] = []
+            for migration in migrations.sorted(by: { $0.version < $1.version }) {
+                if try await locked(on: connection, logger: logger, { try await apply(migration, on: connection, logger: logger) }) {
+                    logger.info("migration_applied", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
+                    applied.append(migration.version)
+                }
+            }
+            return applied
         }
     }
 
-    private func apply(on connection: PostgresConnection, logger: Logger) async throws -> [Int] {
-        _ = try await connection.query(
-            """
-            CREATE TABLE IF NOT EXISTS schema_migrations (
-                version    integer PRIMARY KEY,
-                name       text NOT NULL,
-                checksum   text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            )
-            """,
-            logger: logger
-        )
+    /// Runs `body` in a transaction holding the migration lock.
+    private func locked<T>(on connection: PostgresConnection, logger: Logger, _ body: () async throws -> T) async throws -> T {
+        _ = try await connection.query("BEGIN", logger: logger)
+        do {
+            _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.lockKey))", logger: logger)
+            let result = try await body()
+            _ = try await connection.query("COMMIT", logger: logger)
+            return result
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+
+    /// Applies one migration unless it was applied before (checked against the versions
+    /// recorded now, under the lock); true when it was applied now.
+    private func apply(_ migration: Migration, on connection: PostgresConnection, logger: Logger) async throws -> Bool {
         var existing: [Int: String] = [:]
         for try await (version, checksum) in try await connection.query(
             "SELECT version, checksum FROM schema_migrations", logger: logger
         ).decode((Int, String).self) {
             existing[version] = checksum
         }
-        let known = Dictionary(uniqueKeysWithValues: migrations.map { ($0.version, $0) })
-        if let unknown = existing.keys.sorted().first(where: { known[$0] == nil }) {
+        let known = Set(migrations.map(\.version))
+        if let unknown = existing.keys.sorted().first(where: { !known.contains($0) }) {
             throw MigrationError.unknownVersion(unknown)
         }
-        var applied: [Int] = []
-        for migration in migrations.sorted(by: { $0.version < $1.version }) {
-            let checksum = Self.checksum(of: migration)
-            if let recorded = existing[migration.version] {
-                guard recorded == checksum else { throw MigrationError.checksumMismatch(version: migration.version) }
-                continue
-            }
-            _ = try await connection.query("BEGIN", logger: logger)
-            for statement in migration.statements {
-                _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
-            }
-            _ = try await connection.query(
-                "INSERT INTO schema_migrations (version, name, checksum) VALUES (\(migration.version), \(migration.name), \(checksum))",
-                logger: logger
-            )
-            _ = try await connection.query("COMMIT", logger: logger)
-            logger.info("migration_applied", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
-            applied.append(migration.version)
+        let checksum = Self.checksum(of: migration)
+        if let recorded = existing[migration.version] {
+            guard recorded == checksum else { throw MigrationError.checksumMismatch(version: migration.version) }
+            return false
         }
-        return applied
+        for statement in migration.statements {
+            _ = try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+        }
+        _ = try await connection.query(
+            "INSERT INTO schema_migrations (version, name, checksum) VALUES (\(migration.version), \(migration.name), \(checksum))",
+            logger: logger
+        )
+        return true
     }
 
     static func checksum(of migration: Migration) -> String {
