@@ -1,0 +1,304 @@
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+/// Commands to a Redis Cluster, written from the Redis Cluster specification: the
+/// slot map read with `CLUSTER SLOTS` (at start, and again after a `MOVED`), one
+/// pipelined connection per master, each command sent to the master of its key's slot
+/// (`RedisClusterSlots`, `RedisCommand.routingKey`), pipelines split by node and their
+/// replies put back in order, `MOVED` followed (the map learns the slot's new master)
+/// and `ASK` followed for that one command (`ASKING` first, the map unchanged), and
+/// `TRYAGAIN`, `CLUSTERDOWN` or a lost connection (a failover in progress) retried with
+/// a fresh map, a bounded number of times.
+public final class RedisCluster: Sendable {
+    public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
+
+        /// `host:port` (the last colon splits, so an IPv6 address may come bare).
+        public init?(_ text: some StringProtocol) {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
+                return nil
+            }
+            let host = text[..<colon]
+            guard !host.isEmpty else { return nil }
+            self.init(host: String(host.hasPrefix("[") && host.hasSuffix("]") ? host.dropFirst().dropLast() : host), port: port)
+        }
+
+        public var description: String { "\(host):\(port)" }
+    }
+
+    private struct State {
+        /// The master of each slot (an index into `masters`), or -1 while unknown.
+        var owners = [Int16](repeating: -1, count: RedisClusterSlots.count)
+        var masters: [Endpoint] = []
+        var connections: [Endpoint: RedisConnection] = [:]
+        var closed = false
+    }
+
+    public let seeds: [Endpoint]
+    let configuration: RedisConfiguration
+    private let eventLoopGroup: any EventLoopGroup
+    private let logger: Logger
+    private let state = Mutex(State())
+    /// Redirects and retries one command may take before its error is returned.
+    static let maxRedirects = 5
+
+    public init(seeds: [Endpoint], configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup, logger: Logger) {
+        self.seeds = seeds
+        self.configuration = configuration
+        self.eventLoopGroup = eventLoopGroup
+        self.logger = logger
+    }
+
+    /// The masters as the map knows them now.
+    public var masters: [Endpoint] { state.withLock { $0.masters } }
+
+    /// The master serving `slot`, when known.
+    public func master(ofSlot slot: Int) -> Endpoint? {
+        state.withLock { state in
+            let owner = Int(state.owners[slot])
+            return owner >= 0 && owner < state.masters.count ? state.masters[owner] : nil
+        }
+    }
+
+    /// Reads the slot map from the first node that answers (known masters first, then
+    /// the seeds).
+    public func refresh() async throws {
+        var lastError: any Error = RedisError.unavailable
+        for endpoint in masters + seeds {
+            do {
+                let reply = try await connection(to: endpoint).send(RedisCommand("CLUSTER", "SLOTS"))
+                try apply(slots: reply)
+                return
+            } catch {
+                lastError = error
+                drop(endpoint)
+            }
+        }
+        throw lastError
+    }
+
+    /// Takes a `CLUSTER SLOTS` reply: [[start, end, [host, port, id], replicas...], ...].
+    func apply(slots reply: RESPValue) throws {
+        guard case .array(let ranges) = reply else { throw RedisError.unexpectedReply("cluster slots") }
+        var owners = [Int16](repeating: -1, count: RedisClusterSlots.count)
+        var masters: [Endpoint] = []
+        for range in ranges {
+            guard case .array(let parts) = range, parts.count >= 3, let start = parts[0].int, let end = parts[1].int,
+                  0 <= start, start <= end, end < RedisClusterSlots.count,
+                  case .array(let node) = parts[2], node.count >= 2, let host = node[0].string, let port = node[1].int else {
+                throw RedisError.unexpectedReply("cluster slots range")
+            }
+            // A node that names no address of its own is the one that answered.
+            let endpoint = Endpoint(host: host.isEmpty || host == "?" ? configuration.host : host, port: Int(port))
+            let index: Int
+            if let known = masters.firstIndex(of: endpoint) {
+                index = known
+            } else {
+                index = masters.count
+                masters.append(endpoint)
+            }
+            for slot in Int(start)...Int(end) { owners[slot] = Int16(index) }
+        }
+        state.withLock { state in
+            state.owners = owners
+            state.masters = masters
+        }
+    }
+
+    /// The connection to `endpoint`, opened when there is none (with the configuration's
+    /// authentication and TLS).
+    func connection(to endpoint: Endpoint) async throws -> RedisConnection {
+        if let open = state.withLock({ $0.connections[endpoint] }), open.isActive { return open }
+        var configuration = self.configuration
+        configuration.host = endpoint.host
+        configuration.port = endpoint.port
+        configuration.database = 0
+        let connection = try await RedisConnection.connect(to: configuration, eventLoopGroup: eventLoopGroup)
+        let (kept, closed) = state.withLock { state -> (RedisConnection, Bool) in
+            if let raced = state.connections[endpoint], raced.isActive { return (raced, state.closed) }
+            state.connections[endpoint] = connection
+            return (connection, state.closed)
+        }
+        if kept !== connection || closed { await connection.close() }
+        if closed { throw RedisError.shutdown }
+        return kept
+    }
+
+    private func drop(_ endpoint: Endpoint) {
+        let gone = state.withLock { $0.connections.removeValue(forKey: endpoint) }
+        if let gone { Task { await gone.close() } }
+    }
+
+    /// The node a command goes to: its key's master, or for a command without a key
+    /// the first master.
+    private func target(of command: RedisCommand) throws -> Endpoint {
+        let endpoint: Endpoint? = state.withLock { state in
+            guard !state.masters.isEmpty else { return nil }
+            guard let key = command.routingKey else { return state.masters[0] }
+            let owner = Int(state.owners[RedisClusterSlots.slot(of: key)])
+            return owner >= 0 ? state.masters[owner] : nil
+        }
+        guard let endpoint else { throw RedisError.unavailable }
+        return endpoint
+    }
+
+    /// Sends one command; an error reply is thrown as `RedisError.server`.
+    public func send(_ command: RedisCommand) async throws -> RESPValue {
+        let reply = try await pipeline([command])[0]
+        if case .error(let message) = reply { throw RedisError.server(message) }
+        return reply
+    }
+
+    /// Sends `command` to the node serving `key`'s slot, whatever the command names
+    /// (`SCRIPT LOAD` for the node a script will run on).
+    public func send(_ command: RedisCommand, toNodeOf key: [UInt8]) async throws -> RESPValue {
+        let endpoint = try state.withLock { state -> Endpoint in
+            let owner = Int(state.owners[RedisClusterSlots.slot(of: key)])
+            guard owner >= 0 else { throw RedisError.unavailable }
+            return state.masters[owner]
+        }
+        let reply = try await connection(to: endpoint).pipeline([command])[0]
+        if case .error(let message) = reply { throw RedisError.server(message) }
+        return reply
+    }
+
+    /// Sends commands, each to its node (one write per node, the nodes at once), and
+    /// returns the replies in the commands' order, error replies in place. Redirects are
+    /// followed as the specification says.
+    public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
+        guard !commands.isEmpty else { return [] }
+        if masters.isEmpty { try await refresh() }
+        var replies = [RESPValue?](repeating: nil, count: commands.count)
+        // What is still to send: the command's index, and the node an ASK named.
+        var waiting: [(index: Int, asking: Endpoint?)] = commands.indices.map { ($0, nil) }
+        for attempt in 0...Self.maxRedirects {
+            var byNode: [Endpoint: [(index: Int, asking: Bool)]] = [:]
+            for item in waiting {
+                let node = try item.asking ?? target(of: commands[item.index])
+                byNode[node, default: []].append((item.index, item.asking != nil))
+            }
+            var again: [(index: Int, asking: Endpoint?)] = []
+            var refreshMap = false
+            let results = await withTaskGroup(of: (Endpoint, [(index: Int, asking: Bool)], Result<[RESPValue], any Error>).self) { group in
+                for (node, items) in byNode {
+                    group.addTask {
+                        var batch: [RedisCommand] = []
+                        for item in items {
+                            if item.asking { batch.append(RedisCommand("ASKING")) }
+                            batch.append(commands[item.index])
+                        }
+                        do {
+                            return (node, items, .success(try await self.connection(to: node).pipeline(batch)))
+                        } catch {
+                            return (node, items, .failure(error))
+                        }
+                    }
+                }
+                var all: [(Endpoint, [(index: Int, asking: Bool)], Result<[RESPValue], any Error>)] = []
+                for await result in group { all.append(result) }
+                return all
+            }
+            for (node, items, result) in results {
+                guard case .success(let batch) = result else {
+                    // The node is gone (a failover?): a new map, and these go again.
+                    drop(node)
+                    refreshMap = true
+                    again += items.map { ($0.index, nil) }
+                    continue
+                }
+                var position = 0
+                for item in items {
+                    if item.asking { position += 1 }
+                    guard position < batch.count else { break }
+                    let reply = batch[position]
+                    position += 1
+                    switch Redirect(reply) {
+                    case .moved(let slot, let endpoint)?:
+                        learn(slot: slot, master: endpoint)
+                        refreshMap = true
+                        again.append((item.index, nil))
+                    case .ask(let endpoint)?:
+                        again.append((item.index, endpoint))
+                    case .retry?:
+                        refreshMap = true
+                        again.append((item.index, nil))
+                    case nil:
+                        replies[item.index] = reply
+                    }
+                }
+            }
+            guard !again.isEmpty, attempt < Self.maxRedirects else {
+                if !again.isEmpty {
+                    logger.warning("redis_cluster_redirects_exhausted", metadata: ["commands": "\(again.count)"])
+                }
+                break
+            }
+            if refreshMap {
+                try? await refresh()
+                if attempt > 0 { try? await Task.sleep(for: .milliseconds(50 * (attempt + 1))) }
+            }
+            waiting = again
+        }
+        return try replies.map { reply in
+            guard let reply else { throw RedisError.unavailable }
+            return reply
+        }
+    }
+
+    /// Records one slot's new master (from `MOVED`) until the next full map.
+    private func learn(slot: Int, master endpoint: Endpoint) {
+        guard (0..<RedisClusterSlots.count).contains(slot) else { return }
+        state.withLock { state in
+            let index: Int
+            if let known = state.masters.firstIndex(of: endpoint) {
+                index = known
+            } else {
+                index = state.masters.count
+                state.masters.append(endpoint)
+            }
+            state.owners[slot] = Int16(index)
+        }
+    }
+
+    /// Closes every connection; later commands fail with `RedisError.shutdown`.
+    public func close() async {
+        let open = state.withLock { state -> [RedisConnection] in
+            state.closed = true
+            defer { state.connections.removeAll() }
+            return Array(state.connections.values)
+        }
+        for connection in open { await connection.close() }
+    }
+}
+
+/// A cluster's answer that the command belongs elsewhere, or should wait.
+enum Redirect: Equatable {
+    /// The slot has a new master for good.
+    case moved(slot: Int, RedisCluster.Endpoint)
+    /// The slot is being moved: this one command goes to that node, after `ASKING`.
+    case ask(RedisCluster.Endpoint)
+    /// `TRYAGAIN` (keys of a slot being moved), `CLUSTERDOWN` (a failover in progress).
+    case retry
+
+    init?(_ reply: RESPValue) {
+        guard case .error(let message) = reply else { return nil }
+        let parts = message.split(separator: " ")
+        switch parts.first {
+        case "MOVED"?, "ASK"?:
+            guard parts.count == 3, let slot = Int(parts[1]), let endpoint = RedisCluster.Endpoint(parts[2]) else { return nil }
+            self = parts[0] == "MOVED" ? .moved(slot: slot, endpoint) : .ask(endpoint)
+        case "TRYAGAIN"?, "CLUSTERDOWN"?:
+            self = .retry
+        default:
+            return nil
+        }
+    }
+}

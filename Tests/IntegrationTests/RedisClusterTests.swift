@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+@testable import WhisperShared
+
+/// The cluster client (`RedisCluster`) against a real six-node Redis Cluster on loopback,
+/// and its slot hashing against the Redis Cluster specification's examples.
+@Suite struct RedisClusterSlotTests {
+    @Test func slotsAreTheSpecificationsCRC16WithHashTags() {
+        #expect(RedisClusterSlots.crc16(Array("123456789".utf8)) == 0x31C3, "the specification's check value")
+        #expect(RedisClusterSlots.slot(of: "foo") == 12_182)
+        #expect(RedisClusterSlots.slot(of: "{user1000}.following") == RedisClusterSlots.slot(of: "{user1000}.followers"))
+        #expect(RedisClusterSlots.slot(of: "foo{bar}{zap}") == RedisClusterSlots.slot(of: "bar"), "the first tag only")
+        #expect(RedisClusterSlots.slot(of: "foo{{bar}}zap") == RedisClusterSlots.slot(of: "{bar"), "from the first { to the first } after it")
+        #expect(
+            RedisClusterSlots.slot(of: "foo{}{bar}") == Int(RedisClusterSlots.crc16(Array("foo{}{bar}".utf8)) & 0x3FFF),
+            "an empty tag hashes the whole key"
+        )
+        // The project's keys: one identity's keys share its slot.
+        let whisperId = "WSP-ABCD-EFGH-JKLM"
+        #expect(RedisClusterSlots.slot(of: RedisKeys.pending(whisperId)) == RedisClusterSlots.slot(of: RedisKeys.presence(whisperId)))
+    }
+
+    @Test func commandsNameTheKeyThatRoutesThem() {
+        #expect(RedisCommand("GET", "k1").routingKey == Array("k1".utf8))
+        #expect(RedisCommand("EVALSHA", "sha", 2, "first", "second", "argument").routingKey == Array("first".utf8))
+        #expect(RedisCommand("EVALSHA", "sha", 0, "argument").routingKey == nil)
+        #expect(RedisCommand("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "stream:a", ">").routingKey == Array("stream:a".utf8))
+        #expect(RedisCommand("SPUBLISH", "gateway:g1", "frame").routingKey == Array("gateway:g1".utf8))
+        #expect(RedisCommand("PING").routingKey == nil)
+        #expect(RedisCommand("SCRIPT", "LOAD", "return 1").routingKey == nil)
+    }
+
+    @Test func redirectsAreRead() {
+        #expect(Redirect(.error("MOVED 3999 127.0.0.1:6381")) == .moved(slot: 3999, .init(host: "127.0.0.1", port: 6381)))
+        #expect(Redirect(.error("ASK 3999 127.0.0.1:6381")) == .ask(.init(host: "127.0.0.1", port: 6381)))
+        #expect(Redirect(.error("TRYAGAIN Multiple keys request during rehashing of slot")) == .retry)
+        #expect(Redirect(.error("CLUSTERDOWN The cluster is down")) == .retry)
+        #expect(Redirect(.error("ERR wrong number of arguments")) == nil)
+        #expect(Redirect(.error("MOVED x 127.0.0.1:6381")) == nil)
+        #expect(Redirect(.bulkString(Array("MOVED 1 a:1".utf8))) == nil)
+    }
+}
+
+@Suite(.serialized) struct RedisClusterTests {
+    private func withCluster<T: Sendable>(_ body: (RedisClusterProcess, RedisCluster) async throws -> T) async throws -> T {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        let cluster = RedisCluster(
+            seeds: [nodes.seeds[0]], configuration: RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0]),
+            eventLoopGroup: .singletonMultiThreadedEventLoopGroup, logger: TestServers.logger
+        )
+        try await cluster.refresh()
+        let result = try await body(nodes, cluster)
+        await cluster.close()
+        return result
+    }
+
+    @Test func aPipelineAcrossEveryMasterAnswersInOrder() async throws {
+        try await withCluster { nodes, cluster in
+            #expect(cluster.masters.count == 3)
+            let keys = (0..<300).map { "key:\($0)" }
+            let sets = try await cluster.pipeline(keys.map { RedisCommand("SET", $0, "value of \($0)") })
+            #expect(sets.allSatisfy { $0 == .simpleString("OK") })
+            let values = try await cluster.pipeline(keys.map { RedisCommand("GET", $0) } + [RedisCommand("PING")])
+            #expect(values.dropLast().map(\.string) == keys.map { "value of \($0)" })
+            #expect(values.last == .simpleString("PONG"))
+            // Each master holds its share, and only keys of its own slots.
+            var held = 0
+            for master in cluster.masters {
+                let size = Int(nodes.cli(master.port, "DBSIZE").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+                #expect(size > 0, "\(master) holds none")
+                held += size
+            }
+            #expect(held == keys.count)
+            // A script runs on its key's node.
+            let sum = try await cluster.send(RedisCommand("EVAL", "return redis.call('GET', KEYS[1])", 1, "key:7"))
+            #expect(sum.string == "value of key:7")
+        }
+    }
+
+    @Test func aMovedSlotIsFollowedAskDuringTheMoveAndMovedAfter() async throws {
+        try await withCluster { nodes, cluster in
+            let key = "moving:key"
+            let slot = RedisClusterSlots.slot(of: key)
+            _ = try await cluster.send(RedisCommand("SET", key, "before the move"))
+            let source = try #require(cluster.master(ofSlot: slot))
+            let destination = try #require(cluster.masters.first { $0 != source })
+            let (sourceID, destinationID) = (nodes.nodeID(source.port), nodes.nodeID(destination.port))
+
+            // The move begins, and the key goes over: the source now answers ASK for it.
+            nodes.cli(destination.port, "CLUSTER", "SETSLOT", "\(slot)", "IMPORTING", sourceID)
+            nodes.cli(source.port, "CLUSTER", "SETSLOT", "\(slot)", "MIGRATING", destinationID)
+            let migrated = nodes.cli(source.port, "MIGRATE", "127.0.0.1", "\(destination.port)", key, "0", "5000")
+            #expect(migrated.contains("OK"))
+            #expect(try await cluster.send(RedisCommand("GET", key)).string == "before the move", "ASK followed")
+            #expect(cluster.master(ofSlot: slot) == source, "an ASK leaves the map as it was")
+
+            // The move ends: every master learns the slot's new owner; the client, told
+            // MOVED, learns it too.
+            for master in cluster.masters {
+                nodes.cli(master.port, "CLUSTER", "SETSLOT", "\(slot)", "NODE", destinationID)
+            }
+            _ = try await cluster.send(RedisCommand("SET", key, "after the move"))
+            #expect(cluster.master(ofSlot: slot) == destination, "MOVED taught the map")
+            #expect(nodes.cli(destination.port, "GET", key).contains("after the move"))
+        }
+    }
+}
