@@ -26,6 +26,8 @@ import Testing
         #expect(RedisCommand("EVALSHA", "sha", 0, "argument").routingKey == nil)
         #expect(RedisCommand("XREADGROUP", "GROUP", "g", "c", "COUNT", 10, "STREAMS", "stream:a", ">").routingKey == Array("stream:a".utf8))
         #expect(RedisCommand("SPUBLISH", "gateway:g1", "frame").routingKey == Array("gateway:g1".utf8))
+        #expect(RedisCommand("XGROUP", "CREATE", "stream:router", "routers", "$", "MKSTREAM").routingKey == Array("stream:router".utf8))
+        #expect(RedisCommand("XINFO", "GROUPS", "stream:push").routingKey == Array("stream:push".utf8))
         #expect(RedisCommand("PING").routingKey == nil)
         #expect(RedisCommand("SCRIPT", "LOAD", "return 1").routingKey == nil)
     }
@@ -105,5 +107,38 @@ import Testing
             #expect(cluster.master(ofSlot: slot) == destination, "MOVED taught the map")
             #expect(nodes.cli(destination.port, "GET", key).contains("after the move"))
         }
+    }
+}
+
+/// The services on a Redis Cluster (`WHISPER_REDIS_CLUSTER`): two gateways, a router and
+/// auth, every Redis command routed to its slot's master.
+@Suite(.serialized) struct ClusterMessagingTests {
+    @Test func messagesReceiptsAndGroupsOnACluster() async throws {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        var redis = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
+        redis.clusterSeeds = nodes.seeds
+        let stack = try await MessagingStack.start(routers: 1, redis: redis)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        let (message, received) = try await alice.sendAndWaitForArrival("across the cluster", to: bob)
+        try await bob.connection.acknowledge(received)
+        let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+        #expect(receipt.messageId == message.messageId)
+        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+
+        // An offline recipient's queue, fetched later (the router serves the page).
+        let carol = try await stack.user(on: 0)
+        try await stack.makePeers([alice, bob, carol])
+        let created = try await alice.connection.createGroup(title: "Clustered", memberIds: [bob.whisperId, carol.whisperId])
+        let copies = alice.groupCopies("to the clustered group", groupId: created.groupId, to: [bob, carol])
+        let outcomes = await alice.connection.sendGroup(copies)
+        #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
+        for (member, count) in [(bob, 2), (carol, 1)] {
+            let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
+            #expect(arrived.contains { $0.groupId == created.groupId })
+        }
+        try await stack.stop()
     }
 }

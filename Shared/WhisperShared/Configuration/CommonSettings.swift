@@ -94,6 +94,16 @@ public struct CommonSettings: Sendable {
             self.redis = RedisConfiguration()
         }
         self.redis.clientName = "whisper-\(service)"
+        let seeds = settings.string("whisper.redis.cluster", default: "")
+        if !seeds.isEmpty {
+            let endpoints = seeds.split(separator: ",").map { RedisCluster.Endpoint($0.trimmingCharacters(in: .whitespaces)) }
+            if endpoints.contains(where: { $0 == nil }) {
+                settings.reject("whisper.redis.cluster", because: "must list cluster nodes as host:port, comma-separated")
+            } else {
+                self.redis.clusterSeeds = endpoints.compactMap { $0 }
+                if redis.database != 0 { settings.reject("whisper.redis.url", because: "names a database; a cluster has only database 0") }
+            }
+        }
         let redisCA = settings.string("whisper.redis.ca.file", default: "")
         if !redisCA.isEmpty {
             if !redis.tls {

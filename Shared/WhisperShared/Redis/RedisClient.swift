@@ -9,6 +9,10 @@ import Synchronization
 /// the service. While the connection is down, commands fail at once with
 /// `RedisError.unavailable` instead of piling up.
 ///
+/// With `RedisConfiguration.clusterSeeds` it speaks to a Redis Cluster instead
+/// (`RedisCluster`: each command to its slot's master, redirects followed); `run` then
+/// learns the slot map, and reads it again every `clusterRefreshInterval`.
+///
 /// Run it in the service's `ServiceGroup` before anything that uses it.
 public final class RedisClient: Service, Sendable {
     private enum State {
@@ -25,6 +29,10 @@ public final class RedisClient: Service, Sendable {
     private let scripts = Mutex<Set<String>>([])
     /// What this client went through, for `/metrics` (`whisper_redis_*`).
     public let statistics = RedisClientStatistics()
+    /// In cluster mode, the cluster's nodes.
+    let cluster: RedisCluster?
+    private let clusterReady = Atomic<Bool>(false)
+    static let clusterRefreshInterval: Duration = .seconds(10)
 
     public init(
         configuration: RedisConfiguration,
@@ -34,14 +42,21 @@ public final class RedisClient: Service, Sendable {
         self.configuration = configuration
         self.eventLoopGroup = eventLoopGroup
         self.logger = logger
+        cluster = configuration.clusterSeeds.isEmpty
+            ? nil : RedisCluster(seeds: configuration.clusterSeeds, configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
     }
 
-    /// True while a connection is open.
+    /// True while a connection is open (in cluster mode: while the slot map is known).
     public var isConnected: Bool {
-        state.withLock { if case .connected(let c) = $0 { c.isActive } else { false } }
+        if cluster != nil { return clusterReady.load(ordering: .relaxed) }
+        return state.withLock { if case .connected(let c) = $0 { c.isActive } else { false } }
     }
 
     public func run() async throws {
+        if let cluster {
+            try await runCluster(cluster)
+            return
+        }
         try await cancelWhenGracefulShutdown {
             var backoff = Backoff(policy: self.configuration.reconnectBackoff)
             while !Task.isCancelled {
@@ -97,6 +112,43 @@ public final class RedisClient: Service, Sendable {
         await last?.close()
     }
 
+    /// Learns the cluster's slot map (with backoff until a node answers) and reads it
+    /// again now and then, until the service stops.
+    private func runCluster(_ cluster: RedisCluster) async throws {
+        await cancelWhenGracefulShutdown {
+            var backoff = Backoff(policy: self.configuration.reconnectBackoff)
+            while !Task.isCancelled {
+                do {
+                    try await cluster.refresh()
+                    if !self.clusterReady.exchange(true, ordering: .relaxed) {
+                        self.statistics.connects.add(1, ordering: .relaxed)
+                        self.logger.info("redis_cluster_mapped", metadata: ["masters": "\(cluster.masters.count)"])
+                    }
+                    backoff.reset()
+                    try? await Task.sleep(for: Self.clusterRefreshInterval)
+                } catch {
+                    if self.clusterReady.exchange(false, ordering: .relaxed) { self.statistics.losses.add(1, ordering: .relaxed) }
+                    self.statistics.failedConnects.add(1, ordering: .relaxed)
+                    let delay = backoff.next()
+                    self.logger.warning("redis_cluster_unreachable", metadata: ["error": "\(error)", "retryInMs": "\(Int(delay.milliseconds))"])
+                    try? await Task.sleep(for: delay)
+                }
+            }
+        }
+        clusterReady.store(false, ordering: .relaxed)
+        await cluster.close()
+    }
+
+    /// The cluster, once its map is known.
+    private func mappedCluster() throws -> RedisCluster? {
+        guard let cluster else { return nil }
+        guard clusterReady.load(ordering: .relaxed) else {
+            statistics.refused.add(1, ordering: .relaxed)
+            throw RedisError.unavailable
+        }
+        return cluster
+    }
+
     private func connection() throws -> RedisConnection {
         do {
             return try state.withLock { state in
@@ -115,24 +167,28 @@ public final class RedisClient: Service, Sendable {
     /// Sends one command; an error reply is thrown as `RedisError.server`.
     @discardableResult
     public func send(_ command: RedisCommand) async throws -> RESPValue {
-        try await connection().send(command)
+        if let cluster = try mappedCluster() { return try await cluster.send(command) }
+        return try await connection().send(command)
     }
 
     @discardableResult
     public func send(_ name: String, _ arguments: any RedisArgument...) async throws -> RESPValue {
-        try await connection().send(RedisCommand(name, arguments))
+        try await send(RedisCommand(name, arguments))
     }
 
-    /// Sends several commands in one write; error replies are returned in place.
+    /// Sends several commands in one write (in cluster mode, one write per node);
+    /// error replies are returned in place.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
-        try await connection().pipeline(commands)
+        if let cluster = try mappedCluster() { return try await cluster.pipeline(commands) }
+        return try await connection().pipeline(commands)
     }
 
     /// Writes commands now (after everything sent before on this client, before anything
     /// sent later: one connection keeps the order) and returns their replies when they
     /// come, for a caller that must not wait for them.
     public func dispatch(_ commands: [RedisCommand]) throws -> EventLoopFuture<[RESPValue]> {
-        try connection().dispatch(commands)
+        if let cluster = try mappedCluster() { return cluster.dispatch(commands) }
+        return try connection().dispatch(commands)
     }
 
     /// Whether this client has seen Redis run `script` (so an `EVALSHA` of it sent in a
@@ -155,6 +211,9 @@ public final class RedisClient: Service, Sendable {
     public func evaluate(
         _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand]
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
+        if let cluster = try mappedCluster() {
+            return try await evaluate(script, keys: keys, arguments: arguments, alongside: others, on: cluster)
+        }
         let connection = try connection()
         var evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count])
         for key in keys {
@@ -178,6 +237,33 @@ public final class RedisClient: Service, Sendable {
         scripts.withLock { _ = $0.insert(script.sha1) }
         if case .error(let message) = replies[1] { throw RedisError.server(message) }
         return (replies[1], Array(replies.dropFirst(2)))
+    }
+}
+
+extension RedisClient {
+    /// `evaluate` on a cluster: the script runs on its first key's master (the others go
+    /// to theirs), and a node that does not know the script yet is taught it there.
+    private func evaluate(
+        _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand], on cluster: RedisCluster
+    ) async throws -> (script: RESPValue, others: [RESPValue]) {
+        var evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count])
+        for key in keys {
+            evalsha.append(key)
+        }
+        evalsha.append(contentsOf: arguments)
+        var replies = try await cluster.pipeline([evalsha] + others)
+        if case .error(let message) = replies[0], message.hasPrefix("NOSCRIPT") {
+            let load = RedisCommand("SCRIPT", "LOAD", script.source)
+            if let key = keys.first {
+                _ = try await cluster.send(load, toNodeOf: Array(key.utf8))
+            } else {
+                _ = try await cluster.send(load)
+            }
+            replies[0] = try await cluster.pipeline([evalsha])[0]
+        }
+        if case .error(let message) = replies[0] { throw RedisError.server(message) }
+        scripts.withLock { _ = $0.insert(script.sha1) }
+        return (replies[0], Array(replies.dropFirst()))
     }
 }
 

@@ -16,6 +16,9 @@ public struct RedisConfiguration: Sendable, Equatable {
     public var clientName: String?
     public var connectTimeout: Duration
     public var reconnectBackoff: Backoff.Policy
+    /// Nodes of a Redis Cluster to learn the cluster from (`WHISPER_REDIS_CLUSTER`); empty:
+    /// one Redis at `host`:`port`. The URL's user, password and TLS apply to every node.
+    public var clusterSeeds: [RedisCluster.Endpoint] = []
     /// How durable the server must be, checked at start (`RedisServerCheck`).
     public var requiredPersistence: RedisPersistence = .always
 

@@ -60,9 +60,18 @@ public final class RedisSubscriber: Service, Sendable {
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
             var backoff = Backoff(policy: self.configuration.reconnectBackoff)
+            // In a cluster, any node hears every PUBLISH: a lost node's subscriber moves
+            // to the next one.
+            var attempt = 0
             while !Task.isCancelled {
+                var configuration = self.configuration
+                if !configuration.clusterSeeds.isEmpty {
+                    let seed = configuration.clusterSeeds[attempt % configuration.clusterSeeds.count]
+                    (configuration.host, configuration.port, configuration.database) = (seed.host, seed.port, 0)
+                }
+                attempt &+= 1
                 do {
-                    try await self.runOneConnection()
+                    try await self.runOneConnection(configuration)
                     backoff.reset()
                     if !Task.isCancelled { self.logger.warning("redis_subscriber_connection_lost") }
                 } catch {
@@ -79,7 +88,7 @@ public final class RedisSubscriber: Service, Sendable {
         continuation.finish()
     }
 
-    private func runOneConnection() async throws {
+    private func runOneConnection(_ configuration: RedisConfiguration) async throws {
         let connection = try await RedisConnection.connect(
             to: configuration,
             eventLoopGroup: eventLoopGroup,

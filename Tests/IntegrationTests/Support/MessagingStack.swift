@@ -22,11 +22,13 @@ struct MessagingStack {
         routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
         gateway configureGateway: (inout GatewaySettings) -> Void = { _ in },
         auth configureAuth: (inout AuthSettings) -> Void = { _ in },
-        database existing: PostgresSettings? = nil
+        database existing: PostgresSettings? = nil,
+        redis otherRedis: RedisConfiguration? = nil
     ) async throws -> MessagingStack {
+        // A Redis of the stack's own, unless it is given one (a cluster).
         let redisServer = try RedisProcess()
         try redisServer.start()
-        let redis = try #require(RedisConfiguration(url: redisServer.url))
+        let redis = try otherRedis ?? #require(RedisConfiguration(url: redisServer.url))
         let database: PostgresSettings
         if let existing { database = existing } else { database = try await TestDatabases.shared.make() }
         var authSettings = TestServers.authSettings(database, redis: redis)

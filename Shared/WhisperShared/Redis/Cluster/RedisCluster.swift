@@ -253,6 +253,21 @@ public final class RedisCluster: Sendable {
         }
     }
 
+    /// `RedisConnection.dispatch` for the cluster: commands that all go to one node whose
+    /// connection is open are written now, in call order (what a gateway publishes for
+    /// one socket keeps its order); anything else goes through `pipeline`, redirects
+    /// followed, and completes when it has.
+    public func dispatch(_ commands: [RedisCommand]) -> EventLoopFuture<[RESPValue]> {
+        let targets = Set(commands.compactMap { try? target(of: $0) })
+        if targets.count == 1, let node = targets.first, commands.allSatisfy({ (try? target(of: $0)) != nil }),
+           let open = state.withLock({ $0.connections[node] }), open.isActive {
+            return open.dispatch(commands)
+        }
+        let promise = eventLoopGroup.any().makePromise(of: [RESPValue].self)
+        promise.completeWithTask { try await self.pipeline(commands) }
+        return promise.futureResult
+    }
+
     /// Records one slot's new master (from `MOVED`) until the next full map.
     private func learn(slot: Int, master endpoint: Endpoint) {
         guard (0..<RedisClusterSlots.count).contains(slot) else { return }

@@ -44,6 +44,12 @@ extension RedisCommand {
         case "EVAL", "EVALSHA", "EVAL_RO", "EVALSHA_RO", "FCALL", "FCALL_RO":
             guard arguments.count > 3, let keys = Int(String(decoding: arguments[2], as: UTF8.self)), keys > 0 else { return nil }
             return arguments[3]
+        case "XGROUP", "XINFO", "OBJECT":
+            // A subcommand first, then the key.
+            return arguments.count > 2 ? arguments[2] : nil
+        case "MEMORY":
+            guard arguments.count > 2, String(decoding: arguments[1], as: UTF8.self).uppercased() == "USAGE" else { return nil }
+            return arguments[2]
         case "XREAD", "XREADGROUP":
             guard let streams = arguments.firstIndex(where: { String(decoding: $0, as: UTF8.self).uppercased() == "STREAMS" }),
                   streams + 1 < arguments.count else { return nil }
