@@ -142,3 +142,59 @@ import Testing
         try await stack.stop()
     }
 }
+
+/// Sharded pub/sub on a cluster: `PUBLISH` goes out as `SPUBLISH`, subscribers use
+/// `SSUBSCRIBE` on the channel's master and follow the channel's slot when it moves.
+@Suite(.serialized) struct ClusterPubSubTests {
+    @Test func shardedChannelsAreHeardAndFollowedWhenTheirSlotMoves() async throws {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
+        configuration.clusterSeeds = nodes.seeds
+        let subscriptions = LockedBox(0)
+        let channel = "gateway:moving-\(UUID().uuidString.prefix(8))"
+        let subscriber = RedisSubscriber(
+            configuration: configuration, channels: [channel, IdentityChange.channel], logger: TestServers.logger,
+            onSubscribed: { subscriptions.value += 1 }
+        )
+        let listening = Task { try await subscriber.run() }
+        defer { listening.cancel() }
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        try await waitUntil { client.isConnected }
+        try await waitUntil { subscriber.isSubscribed }
+        let messages = subscriber.messages
+
+        // One subscriber on the channel's shard hears it; the other channel's too.
+        #expect(try await client.send("PUBLISH", channel, "first").int == 1)
+        #expect(try await client.send("PUBLISH", IdentityChange.channel, "change").int == 1)
+        var heard: [String] = []
+        for await message in messages {
+            heard.append(String(decoding: message.payload, as: UTF8.self))
+            if heard.count == 2 { break }
+        }
+        #expect(Set(heard) == ["first", "change"])
+
+        // The channel's slot moves to another master: the subscriber is told and
+        // subscribes again there; the publisher is told MOVED and follows.
+        let slot = RedisClusterSlots.slot(of: channel)
+        let cluster = RedisCluster(seeds: nodes.seeds, configuration: configuration, eventLoopGroup: .singletonMultiThreadedEventLoopGroup, logger: TestServers.logger)
+        try await cluster.refresh()
+        let source = try #require(cluster.master(ofSlot: slot))
+        let destination = try #require(cluster.masters.first { $0 != source })
+        let before = subscriptions.value
+        let destinationID = nodes.nodeID(destination.port)
+        nodes.cli(destination.port, "CLUSTER", "SETSLOT", "\(slot)", "IMPORTING", nodes.nodeID(source.port))
+        nodes.cli(source.port, "CLUSTER", "SETSLOT", "\(slot)", "MIGRATING", destinationID)
+        for master in cluster.masters { nodes.cli(master.port, "CLUSTER", "SETSLOT", "\(slot)", "NODE", destinationID) }
+        await cluster.close()
+        try await waitUntil { subscriptions.value > before && subscriber.isSubscribed }
+        #expect(try await client.send("PUBLISH", channel, "after the move").int == 1)
+        for await message in messages {
+            #expect(String(decoding: message.payload, as: UTF8.self) == "after the move")
+            break
+        }
+    }
+}

@@ -19,11 +19,12 @@ public enum MigrationError: Error, CustomStringConvertible, Sendable {
 /// Applies `Migrations.all` under a Postgres advisory lock, so that several processes
 /// may run it at once and exactly one does the work. Running it again is a no-op.
 ///
-/// Each step is one transaction that takes the lock for itself (`pg_advisory_xact_lock`,
-/// released by its COMMIT or ROLLBACK) and reads the applied versions anew: nothing
-/// holds a session across transactions, so it works as well through a PgBouncer in
-/// transaction mode, where consecutive transactions may run on different server
-/// connections, as directly against Postgres.
+/// The whole run is one transaction that takes the lock for itself
+/// (`pg_advisory_xact_lock`, released by its COMMIT or ROLLBACK) and reads the applied
+/// versions under it: nothing holds a session across transactions, so it works as well
+/// through a PgBouncer in transaction mode, where consecutive transactions may run on
+/// different server connections, as directly against Postgres. The pending migrations
+/// are applied together or not at all.
 public struct Migrator: Sendable {
     /// The advisory lock key ("whisper" in ASCII, as a number).
     static let lockKey: Int64 = 0x77_6869_7370_6572
@@ -36,7 +37,7 @@ public struct Migrator: Sendable {
     /// Brings the schema up to date; returns the versions it applied.
     @discardableResult
     public func migrate(client: PostgresClient, logger: Logger) async throws -> [Int] {
-        try await client.withConnection { connection in
+        let applied = try await client.withConnection { connection in
             try await locked(on: connection, logger: logger) {
                 _ = try await connection.query(
                     """
@@ -49,16 +50,17 @@ public struct Migrator: Sendable {
                     """,
                     logger: logger
                 )
-            }
-            var applied: [Int] = []
-            for migration in migrations.sorted(by: { $0.version < $1.version }) {
-                if try await locked(on: connection, logger: logger, { try await apply(migration, on: connection, logger: logger) }) {
-                    logger.info("migration_applied", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
-                    applied.append(migration.version)
+                var applied: [Migration] = []
+                for migration in migrations.sorted(by: { $0.version < $1.version }) {
+                    if try await apply(migration, on: connection, logger: logger) { applied.append(migration) }
                 }
+                return applied
             }
-            return applied
         }
+        for migration in applied {
+            logger.info("migration_applied", metadata: ["version": "\(migration.version)", "name": "\(migration.name)"])
+        }
+        return applied.map(\.version)
     }
 
     /// Runs `body` in a transaction holding the migration lock.

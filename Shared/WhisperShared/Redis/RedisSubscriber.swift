@@ -13,6 +13,13 @@ public struct RedisPubSubMessage: Sendable {
 /// A dedicated pub/sub connection that subscribes to a fixed set of channels, and
 /// re-connects and re-subscribes with backoff whenever the connection drops.
 ///
+/// On a Redis Cluster (`RedisConfiguration.clusterSeeds`) it uses sharded pub/sub:
+/// `SSUBSCRIBE` on the master of each channel's slot (one connection per such master),
+/// as `RedisCluster` sends every `PUBLISH` as `SPUBLISH` to that same master. When the
+/// slot moves (a failover, a resharding), the subscriber sees it (the server ends the
+/// subscription with `sunsubscribe`, or the slot map, read every
+/// `shardCheckInterval`, names another master) and subscribes anew where it lives now.
+///
 /// Messages published while the connection is down are lost: pub/sub only carries
 /// wake-ups and live fan-out, never anything that is not also stored.
 public final class RedisSubscriber: Service, Sendable {
@@ -34,6 +41,8 @@ public final class RedisSubscriber: Service, Sendable {
     private let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
     private let subscribed = Mutex<Int>(0)
+    /// The connections of the current attempt, closed together when one is lost.
+    private let current = Mutex<[any Channel]>([])
 
     public init(
         configuration: RedisConfiguration,
@@ -66,12 +75,17 @@ public final class RedisSubscriber: Service, Sendable {
             while !Task.isCancelled {
                 var configuration = self.configuration
                 if !configuration.clusterSeeds.isEmpty {
+                    // Seeds in turn: one that is gone does not hold the subscriber back.
                     let seed = configuration.clusterSeeds[attempt % configuration.clusterSeeds.count]
-                    (configuration.host, configuration.port, configuration.database) = (seed.host, seed.port, 0)
+                    configuration.clusterSeeds = [seed] + configuration.clusterSeeds.filter { $0 != seed }
                 }
                 attempt &+= 1
                 do {
-                    try await self.runOneConnection(configuration)
+                    if configuration.clusterSeeds.isEmpty {
+                        try await self.runOneConnection(configuration)
+                    } else {
+                        try await self.runSharded(configuration)
+                    }
                     backoff.reset()
                     if !Task.isCancelled { self.logger.warning("redis_subscriber_connection_lost") }
                 } catch {
@@ -103,10 +117,81 @@ public final class RedisSubscriber: Service, Sendable {
         }
     }
 
+    /// One attempt on a cluster: `SSUBSCRIBE` on the master of each channel's slot, until
+    /// one of those connections is lost or the server ends a subscription.
+    static let shardCheckInterval: Duration = .seconds(2)
+
+    private func runSharded(_ configuration: RedisConfiguration) async throws {
+        let map = RedisCluster(seeds: configuration.clusterSeeds, configuration: configuration, eventLoopGroup: eventLoopGroup, logger: logger)
+        defer { Task { await map.close() } }
+        let channels = self.channels
+        /// Where each channel's slot lives, by the map read now.
+        @Sendable func owners() async throws -> [RedisCluster.Endpoint: [String]] {
+            try await map.refresh()
+            var byNode: [RedisCluster.Endpoint: [String]] = [:]
+            for channel in channels {
+                guard let node = map.master(ofSlot: RedisClusterSlots.slot(of: channel)) else { throw RedisError.unavailable }
+                byNode[node, default: []].append(channel)
+            }
+            return byNode
+        }
+        let byNode = try await owners()
+        var connections: [RedisConnection] = []
+        do {
+            for (node, names) in byNode {
+                var nodeConfiguration = configuration
+                (nodeConfiguration.host, nodeConfiguration.port, nodeConfiguration.database) = (node.host, node.port, 0)
+                let connection = try await RedisConnection.connect(
+                    to: nodeConfiguration, eventLoopGroup: eventLoopGroup, onUnsolicited: { [weak self] reply in self?.handle(reply) }
+                )
+                connections.append(connection)
+                current.withLock { $0.append(connection.channel) }
+                // One command per channel: an SSUBSCRIBE's channels must share a slot.
+                try await connection.writeUnanswered(names.map { RedisCommand("SSUBSCRIBE", $0) })
+            }
+        } catch {
+            closeCurrent()
+            throw error
+        }
+        await withTaskCancellationHandler {
+            await withTaskGroup(of: Void.self) { group in
+                for connection in connections {
+                    group.addTask { try? await connection.channel.closeFuture.get() }
+                }
+                // A slot that moved without a word from the server ends the attempt too.
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: Self.shardCheckInterval)
+                        if Task.isCancelled { return }
+                        if let now = try? await owners(), now != byNode { return }
+                    }
+                }
+                // The first one lost ends the attempt: all go, and all are made anew.
+                await group.next()
+                self.closeCurrent()
+                group.cancelAll()
+                await group.waitForAll()
+            }
+        } onCancel: {
+            self.closeCurrent()
+        }
+    }
+
+    private func closeCurrent() {
+        let channels = current.withLock { current in
+            defer { current.removeAll() }
+            return current
+        }
+        for channel in channels { channel.close(promise: nil) }
+    }
+
     private func handle(_ reply: RESPValue) {
         guard let parts = reply.array, let kind = parts.first?.string else { return }
         switch kind {
-        case "message" where parts.count == 3:
+        case "sunsubscribe":
+            // The channel's slot moved: subscribe again where it lives now.
+            closeCurrent()
+        case "message" where parts.count == 3, "smessage" where parts.count == 3:
             guard let channel = parts[1].string, let payload = parts[2].bytes else { return }
             let message = RedisPubSubMessage(channel: channel, payload: payload)
             if let onMessage {
@@ -114,7 +199,7 @@ public final class RedisSubscriber: Service, Sendable {
             } else {
                 continuation.yield(message)
             }
-        case "subscribe":
+        case "subscribe", "ssubscribe":
             let count = subscribed.withLock {
                 $0 += 1
                 return $0

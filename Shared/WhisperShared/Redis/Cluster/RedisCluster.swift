@@ -175,6 +175,7 @@ public final class RedisCluster: Sendable {
     /// followed as the specification says.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
+        let commands = commands.map(Self.sharded)
         if masters.isEmpty { try await refresh() }
         var replies = [RESPValue?](repeating: nil, count: commands.count)
         // What is still to send: the command's index, and the node an ASK named.
@@ -258,6 +259,7 @@ public final class RedisCluster: Sendable {
     /// one socket keeps its order); anything else goes through `pipeline`, redirects
     /// followed, and completes when it has.
     public func dispatch(_ commands: [RedisCommand]) -> EventLoopFuture<[RESPValue]> {
+        let commands = commands.map(Self.sharded)
         let targets = Set(commands.compactMap { try? target(of: $0) })
         if targets.count == 1, let node = targets.first, commands.allSatisfy({ (try? target(of: $0)) != nil }),
            let open = state.withLock({ $0.connections[node] }), open.isActive {
@@ -266,6 +268,14 @@ public final class RedisCluster: Sendable {
         let promise = eventLoopGroup.any().makePromise(of: [RESPValue].self)
         promise.completeWithTask { try await self.pipeline(commands) }
         return promise.futureResult
+    }
+
+    /// In a cluster every `PUBLISH` goes out as `SPUBLISH`, to the master of the channel's
+    /// slot, where `RedisSubscriber` listens with `SSUBSCRIBE`: a message crosses one
+    /// node instead of being broadcast to all of them.
+    static func sharded(_ command: RedisCommand) -> RedisCommand {
+        guard command.name.uppercased() == "PUBLISH" else { return command }
+        return RedisCommand("SPUBLISH", Array(command.arguments.dropFirst()))
     }
 
     /// Records one slot's new master (from `MOVED`) until the next full map.
