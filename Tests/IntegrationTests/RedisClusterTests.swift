@@ -198,3 +198,24 @@ import Testing
         }
     }
 }
+
+@Suite(.serialized) struct ClusterServerCheckTests {
+    @Test func everyMasterIsCheckedAndTheWeakOneNamed() async throws {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
+        configuration.clusterSeeds = nodes.seeds
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        try await waitUntil { client.isConnected }
+        #expect(try await RedisServerCheck.problems(on: client, required: .always) == [])
+        // One master, not the first one asked, evicts.
+        let weak = try #require(client.cluster?.masters.last)
+        nodes.cli(weak.port, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        let problems = try #require(try await RedisServerCheck.problems(on: client, required: .always))
+        #expect(problems.count == 1)
+        #expect(problems.first?.hasPrefix("\(weak):") == true)
+    }
+}

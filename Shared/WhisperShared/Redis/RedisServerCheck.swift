@@ -70,9 +70,24 @@ public final class RedisServerCheck: Service, Sendable {
     }
 
     /// What is wrong with the server `redis` is connected to (empty: nothing), or nil
-    /// when it would not say (`CONFIG GET` refused).
+    /// when it would not say (`CONFIG GET` refused). On a cluster, every master is asked,
+    /// and each problem names its node.
     public static func problems(on redis: RedisClient, required: RedisPersistence) async throws -> [String]? {
-        let replies = try await redis.pipeline(["maxmemory-policy", "appendonly", "appendfsync"].map { RedisCommand("CONFIG", "GET", $0) })
+        let questions = ["maxmemory-policy", "appendonly", "appendfsync"].map { RedisCommand("CONFIG", "GET", $0) }
+        guard let cluster = redis.cluster else {
+            return try problems(in: try await redis.pipeline(questions), required: required)
+        }
+        if cluster.masters.isEmpty { try await cluster.refresh() }
+        var all: [String] = []
+        for master in cluster.masters {
+            guard let found = try problems(in: try await cluster.connection(to: master).pipeline(questions), required: required) else { return nil }
+            all += found.map { "\(master): \($0)" }
+        }
+        return all
+    }
+
+    /// The problems the replies to the three `CONFIG GET`s show, or nil when refused.
+    private static func problems(in replies: [RESPValue], required: RedisPersistence) throws -> [String]? {
         var values: [String] = []
         for reply in replies {
             // `CONFIG GET name` answers [name, value] (RESP2), or nothing for an unknown name.
