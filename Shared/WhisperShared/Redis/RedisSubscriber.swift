@@ -69,13 +69,12 @@ public final class RedisSubscriber: Service, Sendable {
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
             var backoff = Backoff(policy: self.configuration.reconnectBackoff)
-            // In a cluster, any node hears every PUBLISH: a lost node's subscriber moves
-            // to the next one.
+            // On a cluster each attempt learns the slot map from the next seed in turn,
+            // so a seed that is gone does not hold the subscriber back.
             var attempt = 0
             while !Task.isCancelled {
                 var configuration = self.configuration
                 if !configuration.clusterSeeds.isEmpty {
-                    // Seeds in turn: one that is gone does not hold the subscriber back.
                     let seed = configuration.clusterSeeds[attempt % configuration.clusterSeeds.count]
                     configuration.clusterSeeds = [seed] + configuration.clusterSeeds.filter { $0 != seed }
                 }
