@@ -219,3 +219,28 @@ import Testing
         #expect(problems.first?.hasPrefix("\(weak):") == true)
     }
 }
+
+@Suite(.serialized) struct ClusterScanTests {
+    @Test func theCensusCountsTheQueuesOfEveryMaster() async throws {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
+        configuration.clusterSeeds = nodes.seeds
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        try await waitUntil { client.isConnected }
+        // Thirty queues, one message each, spread by their hash tags over the masters.
+        let recipients = (0..<30).map { _ in WhisperID.generate() }
+        for recipient in recipients {
+            _ = try await client.send("XADD", RedisKeys.pending(recipient), "*", "mid", "m", "body", "{}")
+        }
+        let masters = try #require(client.cluster?.masters)
+        let holding = masters.filter { Int(nodes.cli($0.port, "DBSIZE").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 0 }
+        #expect(holding.count > 1, "the queues live on more than one master")
+        let sample = try await PendingCensus.sample(on: client, batch: 7)
+        #expect(sample.queues == 30)
+        #expect(sample.messages == 30)
+    }
+}

@@ -241,6 +241,32 @@ public final class RedisClient: Service, Sendable {
 }
 
 extension RedisClient {
+    /// Walks the key space with `SCAN` (every master of a cluster in turn), handing each
+    /// non-empty page of keys matching `pattern` (and of `type`, when given) to `body`.
+    public func scan(
+        matching pattern: String, type: String? = nil, batch: Int = 1_000, _ body: ([String]) async throws -> Void
+    ) async throws {
+        let nodes: [(RedisCommand) async throws -> RESPValue]
+        if let cluster = try mappedCluster() {
+            nodes = cluster.masters.map { master in { command in try await cluster.connection(to: master).send(command) } }
+        } else {
+            nodes = [{ command in try await self.connection().send(command) }]
+        }
+        for send in nodes {
+            var cursor = "0"
+            repeat {
+                var command = RedisCommand("SCAN", cursor, "MATCH", pattern)
+                if let type { command.append(contentsOf: ["TYPE", type]) }
+                command.append(contentsOf: ["COUNT", batch])
+                let reply = try await send(command).array ?? []
+                guard reply.count == 2, let next = reply[0].string else { throw RedisError.server("SCAN answered unexpectedly") }
+                cursor = next
+                let keys = (reply[1].array ?? []).compactMap(\.string)
+                if !keys.isEmpty { try await body(keys) }
+            } while cursor != "0"
+        }
+    }
+
     /// `evaluate` on a cluster: the script runs on its first key's master (the others go
     /// to theirs), and a node that does not know the script yet is taught it there.
     private func evaluate(

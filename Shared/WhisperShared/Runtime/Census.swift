@@ -66,21 +66,14 @@ public enum PendingCensus {
     /// every read of the figures.
     public static func sample(on redis: RedisClient, batch: Int = 1_000, now: () -> Int64 = Clock.millisecondsNow) async throws -> Sample {
         let started = now()
-        var cursor = "0"
         var messages = 0, queues = 0
-        repeat {
-            let reply = try await redis.send("SCAN", cursor, "MATCH", "pending:{*}", "TYPE", "stream", "COUNT", batch).array ?? []
-            guard reply.count == 2, let next = reply[0].string else { throw RedisError.server("SCAN answered unexpectedly") }
-            cursor = next
-            let keys = (reply[1].array ?? []).compactMap(\.string)
-            if !keys.isEmpty {
-                for length in try await redis.pipeline(keys.map { RedisCommand("XLEN", $0) }) {
-                    let count = Int(length.int ?? 0)
-                    messages += count
-                    if count > 0 { queues += 1 }
-                }
+        try await redis.scan(matching: "pending:{*}", type: "stream", batch: batch) { keys in
+            for length in try await redis.pipeline(keys.map { RedisCommand("XLEN", $0) }) {
+                let count = Int(length.int ?? 0)
+                messages += count
+                if count > 0 { queues += 1 }
             }
-        } while cursor != "0"
+        }
         let sample = Sample(messages: messages, queues: queues, sampledAt: now(), tookMs: now() - started)
         try await redis.send(
             "HSET", key, "messages", sample.messages, "queues", sample.queues, "sampledAt", sample.sampledAt, "tookMs", sample.tookMs
