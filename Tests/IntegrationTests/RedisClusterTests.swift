@@ -111,7 +111,8 @@ import Testing
 }
 
 /// The services on a Redis Cluster (`WHISPER_REDIS_CLUSTER`): two gateways, a router and
-/// auth, every Redis command routed to its slot's master.
+/// auth, every Redis command routed to its slot's master: messages, receipts, groups,
+/// calls and presence.
 @Suite(.serialized) struct ClusterMessagingTests {
     @Test func messagesReceiptsAndGroupsOnACluster() async throws {
         let nodes = try RedisClusterProcess()
@@ -139,6 +140,26 @@ import Testing
             let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
             #expect(arrived.contains { $0.groupId == created.groupId })
         }
+
+        // A call across the gateways: the router's call scripts on the cluster.
+        let callId = RandomID.uuid()
+        let offer = CallTests.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .audio)
+        guard case .ringing = try await alice.connection.startCall(offer) else {
+            Issue.record("the call did not ring")
+            return
+        }
+        #expect(try await bob.events(.callIncoming).first?.payload(as: CallIncoming.self)?.callId == callId)
+        try await bob.connection.signal(CallTests.signal(CallAnswer.self, "answer-sdp", callId: callId, from: bob, to: alice))
+        #expect(try await alice.events(.callAnswered).first?.payload(as: CallAnswered.self)?.callId == callId)
+        try await alice.connection.signal(CallTests.signal(CallEnd.self, "", callId: callId, from: alice, to: bob, reason: .hangup))
+        #expect(try await bob.events(.callEnded).first?.payload(as: CallEnded.self)?.callId == callId)
+
+        // Presence: Bob watches Alice (peers), and hears her go.
+        let snapshot = try await bob.connection.subscribePresence([alice.whisperId])
+        #expect(snapshot.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
+        await alice.connection.close()
+        let offline = try #require(try await bob.events(.presence).first?.payload(as: PresenceUpdate.self))
+        #expect(offline.whisperId == alice.whisperId && offline.status == .offline)
         try await stack.stop()
     }
 }
