@@ -85,8 +85,11 @@ import WhisperShared
             "alice's encryption private key": base64(aliceKeys.encPrivateKey), "alice's contacts key": base64(aliceKeys.contactsKey),
             "bob's signing public key": base64(bobKeys.signPublicKey), "the report's details": "report text",
         ]
-        for (index, word) in mnemonics.0.split(separator: " ").prefix(3).enumerated() where word.count > 6 {
-            secrets["mnemonic word \(index)"] = " \(word) "
+        // Consecutive words of the phrase: a single word can be an ordinary English word
+        // in a log line ("service" is one of the 2,048), two in a row of a phrase are not.
+        let words = mnemonics.0.split(separator: " ")
+        for index in 0..<min(3, words.count - 1) {
+            secrets["mnemonic words \(index) and \(index + 1)"] = "\(words[index]) \(words[index + 1])"
         }
         var lines = 0
         var debugLines = 0
