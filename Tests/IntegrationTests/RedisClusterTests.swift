@@ -222,46 +222,32 @@ import Testing
 
 @Suite(.serialized) struct ClusterServerCheckTests {
     @Test func everyMasterIsCheckedAndTheWeakOneNamed() async throws {
-        let nodes = try RedisClusterProcess()
-        defer { nodes.stop() }
-        try await nodes.start()
-        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
-        configuration.clusterSeeds = nodes.seeds
-        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
-        let running = Task { try await client.run() }
-        defer { running.cancel() }
-        try await waitUntil { client.isConnected }
-        #expect(try await RedisServerCheck.problems(on: client, required: .always) == [])
-        // One master, not the first one asked, evicts.
-        let weak = try #require(client.cluster?.masters.last)
-        nodes.cli(weak.port, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
-        let problems = try #require(try await RedisServerCheck.problems(on: client, required: .always))
-        #expect(problems.count == 1)
-        #expect(problems.first?.hasPrefix("\(weak):") == true)
+        try await RedisClusterProcess.withClient { nodes, client in
+            #expect(try await RedisServerCheck.problems(on: client, required: .always) == [])
+            // One master, not the first one asked, evicts.
+            let weak = try #require(client.cluster?.masters.last)
+            nodes.cli(weak.port, "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+            let problems = try #require(try await RedisServerCheck.problems(on: client, required: .always))
+            #expect(problems.count == 1)
+            #expect(problems.first?.hasPrefix("\(weak):") == true)
+        }
     }
 }
 
 @Suite(.serialized) struct ClusterScanTests {
     @Test func theCensusCountsTheQueuesOfEveryMaster() async throws {
-        let nodes = try RedisClusterProcess()
-        defer { nodes.stop() }
-        try await nodes.start()
-        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
-        configuration.clusterSeeds = nodes.seeds
-        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
-        let running = Task { try await client.run() }
-        defer { running.cancel() }
-        try await waitUntil { client.isConnected }
-        // Thirty queues, one message each, spread by their hash tags over the masters.
-        let recipients = (0..<30).map { _ in WhisperID.generate() }
-        for recipient in recipients {
-            _ = try await client.send("XADD", RedisKeys.pending(recipient), "*", "mid", "m", "body", "{}")
+        try await RedisClusterProcess.withClient { nodes, client in
+            // Thirty queues, one message each, spread by their hash tags over the masters.
+            let recipients = (0..<30).map { _ in WhisperID.generate() }
+            for recipient in recipients {
+                _ = try await client.send("XADD", RedisKeys.pending(recipient), "*", "mid", "m", "body", "{}")
+            }
+            let masters = try #require(client.cluster?.masters)
+            let holding = masters.filter { Int(nodes.cli($0.port, "DBSIZE").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 0 }
+            #expect(holding.count > 1, "the queues live on more than one master")
+            let sample = try await PendingCensus.sample(on: client, batch: 7)
+            #expect(sample.queues == 30)
+            #expect(sample.messages == 30)
         }
-        let masters = try #require(client.cluster?.masters)
-        let holding = masters.filter { Int(nodes.cli($0.port, "DBSIZE").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 > 0 }
-        #expect(holding.count > 1, "the queues live on more than one master")
-        let sample = try await PendingCensus.sample(on: client, batch: 7)
-        #expect(sample.queues == 30)
-        #expect(sample.messages == 30)
     }
 }

@@ -97,4 +97,18 @@ final class RedisClusterProcess: @unchecked Sendable {
     }
 
     deinit { stop() }
+
+    /// A fresh cluster and a `RedisClient` in cluster mode on it, for `body`.
+    static func withClient<T: Sendable>(_ body: (RedisClusterProcess, RedisClient) async throws -> T) async throws -> T {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
+        configuration.clusterSeeds = nodes.seeds
+        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let running = Task { try await client.run() }
+        defer { running.cancel() }
+        try await waitUntil { client.isConnected }
+        return try await body(nodes, client)
+    }
 }
