@@ -168,7 +168,7 @@ public struct MessageSending: Sendable {
             // Delivered (or, when that gateway is gone, queued with a wake-up) once the
             // reply is in, while the caller goes on.
             try redis.dispatch(commands).whenComplete { [self] result in
-                let reached = (try? result.get()).map { published < $0.count && ($0[published].int ?? 0) > 0 } ?? false
+                let reached = (try? result.get()).map { Self.reached($0, published) } ?? false
                 guard stored else { return }
                 metrics.routed(reached ? .delivered : .queued)
                 if !reached {
@@ -180,7 +180,7 @@ public struct MessageSending: Sendable {
         }
         if !commands.isEmpty {
             let replies = try await redis.pipeline(commands)
-            if let published, published < replies.count { live = (replies[published].int ?? 0) > 0 }
+            if let published { live = Self.reached(replies, published) }
         }
         guard stored else {
             metrics.routed(.duplicate)
@@ -192,6 +192,11 @@ public struct MessageSending: Sendable {
         let routed: RoutingOutcome = live ? .delivered : .queued
         metrics.routed(routed)
         return routed
+    }
+
+    /// Whether the publish at `index` of `replies` reached a subscriber (its gateway).
+    private static func reached(_ replies: [RESPValue], _ index: Int) -> Bool {
+        index < replies.count && (replies[index].int ?? 0) > 0
     }
 
     /// The wake-up of a recipient with no live socket (`stream:push`).

@@ -50,9 +50,21 @@ public struct Migrator: Sendable {
                     """,
                     logger: logger
                 )
+                var existing: [Int: String] = [:]
+                for try await (version, checksum) in try await connection.query(
+                    "SELECT version, checksum FROM schema_migrations", logger: logger
+                ).decode((Int, String).self) {
+                    existing[version] = checksum
+                }
+                let known = Set(migrations.map(\.version))
+                if let unknown = existing.keys.sorted().first(where: { !known.contains($0) }) {
+                    throw MigrationError.unknownVersion(unknown)
+                }
                 var applied: [Migration] = []
                 for migration in migrations.sorted(by: { $0.version < $1.version }) {
-                    if try await apply(migration, on: connection, logger: logger) { applied.append(migration) }
+                    if try await apply(migration, recorded: existing[migration.version], on: connection, logger: logger) {
+                        applied.append(migration)
+                    }
                 }
                 return applied
             }
@@ -77,21 +89,11 @@ public struct Migrator: Sendable {
         }
     }
 
-    /// Applies one migration unless it was applied before (checked against the versions
-    /// recorded now, under the lock); true when it was applied now.
-    private func apply(_ migration: Migration, on connection: PostgresConnection, logger: Logger) async throws -> Bool {
-        var existing: [Int: String] = [:]
-        for try await (version, checksum) in try await connection.query(
-            "SELECT version, checksum FROM schema_migrations", logger: logger
-        ).decode((Int, String).self) {
-            existing[version] = checksum
-        }
-        let known = Set(migrations.map(\.version))
-        if let unknown = existing.keys.sorted().first(where: { !known.contains($0) }) {
-            throw MigrationError.unknownVersion(unknown)
-        }
+    /// Applies one migration unless it was applied before (`recorded`: its checksum as
+    /// read under the lock); true when it was applied now.
+    private func apply(_ migration: Migration, recorded: String?, on connection: PostgresConnection, logger: Logger) async throws -> Bool {
         let checksum = Self.checksum(of: migration)
-        if let recorded = existing[migration.version] {
+        if let recorded {
             guard recorded == checksum else { throw MigrationError.checksumMismatch(version: migration.version) }
             return false
         }

@@ -215,11 +215,7 @@ public final class RedisClient: Service, Sendable {
             return try await evaluate(script, keys: keys, arguments: arguments, alongside: others, on: cluster)
         }
         let connection = try connection()
-        var evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count])
-        for key in keys {
-            evalsha.append(key)
-        }
-        evalsha.append(contentsOf: arguments)
+        let evalsha = script.evalsha(keys: keys, arguments: arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
             let replies = try await connection.pipeline([evalsha] + others)
@@ -272,19 +268,10 @@ extension RedisClient {
     private func evaluate(
         _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand], on cluster: RedisCluster
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
-        var evalsha = RedisCommand("EVALSHA", [script.sha1, keys.count])
-        for key in keys {
-            evalsha.append(key)
-        }
-        evalsha.append(contentsOf: arguments)
+        let evalsha = script.evalsha(keys: keys, arguments: arguments)
         var replies = try await cluster.pipeline([evalsha] + others)
         if case .error(let message) = replies[0], message.hasPrefix("NOSCRIPT") {
-            let load = RedisCommand("SCRIPT", "LOAD", script.source)
-            if let key = keys.first {
-                _ = try await cluster.send(load, toNodeOf: Array(key.utf8))
-            } else {
-                _ = try await cluster.send(load)
-            }
+            _ = try await cluster.send(RedisCommand("SCRIPT", "LOAD", script.source), toNodeOf: keys.first.map { Array($0.utf8) })
             replies[0] = try await cluster.pipeline([evalsha])[0]
         }
         if case .error(let message) = replies[0] { throw RedisError.server(message) }

@@ -91,6 +91,15 @@ public struct RedisConfiguration: Sendable, Equatable {
     }
 }
 
+extension RedisConfiguration {
+    /// This configuration (user, password, TLS, timeouts) for one node of a cluster.
+    func node(_ endpoint: RedisCluster.Endpoint) -> RedisConfiguration {
+        var configuration = self
+        (configuration.host, configuration.port, configuration.database) = (endpoint.host, endpoint.port, 0)
+        return configuration
+    }
+}
+
 extension String {
     var removingPercentEncodingIfPossible: String {
         guard contains("%") else { return self }

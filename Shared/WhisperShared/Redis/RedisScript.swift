@@ -9,6 +9,16 @@ public struct RedisScript: Sendable {
         self.source = source
         self.sha1 = Insecure.SHA1.hash(data: Array(source.utf8)).hexString
     }
+
+    /// `EVALSHA` of this script with `keys` and `arguments`, to send alone or with others.
+    public func evalsha(keys: [String], arguments: [any RedisArgument] = []) -> RedisCommand {
+        var command = RedisCommand("EVALSHA", [sha1, keys.count])
+        for key in keys {
+            command.append(key)
+        }
+        command.append(contentsOf: arguments)
+        return command
+    }
 }
 
 extension RedisScript {

@@ -75,19 +75,19 @@ public final class RedisServerCheck: Service, Sendable {
     public static func problems(on redis: RedisClient, required: RedisPersistence) async throws -> [String]? {
         let questions = ["maxmemory-policy", "appendonly", "appendfsync"].map { RedisCommand("CONFIG", "GET", $0) }
         guard let cluster = redis.cluster else {
-            return try problems(in: try await redis.pipeline(questions), required: required)
+            return problems(in: try await redis.pipeline(questions), required: required)
         }
         if cluster.masters.isEmpty { try await cluster.refresh() }
         var all: [String] = []
         for master in cluster.masters {
-            guard let found = try problems(in: try await cluster.connection(to: master).pipeline(questions), required: required) else { return nil }
+            guard let found = problems(in: try await cluster.connection(to: master).pipeline(questions), required: required) else { return nil }
             all += found.map { "\(master): \($0)" }
         }
         return all
     }
 
     /// The problems the replies to the three `CONFIG GET`s show, or nil when refused.
-    private static func problems(in replies: [RESPValue], required: RedisPersistence) throws -> [String]? {
+    private static func problems(in replies: [RESPValue], required: RedisPersistence) -> [String]? {
         var values: [String] = []
         for reply in replies {
             // `CONFIG GET name` answers [name, value] (RESP2), or nothing for an unknown name.

@@ -138,10 +138,8 @@ public final class RedisSubscriber: Service, Sendable {
         var connections: [RedisConnection] = []
         do {
             for (node, names) in byNode {
-                var nodeConfiguration = configuration
-                (nodeConfiguration.host, nodeConfiguration.port, nodeConfiguration.database) = (node.host, node.port, 0)
                 let connection = try await RedisConnection.connect(
-                    to: nodeConfiguration, eventLoopGroup: eventLoopGroup, onUnsolicited: { [weak self] reply in self?.handle(reply) }
+                    to: configuration.node(node), eventLoopGroup: eventLoopGroup, onUnsolicited: { [weak self] reply in self?.handle(reply) }
                 )
                 connections.append(connection)
                 current.withLock { $0.append(connection.channel) }

@@ -50,7 +50,7 @@ public struct PresenceStore: Sendable {
     public func refresh(_ entries: [(whisperId: String, record: PresenceRecord)]) async throws {
         guard !entries.isEmpty else { return }
         _ = try await redis.pipeline(entries.map {
-            RedisCommand("EVALSHA", [Self.refreshIfOwned.sha1, 1, RedisKeys.presence($0.whisperId), $0.record.encoded, Int(Self.ttl.milliseconds)])
+            Self.refreshIfOwned.evalsha(keys: [RedisKeys.presence($0.whisperId)], arguments: [$0.record.encoded, Int(Self.ttl.milliseconds)])
         })
     }
 

@@ -54,14 +54,7 @@ extension PendingQueue {
     /// `NOSCRIPT` back runs it again through `applyReceipts`, which teaches the script).
     /// Running it twice changes nothing more than once.
     public static func applyCommand(_ application: ReceiptApplication) -> RedisCommand {
-        let keys = applyKeys(application.recipient, application.messageId)
-        var command = RedisCommand("EVALSHA", [ackScript.sha1, keys.count])
-        for key in keys {
-            command.append(key)
-        }
-        command.append(application.delivered ? 1 : 0)
-        command.append(0)
-        return command
+        ackScript.evalsha(keys: applyKeys(application.recipient, application.messageId), arguments: [application.delivered ? 1 : 0, 0])
     }
 
     /// Whether `applyCommand` may go in another write: this client has taught Redis the

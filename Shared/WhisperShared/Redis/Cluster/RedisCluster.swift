@@ -34,10 +34,32 @@ public final class RedisCluster: Sendable {
         public var description: String { "\(host):\(port)" }
     }
 
-    private struct State {
+    /// Which master serves each slot.
+    private struct SlotMap {
         /// The master of each slot (an index into `masters`), or -1 while unknown.
         var owners = [Int16](repeating: -1, count: RedisClusterSlots.count)
         var masters: [Endpoint] = []
+
+        func master(ofSlot slot: Int) -> Endpoint? {
+            guard (0..<owners.count).contains(slot) else { return nil }
+            let owner = Int(owners[slot])
+            return owner >= 0 && owner < masters.count ? masters[owner] : nil
+        }
+
+        mutating func assign(_ slots: ClosedRange<Int>, to endpoint: Endpoint) {
+            let index: Int
+            if let known = masters.firstIndex(of: endpoint) {
+                index = known
+            } else {
+                index = masters.count
+                masters.append(endpoint)
+            }
+            for slot in slots { owners[slot] = Int16(index) }
+        }
+    }
+
+    private struct State {
+        var map = SlotMap()
         var connections: [Endpoint: RedisConnection] = [:]
         var closed = false
     }
@@ -58,14 +80,11 @@ public final class RedisCluster: Sendable {
     }
 
     /// The masters as the map knows them now.
-    public var masters: [Endpoint] { state.withLock { $0.masters } }
+    public var masters: [Endpoint] { state.withLock { $0.map.masters } }
 
     /// The master serving `slot`, when known.
     public func master(ofSlot slot: Int) -> Endpoint? {
-        state.withLock { state in
-            let owner = Int(state.owners[slot])
-            return owner >= 0 && owner < state.masters.count ? state.masters[owner] : nil
-        }
+        state.withLock { $0.map.master(ofSlot: slot) }
     }
 
     /// Reads the slot map from the first node that answers (known masters first, then
@@ -88,8 +107,7 @@ public final class RedisCluster: Sendable {
     /// Takes a `CLUSTER SLOTS` reply: [[start, end, [host, port, id], replicas...], ...].
     func apply(slots reply: RESPValue) throws {
         guard case .array(let ranges) = reply else { throw RedisError.unexpectedReply("cluster slots") }
-        var owners = [Int16](repeating: -1, count: RedisClusterSlots.count)
-        var masters: [Endpoint] = []
+        var map = SlotMap()
         for range in ranges {
             guard case .array(let parts) = range, parts.count >= 3, let start = parts[0].int, let end = parts[1].int,
                   0 <= start, start <= end, end < RedisClusterSlots.count,
@@ -97,31 +115,16 @@ public final class RedisCluster: Sendable {
                 throw RedisError.unexpectedReply("cluster slots range")
             }
             // A node that names no address of its own is the one that answered.
-            let endpoint = Endpoint(host: host.isEmpty || host == "?" ? configuration.host : host, port: Int(port))
-            let index: Int
-            if let known = masters.firstIndex(of: endpoint) {
-                index = known
-            } else {
-                index = masters.count
-                masters.append(endpoint)
-            }
-            for slot in Int(start)...Int(end) { owners[slot] = Int16(index) }
+            map.assign(Int(start)...Int(end), to: Endpoint(host: host.isEmpty || host == "?" ? configuration.host : host, port: Int(port)))
         }
-        state.withLock { state in
-            state.owners = owners
-            state.masters = masters
-        }
+        state.withLock { $0.map = map }
     }
 
     /// The connection to `endpoint`, opened when there is none (with the configuration's
     /// authentication and TLS).
     func connection(to endpoint: Endpoint) async throws -> RedisConnection {
         if let open = state.withLock({ $0.connections[endpoint] }), open.isActive { return open }
-        var configuration = self.configuration
-        configuration.host = endpoint.host
-        configuration.port = endpoint.port
-        configuration.database = 0
-        let connection = try await RedisConnection.connect(to: configuration, eventLoopGroup: eventLoopGroup)
+        let connection = try await RedisConnection.connect(to: configuration.node(endpoint), eventLoopGroup: eventLoopGroup)
         let (kept, closed) = state.withLock { state -> (RedisConnection, Bool) in
             if let raced = state.connections[endpoint], raced.isActive { return (raced, state.closed) }
             state.connections[endpoint] = connection
@@ -140,11 +143,14 @@ public final class RedisCluster: Sendable {
     /// The node a command goes to: its key's master, or for a command without a key
     /// the first master.
     private func target(of command: RedisCommand) throws -> Endpoint {
-        let endpoint: Endpoint? = state.withLock { state in
-            guard !state.masters.isEmpty else { return nil }
-            guard let key = command.routingKey else { return state.masters[0] }
-            let owner = Int(state.owners[RedisClusterSlots.slot(of: key)])
-            return owner >= 0 ? state.masters[owner] : nil
+        try node(for: command.routingKey)
+    }
+
+    /// The master of `key`'s slot, or with no key the first master.
+    private func node(for key: [UInt8]?) throws -> Endpoint {
+        let endpoint = state.withLock { state -> Endpoint? in
+            guard let key else { return state.map.masters.first }
+            return state.map.master(ofSlot: RedisClusterSlots.slot(of: key))
         }
         guard let endpoint else { throw RedisError.unavailable }
         return endpoint
@@ -157,15 +163,11 @@ public final class RedisCluster: Sendable {
         return reply
     }
 
-    /// Sends `command` to the node serving `key`'s slot, whatever the command names
-    /// (`SCRIPT LOAD` for the node a script will run on).
-    public func send(_ command: RedisCommand, toNodeOf key: [UInt8]) async throws -> RESPValue {
-        let endpoint = try state.withLock { state -> Endpoint in
-            let owner = Int(state.owners[RedisClusterSlots.slot(of: key)])
-            guard owner >= 0 else { throw RedisError.unavailable }
-            return state.masters[owner]
-        }
-        let reply = try await connection(to: endpoint).pipeline([command])[0]
+    /// Sends `command` to the node serving `key`'s slot (with no key, the first master,
+    /// where a keyless command goes), whatever the command names (`SCRIPT LOAD` for the
+    /// node a script will run on).
+    public func send(_ command: RedisCommand, toNodeOf key: [UInt8]?) async throws -> RESPValue {
+        let reply = try await connection(to: node(for: key)).pipeline([command])[0]
         if case .error(let message) = reply { throw RedisError.server(message) }
         return reply
     }
@@ -260,8 +262,8 @@ public final class RedisCluster: Sendable {
     /// followed, and completes when it has.
     public func dispatch(_ commands: [RedisCommand]) -> EventLoopFuture<[RESPValue]> {
         let commands = commands.map(Self.sharded)
-        let targets = Set(commands.compactMap { try? target(of: $0) })
-        if targets.count == 1, let node = targets.first, commands.allSatisfy({ (try? target(of: $0)) != nil }),
+        let targets = commands.map { try? target(of: $0) }
+        if let node = targets.first ?? nil, targets.allSatisfy({ $0 == node }),
            let open = state.withLock({ $0.connections[node] }), open.isActive {
             return open.dispatch(commands)
         }
@@ -281,16 +283,7 @@ public final class RedisCluster: Sendable {
     /// Records one slot's new master (from `MOVED`) until the next full map.
     private func learn(slot: Int, master endpoint: Endpoint) {
         guard (0..<RedisClusterSlots.count).contains(slot) else { return }
-        state.withLock { state in
-            let index: Int
-            if let known = state.masters.firstIndex(of: endpoint) {
-                index = known
-            } else {
-                index = state.masters.count
-                state.masters.append(endpoint)
-            }
-            state.owners[slot] = Int16(index)
-        }
+        state.withLock { $0.map.assign(slot...slot, to: endpoint) }
     }
 
     /// Closes every connection; later commands fail with `RedisError.shutdown`.
