@@ -144,8 +144,21 @@ public struct MessageSending: Sendable {
             throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
         }
         if let depth { metrics.queueDepth(depth) }
+        // What the sender is told is stored must outlive its master: with replicas
+        // required (`WHISPER_REDIS_WAIT_REPLICAS`, on by default in cluster mode) the
+        // answer waits for them. When they fall behind, the message is passed on all the
+        // same, and its sender is asked to send it again (a resend is a duplicate, answered
+        // once the replicas have it).
+        var answer = ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)
+        do {
+            try await redis.waitForReplicas(afterWritingTo: RedisKeys.pending(message.to))
+        } catch RedisError.replicasBehind {
+            answer = ServerFrameCodec.encodeError(
+                .internalError, "the message is stored but not yet copied to a replica; send it again", requestId: sender.requestId
+            )
+        }
         var commands: [RedisCommand] = []
-        if let accept = caller.accept(ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)) {
+        if let accept = caller.accept(answer) {
             commands.append(accept)
         }
         var live = false
@@ -201,6 +214,6 @@ public struct MessageSending: Sendable {
 
     /// The wake-up of a recipient with no live socket (`stream:push`).
     private func pushJob(for message: SendMessage) async throws {
-        try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow()))
+        try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow(), in: redis.configuration.streamShards))
     }
 }

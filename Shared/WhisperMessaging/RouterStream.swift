@@ -57,17 +57,9 @@ public enum RouterStream {
             return fields
         }
 
-        /// `XADD stream:router MAXLEN ~ N * field value ...`
-        public var addCommand: RedisCommand {
-            RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*"] + fields)
-        }
-
-        /// Adds the entry after taking a token from its sender's bucket (`rule`), in one
-        /// script; when the bucket is empty nothing is added. The gateway admits each
-        /// `send_message` this way, so a sender over the limit is refused at the edge
-        /// and never reaches a router.
-        public func add(chargingSender rule: RateLimitRule, on redis: RedisClient) async throws -> Admission {
-            try await add(charging: rule, bucket: senderBucket(whisperId), on: redis)
+        /// `XADD <the sender's shard> MAXLEN ~ N * field value ...`
+        public func addCommand(in shards: StreamShards) -> RedisCommand {
+            RedisCommand("XADD", [RouterStream.key(for: whisperId, in: shards), "MAXLEN", "~", maxLength, "*"] + fields)
         }
 
         /// What became of an entry offered to the stream.
@@ -80,12 +72,14 @@ public enum RouterStream {
             case busy
         }
 
-        /// Adds the entry after taking a token from `bucket` (one of `RouterStream.bucket`),
-        /// unless the stream already holds `backlogLimit` entries (0: no limit), in one
-        /// script. The bucket is charged only for an entry that is added.
-        public func add(charging rule: RateLimitRule, bucket: String, backlogLimit: Int = 0, on redis: RedisClient) async throws -> Admission {
+        /// Adds the entry to its sender's shard after taking a token from the sender's
+        /// bucket for `kind` (`RouterStream.bucket`), unless that shard already holds
+        /// `backlogLimit` entries (0: no limit), in one script. The bucket is charged only
+        /// for an entry that is added.
+        public func add(charging rule: RateLimitRule, kind: String, backlogLimit: Int = 0, on redis: RedisClient) async throws -> Admission {
+            let shards = redis.configuration.streamShards
             let reply = try await redis.evaluate(
-                admitScript, keys: [key, bucket],
+                admitScript, keys: [RouterStream.key(for: whisperId, in: shards), RouterStream.bucket(kind, whisperId, in: shards)],
                 arguments: RateLimiter.arguments(rule) + [maxLength, backlogLimit] + fields
             )
             guard let values = reply.array, values.count == 2, let outcome = values[0].int else {
@@ -185,16 +179,18 @@ public enum RouterStream {
 
     static let tokenKey = Array(#""sessionToken""#.utf8)
 
-    /// A sender's bucket for `send_message`. Its hash tag is the stream's whole key, so
-    /// it lives in the stream's hash slot and one script can charge it and add the entry
-    /// (also under Redis Cluster).
-    public static func senderBucket(_ whisperId: String) -> String { bucket("send", whisperId) }
+    /// The shard of the stream an identity's frames go to (`StreamShards`): all of them
+    /// to the same one, so they keep their order.
+    public static func key(for whisperId: String, in shards: StreamShards) -> String { shards.key(key, for: whisperId) }
 
-    /// An identity's bucket for one kind of routed frame (`send`, `receipt`, `fetch`), in
-    /// the stream's hash slot like the sender's.
-    public static func bucket(_ kind: String, _ whisperId: String) -> String { "{\(key)}:\(kind):\(whisperId)" }
+    /// An identity's bucket for one kind of routed frame (`send`, `group`, `fetch`, ...).
+    /// Its hash tag is the whole key of the identity's shard, so it lives in that shard's
+    /// hash slot and one script can charge it and add the entry (also under Redis Cluster).
+    public static func bucket(_ kind: String, _ whisperId: String, in shards: StreamShards) -> String {
+        "{\(key(for: whisperId, in: shards))}:\(kind):\(whisperId)"
+    }
 
-    /// KEYS: stream, the identity's bucket. ARGV: capacity, refill per ms, stream cap,
+    /// KEYS: the identity's shard of the stream, its bucket. ARGV: capacity, refill per ms, stream cap,
     /// backlog limit (0: none), then the entry's fields and values. Routers delete what
     /// they handled, so `XLEN` is the backlog. Returns {1, entry id}, {0, retry after ms}
     /// or {2, 0} (busy).
@@ -221,17 +217,20 @@ public enum PushStream {
         case call
     }
 
-    /// `XADD stream:push MAXLEN ~ N * to <whisperId> kind <kind> id <messageId|callId> at <ms>`
-    public static func job(to whisperId: String, kind: Kind, id: String, at timestamp: Int64) -> RedisCommand {
-        RedisCommand("XADD", [key, "MAXLEN", "~", maxLength, "*"] + Job(to: whisperId, kind: kind, id: id, at: timestamp).fields)
+    /// `XADD <the recipient's shard> MAXLEN ~ N * to <whisperId> kind <kind> id <messageId|callId> at <ms>`:
+    /// one identity's wake-ups all go to one shard (`StreamShards`).
+    public static func job(to whisperId: String, kind: Kind, id: String, at timestamp: Int64, in shards: StreamShards) -> RedisCommand {
+        RedisCommand("XADD", [shards.key(key, for: whisperId), "MAXLEN", "~", maxLength, "*"] + Job(to: whisperId, kind: kind, id: id, at: timestamp).fields)
     }
 
-    /// Wake-ups waiting for their next attempt: a sorted set scored by when it is due,
-    /// in the stream's hash slot (its tag is the stream's whole name).
-    public static let retryKey = "{stream:push}:retry"
-    /// Wake-ups that failed for good (attempts used up, a provider that refuses them):
-    /// a stream an operator reads and replays (`push-sender replay-dead`).
-    public static let deadKey = "{stream:push}:dead"
+    /// Wake-ups of the shard `shardKey` waiting for their next attempt: a sorted set
+    /// scored by when it is due, in the shard's hash slot (its tag is the shard's whole
+    /// name), so one script moves due ones back.
+    public static func retryKey(of shardKey: String) -> String { "{\(shardKey)}:retry" }
+    /// Wake-ups of the shard `shardKey` that failed for good (attempts used up, a
+    /// provider that refuses them): a stream an operator reads and replays
+    /// (`push-sender replay-dead`).
+    public static func deadKey(of shardKey: String) -> String { "{\(shardKey)}:dead" }
     public static let deadMaxLength = 100_000
 
     /// The wake-up window's key (`RedisKeys.pushWoken`: presence deletes it too).

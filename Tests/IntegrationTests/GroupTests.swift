@@ -97,7 +97,7 @@ struct GroupTests {
                     type: .groupSendMessage, requestId: requestId, payload: try RouterStream.storedPayload(copy),
                     receivedAt: Clock.millisecondsNow()
                 )
-                try await redis.send(entry.addCommand)
+                try await redis.send(entry.addCommand(in: redis.configuration.streamShards))
             }
         }
         let refusals = try await stays.events(.error, count: 10)

@@ -346,7 +346,10 @@ extension MessagingStack {
     }
 
     func deadPushes() async throws -> Int {
-        try await withRedis { Int(try await $0.send("XLEN", PushStream.deadKey).int ?? 0) }
+        try await withRedis { redis in
+            try await redis.pipeline(redis.configuration.streamShards.keys(PushStream.key).map { RedisCommand("XLEN", PushStream.deadKey(of: $0)) })
+                .reduce(0) { $0 + Int($1.int ?? 0) }
+        }
     }
 
     /// The push token of the identity's active device.

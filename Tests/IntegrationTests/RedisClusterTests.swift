@@ -118,9 +118,7 @@ import Testing
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }
         try await nodes.start()
-        var redis = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
-        redis.clusterSeeds = nodes.seeds
-        let stack = try await MessagingStack.start(routers: 1, redis: redis)
+        let stack = try await MessagingStack.start(routers: 1, redis: nodes.configuration)
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
         let (message, received) = try await alice.sendAndWaitForArrival("across the cluster", to: bob)
@@ -171,8 +169,7 @@ import Testing
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }
         try await nodes.start()
-        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
-        configuration.clusterSeeds = nodes.seeds
+        let configuration = nodes.configuration
         let subscriptions = LockedBox(0)
         let channel = "gateway:moving-\(UUID().uuidString.prefix(8))"
         let subscriber = RedisSubscriber(

@@ -107,3 +107,31 @@ import Testing
         #expect(backoff.next() <= .milliseconds(100))
     }
 }
+
+@Suite struct StreamShardsTests {
+    @Test func shardZeroKeepsTheStreamsNameAndAnIdentityStaysOnItsShard() {
+        let shards = StreamShards(8)
+        #expect(shards.keys("stream:router") == ["stream:router"] + (1..<8).map { "stream:router:\($0)" })
+        let id = "WSP-ABCD-EFGH-JKLM"
+        #expect(shards.shard(of: id) == shards.shard(of: id))
+        #expect(shards.key("stream:push", for: id) == shards.key("stream:push", shard: shards.shard(of: id)))
+        #expect(StreamShards.one.key("stream:router", for: id) == "stream:router")
+        // Identities spread over the shards.
+        let spread = Set((0..<200).map { shards.shard(of: "WSP-\($0)") })
+        #expect(spread == Set(0..<8))
+        #expect(StreamShards(0).count == 1 && StreamShards(10_000).count == StreamShards.maximum)
+    }
+
+    @Test func theCountIsReadAndDefaultsBySetUp() throws {
+        func settings(_ values: [String: String]) throws -> CommonSettings {
+            let reader = SettingsReader.environment(["WHISPER_POSTGRES_URL": "postgres://u@localhost/db", "WHISPER_REDIS_URL": "redis://localhost"].merging(values) { $1 })
+            let common = CommonSettings(service: "router", defaultPort: 8080, from: reader)
+            try reader.validate()
+            return common
+        }
+        #expect(try settings([:]).redis.streamShards.count == 1)
+        #expect(try settings(["WHISPER_REDIS_CLUSTER": "127.0.0.1:7000"]).redis.streamShards.count == 16)
+        #expect(try settings(["WHISPER_STREAM_SHARDS": "4"]).redis.streamShards.count == 4)
+        #expect(throws: (any Error).self) { _ = try settings(["WHISPER_STREAM_SHARDS": "0"]) }
+    }
+}

@@ -56,8 +56,15 @@ struct AdminStats: Sendable {
             "signedIn": gateways.reduce(0) { $0 + $1.signedIn },
             "gateways": gateways.map { ["instance": $0.instance, "open": $0.open, "signedIn": $0.signedIn, "reportedAt": $0.reportedAt] },
         ]
-        let lengths = try await redis.pipeline([RedisCommand("XLEN", RouterStream.key), RedisCommand("XLEN", PushStream.key)])
-        body["streams"] = ["router": lengths.first?.int ?? 0, "push": lengths.last?.int ?? 0]
+        // Every shard of each stream (`StreamShards`), summed; the busiest shard too.
+        let shards = redis.configuration.streamShards
+        let keys = shards.keys(RouterStream.key) + shards.keys(PushStream.key)
+        let lengths = try await redis.pipeline(keys.map { RedisCommand("XLEN", $0) }).map { $0.int ?? 0 }
+        let router = lengths.prefix(shards.count), push = lengths.suffix(shards.count)
+        body["streams"] = [
+            "router": router.reduce(0, +), "push": push.reduce(0, +), "shards": shards.count,
+            "routerBusiestShard": router.max() ?? 0, "pushBusiestShard": push.max() ?? 0,
+        ]
         if let sample = try await PendingCensus.latest(on: redis) {
             body["pending"] = ["messages": sample.messages, "queues": sample.queues, "sampledAt": sample.sampledAt]
         } else {

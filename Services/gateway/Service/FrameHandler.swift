@@ -216,12 +216,12 @@ struct FrameHandler: Sendable {
     /// kind, unless the routers are behind.
     private func admit(_ entry: RouterStream.Entry, frame: InboundFrame, whisperId: String, isMessage: Bool, on connection: ClientConnection) async throws {
         guard let (kind, rule) = limits.perIdentity(frame.type) else {
-            try await environment.redis.send(entry.addCommand)
+            try await environment.redis.send(entry.addCommand(in: environment.redis.configuration.streamShards))
             return
         }
         // Fetches finish work (they empty queues): they get in until twice the limit.
         let backlog = isMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
-        switch try await entry.add(charging: rule, bucket: RouterStream.bucket(kind, whisperId), backlogLimit: backlog, on: environment.redis) {
+        switch try await entry.add(charging: rule, kind: kind, backlogLimit: backlog, on: environment.redis) {
         case .added:
             break
         case .limited(let retry):
@@ -274,7 +274,7 @@ struct FrameHandler: Sendable {
                 return
             }
         }
-        if case .limited(let retry) = try await charge(.send, bucket: RouterStream.bucket("send", whisperId), rule: limits.sendPerSender, on: connection) {
+        if case .limited(let retry) = try await charge(.send, bucket: RouterStream.bucket("send", whisperId, in: environment.redis.configuration.streamShards), rule: limits.sendPerSender, on: connection) {
             await refuse(.rateLimited, "too many messages; retry in \(retry) ms", requestId: requestId, on: connection)
             return
         }

@@ -31,17 +31,24 @@ public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServ
         workers: { [apns, fcm] environment in
             if apns == nil { environment.logger.notice("push_provider_off", metadata: ["provider": "apns"]) }
             if fcm == nil { environment.logger.notice("push_provider_off", metadata: ["provider": "fcm"]) }
+            // One worker per shard of the stream, each reading on a client of its own; the
+            // providers' slots are shared by all of them.
             var readerConfiguration = settings.common.redis
             readerConfiguration.clientName = "whisper-push-reader"
-            let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
-            let worker = PushWorker(
-                reader: reader, redis: environment.redis,
-                devices: DeviceDirectory(postgres: environment.postgres, logger: environment.logger),
-                apns: apns, fcm: fcm, consumerName: settings.common.instanceID, settings: settings,
-                metrics: PushMetrics(metrics: environment.metrics), logger: environment.logger,
-                providerSlots: ["apns": Slots(settings.inFlightPerProvider), "fcm": Slots(settings.inFlightPerProvider)]
-            )
-            return [reader, worker, HTTPClientShutdown(client: client)]
+            let devices = DeviceDirectory(postgres: environment.postgres, logger: environment.logger)
+            let metrics = PushMetrics(metrics: environment.metrics)
+            let slots = ["apns": Slots(settings.inFlightPerProvider), "fcm": Slots(settings.inFlightPerProvider)]
+            let workers = settings.common.redis.streamShards.keys(PushStream.key).map { key in
+                PushWorker(
+                    streamKey: key, reader: RedisClient(configuration: readerConfiguration, logger: environment.logger), redis: environment.redis,
+                    devices: devices, apns: apns, fcm: fcm, consumerName: settings.common.instanceID, settings: settings,
+                    metrics: metrics, logger: environment.logger, providerSlots: slots
+                )
+            }
+            let readers: [any Service] = workers.map(\.reader)
+            return readers + workers + [
+                UnreadShards(redis: environment.redis, base: PushStream.key, logger: environment.logger), HTTPClientShutdown(client: client),
+            ]
         },
         startupProblems: problems,
         onServerRunning: onServerRunning
@@ -59,7 +66,8 @@ struct HTTPClientShutdown: Service {
 }
 
 /// `push-sender replay-dead`: moves dead-lettered wake-ups back into the push stream as
-/// new jobs (first attempt), oldest first, and deletes them from the dead-letter stream.
+/// new jobs (first attempt), oldest first, and deletes them from the dead-letter stream,
+/// shard by shard (each shard's dead letters go back into that shard).
 public enum ReplayDeadCommand {
     /// Returns how many were moved (at most `limit`).
     public static func run(settings: PushSenderSettings, limit: Int, logger: Logger) async throws -> Int {
@@ -75,14 +83,16 @@ public enum ReplayDeadCommand {
                 connected = redis.isConnected
                 if !connected { try await Task.sleep(for: .milliseconds(25)) }
             }
-            while moved < limit {
-                let reply = try await redis.evaluate(
-                    replayScript, keys: [PushStream.deadKey, PushStream.key],
-                    arguments: [min(500, limit - moved), PushStream.maxLength, Clock.millisecondsNow()]
-                )
-                let count = Int(reply.int ?? 0)
-                moved += count
-                if count == 0 { break }
+            for shard in redis.configuration.streamShards.keys(PushStream.key) {
+                while moved < limit {
+                    let reply = try await redis.evaluate(
+                        replayScript, keys: [PushStream.deadKey(of: shard), shard],
+                        arguments: [min(500, limit - moved), PushStream.maxLength, Clock.millisecondsNow()]
+                    )
+                    let count = Int(reply.int ?? 0)
+                    moved += count
+                    if count == 0 { break }
+                }
             }
             group.cancelAll()
             return moved

@@ -5,15 +5,19 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Reads `stream:push` as one consumer of the group `push-senders` and turns each job
+/// Reads one shard of `stream:push` (`StreamShards`; a push-sender runs one of these per
+/// shard, the shard's retries and dead letters beside it) as one consumer of the group
+/// `push-senders` and turns each job
 /// into at most one provider request. A job is acknowledged (and deleted from the
 /// stream) only once it is finished: delivered, not needed (the recipient is online,
 /// coalesced, has no device or token), scheduled for a retry, or dead-lettered. Jobs
 /// another push-sender left unacknowledged for `claimAfter` (it died) are claimed and
 /// handled here. A job is handled at least once; a wake-up may, rarely, go out twice.
 struct PushWorker: Service, CustomStringConvertible {
-    var description: String { "PushWorker(\(consumerName))" }
+    var description: String { "PushWorker(\(consumerName), \(streamKey))" }
 
+    /// The shard's key.
+    let streamKey: String
     /// A connection of its own: XREADGROUP blocks.
     let reader: RedisClient
     let redis: RedisClient
@@ -32,7 +36,7 @@ struct PushWorker: Service, CustomStringConvertible {
 
     var stream: StreamGroupReader {
         StreamGroupReader(
-            stream: PushStream.key, group: PushStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
+            stream: streamKey, group: PushStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
             events: "push"
         )
     }
@@ -236,7 +240,7 @@ struct PushWorker: Service, CustomStringConvertible {
         // A member of its own even for the same job twice: the nonce keeps both.
         let member = Self.encodeMember(next.fields.map { String(decoding: $0.redisBytes, as: UTF8.self) } + ["n", RandomID.uuid()])
         do {
-            try await redis.send("ZADD", PushStream.retryKey, due, member)
+            try await redis.send("ZADD", PushStream.retryKey(of: streamKey), due, member)
             if let provider { metrics.retried(provider) }
         } catch {
             // Not acknowledged either (the batch's acknowledgement fails the same way):
@@ -266,7 +270,7 @@ struct PushWorker: Service, CustomStringConvertible {
         logger.warning("push_dead_lettered", metadata: ["reason": "\(reason)", "attempts": "\(attempts)"])
         do {
             try await redis.send(RedisCommand("XADD", [
-                PushStream.deadKey, "MAXLEN", "~", PushStream.deadMaxLength, "*",
+                PushStream.deadKey(of: streamKey), "MAXLEN", "~", PushStream.deadMaxLength, "*",
             ] + fields.prefix(16 - fields.count % 2).map { String($0.prefix(256)) as any RedisArgument } + [
                 "reason", String(reason.prefix(300)), "attempts", attempts, "failedAt", Clock.millisecondsNow(),
             ]))
@@ -278,7 +282,7 @@ struct PushWorker: Service, CustomStringConvertible {
     /// Moves retries that are due back into the stream (a bounded batch per call).
     private func moveDueRetries() async throws {
         try await redis.evaluate(
-            Self.moveDueScript, keys: [PushStream.retryKey, PushStream.key],
+            Self.moveDueScript, keys: [PushStream.retryKey(of: streamKey), streamKey],
             arguments: [Clock.millisecondsNow(), 500, PushStream.maxLength]
         )
     }

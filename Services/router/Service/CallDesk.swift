@@ -99,7 +99,7 @@ struct CallDesk: Sendable {
         if reached {
             _ = try await redis.send("HSET", RedisKeys.call(callId), "reached", "1")
         } else {
-            try await redis.send(PushStream.job(to: signal.to, kind: .call, id: callId, at: Clock.millisecondsNow()))
+            try await redis.send(PushStream.job(to: signal.to, kind: .call, id: callId, at: Clock.millisecondsNow(), in: redis.configuration.streamShards))
         }
         let deadline = Clock.millisecondsNow() &+ Int64(settings.ringTimeout.milliseconds)
         _ = try await redis.send("ZADD", RedisKeys.ringingCalls, "NX", deadline, callId)

@@ -11,9 +11,6 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
         settings: settings.common,
         logger: logger,
         workers: { environment in
-            var readerConfiguration = settings.common.redis
-            readerConfiguration.clientName = "whisper-router-reader"
-            let reader = RedisClient(configuration: readerConfiguration, logger: environment.logger)
             let identities = IdentityCache(
                 postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics, ttl: settings.identityCacheTTL,
                 unknownTTL: settings.unknownIdentityTTL
@@ -50,10 +47,15 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 metrics: metrics,
                 logger: environment.logger
             )
-            let consumer = StreamConsumer(
-                reader: reader, redis: environment.redis, router: router,
-                consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
-            )
+            // One consumer per shard of the stream, each reading on a client of its own.
+            var readerConfiguration = settings.common.redis
+            readerConfiguration.clientName = "whisper-router-reader"
+            let consumers = settings.common.redis.streamShards.keys(RouterStream.key).map { key in
+                StreamConsumer(
+                    streamKey: key, reader: RedisClient(configuration: readerConfiguration, logger: environment.logger), redis: environment.redis,
+                    router: router, consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
+                )
+            }
             // Bans and their lifting reach this router's cache at once, not after its TTL.
             let changes = RedisSubscriber(
                 configuration: settings.common.redis, channels: [IdentityChange.channel], logger: environment.logger,
@@ -62,7 +64,9 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 },
                 onSubscribed: { identities.forgetAll() }
             )
-            return [reader, changes, consumer, CallSweeper(calls: calls)]
+            let unread = UnreadShards(redis: environment.redis, base: RouterStream.key, logger: environment.logger)
+            let readers: [any Service] = consumers.map(\.reader)
+            return readers + [changes] + consumers + [CallSweeper(calls: calls), unread]
         },
         onServerRunning: onServerRunning
     )

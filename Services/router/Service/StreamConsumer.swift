@@ -5,7 +5,8 @@ import ServiceLifecycle
 import WhisperMessaging
 import WhisperShared
 
-/// Reads the router stream as one consumer of the group `routers`, hands each entry to
+/// Reads one shard of the router stream (`StreamShards`; a router runs one of these per
+/// shard) as one consumer of the group `routers`, hands each entry to
 /// the `MessageRouter`, and acknowledges what it handled. Entries another router took
 /// and left unacknowledged for `claimAfter` (it crashed) are claimed and handled again.
 ///
@@ -15,6 +16,8 @@ import WhisperShared
 /// are acknowledged in batches by a task of their own. So one slow entry delays only the
 /// entries of its own sender.
 struct StreamConsumer: Service {
+    /// The shard's key.
+    let streamKey: String
     /// A connection of its own: XREADGROUP blocks, and must not hold up other commands.
     let reader: RedisClient
     let redis: RedisClient
@@ -28,7 +31,7 @@ struct StreamConsumer: Service {
 
     var stream: StreamGroupReader {
         StreamGroupReader(
-            stream: RouterStream.key, group: RouterStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
+            stream: streamKey, group: RouterStream.group, consumer: consumerName, reader: reader, redis: redis, logger: logger,
             events: "router"
         )
     }
@@ -156,7 +159,7 @@ struct StreamConsumer: Service {
     /// and acknowledged. A resend by the client starts afresh.
     private func dropPoisoned(_ entries: [(id: String, entry: RouterStream.Entry?)]) async throws -> [(id: String, entry: RouterStream.Entry?)] {
         guard let first = entries.first?.id, let last = entries.last?.id else { return entries }
-        let reply = try await redis.send(RedisCommand("XPENDING", [RouterStream.key, RouterStream.group, first, last, entries.count * 2]))
+        let reply = try await redis.send(RedisCommand("XPENDING", [streamKey, RouterStream.group, first, last, entries.count * 2]))
         var deliveries: [String: Int64] = [:]
         for item in reply.array ?? [] {
             if let fields = item.array, fields.count == 4, let id = fields[0].string, let count = fields[3].int {

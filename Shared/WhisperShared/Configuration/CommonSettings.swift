@@ -46,7 +46,8 @@ public struct CommonSettings: Sendable {
     }
 
     /// Reads the shared settings: `WHISPER_POSTGRES_URL`, `WHISPER_REDIS_URL`,
-    /// `WHISPER_REDIS_REQUIRED_PERSISTENCE`,
+    /// `WHISPER_REDIS_CLUSTER`, `WHISPER_REDIS_CA_FILE`, `WHISPER_REDIS_REQUIRED_PERSISTENCE`, `WHISPER_STREAM_SHARDS`,
+    /// `WHISPER_REDIS_WAIT_REPLICAS`, `WHISPER_REDIS_WAIT_TIMEOUT_MS`,
     /// `WHISPER_LOG_LEVEL`, `WHISPER_INSTANCE_ID`, `WHISPER_SHUTDOWN_GRACE_SECONDS`, and this
     /// service's `<SERVICE>_HTTP_HOST` / `<SERVICE>_HTTP_PORT`.
     public init(service: String, defaultPort: Int, from settings: SettingsReader) {
@@ -104,6 +105,14 @@ public struct CommonSettings: Sendable {
                 if redis.database != 0 { settings.reject("whisper.redis.url", because: "names a database; a cluster has only database 0") }
             }
         }
+        self.redis.streamShards = StreamShards(
+            settings.int("whisper.stream.shards", default: StreamShards.standard(cluster: !redis.clusterSeeds.isEmpty).count, range: 1...StreamShards.maximum)
+        )
+        let acks = ReplicaAcknowledgement.standard(cluster: !redis.clusterSeeds.isEmpty)
+        self.redis.replicaAcks = ReplicaAcknowledgement(
+            replicas: settings.int("whisper.redis.wait.replicas", default: acks.replicas, range: 0...16),
+            timeout: .milliseconds(settings.int("whisper.redis.wait.timeout.ms", default: Int(acks.timeout.milliseconds), range: 1...60_000))
+        )
         let redisCA = settings.string("whisper.redis.ca.file", default: "")
         if !redisCA.isEmpty {
             if !redis.tls {

@@ -96,6 +96,8 @@ public final class ServiceMetrics: Sendable {
         syncCounter("redis_connect_failures", help: "Attempts to connect to Redis that failed.", labels: labels, to: statistics.failedConnects.load(ordering: .relaxed))
         syncCounter("redis_connection_losses", help: "Open Redis connections that dropped.", labels: labels, to: statistics.losses.load(ordering: .relaxed))
         syncCounter("redis_commands_refused", help: "Commands failed at once because Redis was not connected.", labels: labels, to: statistics.refused.load(ordering: .relaxed))
+        syncCounter("redis_replica_waits", help: "Writes that waited for replicas before their client was answered (WHISPER_REDIS_WAIT_REPLICAS).", labels: labels, to: statistics.replicaWaits.load(ordering: .relaxed))
+        syncCounter("redis_replica_shortfalls", help: "Writes fewer replicas than required acknowledged in time: their clients were asked to send again.", labels: labels, to: statistics.replicaShortfalls.load(ordering: .relaxed))
     }
 
     /// The exposition text served at `/metrics`.

@@ -32,6 +32,7 @@ public final class RedisClient: Service, Sendable {
     /// In cluster mode, the cluster's nodes.
     let cluster: RedisCluster?
     private let clusterReady = Atomic<Bool>(false)
+    private let replicaWaits = ReplicaWaits()
     static let clusterRefreshInterval: Duration = .seconds(10)
 
     public init(
@@ -237,6 +238,34 @@ public final class RedisClient: Service, Sendable {
 }
 
 extension RedisClient {
+    /// Returns once `configuration.replicaAcks.replicas` replicas of the master holding
+    /// `key` have every write this client sent that master so far (the caller's write to
+    /// `key` among them), as `WAIT` reports; at once when no replica is required. Callers
+    /// share `WAIT`s (`ReplicaWaits`). Throws `RedisError.replicasBehind` when fewer
+    /// acknowledged within the timeout: the write stands on the master alone.
+    public func waitForReplicas(afterWritingTo key: String) async throws {
+        let required = configuration.replicaAcks.replicas
+        guard required > 0 else { return }
+        let wait = RedisCommand("WAIT", required, Int(configuration.replicaAcks.timeout.milliseconds))
+        let node: String
+        let send: @Sendable () async throws -> Int
+        if let cluster = try mappedCluster() {
+            let master = try cluster.master(of: Array(key.utf8))
+            node = "\(master)"
+            send = { Int(try await cluster.connection(to: master).send(wait).int ?? 0) }
+        } else {
+            let connection = try connection()
+            node = ""
+            send = { Int(try await connection.send(wait).int ?? 0) }
+        }
+        statistics.replicaWaits.add(1, ordering: .relaxed)
+        let acknowledged = try await replicaWaits.acknowledged(on: node, send: send)
+        guard acknowledged >= required else {
+            statistics.replicaShortfalls.add(1, ordering: .relaxed)
+            throw RedisError.replicasBehind(acknowledged: acknowledged, required: required)
+        }
+    }
+
     /// Walks the key space with `SCAN` (every master of a cluster in turn), handing each
     /// non-empty page of keys matching `pattern` (and of `type`, when given) to `body`.
     public func scan(
@@ -290,4 +319,8 @@ public final class RedisClientStatistics: Sendable {
     public let losses = Atomic<Int>(0)
     /// Commands failed at once because no connection was open.
     public let refused = Atomic<Int>(0)
+    /// Writes that waited for replicas (`waitForReplicas`).
+    public let replicaWaits = Atomic<Int>(0)
+    /// Of those, the ones fewer replicas than required acknowledged in time.
+    public let replicaShortfalls = Atomic<Int>(0)
 }

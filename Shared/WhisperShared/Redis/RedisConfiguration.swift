@@ -21,6 +21,12 @@ public struct RedisConfiguration: Sendable, Equatable {
     public var clusterSeeds: [RedisCluster.Endpoint] = []
     /// How durable the server must be, checked at start (`RedisServerCheck`).
     public var requiredPersistence: RedisPersistence = .always
+    /// How many shards the work streams are split into (`WHISPER_STREAM_SHARDS`); every
+    /// service of a deployment must use the same count.
+    public var streamShards: StreamShards = .one
+    /// Replicas that must hold a message before its sender is told it is stored
+    /// (`RedisClient.waitForReplicas`).
+    public var replicaAcks: ReplicaAcknowledgement = .standard(cluster: false)
 
     public init(
         host: String = "127.0.0.1",

@@ -12,6 +12,10 @@ public enum RedisError: Error, Sendable, Equatable, CustomStringConvertible {
     case unexpectedReply(String)
     /// The client is shutting down.
     case shutdown
+    /// Fewer replicas than required acknowledged a write within the timeout
+    /// (`RedisClient.waitForReplicas`): the write is on the master, not yet safe from
+    /// its loss.
+    case replicasBehind(acknowledged: Int, required: Int)
 
     public var description: String {
         switch self {
@@ -21,6 +25,7 @@ public enum RedisError: Error, Sendable, Equatable, CustomStringConvertible {
         case .protocolViolation(let message): "redis protocol violation: \(message)"
         case .unexpectedReply(let what): "unexpected redis reply: \(what)"
         case .shutdown: "redis client shut down"
+        case .replicasBehind(let acknowledged, let required): "redis replicas behind: \(acknowledged) of \(required) acknowledged the write in time"
         }
     }
 }

@@ -76,7 +76,7 @@ enum FuzzTarget: String, CaseIterable {
         _ = value.int
         _ = value.bytes
         guard let elements = value.array else { return }
-        if let entry = RouterStream.Entry(fields: elements) { _ = entry.addCommand }
+        if let entry = RouterStream.Entry(fields: elements) { _ = entry.addCommand(in: StreamShards(4)) }
         for element in elements { touch(element) }
     }
 

@@ -23,12 +23,14 @@ struct MessagingStack {
         gateway configureGateway: (inout GatewaySettings) -> Void = { _ in },
         auth configureAuth: (inout AuthSettings) -> Void = { _ in },
         database existing: PostgresSettings? = nil,
-        redis otherRedis: RedisConfiguration? = nil
+        redis otherRedis: RedisConfiguration? = nil,
+        streamShards: StreamShards? = nil
     ) async throws -> MessagingStack {
         // A Redis of the stack's own, unless it is given one (a cluster).
         let redisServer = try RedisProcess()
         try redisServer.start()
-        let redis = try otherRedis ?? #require(RedisConfiguration(url: redisServer.url))
+        var redis = try otherRedis ?? #require(RedisConfiguration(url: redisServer.url))
+        if let streamShards { redis.streamShards = streamShards }
         let database: PostgresSettings
         if let existing { database = existing } else { database = try await TestDatabases.shared.make() }
         var authSettings = TestServers.authSettings(database, redis: redis)
@@ -122,23 +124,29 @@ struct MessagingStack {
         try await withRedis { try await OwedFrames(redis: $0).count(for: whisperId) }
     }
 
-    /// Entries ever added to the router stream (`entries-added` of `XINFO STREAM`):
-    /// handled entries are deleted, so its length says only what waits.
+    /// Entries ever added to the router stream, every shard (`entries-added` of `XINFO
+    /// STREAM`): handled entries are deleted, so its length says only what waits.
     func routerStreamLength() async throws -> Int {
         try await withRedis { redis in
-            let fields = try await redis.send("XINFO", "STREAM", RouterStream.key).array ?? []
-            var index = 0
-            while index + 1 < fields.count {
-                if fields[index].string == "entries-added" { return Int(fields[index + 1].int ?? 0) }
-                index += 2
+            var added = 0
+            for key in redis.configuration.streamShards.keys(RouterStream.key) {
+                guard case .array(let fields) = try await redis.pipeline([RedisCommand("XINFO", "STREAM", key)])[0] else { continue }
+                var index = 0
+                while index + 1 < fields.count {
+                    if fields[index].string == "entries-added" { added += Int(fields[index + 1].int ?? 0) }
+                    index += 2
+                }
             }
-            return 0
+            return added
         }
     }
 
-    /// Entries the router stream holds now (added and not yet handled).
+    /// Entries the router stream holds now (added and not yet handled), every shard.
     func routerStreamBacklog() async throws -> Int {
-        try await withRedis { Int(try await $0.send("XLEN", RouterStream.key).int ?? 0) }
+        try await withRedis { redis in
+            try await redis.pipeline(redis.configuration.streamShards.keys(RouterStream.key).map { RedisCommand("XLEN", $0) })
+                .reduce(0) { $0 + Int($1.int ?? 0) }
+        }
     }
 
     /// How often Redis ran `command` (lower case, as `INFO commandstats` names it) since
@@ -149,10 +157,11 @@ struct MessagingStack {
         return line.flatMap { $0.split(separator: ",").first?.split(separator: "=").last }.flatMap { Int($0) }
     }
 
-    /// The jobs on the push stream, oldest first, each as its fields.
+    /// The jobs on the push stream, every shard (oldest first within one), each as its fields.
     func pushJobs() async throws -> [[String: String]] {
         try await withRedis { redis in
-            let entries = try await redis.send("XRANGE", PushStream.key, "-", "+").array ?? []
+            let shards = redis.configuration.streamShards.keys(PushStream.key)
+            let entries = try await redis.pipeline(shards.map { RedisCommand("XRANGE", $0, "-", "+") }).flatMap { $0.array ?? [] }
             return entries.map { entry in
                 let fields = entry.array?.last?.array?.compactMap(\.string) ?? []
                 return Dictionary(stride(from: 0, to: fields.count - 1, by: 2).map { (fields[$0], fields[$0 + 1]) }) { _, last in last }
@@ -171,7 +180,14 @@ struct MessagingStack {
 
     /// Router stream entries read by a router and not yet acknowledged.
     func unacknowledgedEntries() async throws -> Int {
-        try await withRedis { Int(try await $0.send("XPENDING", RouterStream.key, RouterStream.group).array?.first?.int ?? -1) }
+        try await withRedis { redis in
+            var waiting = 0
+            for key in redis.configuration.streamShards.keys(RouterStream.key) {
+                guard let count = try await redis.send("XPENDING", key, RouterStream.group).array?.first?.int else { return -1 }
+                waiting += Int(count)
+            }
+            return waiting
+        }
     }
 
     func stop() async throws {

@@ -42,6 +42,16 @@ final class RedisClusterProcess: @unchecked Sendable {
         try await waitUntil(timeout: .seconds(30)) {
             self.ports.allSatisfy { self.cli($0, "CLUSTER", "INFO").contains("cluster_state:ok") }
         }
+        // And every master's replica has finished its first sync (a `WAIT` counts it).
+        try await waitUntil(timeout: .seconds(30)) {
+            let masters = self.ports.map { self.cli($0, "INFO", "replication") }.filter { $0.contains("role:master") }
+            return masters.count == self.ports.count / 2 && masters.allSatisfy { $0.contains("state=online") }
+        }
+    }
+
+    /// The ports of the nodes that are masters now.
+    func masterPorts() -> [Int] {
+        ports.filter { processes[$0] != nil && cli($0, "ROLE").hasPrefix("master") }
     }
 
     func startNode(_ port: Int) throws {
@@ -98,14 +108,22 @@ final class RedisClusterProcess: @unchecked Sendable {
 
     deinit { stop() }
 
+    /// How the services reach this cluster, as `WHISPER_REDIS_CLUSTER` would set it up:
+    /// its nodes as seeds, the work streams in a cluster's default number of shards.
+    var configuration: RedisConfiguration {
+        var configuration = RedisConfiguration(host: "127.0.0.1", port: ports[0])
+        configuration.clusterSeeds = seeds
+        configuration.streamShards = .standard(cluster: true)
+        configuration.replicaAcks = .standard(cluster: true)
+        return configuration
+    }
+
     /// A fresh cluster and a `RedisClient` in cluster mode on it, for `body`.
     static func withClient<T: Sendable>(_ body: (RedisClusterProcess, RedisClient) async throws -> T) async throws -> T {
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }
         try await nodes.start()
-        var configuration = RedisConfiguration(host: "127.0.0.1", port: nodes.ports[0])
-        configuration.clusterSeeds = nodes.seeds
-        let client = RedisClient(configuration: configuration, logger: TestServers.logger)
+        let client = RedisClient(configuration: nodes.configuration, logger: TestServers.logger)
         let running = Task { try await client.run() }
         defer { running.cancel() }
         try await waitUntil { client.isConnected }

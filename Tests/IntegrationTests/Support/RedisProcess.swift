@@ -10,8 +10,12 @@ final class RedisProcess: @unchecked Sendable {
     /// With `tls` (a server certificate and key, PEM files), the server speaks TLS only.
     let tls: (certificate: String, key: String)?
 
-    init(tls: (certificate: String, key: String)? = nil) throws {
+    /// More `redis-server` arguments (`--replicaof host port`).
+    let extraArguments: [String]
+
+    init(tls: (certificate: String, key: String)? = nil, arguments: [String] = []) throws {
         self.tls = tls
+        self.extraArguments = arguments
         port = try TestServers.freePort()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-redis-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -28,7 +32,7 @@ final class RedisProcess: @unchecked Sendable {
             "--dir", directory.path,
             // As durable as the services require by default (`RedisServerCheck`).
             "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no", "--logfile", directory.appendingPathComponent("redis.log").path,
-        ]
+        ] + extraArguments
         try process.run()
         self.process = process
         // Wait until it accepts connections.

@@ -146,6 +146,9 @@ public final class RedisCluster: Sendable {
         try node(for: command.routingKey)
     }
 
+    /// The master of `key`'s slot as the map says now.
+    func master(of key: [UInt8]) throws -> Endpoint { try node(for: key) }
+
     /// The master of `key`'s slot, or with no key the first master.
     private func node(for key: [UInt8]?) throws -> Endpoint {
         let endpoint = state.withLock { state -> Endpoint? in
