@@ -221,6 +221,77 @@ stop_redis() {
     redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
 }
 
+# start_redis_cluster NAME FIRST_PORT: a Redis Cluster on loopback in .data/NAME, six
+# cluster-enabled redis-servers on FIRST_PORT..FIRST_PORT+5 (their cluster buses 10000
+# above), made three masters with a replica each by redis-cli --cluster create, as
+# durable as the services require. A cluster made before (its nodes.conf files) is
+# started again as it was. Sets REDIS_CLUSTER_SEEDS (host:port,...) for
+# WHISPER_REDIS_CLUSTER. Returns once every node reports cluster_state:ok and every
+# master's replica is in sync.
+start_redis_cluster() {
+    local name="$1" first="$2" port dir i created=no
+    local ports=()
+    for port in $(seq "$first" $((first + 5))); do ports+=("$port"); done
+    for port in "${ports[@]}"; do
+        dir="$DATA/$name/$port"
+        mkdir -p "$dir"
+        [ -f "$dir/nodes.conf" ] && created=yes
+        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && continue
+        redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
+            --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+            --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout "${WHISPER_REDIS_CLUSTER_NODE_TIMEOUT_MS:-2000}" \
+            --appendonly yes --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" --maxmemory-policy noeviction >/dev/null
+        for i in $(seq 1 50); do
+            redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 || die "cluster node did not start on port $port (see $dir/redis.log)"
+    done
+    if [ "$created" = no ]; then
+        redis-cli --cluster create $(printf '127.0.0.1:%s ' "${ports[@]}") --cluster-replicas 1 --cluster-yes >"$DATA/$name/create.log" 2>&1 \
+            || die "redis-cli --cluster create failed (see $DATA/$name/create.log)"
+    fi
+    REDIS_CLUSTER_SEEDS="$(printf '127.0.0.1:%s,' "${ports[@]}")"
+    REDIS_CLUSTER_SEEDS="${REDIS_CLUSTER_SEEDS%,}"
+    wait_redis_cluster "$first"
+}
+
+# wait_redis_cluster FIRST_PORT: until the cluster's live nodes all say cluster_state:ok
+# and every master has a replica in sync (at most 60 s).
+wait_redis_cluster() {
+    local first="$1" port i ok
+    for i in $(seq 1 600); do
+        ok=yes
+        for port in $(seq "$first" $((first + 5))); do
+            redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 || continue
+            redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || { ok=no; break; }
+            if redis-cli -h 127.0.0.1 -p "$port" role 2>/dev/null | head -1 | grep -q master; then
+                redis-cli -h 127.0.0.1 -p "$port" info replication 2>/dev/null | grep -q 'state=online' || { ok=no; break; }
+            fi
+        done
+        [ "$ok" = yes ] && return 0
+        sleep 0.1
+    done
+    die "the Redis Cluster on ports $first.. did not settle (see $DATA/*/$first/redis.log)"
+}
+
+# redis_cluster_masters FIRST_PORT: the ports of the nodes that are masters now.
+redis_cluster_masters() {
+    local first="$1" port
+    for port in $(seq "$first" $((first + 5))); do
+        redis-cli -h 127.0.0.1 -p "$port" role 2>/dev/null | head -1 | grep -q master && echo "$port"
+    done
+    return 0
+}
+
+# stop_redis_cluster NAME FIRST_PORT
+stop_redis_cluster() {
+    local first="$2" port
+    for port in $(seq "$first" $((first + 5))); do
+        redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
+    done
+}
+
 # start_coturn NAME PORT SECRET: coturn on loopback in .data/NAME, in the REST-API mode
 # turn-cred serves (use-auth-secret), relaying on 127.0.0.1 only.
 start_coturn() {
