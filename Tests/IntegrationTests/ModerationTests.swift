@@ -27,8 +27,8 @@ import WhisperShared
 
     /// The stack with caches that would outlive any test: whatever a ban changes must
     /// reach them through the change channel, not through their expiry.
-    static func start() async throws -> (MessagingStack, Admin) {
-        let stack = try await MessagingStack.start(routers: 1, router: { $0.identityCacheTTL = .seconds(3_600) })
+    static func start(redis: RedisConfiguration? = nil) async throws -> (MessagingStack, Admin) {
+        let stack = try await MessagingStack.start(routers: 1, router: { $0.identityCacheTTL = .seconds(3_600) }, redis: redis)
         let admin = try await RunningService.start { running in
             buildAdmin(
                 settings: AdminSettings(

@@ -162,6 +162,39 @@ import Testing
     }
 }
 
+extension ClusterMessagingTests {
+    /// Bans (the change channel, the caches it clears, the session deleted) and wake-ups
+    /// (push-sender reading its 16 shards) on a cluster, with the admin API's figures.
+    @Test func bansAndWakeUpsOnACluster() async throws {
+        let nodes = try RedisClusterProcess()
+        defer { nodes.stop() }
+        try await nodes.start()
+        let (stack, admin) = try await ModerationTests.start(redis: nodes.configuration)
+        let alice = try await stack.user(on: 0)
+        let bob = try await stack.user(on: 1)
+        _ = try await alice.sendAndWaitForArrival("before the ban", to: bob)
+        #expect(try await admin.call(.POST, "/admin/ban", ["whisperId": bob.whisperId, "reason": "spam waves"]).status == 200)
+        #expect(try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .banned))
+        await expectRefused(.forbidden, "message to a banned identity") { _ = try await alice.connection.send(alice.message("hi", to: bob)) }
+
+        let providers = try await PushTests.Providers()
+        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
+        let sleeper = try await stack.offlineUser(on: 1, platform: .ios, pushToken: PushTests.apnsToken)
+        for index in 0..<3 {
+            _ = try await alice.connection.send(alice.message("wake up \(index)", to: sleeper))
+        }
+        try await waitUntil(timeout: .seconds(20)) { providers.apnsPushes.count >= 1 }
+        try await waitUntil { try await stack.pushJobs().isEmpty }
+        #expect(providers.apnsPushes.count == 1, "three messages, one wake-up")
+        let stats = try await admin.call(.GET, "/admin/stats").json["streams"] as? [String: Any]
+        #expect(stats?["shards"] as? Int == 16)
+        try await sender.stop()
+        try await admin.service.stop()
+        try await stack.stop()
+        await providers.stop()
+    }
+}
+
 /// Sharded pub/sub on a cluster: `PUBLISH` goes out as `SPUBLISH`, subscribers use
 /// `SSUBSCRIBE` on the channel's master and follow the channel's slot when it moves.
 @Suite(.serialized) struct ClusterPubSubTests {
