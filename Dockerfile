@@ -6,7 +6,8 @@
 # single build and one tag keep every service of a release at the same version, and a
 # node pulls one set of layers however many services it runs.
 #
-# Build: docker build -t whisper:dev .   (docs/operations.md, "Container image")
+# Build: docker build -t whisper:dev .   (what compose.yaml runs by default; tag releases
+# with their version: docs/operations.md, "Container image")
 
 ARG SWIFT_IMAGE=swift:6.3.1-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
