@@ -17,23 +17,18 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libhiredis-dev libsodium-dev libjemalloc-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# Dependencies first, so that a change of our sources does not fetch them again.
-COPY Package.swift ./
+# Dependencies first, so that a change of our sources does not fetch them again. A
+# Package.resolved in the build context (a build outside this project's package mirrors
+# locks the whole graph with one: docs/operations.md, "Container image") is used when
+# present.
+COPY Package.swift Package.resolved* ./
 RUN swift package resolve
 COPY . .
-# The Swift runtime and Foundation linked in (--static-swift-stdlib): the runtime image
-# needs no Swift toolchain, only the C libraries named below. Checked on 2026-11-25 with
-# the same toolchain: a release gateway built so needs libsodium.so.23,
-# libhiredis.so.0.14, libjemalloc.so.2 (the services' allocator, Package.swift),
-# libstdc++.so.6, libz.so.1, libgcc_s, libm and libc (ldd).
-RUN swift build -c release --static-swift-stdlib \
-        --product gateway --product auth --product router --product push-sender \
-        --product attachment-signer --product turn-cred --product admin --product gc-worker \
-    && mkdir /out \
-    && bin="$(swift build -c release --show-bin-path)" \
-    && for service in gateway auth router push-sender attachment-signer turn-cred admin gc-worker; do \
-           cp "$bin/$service" /out/ && strip /out/$service; \
-       done
+# The same script CI runs (scripts/check-image checks what it makes): release, the Swift
+# runtime and Foundation linked in (--static-swift-stdlib), stripped, into /out. The
+# runtime image then needs no Swift toolchain, only the C libraries named below, which
+# scripts/check-image compares with what `ldd` says the executables need.
+RUN scripts/build-release /out
 
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
