@@ -90,11 +90,21 @@ topology_start_instance() { # service n
         # As deployed (compose.yaml, k8s): a drain of up to 45 s inside a 50 s grace.
         gateway) extra=("GATEWAY_DRAIN_TIMEOUT_SECONDS=${GATEWAY_DRAIN_TIMEOUT_SECONDS:-20}" "WHISPER_SHUTDOWN_GRACE_SECONDS=${WHISPER_SHUTDOWN_GRACE_SECONDS:-50}") ;;
     esac
+    # The settings scripts/up gave the first start (topology_save_environment), so an
+    # instance started again later runs as it did.
+    [ -f "$TOPOLOGY/environment" ] && { set -a; source "$TOPOLOGY/environment"; set +a; }
     env "${prefix}_HTTP_PORT=$port" "${prefix}_HTTP_HOST=127.0.0.1" WHISPER_INSTANCE_ID="$name" "${extra[@]}" \
         setsid bash -c '"$1" >>"$2" 2>&1 </dev/null & echo $! >"$3"; wait $!; echo $? >"$4"' _ \
         "$BIN/$service" "$TOPOLOGY/logs/$name.log" "$pidfile" "$TOPOLOGY/pids/$name.exit" </dev/null >/dev/null 2>&1 &
     local i
     for i in $(seq 1 50); do [ -s "$pidfile" ] && break; sleep 0.05; done
+}
+
+# Keeps the services' settings of this start (they hold the tokens: readable by the
+# owner only) for instances started again later.
+topology_save_environment() {
+    (umask 077; export -p | grep -E '^declare -x (WHISPER_|GATEWAY_|AUTH_|ROUTER_|PUSH_|ATTACHMENT_|TURN_|ADMIN_|GC_|NIO_|OTEL_)' \
+        | sed 's/^declare -x //' >"$TOPOLOGY/environment")
 }
 
 topology_wait_ready() { # service n

@@ -252,9 +252,23 @@ actor FaultClient {
                 try await walk(socket)
                 connection = socket
                 backoff.reset()
+                var moveAfter: Duration?
                 for await event in socket.events {
                     if let message = event.payload(as: MessageReceived.self) { await take(message, on: socket) }
+                    // A draining gateway asks its clients to move: as an app does, this
+                    // socket closes and the next one opens after the hint.
+                    if let notice = event.payload(as: Reconnect.self) {
+                        moveAfter = .milliseconds(max(0, min(notice.retryAfterMs, 10_000)))
+                        break
+                    }
                     if stopped { break }
+                }
+                if let moveAfter {
+                    connection = nil
+                    await socket.close()
+                    index += 1
+                    try? await Task.sleep(for: moveAfter)
+                    continue
                 }
             } catch {
                 // Connect or first fetch failed: try the next gateway.

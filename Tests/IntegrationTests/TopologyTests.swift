@@ -1,0 +1,94 @@
+import AsyncHTTPClient
+import Foundation
+import NIOHTTP1
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// The flows of a deployment, through its edge only: run by scripts/topology-test against
+/// `scripts/up --topology` (the edge nginx in front of two instances of every service),
+/// which sets `WHISPER_TOPOLOGY_EDGE` (the edge's base URL), `WHISPER_TOPOLOGY_ADMIN`
+/// (an admin instance: operators reach it directly, never through the edge) and
+/// `WHISPER_TOPOLOGY_ADMIN_TOKEN`. Skipped when they are not set.
+private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_EDGE"]
+
+@Suite(.serialized, .enabled(if: topologyEdge != nil)) struct TopologyTests {
+    static let edge = topologyEdge
+    static let admin = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ADMIN"] ?? ""
+    static let adminToken = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ADMIN_TOKEN"] ?? ""
+
+    var edge: String { Self.edge ?? "" }
+    var endpoints: WhisperEndpoints {
+        WhisperEndpoints(websocket: edge.replacingOccurrences(of: "http://", with: "ws://") + "/ws", auth: edge, attachments: edge, turn: edge)
+    }
+
+    func user() async throws -> TestUser {
+        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let connection = WhisperConnection(url: endpoints.websocket, logger: TestServers.logger)
+        try await connection.connect()
+        let ack = try await connection.register(keys: keys, deviceId: UUID().uuidString.lowercased(), platform: .ios)
+        return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
+    }
+
+    @Test func messagingGroupsCallsAttachmentsAndAdminThroughTheEdge() async throws {
+        let alice = try await user()
+        let bob = try await user()
+        // Messages both ways (which also makes them direct peers), and a receipt.
+        let (sent, received) = try await alice.sendAndWaitForArrival("through the edge", to: bob)
+        try await bob.connection.acknowledge(received)
+        #expect(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self)?.messageId == sent.messageId)
+        _ = try await bob.sendAndWaitForArrival("and back", to: alice)
+
+        // A group, and a message to it.
+        let group = try await alice.connection.createGroup(title: "Edge", memberIds: [bob.whisperId])
+        let copies = alice.groupCopies("to the group", groupId: group.groupId, to: [bob])
+        let outcomes = await alice.connection.sendGroup(copies)
+        #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
+        try await waitUntil {
+            await bob.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.groupId == group.groupId }
+        }
+
+        // A call: signaling through the gateways, TURN credentials from turn-cred (over the
+        // socket, through the internal balancer, and over HTTP through the edge).
+        let callId = RandomID.uuid()
+        guard case .ringing = try await alice.connection.startCall(
+            CallTests.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .audio)
+        ) else {
+            Issue.record("the call did not ring")
+            return
+        }
+        #expect(try await bob.events(.callIncoming).first?.payload(as: CallIncoming.self)?.callId == callId)
+        try await bob.connection.signal(CallTests.signal(CallAnswer.self, "answer-sdp", callId: callId, from: bob, to: alice))
+        #expect(try await alice.events(.callAnswered).first?.payload(as: CallAnswered.self)?.callId == callId)
+        try await alice.connection.signal(CallTests.signal(CallEnd.self, "", callId: callId, from: alice, to: bob, reason: .hangup))
+        #expect(try await bob.events(.callEnded).first?.payload(as: CallEnded.self)?.callId == callId)
+        #expect(!(try await alice.connection.turnCredentials().urls.isEmpty))
+        let api = WhisperAPI(endpoints: endpoints)
+        #expect(!(try await api.turnCredentials(sessionToken: alice.token).urls.isEmpty))
+
+        // Keys and an attachment: presigned through the edge, stored in the S3 store.
+        #expect(try await api.keys(of: bob.whisperId, sessionToken: alice.token).keys.whisperId == bob.whisperId)
+        let sealed = AttachmentCrypto.seal(Array("an attachment through the edge".utf8))
+        let objectKey = try await api.upload(sealed, contentType: "text/plain", sessionToken: alice.token)
+        let download = try await api.downloadURL(objectKey: objectKey, sessionToken: alice.token)
+        let fetched = try await HTTPClient.shared.execute(HTTPClientRequest(url: download), timeout: .seconds(10))
+        #expect(fetched.status == .ok)
+        #expect(Array(buffer: try await fetched.body.collect(upTo: 1 << 20)) == sealed.ciphertext)
+
+        // The edge serves none of the operators' or the cluster's routes.
+        for path in ["/admin/stats", "/metrics", "/ready", "/internal/v1/frames/register", "/console"] {
+            #expect(try await HTTP.get("\(edge)\(path)").status == 404, "\(path)")
+        }
+        // Admin, on its own instance: figures, a ban that reaches bob's socket behind the
+        // edge, and its lifting.
+        let stats = try await HTTP.json(.GET, "\(Self.admin)/admin/stats", token: Self.adminToken, body: nil)
+        #expect(stats.status == 200)
+        #expect((stats.json["identities"] as? Int ?? 0) >= 2)
+        let ban = try await HTTP.json(.POST, "\(Self.admin)/admin/ban", token: Self.adminToken, body: ["whisperId": bob.whisperId, "reason": "topology test"])
+        #expect(ban.status == 200)
+        #expect(try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .banned))
+        let lifted = try await HTTP.json(.POST, "\(Self.admin)/admin/unban", token: Self.adminToken, body: ["whisperId": bob.whisperId])
+        #expect(lifted.status == 200)
+        await alice.connection.close()
+    }
+}
