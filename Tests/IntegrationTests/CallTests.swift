@@ -343,3 +343,21 @@ import WhisperShared
         try await stack.stop()
     }
 }
+
+extension CallTests {
+    /// A whole call from `caller` to `callee`: it rings, the callee answers, the caller
+    /// hangs up, and each side hears each step (`#expect`s here). Used where calls are one
+    /// flow among others (a cluster, the deployed topology).
+    static func ringAnswerAndHangUp(from caller: TestUser, to callee: TestUser) async throws {
+        let callId = RandomID.uuid()
+        guard case .ringing = try await caller.connection.startCall(signal(CallInitiate.self, "offer-sdp", callId: callId, from: caller, to: callee, media: .audio)) else {
+            Issue.record("the call did not ring")
+            return
+        }
+        #expect(try await callee.events(.callIncoming).first?.payload(as: CallIncoming.self)?.callId == callId)
+        try await callee.connection.signal(signal(CallAnswer.self, "answer-sdp", callId: callId, from: callee, to: caller))
+        #expect(try await caller.events(.callAnswered).first?.payload(as: CallAnswered.self)?.callId == callId)
+        try await caller.connection.signal(signal(CallEnd.self, "", callId: callId, from: caller, to: callee, reason: .hangup))
+        #expect(try await callee.events(.callEnded).first?.payload(as: CallEnded.self)?.callId == callId)
+    }
+}

@@ -140,17 +140,7 @@ import Testing
         }
 
         // A call across the gateways: the router's call scripts on the cluster.
-        let callId = RandomID.uuid()
-        let offer = CallTests.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .audio)
-        guard case .ringing = try await alice.connection.startCall(offer) else {
-            Issue.record("the call did not ring")
-            return
-        }
-        #expect(try await bob.events(.callIncoming).first?.payload(as: CallIncoming.self)?.callId == callId)
-        try await bob.connection.signal(CallTests.signal(CallAnswer.self, "answer-sdp", callId: callId, from: bob, to: alice))
-        #expect(try await alice.events(.callAnswered).first?.payload(as: CallAnswered.self)?.callId == callId)
-        try await alice.connection.signal(CallTests.signal(CallEnd.self, "", callId: callId, from: alice, to: bob, reason: .hangup))
-        #expect(try await bob.events(.callEnded).first?.payload(as: CallEnded.self)?.callId == callId)
+        try await CallTests.ringAnswerAndHangUp(from: alice, to: bob)
 
         // Presence: Bob watches Alice (peers), and hears her go.
         let snapshot = try await bob.connection.subscribePresence([alice.whisperId])

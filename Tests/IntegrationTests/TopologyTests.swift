@@ -50,18 +50,7 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
 
         // A call: signaling through the gateways, TURN credentials from turn-cred (over the
         // socket, through the internal balancer, and over HTTP through the edge).
-        let callId = RandomID.uuid()
-        guard case .ringing = try await alice.connection.startCall(
-            CallTests.signal(CallInitiate.self, "offer-sdp", callId: callId, from: alice, to: bob, media: .audio)
-        ) else {
-            Issue.record("the call did not ring")
-            return
-        }
-        #expect(try await bob.events(.callIncoming).first?.payload(as: CallIncoming.self)?.callId == callId)
-        try await bob.connection.signal(CallTests.signal(CallAnswer.self, "answer-sdp", callId: callId, from: bob, to: alice))
-        #expect(try await alice.events(.callAnswered).first?.payload(as: CallAnswered.self)?.callId == callId)
-        try await alice.connection.signal(CallTests.signal(CallEnd.self, "", callId: callId, from: alice, to: bob, reason: .hangup))
-        #expect(try await bob.events(.callEnded).first?.payload(as: CallEnded.self)?.callId == callId)
+        try await CallTests.ringAnswerAndHangUp(from: alice, to: bob)
         #expect(!(try await alice.connection.turnCredentials().urls.isEmpty))
         let api = WhisperAPI(endpoints: endpoints)
         #expect(!(try await api.turnCredentials(sessionToken: alice.token).urls.isEmpty))
