@@ -42,6 +42,8 @@ actor Inbox {
         case closed
         /// The session was revoked (`session_revoked`), with the reason.
         case revoked(String)
+        /// The gateway is draining (`reconnect`): a new socket after this many ms.
+        case moved(afterMs: Int)
         case failed(CLIFailure)
     }
 
@@ -51,6 +53,9 @@ actor Inbox {
         for await frame in events {
             if frame.type == .sessionRevoked {
                 return .revoked(frame.payload(as: SessionRevoked.self)?.reason.rawValue ?? "revoked")
+            }
+            if let notice = frame.payload(as: Reconnect.self) {
+                return .moved(afterMs: max(0, min(notice.retryAfterMs, 60_000)))
             }
             do {
                 try await handle(frame)

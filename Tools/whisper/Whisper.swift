@@ -338,6 +338,11 @@ struct Listen: AsyncParsableCommand {
                     throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
                 case .failed(let error):
                     throw error
+                case .moved(let afterMs):
+                    // The gateway is shutting down and asks its clients to move: a new
+                    // socket (the load balancer picks another gateway) after its hint.
+                    try await Task.sleep(for: .milliseconds(afterMs))
+                    try await reconnect(session, backoff: &backoff, waitFirst: false)
                 case .closed:
                     // 4001 is the end; anything else (a restart, a drain, this session used by
                     // another run for a moment) is worth a new socket.
@@ -351,9 +356,11 @@ struct Listen: AsyncParsableCommand {
         }
     }
 
-    private func reconnect(_ session: Session, backoff: inout Backoff) async throws {
+    private func reconnect(_ session: Session, backoff: inout Backoff, waitFirst: Bool = true) async throws {
+        var wait = waitFirst
         while true {
-            try await Task.sleep(for: backoff.next())
+            if wait { try await Task.sleep(for: backoff.next()) }
+            wait = true
             do {
                 try await session.reopen()
                 backoff.reset()
