@@ -150,6 +150,8 @@ struct FrameHandler: Sendable {
             connection.send(try await watching.subscribe(payload.whisperIds, watcher: whisperId, on: connection), requestId: frame.requestId)
         case let payload as DeliveryReceipt:
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
+        case is LiveConversationCreate, is LiveConversationRename, is LiveConversationDelete, is LiveConversationsList:
+            try await serveLiveConversation(frame, on: connection)
         case let payload as SendMessage where sends != nil:
             try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
@@ -159,6 +161,32 @@ struct FrameHandler: Sendable {
             // Counted as refused: a client that keeps sending them is closed like any other.
             connection.logger.info("frame_unavailable", metadata: ["type": "\(frame.type.rawValue)"])
             await refuse(.forbidden, "\(frame.type.rawValue) is not available on this server", requestId: frame.requestId, on: connection)
+        }
+    }
+
+    /// A Whisperer's conversations, served here from Postgres (`LiveConversationDesk`):
+    /// charged to the address like routed frames and to the identity's bucket; refusals
+    /// are answered as such, not counted against the socket.
+    private func serveLiveConversation(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+        if case .limited(let retry) = try await limits.limiter.take("live_conversations", key: whisperId, rule: limits.liveConversationsPerIdentity) {
+            await refuse(.rateLimited, "too many conversation changes; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+            return
+        }
+        let desk = LiveConversationDesk(postgres: environment.postgres, logger: connection.logger)
+        do {
+            switch frame.payload {
+            case let create as LiveConversationCreate:
+                connection.send(try await desk.create(create, owner: whisperId), requestId: frame.requestId)
+            case let rename as LiveConversationRename:
+                connection.send(try await desk.rename(rename, owner: whisperId), requestId: frame.requestId)
+            case let delete as LiveConversationDelete:
+                connection.send(try await desk.delete(delete, owner: whisperId), requestId: frame.requestId)
+            default:
+                connection.send(try await desk.list(owner: whisperId), requestId: frame.requestId)
+            }
+        } catch let refusal as WhisperError {
+            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
         }
     }
 
@@ -431,6 +459,7 @@ struct FrameLimits: Sendable {
     let sendPerSender: RateLimitRule
     let groupOpsPerIdentity: RateLimitRule
     let presenceSubscribePerIdentity: RateLimitRule
+    let liveConversationsPerIdentity: RateLimitRule
     let callsPerIdentity: RateLimitRule
     let callSignalsPerIdentity: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
@@ -458,6 +487,7 @@ struct FrameLimits: Sendable {
         sendPerSender = settings.sendPerSender
         groupOpsPerIdentity = settings.groupOpsPerIdentity
         presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
+        liveConversationsPerIdentity = settings.liveConversationsPerIdentity
         callsPerIdentity = settings.callsPerIdentity
         callSignalsPerIdentity = settings.callSignalsPerIdentity
         receiptsPerIdentity = settings.receiptsPerIdentity

@@ -74,6 +74,8 @@ public struct GatewaySettings: ServiceSettings {
     public var groupOpsPerAddress: RateLimitRule
     /// `presence_subscribe` frames per identity (all gateways).
     public var presenceSubscribePerIdentity: RateLimitRule
+    /// Live-text conversation frames (create, rename, delete, list) per identity.
+    public var liveConversationsPerIdentity = RateLimitRule(capacity: 30, period: .seconds(60))
     /// Presence events (online, offline) one identity's comings and goings may cause;
     /// past it they are not sent (a reconnect loop does not flood its peers).
     public var presenceEventsPerIdentity: RateLimitRule
@@ -217,6 +219,7 @@ public struct GatewaySettings: ServiceSettings {
         groupOpsPerIdentity = settings.rateLimit("gateway.rate.limit.group.per.identity", default: "30/60s")
         groupOpsPerAddress = settings.rateLimit("gateway.rate.limit.group.per.address", default: "120/60s")
         presenceSubscribePerIdentity = settings.rateLimit("gateway.rate.limit.presence.subscribe.per.identity", default: "30/60s")
+        liveConversationsPerIdentity = settings.rateLimit("gateway.rate.limit.live.conversations.per.identity", default: "30/60s")
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
         callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")

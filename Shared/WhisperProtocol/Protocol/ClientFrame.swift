@@ -23,6 +23,10 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case typing
     case presenceSubscribe = "presence_subscribe"
     case reportUser = "report_user"
+    case liveConversationCreate = "live_conversation_create"
+    case liveConversationRename = "live_conversation_rename"
+    case liveConversationDelete = "live_conversation_delete"
+    case liveConversationsList = "live_conversations_list"
 
     /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
     public var isPrivileged: Bool {
@@ -55,6 +59,10 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .typing: Typing.self
         case .presenceSubscribe: PresenceSubscribe.self
         case .reportUser: ReportUser.self
+        case .liveConversationCreate: LiveConversationCreate.self
+        case .liveConversationRename: LiveConversationRename.self
+        case .liveConversationDelete: LiveConversationDelete.self
+        case .liveConversationsList: LiveConversationsList.self
         }
     }
 }

@@ -17,6 +17,10 @@ public enum Limits {
     /// Members of one group, the creator included.
     public static let MAX_GROUP_MEMBERS = 256
     public static let MAX_GROUP_TITLE_CHARS = 128
+    /// A live-text conversation's name, in Unicode scalars.
+    public static let MAX_LIVE_CONVERSATION_NAME_CHARS = 128
+    /// Live-text conversations one identity may keep.
+    public static let MAX_LIVE_CONVERSATIONS = 100
     /// Peers one connection may watch for presence.
     public static let MAX_PRESENCE_PEERS = 500
     public static let MAX_PUSH_TOKEN_CHARS = 4_096

@@ -29,6 +29,9 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case presenceSnapshot = "presence_snapshot"
     case reportAccepted = "report_accepted"
     case reconnect
+    case liveConversation = "live_conversation"
+    case liveConversations = "live_conversations"
+    case liveConversationDeleted = "live_conversation_deleted"
 
     var payloadType: any ServerPayload.Type {
         switch self {
@@ -59,6 +62,9 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .presenceSnapshot: PresenceSnapshot.self
         case .reportAccepted: ReportAccepted.self
         case .reconnect: Reconnect.self
+        case .liveConversation: LiveConversation.self
+        case .liveConversations: LiveConversations.self
+        case .liveConversationDeleted: LiveConversationDeleted.self
         }
     }
 }

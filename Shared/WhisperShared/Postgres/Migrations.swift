@@ -182,6 +182,21 @@ public enum Migrations {
             """,
             "CREATE INDEX group_invitations_invitee_idx ON group_invitations (whisper_id, invited_at)",
         ]),
+        // Live text: a Whisperer's long-lived conversations (docs/protocol.md section 13),
+        // at most MAX_LIVE_CONVERSATIONS per owner (the gateway checks it under the
+        // owner's row lock); gone with the owner.
+        Migration(version: 6, name: "live_conversations", statements: [
+            """
+            CREATE TABLE live_conversations (
+                conversation_id text PRIMARY KEY,
+                owner_id        text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                name            text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 128),
+                created_at      timestamptz NOT NULL DEFAULT now(),
+                updated_at      timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX live_conversations_owner_idx ON live_conversations (owner_id, created_at)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.
