@@ -10,6 +10,9 @@ struct LiveConversationDesk: Sendable {
     let postgres: PostgresClient
     let logger: Logger
 
+    /// What each query returns of a conversation, in `LiveConversation`'s order (times in ms).
+    static let columns = "conversation_id, name, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint"
+
     /// A new conversation; refused with `FORBIDDEN` past `MAX_LIVE_CONVERSATIONS`. The
     /// owner's row is locked while counting, so two creates at once cannot both pass.
     func create(_ request: LiveConversationCreate, owner: String) async throws -> LiveConversation {
@@ -23,7 +26,7 @@ struct LiveConversationDesk: Sendable {
             let rows = try await connection.query(
                 """
                 INSERT INTO live_conversations (conversation_id, owner_id, name) VALUES (\(id), \(owner), \(request.name))
-                RETURNING conversation_id, name, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint
+                RETURNING \(unescaped: Self.columns)
                 """,
                 logger: logger
             )
@@ -40,7 +43,7 @@ struct LiveConversationDesk: Sendable {
             """
             UPDATE live_conversations SET name = \(request.name), updated_at = now()
             WHERE conversation_id = \(request.conversationId) AND owner_id = \(owner)
-            RETURNING conversation_id, name, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint
+            RETURNING \(unescaped: Self.columns)
             """,
             logger: logger
         )
@@ -63,7 +66,7 @@ struct LiveConversationDesk: Sendable {
     func list(owner: String) async throws -> LiveConversations {
         let rows = try await postgres.query(
             """
-            SELECT conversation_id, name, (extract(epoch FROM created_at) * 1000)::bigint, (extract(epoch FROM updated_at) * 1000)::bigint
+            SELECT \(unescaped: Self.columns)
             FROM live_conversations WHERE owner_id = \(owner) ORDER BY created_at DESC, conversation_id LIMIT \(Limits.MAX_LIVE_CONVERSATIONS)
             """,
             logger: logger
