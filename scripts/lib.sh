@@ -292,6 +292,26 @@ stop_redis_cluster() {
     done
 }
 
+# export_fault_load_settings: the services' settings under whisper-faults' load
+# (scripts/faults, scripts/topology-test). Its identities all register and send from
+# 127.0.0.1, many messages between few of them: the per-address and per-identity limits
+# are lifted. A dead router's entries are claimed after 2 s (default 10 s), as an
+# operator who wants fast failover would set it; one event-loop thread per process, as
+# many busy processes share this machine's cores.
+export_fault_load_settings() {
+    export NIO_SINGLETON_GROUP_LOOP_COUNT=1
+    export AUTH_RATE_LIMIT_REGISTER_PER_IP=100000/60s
+    export GATEWAY_RATE_LIMIT_SEND_PER_SENDER=1000000/60s
+    export GATEWAY_RATE_LIMIT_CONTROL_PER_ADDRESS=1000000/60s
+    export GATEWAY_RATE_LIMIT_REFUSALS_PER_ADDRESS=1000000/60s
+    export WHISPER_RATE_LIMIT_SEND_PER_PAIR=1000000/60s
+    export GATEWAY_RATE_LIMIT_FETCH_PER_IDENTITY=1000000/60s
+    export GATEWAY_RATE_LIMIT_RECEIPTS_PER_IDENTITY=1000000/60s
+    export GATEWAY_RATE_LIMIT_ROUTED_PER_ADDRESS=1000000/60s
+    export GATEWAY_MAX_SOCKETS_PER_ADDRESS=100000
+    export ROUTER_CLAIM_AFTER_MS=2000
+}
+
 # start_coturn NAME PORT SECRET: coturn on loopback in .data/NAME, in the REST-API mode
 # turn-cred serves (use-auth-secret), relaying on 127.0.0.1 only.
 start_coturn() {

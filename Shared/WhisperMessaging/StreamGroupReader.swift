@@ -25,6 +25,17 @@ public struct StreamGroupReader: Sendable {
     /// The prefix of the log events (`router`, `push`).
     let events: String
 
+    /// Every shard of the stream `base` (`StreamShards`) with a client of its own to read
+    /// it on (named `clientName`), for a consumer per shard; run each client with the
+    /// service, before its consumer.
+    public static func shards(
+        of base: String, configuration: RedisConfiguration, clientName: String, logger: Logger
+    ) -> [(key: String, reader: RedisClient)] {
+        var readerConfiguration = configuration
+        readerConfiguration.clientName = clientName
+        return configuration.streamShards.keys(base).map { ($0, RedisClient(configuration: readerConfiguration, logger: logger)) }
+    }
+
     public init(stream: String, group: String, consumer: String, reader: RedisClient, redis: RedisClient, logger: Logger, events: String) {
         self.stream = stream
         self.group = group

@@ -258,7 +258,7 @@ actor FaultClient {
                     // A draining gateway asks its clients to move: as an app does, this
                     // socket closes and the next one opens after the hint.
                     if let notice = event.payload(as: Reconnect.self) {
-                        moveAfter = .milliseconds(max(0, min(notice.retryAfterMs, 10_000)))
+                        moveAfter = notice.delay
                         break
                     }
                     if stopped { break }

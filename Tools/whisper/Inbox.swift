@@ -42,8 +42,8 @@ actor Inbox {
         case closed
         /// The session was revoked (`session_revoked`), with the reason.
         case revoked(String)
-        /// The gateway is draining (`reconnect`): a new socket after this many ms.
-        case moved(afterMs: Int)
+        /// The gateway is draining (`reconnect`): a new socket after this long.
+        case moved(after: Duration)
         case failed(CLIFailure)
     }
 
@@ -55,7 +55,7 @@ actor Inbox {
                 return .revoked(frame.payload(as: SessionRevoked.self)?.reason.rawValue ?? "revoked")
             }
             if let notice = frame.payload(as: Reconnect.self) {
-                return .moved(afterMs: max(0, min(notice.retryAfterMs, 60_000)))
+                return .moved(after: notice.delay)
             }
             do {
                 try await handle(frame)

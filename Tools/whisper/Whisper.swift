@@ -338,10 +338,10 @@ struct Listen: AsyncParsableCommand {
                     throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
                 case .failed(let error):
                     throw error
-                case .moved(let afterMs):
+                case .moved(let delay):
                     // The gateway is shutting down and asks its clients to move: a new
                     // socket (the load balancer picks another gateway) after its hint.
-                    try await Task.sleep(for: .milliseconds(afterMs))
+                    try await Task.sleep(for: delay)
                     try await reconnect(session, backoff: &backoff, waitFirst: false)
                 case .closed:
                     // 4001 is the end; anything else (a restart, a drain, this session used by

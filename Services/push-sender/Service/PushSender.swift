@@ -33,14 +33,15 @@ public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServ
             if fcm == nil { environment.logger.notice("push_provider_off", metadata: ["provider": "fcm"]) }
             // One worker per shard of the stream, each reading on a client of its own; the
             // providers' slots are shared by all of them.
-            var readerConfiguration = settings.common.redis
-            readerConfiguration.clientName = "whisper-push-reader"
+            let shards = StreamGroupReader.shards(
+                of: PushStream.key, configuration: settings.common.redis, clientName: "whisper-push-reader", logger: environment.logger
+            )
             let devices = DeviceDirectory(postgres: environment.postgres, logger: environment.logger)
             let metrics = PushMetrics(metrics: environment.metrics)
             let slots = ["apns": Slots(settings.inFlightPerProvider), "fcm": Slots(settings.inFlightPerProvider)]
-            let workers = settings.common.redis.streamShards.keys(PushStream.key).map { key in
+            let workers = shards.map { shard in
                 PushWorker(
-                    streamKey: key, reader: RedisClient(configuration: readerConfiguration, logger: environment.logger), redis: environment.redis,
+                    streamKey: shard.key, reader: shard.reader, redis: environment.redis,
                     devices: devices, apns: apns, fcm: fcm, consumerName: settings.common.instanceID, settings: settings,
                     metrics: metrics, logger: environment.logger, providerSlots: slots
                 )

@@ -48,11 +48,12 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 logger: environment.logger
             )
             // One consumer per shard of the stream, each reading on a client of its own.
-            var readerConfiguration = settings.common.redis
-            readerConfiguration.clientName = "whisper-router-reader"
-            let consumers = settings.common.redis.streamShards.keys(RouterStream.key).map { key in
+            let shards = StreamGroupReader.shards(
+                of: RouterStream.key, configuration: settings.common.redis, clientName: "whisper-router-reader", logger: environment.logger
+            )
+            let consumers = shards.map { shard in
                 StreamConsumer(
-                    streamKey: key, reader: RedisClient(configuration: readerConfiguration, logger: environment.logger), redis: environment.redis,
+                    streamKey: shard.key, reader: shard.reader, redis: environment.redis,
                     router: router, consumerName: settings.common.instanceID, settings: settings, logger: environment.logger
                 )
             }

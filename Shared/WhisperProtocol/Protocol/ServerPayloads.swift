@@ -542,6 +542,10 @@ public struct Reconnect: ServerPayload, Equatable {
         self.reason = reason
         self.retryAfterMs = retryAfterMs
     }
+
+    /// How long a client waits before it opens its next socket: the hint, kept within
+    /// 0 to 60 s whatever a server sends.
+    public var delay: Duration { .milliseconds(min(max(retryAfterMs, 0), 60_000)) }
 }
 
 /// A decoded server frame (what clients and tests read).
