@@ -105,6 +105,7 @@ var targets: [Target] = [
         dependencies: [
             "WhisperProtocol",
             .product(name: "WSClient", package: "swift-websocket"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "Crypto", package: "swift-crypto"),

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import HTTPTypes
 import NIOWebSocket
 import WSClient
 import WhisperProtocol
@@ -44,6 +45,8 @@ public actor WhisperConnection {
     private var task: Task<Void, Never>?
     private var closedCode: UInt16??
     private let logger: Logger
+    /// A listener device's cookie value (live text), sent with the upgrade.
+    private let listenerDevice: ListenerDevice?
 
     /// The identity this socket acts for, after `register` or `resume`.
     public private(set) var whisperId: String?
@@ -53,8 +56,10 @@ public actor WhisperConnection {
     public private(set) var sessionExpiresAt: Int64?
 
     /// A connection to `url` (`ws://…/ws` or `wss://…/ws`); nothing is sent until `connect()`.
-    public init(url: String, logger: Logger = Logger(label: "whisper-client")) {
+    /// `listenerDevice`: listen to live text as that device (``ListenerDevice/issue(websocketURL:)``).
+    public init(url: String, listenerDevice: ListenerDevice? = nil, logger: Logger = Logger(label: "whisper-client")) {
         self.url = url
+        self.listenerDevice = listenerDevice
         self.logger = logger
         (events, eventContinuation) = AsyncStream.makeStream()
     }
@@ -64,11 +69,13 @@ public actor WhisperConnection {
         guard task == nil else { return }
         let url = self.url
         let logger = self.logger
-        task = Task {
+        var headers = HTTPFields()
+        if let listenerDevice { headers[.cookie] = "\(ListenerDevice.cookieName)=\(listenerDevice.cookie)" }
+        task = Task { [headers] in
             do {
                 let close = try await WebSocketClient.connect(
                     url: url,
-                    configuration: .init(maxFrameSize: 1 << 22),
+                    configuration: .init(maxFrameSize: 1 << 22, additionalHeaders: headers),
                     logger: logger
                 ) { inbound, outbound, _ in
                     await self.opened(outbound)

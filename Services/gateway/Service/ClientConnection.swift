@@ -20,6 +20,9 @@ public final class ClientConnection: Sendable {
     let logger: Logger
     /// Frames read from the socket and not handled yet (`SocketInbox`).
     let inbox: SocketInbox
+    /// The listener device of the upgrade's `whisper_live_device` cookie (`LiveDevices`),
+    /// for live text: a listener's frames act for it. Nil without a valid cookie.
+    let liveDevice: String?
     /// The identity this socket acts for, once a session was used or created on it.
     private let binding = Mutex<String?>(nil)
     /// The token last found live for this socket, trusted for a few seconds so that a
@@ -57,8 +60,9 @@ public final class ClientConnection: Sendable {
     init(
         channel: any Channel, remoteAddress: String, logger: Logger,
         controlLimit: RateLimitRule, refusalLimit: RateLimitRule, maxUnsentBytes: Int = 8 * 1_048_576,
-        inbox: SocketInbox.Bounds = .standard
+        inbox: SocketInbox.Bounds = .standard, liveDevice: String? = nil
     ) {
+        self.liveDevice = liveDevice
         self.maxUnsentBytes = maxUnsentBytes
         self.id = RandomID.uuid()
         self.buckets = Mutex((LocalBucket(rule: controlLimit), LocalBucket(rule: refusalLimit)))

@@ -19,12 +19,15 @@ struct ControlChannel: Sendable {
     /// The identities this instance's `SendDesk` caches: a change reaches it at once.
     let identities: IdentityCache
     let latency: DurationHistogram
+    /// Live-text places of this instance's sockets: what a `live` command may write.
+    let live: LiveRegistry
     let logger: Logger
 
     init(
         connections: ConnectionRegistry, receipts: ReceiptDesk, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
-        logger: Logger
+        live: LiveRegistry, logger: Logger
     ) {
+        self.live = live
         self.receipts = receipts
         self.connections = connections
         self.identities = identities
@@ -45,6 +48,14 @@ struct ControlChannel: Sendable {
         if command.kind == .liveReceipt {
             if let frame = command.frame, let live = command.live {
                 receipts.takeLive(frame, live, connection: connections.connection(command.connId))
+            }
+            return
+        }
+        if command.kind == .live {
+            guard let route = command.liveRoute, let frame = command.frame else { return }
+            for connId in command.connId.split(separator: ",").prefix(10_000) {
+                let connId = String(connId)
+                if live.admits(connId, route), let connection = connections.connection(connId) { connection.sendRaw(frame) }
             }
             return
         }
@@ -70,7 +81,7 @@ struct ControlChannel: Sendable {
                 }
                 deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
             }
-        case .liveReceipt:
+        case .liveReceipt, .live:
             break
         }
     }

@@ -26,6 +26,8 @@ struct FrameHandler: Sendable {
     let sends: SendDesk?
     /// Past this wait in the socket's queue a direct `send_message` is refused as busy.
     let sendWaitMax: Duration
+    /// Live text: the sequence and the content (`LiveRelay`).
+    let live: LiveRelay
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -152,6 +154,10 @@ struct FrameHandler: Sendable {
             try await serveReceipt(payload, requestId: frame.requestId, on: connection)
         case is LiveConversationCreate, is LiveConversationRename, is LiveConversationDelete, is LiveConversationsList:
             try await serveLiveConversation(frame, on: connection)
+        case is LiveWhisperOffer, is LiveAuthorize, is LiveDeauthorize, is LivePacket:
+            try await serveWhisperer(frame, on: connection)
+        case is any LiveListenerPayload:
+            try await serveListener(frame, on: connection)
         case let payload as SendMessage where sends != nil:
             try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
@@ -184,6 +190,74 @@ struct FrameHandler: Sendable {
                 connection.send(try await desk.delete(delete, owner: whisperId), requestId: frame.requestId)
             default:
                 connection.send(try await desk.list(owner: whisperId), requestId: frame.requestId)
+            }
+        } catch let refusal as WhisperError {
+            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
+        }
+    }
+
+    /// The Whisperer's side of live text: charged to the address like routed frames;
+    /// packets also to the Whisperer's place (`LiveRelay`). Refusals are answered as
+    /// such, not counted against the socket.
+    private func serveWhisperer(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+        do {
+            switch frame.payload {
+            case let offer as LiveWhisperOffer:
+                connection.send(try await live.whisperOffer(offer, whisperId: whisperId, on: connection), requestId: frame.requestId)
+            case let request as LiveAuthorize:
+                connection.send(try await live.authorize(request, whisperId: whisperId, on: connection), requestId: frame.requestId)
+            case let request as LiveDeauthorize:
+                connection.send(try await live.deauthorize(request, whisperId: whisperId), requestId: frame.requestId)
+            case let packet as LivePacket:
+                try await live.packet(packet, whisperId: whisperId, on: connection)
+            default:
+                break
+            }
+        } catch let refusal as WhisperError {
+            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
+        }
+    }
+
+    /// A listener's side of live text: acts for the socket's listener device (or, for
+    /// `live_dropping`, for whichever place the socket holds), charged to the address
+    /// like routed frames and to the listener's place.
+    private func serveListener(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+        if let dropping = frame.payload as? LiveDropping {
+            guard limits.routedPerAddress.take(connection.remoteAddress) else {
+                await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+                return
+            }
+            do {
+                connection.send(try await live.dropping(dropping, on: connection), requestId: frame.requestId)
+            } catch let refusal as WhisperError {
+                await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
+            }
+            return
+        }
+        guard let device = connection.liveDevice else {
+            await refuse(
+                .notRegistered, "this socket has no listener device: open it with the whisper_live_device cookie (POST /live/devices)",
+                requestId: frame.requestId, on: connection
+            )
+            return
+        }
+        guard limits.routedPerAddress.take(connection.remoteAddress) else {
+            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+            return
+        }
+        do {
+            switch frame.payload {
+            case let offer as LiveListenOffer:
+                connection.send(try await live.listenOffer(offer, device: device, on: connection), requestId: frame.requestId)
+            case let request as LiveListenRequest:
+                connection.send(try await live.listenRequest(request, device: device, on: connection), requestId: frame.requestId)
+            case let joining as LiveJoining:
+                connection.send(try await live.joining(joining, device: device, on: connection), requestId: frame.requestId)
+            case let packet as LiveListenerPacket:
+                try await live.listenerPacket(packet, device: device, on: connection)
+            default:
+                break
             }
         } catch let refusal as WhisperError {
             await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)

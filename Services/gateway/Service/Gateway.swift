@@ -37,10 +37,13 @@ public func buildGateway(
         applyMaxWait: settings.receiptApplyMaxWait, instanceID: settings.common.instanceID, connections: connections, presence: presence,
         logger: environment.logger
     )
+    let liveRegistry = LiveRegistry()
+    let liveDevices = LiveDevices(internalToken: settings.internalToken)
     let control = ControlChannel(
         connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
-        logger: environment.logger
+        live: liveRegistry, logger: environment.logger
     )
+    let limits = FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     let frames = FrameHandler(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
@@ -48,7 +51,7 @@ public func buildGateway(
         sessions: SessionStore(redis: environment.redis),
         presence: presence,
         recentBans: recentBans,
-        limits: FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics),
+        limits: limits,
         receipts: receipts,
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
@@ -63,7 +66,16 @@ public func buildGateway(
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts
         ) : nil,
-        sendWaitMax: settings.sendWaitMax
+        sendWaitMax: settings.sendWaitMax,
+        live: LiveRelay(
+            redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
+            limits: LiveRelay.Limits(
+                maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets,
+                offersPerConversation: settings.liveOffersPerConversation, packetsPerWhisperer: settings.livePacketsPerWhisperer,
+                framesPerListener: settings.liveFramesPerListener
+            ),
+            instanceID: settings.common.instanceID, logger: environment.logger
+        )
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)
@@ -99,6 +111,7 @@ public func buildGateway(
         UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
     }
     let forwardedFor = HTTPField.Name("X-Forwarded-For")!
+    ListenPage(devices: liveDevices).register(on: router)
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
         let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
@@ -112,19 +125,22 @@ public func buildGateway(
         authenticationDeadline: TimeAmount(settings.authenticationDeadline),
         maxMessageBytes: Limits.MAX_WS_FRAME_BYTES
     )
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?) = { head, channel in
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?) = { head, channel in
         let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)
         guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
-            return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"))
+            return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"), nil)
         }
-        if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal) }
-        return (address, SocketAdmission.answer(admission.admit(address, channel: channel)))
+        if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal, nil) }
+        // A listener device (live text) comes with its cookie; the cookie is SameSite=Strict,
+        // so another site's page cannot open a socket as that device.
+        let device = liveDevices.device(fromCookieHeaders: head.headers["cookie"])
+        return (address, SocketAdmission.answer(admission.admit(address, channel: channel)), device)
     }
-    let upgraded: @Sendable (any Channel, String) throws -> Void = { channel, address in
+    let upgraded: @Sendable (any Channel, String, String?) throws -> Void = { channel, address, device in
         let connection = ClientConnection(
             channel: channel, remoteAddress: address, logger: environment.logger,
             controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket,
-            maxUnsentBytes: settings.maxUnsentBytes
+            maxUnsentBytes: settings.maxUnsentBytes, liveDevice: device
         )
         connections.add(connection)
         // Once the socket closed and what it sent was handled, it gives up its identity
@@ -134,6 +150,7 @@ public func buildGateway(
             connection: connection, settings: socketSettings,
             onMessage: { bytes, arrivedAt, connection in await frames.handle(bytes, arrivedAt: arrivedAt, on: connection) },
             onClosed: { connection in
+                await frames.live.leaveAll(connection)
                 await frames.release(connection)
                 connections.remove(connection.id)
             }
@@ -170,7 +187,14 @@ public func buildGateway(
     let refusals: [any Service] = settings.internalToken.isEmpty
         ? [RefuseToStart(problems: ["the internal token (WHISPER_INTERNAL_TOKEN) is empty"])] : []
     let assembly = ServiceAssembly(
-        services: refusals + environment.clientServices + [subscriber, receipts.settler, receipts.applier, keeper, app, drainer],
+        services: refusals + environment.clientServices + [
+            subscriber, receipts.settler, receipts.applier, keeper,
+            LiveKeeper(
+                registry: liveRegistry, redis: environment.redis, instanceID: settings.common.instanceID,
+                interval: .seconds(30), logger: environment.logger
+            ),
+            app, drainer,
+        ],
         logger: environment.logger,
         gracePeriod: settings.common.shutdownGracePeriod
     )

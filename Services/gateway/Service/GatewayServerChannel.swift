@@ -42,15 +42,15 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     /// The client's address (`ClientAddress`) and why this upgrade request may not become
     /// a socket (path, origin, draining, caps), or nil when it may; runs on the
     /// connection's event loop.
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?)
+    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?)
     /// Adds the socket's handlers once the upgrade is answered (on the event loop), with
     /// the client's address `admit` found.
-    let upgraded: @Sendable (any Channel, String) throws -> Void
+    let upgraded: @Sendable (any Channel, String, String?) throws -> Void
 
     init(
         responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap, maxFrameBytes: Int,
-        admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?),
-        upgraded: @escaping @Sendable (any Channel, String) throws -> Void
+        admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?),
+        upgraded: @escaping @Sendable (any Channel, String, String?) throws -> Void
     ) {
         self.responder = Self.sendingUpgradesToANewConnection(responder)
         self.handshakeTimeout = handshakeTimeout
@@ -73,19 +73,20 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
             let upgraded = self.upgraded
             let refusal = NIOLoopBoundBox<HTTPError?>(nil, eventLoop: channel.eventLoop)
             let address = NIOLoopBoundBox<String?>(nil, eventLoop: channel.eventLoop)
+            let device = NIOLoopBoundBox<String?>(nil, eventLoop: channel.eventLoop)
             let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
                 maxFrameSize: maxFrameBytes,
                 enableAutomaticErrorHandling: true,
                 shouldUpgrade: { channel, head in
                     let decision = admit(head, channel)
-                    (address.value, refusal.value) = (decision.address, decision.refusal)
+                    (address.value, refusal.value, device.value) = (decision.address, decision.refusal, decision.liveDevice)
                     return channel.eventLoop.makeSucceededFuture(refusal.value == nil ? HTTPHeaders() : nil)
                 },
                 upgradePipelineHandler: { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
                         // A WebSocket now: no handshake deadline any more.
                         _ = channel.pipeline.syncOperations.removeHandler(name: HandshakeDeadline.name)
-                        try upgraded(channel, address.value ?? ClientAddress.of(channel))
+                        try upgraded(channel, address.value ?? ClientAddress.of(channel), device.value)
                         return .webSocket
                     }
                 }

@@ -76,6 +76,16 @@ public struct GatewaySettings: ServiceSettings {
     public var presenceSubscribePerIdentity: RateLimitRule
     /// Live-text conversation frames (create, rename, delete, list) per identity.
     public var liveConversationsPerIdentity = RateLimitRule(capacity: 30, period: .seconds(60))
+    /// Live text (docs/protocol.md section 13): listeners one conversation keeps (let in
+    /// by its Whisperer, in Postgres); sockets waiting in or listening to one
+    /// conversation at once (all gateways); `live_listen_offer` frames one conversation
+    /// receives (all gateways); packets a Whisperer sends (per socket: one identity has
+    /// one device); frames of one listener socket in one conversation.
+    public var liveMaxListeners = 50
+    public var liveMaxSockets = 100
+    public var liveOffersPerConversation = RateLimitRule(capacity: 30, period: .seconds(60))
+    public var livePacketsPerWhisperer = RateLimitRule(capacity: 200, period: .seconds(5))
+    public var liveFramesPerListener = RateLimitRule(capacity: 30, period: .seconds(10))
     /// Presence events (online, offline) one identity's comings and goings may cause;
     /// past it they are not sent (a reconnect loop does not flood its peers).
     public var presenceEventsPerIdentity: RateLimitRule
@@ -220,6 +230,11 @@ public struct GatewaySettings: ServiceSettings {
         groupOpsPerAddress = settings.rateLimit("gateway.rate.limit.group.per.address", default: "120/60s")
         presenceSubscribePerIdentity = settings.rateLimit("gateway.rate.limit.presence.subscribe.per.identity", default: "30/60s")
         liveConversationsPerIdentity = settings.rateLimit("gateway.rate.limit.live.conversations.per.identity", default: "30/60s")
+        liveMaxListeners = settings.int("gateway.live.max.listeners", default: 50, range: 1...10_000)
+        liveMaxSockets = settings.int("gateway.live.max.sockets", default: 100, range: 2...100_000)
+        liveOffersPerConversation = settings.rateLimit("gateway.rate.limit.live.offers.per.conversation", default: "30/60s")
+        livePacketsPerWhisperer = settings.rateLimit("gateway.rate.limit.live.packets.per.whisperer", default: "200/5s")
+        liveFramesPerListener = settings.rateLimit("gateway.rate.limit.live.frames.per.listener", default: "30/10s")
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
         callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")

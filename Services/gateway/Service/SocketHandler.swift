@@ -72,7 +72,8 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         let connection = connection
         signInDeadline = context.eventLoop.scheduleTask(in: settings.authenticationDeadline) {
-            guard connection.whisperId == nil, !connection.isClosing else { return }
+            // A listener device's socket acts without a session (live text).
+            guard connection.whisperId == nil, connection.liveDevice == nil, !connection.isClosing else { return }
             connection.logger.info("socket_unauthenticated_timeout")
             connection.close(code: CloseCode.authenticationTimeout, reason: "no session on this socket in time")
         }

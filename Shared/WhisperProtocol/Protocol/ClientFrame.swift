@@ -27,11 +27,22 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case liveConversationRename = "live_conversation_rename"
     case liveConversationDelete = "live_conversation_delete"
     case liveConversationsList = "live_conversations_list"
+    case liveListenOffer = "live_listen_offer"
+    case liveListenRequest = "live_listen_request"
+    case liveJoining = "live_joining"
+    case liveListenerPacket = "live_listener_packet"
+    case liveDropping = "live_dropping"
+    case liveWhisperOffer = "live_whisper_offer"
+    case liveAuthorize = "live_authorize"
+    case liveDeauthorize = "live_deauthorize"
+    case livePacket = "live_packet"
 
     /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
     public var isPrivileged: Bool {
         switch self {
         case .registerBegin, .registerProof, .ping: false
+        // A listener's frames act for its device (the upgrade's cookie), not an identity.
+        case .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping: false
         default: true
         }
     }
@@ -63,6 +74,15 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .liveConversationRename: LiveConversationRename.self
         case .liveConversationDelete: LiveConversationDelete.self
         case .liveConversationsList: LiveConversationsList.self
+        case .liveListenOffer: LiveListenOffer.self
+        case .liveListenRequest: LiveListenRequest.self
+        case .liveJoining: LiveJoining.self
+        case .liveListenerPacket: LiveListenerPacket.self
+        case .liveDropping: LiveDropping.self
+        case .liveWhisperOffer: LiveWhisperOffer.self
+        case .liveAuthorize: LiveAuthorize.self
+        case .liveDeauthorize: LiveDeauthorize.self
+        case .livePacket: LivePacket.self
         }
     }
 }

@@ -21,6 +21,18 @@ public enum Limits {
     public static let MAX_LIVE_CONVERSATION_NAME_CHARS = 128
     /// Live-text conversations one identity may keep.
     public static let MAX_LIVE_CONVERSATIONS = 100
+    /// A listener's or Whisperer's name as the other side sees it, in Unicode scalars.
+    public static let MAX_LIVE_PERSON_NAME_CHARS = 64
+    /// A listener's P-256 public key, uncompressed (0x04, x, y).
+    public static let LIVE_PUBLIC_KEY_BYTES = 65
+    /// A conversation key sealed to a listener: ephemeral public key (65), nonce (12),
+    /// the 32-byte key encrypted (32) and its tag (16).
+    public static let LIVE_SEALED_KEY_BYTES = 125
+    /// A sealed live packet, decoded: nonce (12) and tag (16) at least, this at most.
+    public static let LIVE_PACKET_OVERHEAD_BYTES = 28
+    public static let MAX_LIVE_PACKET_BYTES = 4_096
+    /// Conversation keys are numbered from 1; a new one each time a listener is let go.
+    public static let MAX_LIVE_KEY_ID = 1_000_000_000
     /// Peers one connection may watch for presence.
     public static let MAX_PRESENCE_PEERS = 500
     public static let MAX_PUSH_TOKEN_CHARS = 4_096

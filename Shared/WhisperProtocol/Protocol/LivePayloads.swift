@@ -128,3 +128,430 @@ public struct LiveConversationDeleted: ServerPayload, Equatable {
         self.conversationId = conversationId
     }
 }
+
+// MARK: - Listening (docs/protocol.md section 13, "The live sequence")
+
+/// A listener's frames act for the socket's listener device (the `whisper_live_device`
+/// cookie of its upgrade), not for an identity: they carry no session token.
+public protocol LiveListenerPayload: VersionedPayload {
+    var conversationId: String { get }
+}
+
+/// Step 1: a listener announces itself to a conversation's Whisperer, with the P-256
+/// public key the conversation key will be sealed to.
+public struct LiveListenOffer: LiveListenerPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, publicKey }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveListenOffer
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var conversationId: String
+    /// Uncompressed P-256 point (65 bytes), base64.
+    public var publicKey: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, publicKey: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.conversationId = conversationId
+        self.publicKey = publicKey
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.base64(publicKey, "publicKey", bytes: Limits.LIVE_PUBLIC_KEY_BYTES)
+    }
+}
+
+/// Step 3: the listener asks to be let in, under a name it chose.
+public struct LiveListenRequest: LiveListenerPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, name }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveListenRequest
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var conversationId: String
+    public var name: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, name: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.conversationId = conversationId
+        self.name = name
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.text(name, "name", characters: 1...Limits.MAX_LIVE_PERSON_NAME_CHARS)
+    }
+}
+
+/// Step 5: an authorized listener starts receiving content.
+public struct LiveJoining: LiveListenerPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveJoining
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var conversationId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.conversationId = conversationId
+    }
+
+    public func validate() throws(FieldViolation) {
+        try Checker().uuid(conversationId, "conversationId")
+    }
+}
+
+/// A joined listener's packet for the Whisperer (a re-read request), sealed under the
+/// conversation key.
+public struct LiveListenerPacket: LiveListenerPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, keyId, packet }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveListenerPacket
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var conversationId: String
+    public var keyId: Int
+    public var packet: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, keyId: Int, packet: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.conversationId = conversationId
+        self.keyId = keyId
+        self.packet = packet
+    }
+
+    public func validate() throws(FieldViolation) {
+        try LivePacket.check(conversationId: conversationId, keyId: keyId, packet: packet)
+    }
+}
+
+/// Dropping: the sender leaves the conversation (either side; the socket's role in the
+/// conversation says which).
+public struct LiveDropping: LiveListenerPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveDropping
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var conversationId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.conversationId = conversationId
+    }
+
+    public func validate() throws(FieldViolation) {
+        try Checker().uuid(conversationId, "conversationId")
+    }
+}
+
+// MARK: - Whispering
+
+/// Step 2 (and the Whisperer's arrival): the Whisperer takes its place in one of its
+/// conversations and offers it to one listener (`listenerId`) or to every listener
+/// waiting there (no `listenerId`).
+public struct LiveWhisperOffer: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, whispererName, listenerId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveWhisperOffer
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var conversationId: String
+    public var whispererName: String
+    public var listenerId: String?
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, whispererName: String,
+        listenerId: String? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.conversationId = conversationId
+        self.whispererName = whispererName
+        self.listenerId = listenerId
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.text(whispererName, "whispererName", characters: 1...Limits.MAX_LIVE_PERSON_NAME_CHARS)
+        if let listenerId { try check.uuid(listenerId, "listenerId") }
+    }
+}
+
+/// Step 4.1: the Whisperer lets a listener in (kept, so it is recognised next time) and
+/// hands it the conversation key sealed to its public key. Sent again with a new key
+/// to every listener that stays when one is deauthorized.
+public struct LiveAuthorize: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, listenerId, listenerName, keyId, sealedKey }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveAuthorize
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var conversationId: String
+    public var listenerId: String
+    public var listenerName: String
+    public var keyId: Int
+    /// The conversation key sealed to the listener (`LIVE_SEALED_KEY_BYTES`), base64.
+    public var sealedKey: String
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, listenerId: String,
+        listenerName: String, keyId: Int, sealedKey: String
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.listenerName = listenerName
+        self.keyId = keyId
+        self.sealedKey = sealedKey
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.uuid(listenerId, "listenerId")
+        try check.text(listenerName, "listenerName", characters: 1...Limits.MAX_LIVE_PERSON_NAME_CHARS)
+        try check.require((1...Limits.MAX_LIVE_KEY_ID).contains(keyId), "keyId", "an integer from 1 to \(Limits.MAX_LIVE_KEY_ID)")
+        try check.base64(sealedKey, "sealedKey", bytes: Limits.LIVE_SEALED_KEY_BYTES)
+    }
+}
+
+/// Step 4.2, or later: the listener is refused, or let go. It is forgotten, is sent
+/// nothing more, and the Whisperer replaces the key for the others.
+public struct LiveDeauthorize: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, listenerId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.liveDeauthorize
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var conversationId: String
+    public var listenerId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, listenerId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.uuid(listenerId, "listenerId")
+    }
+}
+
+/// A content packet (`offset|text`, sealed under the conversation key) for every joined
+/// listener, or for one (`listenerId`: a re-read answered to the listener who asked).
+public struct LivePacket: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, keyId, packet, listenerId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.livePacket
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var conversationId: String
+    public var keyId: Int
+    /// 12-byte nonce, then the AES-GCM ciphertext and tag, base64.
+    public var packet: String
+    public var listenerId: String?
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, keyId: Int, packet: String,
+        listenerId: String? = nil
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.conversationId = conversationId
+        self.keyId = keyId
+        self.packet = packet
+        self.listenerId = listenerId
+    }
+
+    public func validate() throws(FieldViolation) {
+        try Self.check(conversationId: conversationId, keyId: keyId, packet: packet)
+        if let listenerId { try Checker().uuid(listenerId, "listenerId") }
+    }
+
+    /// The checks every sealed packet passes, either way.
+    static func check(conversationId: String, keyId: Int, packet: String) throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(conversationId, "conversationId")
+        try check.require((1...Limits.MAX_LIVE_KEY_ID).contains(keyId), "keyId", "an integer from 1 to \(Limits.MAX_LIVE_KEY_ID)")
+        try check.base64(packet, "packet")
+        let bytes = Format.decodedLength(ofBase64: packet)
+        try check.require(
+            bytes >= Limits.LIVE_PACKET_OVERHEAD_BYTES && bytes <= Limits.MAX_LIVE_PACKET_BYTES, "packet",
+            "\(Limits.LIVE_PACKET_OVERHEAD_BYTES) to \(Limits.MAX_LIVE_PACKET_BYTES) bytes once decoded"
+        )
+    }
+}
+
+// MARK: - What the server sends
+
+/// The answer to a live control frame: done (for `live_listen_offer`, with the
+/// listener ID the server knows this device by).
+public struct LiveAck: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveAck
+    public var conversationId: String
+    public var listenerId: String?
+
+    public init(conversationId: String, listenerId: String? = nil) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+    }
+}
+
+/// To the Whisperer: a listener arrived (`known`: the Whisperer let it in before, under `name`).
+public struct LiveListenerOffered: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveListenerOffered
+    public var conversationId: String
+    public var listenerId: String
+    public var publicKey: String
+    public var known: Bool
+    public var name: String?
+
+    public init(conversationId: String, listenerId: String, publicKey: String, known: Bool, name: String?) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.publicKey = publicKey
+        self.known = known
+        self.name = name
+    }
+}
+
+/// To the Whisperer: a listener asks to be let in.
+public struct LiveListenerRequested: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveListenerRequested
+    public var conversationId: String
+    public var listenerId: String
+    public var name: String
+
+    public init(conversationId: String, listenerId: String, name: String) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.name = name
+    }
+}
+
+/// To the Whisperer: an authorized listener joined and now receives content.
+public struct LiveListenerJoined: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveListenerJoined
+    public var conversationId: String
+    public var listenerId: String
+    public var name: String
+
+    public init(conversationId: String, listenerId: String, name: String) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.name = name
+    }
+}
+
+/// To the Whisperer: a joined listener's sealed packet.
+public struct LiveFromListener: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveFromListener
+    public var conversationId: String
+    public var listenerId: String
+    public var keyId: Int
+    public var packet: String
+
+    public init(conversationId: String, listenerId: String, keyId: Int, packet: String) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.keyId = keyId
+        self.packet = packet
+    }
+}
+
+/// To a listener: the whisper offer (the conversation's name is the server's record).
+/// `broadcast`: the Whisperer arrived and offers to everyone waiting (answer with a
+/// listen offer, so it learns your key); otherwise it answers your listen offer
+/// (answer with a listen request).
+public struct LiveOffered: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveOffered
+    public var conversationId: String
+    public var conversationName: String
+    public var whispererId: String
+    public var whispererName: String
+    public var broadcast: Bool
+
+    public init(conversationId: String, conversationName: String, whispererId: String, whispererName: String, broadcast: Bool) {
+        self.conversationId = conversationId
+        self.conversationName = conversationName
+        self.whispererId = whispererId
+        self.whispererName = whispererName
+        self.broadcast = broadcast
+    }
+}
+
+/// To a listener: let in, with the conversation key sealed to its public key.
+public struct LiveAuthorized: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveAuthorized
+    public var conversationId: String
+    public var keyId: Int
+    public var sealedKey: String
+
+    public init(conversationId: String, keyId: Int, sealedKey: String) {
+        self.conversationId = conversationId
+        self.keyId = keyId
+        self.sealedKey = sealedKey
+    }
+}
+
+/// To a listener: refused or let go; nothing more of the conversation comes.
+public struct LiveDeauthorized: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveDeauthorized
+    public var conversationId: String
+
+    public init(conversationId: String) {
+        self.conversationId = conversationId
+    }
+}
+
+/// To a joined listener: a content packet.
+public struct LiveContent: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveContent
+    public var conversationId: String
+    public var keyId: Int
+    public var packet: String
+
+    public init(conversationId: String, keyId: Int, packet: String) {
+        self.conversationId = conversationId
+        self.keyId = keyId
+        self.packet = packet
+    }
+}
+
+/// Someone left: the Whisperer (no `listenerId`, to listeners) or a listener (to the
+/// Whisperer). `dropping`: it said so; `leave`: its socket went away.
+public struct LiveDropped: ServerPayload, Equatable {
+    public enum Reason: String, Codable, Sendable { case dropping, leave }
+    public static let frameType = ServerFrameType.liveDropped
+    public var conversationId: String
+    public var listenerId: String?
+    public var reason: Reason
+
+    public init(conversationId: String, listenerId: String?, reason: Reason) {
+        self.conversationId = conversationId
+        self.listenerId = listenerId
+        self.reason = reason
+    }
+}

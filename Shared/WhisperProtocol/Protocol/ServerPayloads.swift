@@ -32,6 +32,16 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case liveConversation = "live_conversation"
     case liveConversations = "live_conversations"
     case liveConversationDeleted = "live_conversation_deleted"
+    case liveAck = "live_ack"
+    case liveListenerOffered = "live_listener_offered"
+    case liveListenerRequested = "live_listener_requested"
+    case liveListenerJoined = "live_listener_joined"
+    case liveFromListener = "live_from_listener"
+    case liveOffered = "live_offered"
+    case liveAuthorized = "live_authorized"
+    case liveDeauthorized = "live_deauthorized"
+    case liveContent = "live_content"
+    case liveDropped = "live_dropped"
 
     var payloadType: any ServerPayload.Type {
         switch self {
@@ -65,6 +75,16 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .liveConversation: LiveConversation.self
         case .liveConversations: LiveConversations.self
         case .liveConversationDeleted: LiveConversationDeleted.self
+        case .liveAck: LiveAck.self
+        case .liveListenerOffered: LiveListenerOffered.self
+        case .liveListenerRequested: LiveListenerRequested.self
+        case .liveListenerJoined: LiveListenerJoined.self
+        case .liveFromListener: LiveFromListener.self
+        case .liveOffered: LiveOffered.self
+        case .liveAuthorized: LiveAuthorized.self
+        case .liveDeauthorized: LiveDeauthorized.self
+        case .liveContent: LiveContent.self
+        case .liveDropped: LiveDropped.self
         }
     }
 }

@@ -197,6 +197,20 @@ public enum Migrations {
             """,
             "CREATE INDEX live_conversations_owner_idx ON live_conversations (owner_id, created_at)",
         ]),
+        // The listeners each Whisperer let in to a conversation, so a returning one is
+        // recognised (its listener ID is its device's); at most the gateway's
+        // GATEWAY_LIVE_MAX_LISTENERS per conversation; gone with the conversation.
+        Migration(version: 7, name: "live_listeners", statements: [
+            """
+            CREATE TABLE live_listeners (
+                conversation_id text NOT NULL REFERENCES live_conversations (conversation_id) ON DELETE CASCADE,
+                listener_id     text NOT NULL,
+                name            text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 64),
+                authorized_at   timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (conversation_id, listener_id)
+            )
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

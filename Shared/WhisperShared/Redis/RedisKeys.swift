@@ -31,6 +31,10 @@ public enum RedisKeys {
     /// Who watches an identity's presence: a hash of watcher Whisper ID →
     /// `<expires ms> <gateway> <connId>` (the watcher's socket that subscribed).
     public static func watchers(_ whisperId: String) -> String { "watchers:{\(whisperId)}" }
+    /// The sockets holding a place in a live-text conversation, all gateways: a hash of
+    /// `<gateway> <connId>` → `<expires ms> <W|L> <Whisper ID or listener ID> <0|1 joined>`,
+    /// each renewed by its gateway while the socket is open (`LiveRelay`).
+    public static func liveSockets(_ conversationId: String) -> String { "live:{\(conversationId)}" }
     /// The pub/sub channel a gateway instance listens on for frames to its sockets.
     public static func gatewayChannel(_ instanceID: String) -> String { "gateway:\(instanceID)" }
 }

@@ -24,6 +24,9 @@ public struct GatewayCommand: Sendable, Equatable {
         /// if the socket cannot take it, store it for the owner first. Until then the
         /// message stays pending, so a command that is lost loses nothing.
         case liveReceipt = "live_receipt"
+        /// Write `frame` (live text) to each socket of `connId` (comma-separated) that
+        /// still has the place in the conversation `liveRoute` asks for.
+        case live
     }
 
     public var kind: Kind
@@ -41,6 +44,8 @@ public struct GatewayCommand: Sendable, Equatable {
     public var live: LiveReceipt?
     /// For `deliver` of a message a gateway stored: where it came from.
     public var origin: DeliveryOrigin?
+    /// For `live`: the conversation and who among its sockets may take the frame.
+    public var liveRoute: LiveRoute?
 
     public init(
         kind: Kind, connId: String, reason: SessionRevoked.Reason? = nil, frame: [UInt8]? = nil, acceptedAt: Int64? = nil,
@@ -58,7 +63,7 @@ public struct GatewayCommand: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? live?.detail ?? reason?.rawValue
+        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? live?.detail ?? liveRoute?.detail ?? reason?.rawValue
             ?? Self.deliverDetail(traceparent: traceparent, origin: origin)
         var bytes = Array("\(kind.rawValue)\n\(connId)\n\(detail)\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
         if let frame { bytes += frame }
@@ -89,6 +94,11 @@ public struct GatewayCommand: Sendable, Equatable {
         case .liveReceipt:
             guard let parsed = LiveReceipt(detail: fields[2]), frame != nil else { return nil }
             live = parsed
+        case .live:
+            guard let route = LiveRoute(detail: fields[2]), let frame else { return nil }
+            var command = GatewayCommand(kind: kind, connId: fields[1], frame: frame)
+            command.liveRoute = route
+            return command
         case .deliver:
             var tokens = fields[2].split(separator: " ")[...]
             if let first = tokens.first, WhisperTracing.isTraceparent(String(first)) {
@@ -196,5 +206,36 @@ public struct StoredReceipt: Sendable, Equatable, Hashable {
         let parts = detail.split(separator: " ")
         guard parts.count == 2 else { return nil }
         self.init(owner: String(parts[0]), entryId: String(parts[1]))
+    }
+}
+
+/// Where a live-text frame may go on the gateway that receives it: the conversation, and
+/// which of its sockets there may take it. Checked against that gateway's own record
+/// of its sockets (`LiveRegistry`), so a socket that left or was let go in the meantime
+/// gets nothing.
+public struct LiveRoute: Sendable, Equatable {
+    public enum Mode: String, Sendable {
+        /// Content: joined listeners only.
+        case content
+        /// Control: any socket with a place in the conversation.
+        case control
+        /// A listener let go: written, then the socket loses its place.
+        case detach
+    }
+
+    public var conversationId: String
+    public var mode: Mode
+
+    public init(conversationId: String, mode: Mode) {
+        self.conversationId = conversationId
+        self.mode = mode
+    }
+
+    var detail: String { "\(conversationId) \(mode.rawValue)" }
+
+    init?(detail: String) {
+        let parts = detail.split(separator: " ")
+        guard parts.count == 2, let mode = Mode(rawValue: String(parts[1])) else { return nil }
+        self.init(conversationId: String(parts[0]), mode: mode)
     }
 }

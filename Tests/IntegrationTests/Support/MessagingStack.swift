@@ -190,6 +190,9 @@ struct MessagingStack {
         }
     }
 
+    /// The WebSocket URL of gateway `index`.
+    func websocketURL(_ index: Int) -> String { "ws://127.0.0.1:\(gateways[index].port)/ws" }
+
     func stop() async throws {
         for router in routers { try await router.stop() }
         for gateway in gateways { try await gateway.stop() }

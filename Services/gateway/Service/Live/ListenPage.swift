@@ -1,0 +1,59 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import WhisperShared
+
+/// The browser side of live text: the page a listener opens from a shared link
+/// (`/listen/<conversationId>`), its script and style (served from here, nothing
+/// fetched elsewhere; WebCrypto does the cryptography), and `POST /live/devices`, which
+/// gives an app without an identity a listener device. A browser gets its device with
+/// the page: a long-lived cookie (`LiveDevices`).
+struct ListenPage: Sendable {
+    let devices: LiveDevices
+
+    func register(on router: Router<GatewayRequestContext>) {
+        router.post("/live/devices") { request, _ -> Response in
+            let (deviceId, cookie) = devices.issue()
+            let body = "{\"deviceId\":\"\(deviceId)\",\"cookie\":\"\(cookie)\"}"
+            var headers = Self.commonHeaders
+            headers[.contentType] = "application/json"
+            headers[.setCookie] = devices.setCookie(cookie, secure: Self.isHTTPS(request))
+            return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
+        }
+        router.get("/listen/assets/listener.js") { _, _ -> Response in
+            Self.asset(ListenAssets.script, type: "text/javascript; charset=utf-8")
+        }
+        router.get("/listen/assets/listener.css") { _, _ -> Response in
+            Self.asset(ListenAssets.style, type: "text/css; charset=utf-8")
+        }
+        router.get("/listen/:conversationId") { request, context -> Response in
+            guard let id = context.parameters.get("conversationId"), Format.isUUID(id) else {
+                throw HTTPError(.notFound, message: "no such conversation link")
+            }
+            var headers = Self.commonHeaders
+            headers[.contentType] = "text/html; charset=utf-8"
+            headers[.contentSecurityPolicy] =
+                "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+            headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+            if devices.device(fromCookieHeaders: request.headers[values: .cookie]) == nil {
+                headers[.setCookie] = devices.setCookie(devices.issue().cookie, secure: Self.isHTTPS(request))
+            }
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: ListenAssets.page)))
+        }
+    }
+
+    static let commonHeaders: HTTPFields = [.cacheControl: "no-store", HTTPField.Name("X-Content-Type-Options")!: "nosniff"]
+
+    static func asset(_ text: String, type: String) -> Response {
+        var headers = commonHeaders
+        headers[.contentType] = type
+        headers[.cacheControl] = "max-age=300"
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+    }
+
+    /// Whether the browser asked over HTTPS (through an edge that says so).
+    static func isHTTPS(_ request: Request) -> Bool {
+        request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased() == "https"
+    }
+}

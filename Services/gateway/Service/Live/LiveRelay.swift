@@ -1,0 +1,337 @@
+import Logging
+import PostgresNIO
+import WhisperShared
+
+/// Live text between a Whisperer and its listeners (docs/protocol.md section 13): the
+/// control sequence, checked here, and content relayed through Redis pub/sub to the
+/// gateways of the sockets that may have it, kept nowhere.
+///
+/// Who holds a place in a conversation is in Redis (`RedisKeys.liveSockets`, every
+/// gateway's sockets, each entry renewed by its gateway: `LiveKeeper`) and, for this
+/// gateway's sockets, in `LiveRegistry`, which decides what is written to them. Who
+/// was let in is in Postgres (`live_listeners`). A listener joins only while its row
+/// exists; letting it go deletes the row, then takes every place of its device in
+/// Redis and here. A join writes its place as joined before it reads the row, so a join
+/// and a deauthorization that cross still end with the listener out: either the join
+/// sees no row, or the deauthorization comes after it and sees the joined place.
+struct LiveRelay: Sendable {
+    struct Limits: Sendable {
+        var maxListeners: Int
+        var maxSockets: Int
+        var offersPerConversation: RateLimitRule
+        var packetsPerWhisperer: RateLimitRule
+        var framesPerListener: RateLimitRule
+    }
+
+    /// A place as Redis has it.
+    struct Entry: Sendable, Equatable {
+        var gateway: String
+        var connId: String
+        var isWhisperer: Bool
+        /// The Whisperer's Whisper ID, or the listener's device ID.
+        var id: String
+        var joined: Bool
+    }
+
+    let redis: RedisClient
+    let postgres: PostgresClient
+    let registry: LiveRegistry
+    let limiter: RateLimiter
+    let limits: Limits
+    let instanceID: String
+    let logger: Logger
+    /// How long a place lasts in Redis without its gateway renewing it.
+    static let placeTTL: Duration = .seconds(120)
+
+    // MARK: - Whisperer
+
+    func whisperOffer(_ offer: LiveWhisperOffer, whisperId: String, on connection: ClientConnection) async throws -> LiveAck {
+        let name = try await ownedName(offer.conversationId, owner: whisperId)
+        guard registry.take(connection.id, offer.conversationId, role: .whisperer(whisperId: whisperId), rule: limits.packetsPerWhisperer) else {
+            throw WhisperError(.forbidden, "this socket is in \(LiveRegistry.maxPlacesPerSocket) conversations already")
+        }
+        try await record(connection.id, offer.conversationId, isWhisperer: true, id: whisperId, joined: false)
+        let targets = try await entries(offer.conversationId).filter { !$0.isWhisperer && (offer.listenerId == nil || $0.id == offer.listenerId) }
+        try await route(
+            LiveOffered(
+                conversationId: offer.conversationId, conversationName: name, whispererId: whisperId, whispererName: offer.whispererName,
+                broadcast: offer.listenerId == nil
+            ),
+            to: targets, conversationId: offer.conversationId, mode: .control
+        )
+        return LiveAck(conversationId: offer.conversationId)
+    }
+
+    func authorize(_ request: LiveAuthorize, whisperId: String, on connection: ClientConnection) async throws -> LiveAck {
+        try requireWhisperer(request.conversationId, whisperId, on: connection)
+        let rows = try await postgres.query(
+            """
+            INSERT INTO live_listeners (conversation_id, listener_id, name)
+            SELECT \(request.conversationId), \(request.listenerId), \(request.listenerName)
+            WHERE EXISTS (SELECT 1 FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId))
+               OR (SELECT count(*) FROM live_listeners WHERE conversation_id = \(request.conversationId)) < \(limits.maxListeners)
+            ON CONFLICT (conversation_id, listener_id) DO UPDATE SET name = EXCLUDED.name
+            RETURNING listener_id
+            """,
+            logger: logger
+        )
+        var stored = false
+        for try await _ in rows.decode(String.self) { stored = true }
+        guard stored else {
+            throw WhisperError(.forbidden, "a conversation keeps at most \(limits.maxListeners) listeners; let one go first")
+        }
+        let targets = try await entries(request.conversationId).filter { !$0.isWhisperer && $0.id == request.listenerId }
+        try await route(
+            LiveAuthorized(conversationId: request.conversationId, keyId: request.keyId, sealedKey: request.sealedKey),
+            to: targets, conversationId: request.conversationId, mode: .control
+        )
+        return LiveAck(conversationId: request.conversationId)
+    }
+
+    /// Refuses or lets go a listener, with or without the Whisperer's place: its row goes
+    /// first, then its places everywhere (told `live_deauthorized` as they go).
+    func deauthorize(_ request: LiveDeauthorize, whisperId: String) async throws -> LiveAck {
+        _ = try await ownedName(request.conversationId, owner: whisperId)
+        try await postgres.query(
+            "DELETE FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId)",
+            logger: logger
+        )
+        let targets = try await entries(request.conversationId).filter { !$0.isWhisperer && $0.id == request.listenerId }
+        try await forget(targets, conversationId: request.conversationId)
+        try await route(LiveDeauthorized(conversationId: request.conversationId), to: targets, conversationId: request.conversationId, mode: .detach)
+        return LiveAck(conversationId: request.conversationId)
+    }
+
+    /// A content packet, to every joined listener or to one. Nothing answers it unless
+    /// it is refused.
+    func packet(_ packet: LivePacket, whisperId: String, on connection: ClientConnection) async throws {
+        try requireWhisperer(packet.conversationId, whisperId, on: connection)
+        guard registry.spend(connection.id, packet.conversationId) else {
+            throw WhisperError(.rateLimited, "too many packets; slow down")
+        }
+        let targets = try await entries(packet.conversationId).filter {
+            !$0.isWhisperer && $0.joined && (packet.listenerId == nil || $0.id == packet.listenerId)
+        }
+        try await route(
+            LiveContent(conversationId: packet.conversationId, keyId: packet.keyId, packet: packet.packet),
+            to: targets, conversationId: packet.conversationId, mode: .content
+        )
+    }
+
+    // MARK: - Listener
+
+    func listenOffer(_ offer: LiveListenOffer, device: String, on connection: ClientConnection) async throws -> LiveAck {
+        let rows = try await postgres.query(
+            """
+            SELECT (SELECT name FROM live_listeners WHERE conversation_id = c.conversation_id AND listener_id = \(device))
+            FROM live_conversations c WHERE c.conversation_id = \(offer.conversationId)
+            """,
+            logger: logger
+        )
+        var found = false
+        var knownName: String?
+        for try await name in rows.decode(String?.self) {
+            found = true
+            knownName = name
+        }
+        guard found else { throw WhisperError(.notFound, "no such conversation") }
+        if case .limited(let retry) = try await limiter.take("live_offer", key: offer.conversationId, rule: limits.offersPerConversation) {
+            throw WhisperError(.rateLimited, "too many listeners are arriving at this conversation; retry in \(retry) ms")
+        }
+        let present = try await entries(offer.conversationId)
+        let mine = present.contains { $0.gateway == instanceID && $0.connId == connection.id }
+        guard mine || present.count < limits.maxSockets else {
+            throw WhisperError(.forbidden, "this conversation has as many listeners as it takes")
+        }
+        guard registry.take(connection.id, offer.conversationId, role: .listener(deviceId: device), rule: limits.framesPerListener) else {
+            throw WhisperError(.forbidden, "this socket is in \(LiveRegistry.maxPlacesPerSocket) conversations already")
+        }
+        try await record(connection.id, offer.conversationId, isWhisperer: false, id: device, joined: false)
+        try await route(
+            LiveListenerOffered(
+                conversationId: offer.conversationId, listenerId: device, publicKey: offer.publicKey, known: knownName != nil, name: knownName
+            ),
+            to: present.filter(\.isWhisperer), conversationId: offer.conversationId, mode: .control
+        )
+        return LiveAck(conversationId: offer.conversationId, listenerId: device)
+    }
+
+    func listenRequest(_ request: LiveListenRequest, device: String, on connection: ClientConnection) async throws -> LiveAck {
+        try requireListener(request.conversationId, device, on: connection)
+        try await toWhisperer(
+            LiveListenerRequested(conversationId: request.conversationId, listenerId: device, name: request.name),
+            conversationId: request.conversationId
+        )
+        return LiveAck(conversationId: request.conversationId)
+    }
+
+    func joining(_ joining: LiveJoining, device: String, on connection: ClientConnection) async throws -> LiveAck {
+        let conversationId = joining.conversationId
+        try requireListener(conversationId, device, on: connection)
+        registry.setJoined(connection.id, conversationId, true)
+        try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: true)
+        let rows = try await postgres.query(
+            "SELECT name FROM live_listeners WHERE conversation_id = \(conversationId) AND listener_id = \(device)", logger: logger
+        )
+        var name: String?
+        for try await row in rows.decode(String.self) { name = row }
+        guard let name else {
+            registry.setJoined(connection.id, conversationId, false)
+            if registry.place(connection.id, conversationId) != nil {
+                try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: false)
+            }
+            throw WhisperError(.forbidden, "the Whisperer has not let this listener in")
+        }
+        try await toWhisperer(LiveListenerJoined(conversationId: conversationId, listenerId: device, name: name), conversationId: conversationId)
+        return LiveAck(conversationId: conversationId)
+    }
+
+    func listenerPacket(_ packet: LiveListenerPacket, device: String, on connection: ClientConnection) async throws {
+        guard registry.place(connection.id, packet.conversationId)?.joined == true else {
+            throw WhisperError(.forbidden, "join the conversation first")
+        }
+        try requireListener(packet.conversationId, device, on: connection)
+        try await toWhisperer(
+            LiveFromListener(conversationId: packet.conversationId, listenerId: device, keyId: packet.keyId, packet: packet.packet),
+            conversationId: packet.conversationId
+        )
+    }
+
+    // MARK: - Leaving
+
+    /// `live_dropping`, from either side.
+    func dropping(_ dropping: LiveDropping, on connection: ClientConnection) async throws -> LiveAck {
+        guard let place = registry.leave(connection.id, dropping.conversationId) else { throw Self.noPlace }
+        try await left(place, conversationId: dropping.conversationId, connId: connection.id, reason: .dropping)
+        return LiveAck(conversationId: dropping.conversationId)
+    }
+
+    /// The socket went away: its places are given up and the other side told (`leave`).
+    func leaveAll(_ connection: ClientConnection) async {
+        for (conversationId, place) in registry.leaveAll(connection.id) {
+            do {
+                try await left(place, conversationId: conversationId, connId: connection.id, reason: .leave)
+            } catch {
+                logger.warning("live_leave_failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    private func left(_ place: LiveRegistry.Place, conversationId: String, connId: String, reason: LiveDropped.Reason) async throws {
+        try await redis.send("HDEL", RedisKeys.liveSockets(conversationId), Self.field(instanceID, connId))
+        switch place.role {
+        case .whisperer:
+            let listeners = try await entries(conversationId).filter { !$0.isWhisperer }
+            try await route(LiveDropped(conversationId: conversationId, listenerId: nil, reason: reason), to: listeners, conversationId: conversationId, mode: .control)
+        case .listener(let device):
+            try await toWhisperer(LiveDropped(conversationId: conversationId, listenerId: device, reason: reason), conversationId: conversationId)
+        }
+    }
+
+    // MARK: - Places in Redis
+
+    static func field(_ gateway: String, _ connId: String) -> String { "\(gateway) \(connId)" }
+
+    static func value(isWhisperer: Bool, id: String, joined: Bool, expires: Int64) -> String {
+        "\(expires) \(isWhisperer ? "W" : "L") \(id) \(joined ? 1 : 0)"
+    }
+
+    /// The command that writes (or renews) one place; the key lasts as long as its newest place.
+    static func recording(
+        _ connId: String, _ conversationId: String, gateway: String, isWhisperer: Bool, id: String, joined: Bool
+    ) -> [RedisCommand] {
+        let key = RedisKeys.liveSockets(conversationId)
+        let expires = Clock.millisecondsNow() &+ Int64(placeTTL.milliseconds)
+        return [
+            RedisCommand("HSET", key, field(gateway, connId), value(isWhisperer: isWhisperer, id: id, joined: joined, expires: expires)),
+            RedisCommand("PEXPIRE", key, String(placeTTL.milliseconds)),
+        ]
+    }
+
+    private func record(_ connId: String, _ conversationId: String, isWhisperer: Bool, id: String, joined: Bool) async throws {
+        _ = try await redis.pipeline(Self.recording(connId, conversationId, gateway: instanceID, isWhisperer: isWhisperer, id: id, joined: joined))
+    }
+
+    /// Every place in the conversation that has not lapsed (lapsed ones are removed).
+    func entries(_ conversationId: String) async throws -> [Entry] {
+        let key = RedisKeys.liveSockets(conversationId)
+        guard let flat = try await redis.send("HGETALL", key).array else { return [] }
+        let now = Clock.millisecondsNow()
+        var found: [Entry] = []
+        var lapsed: [String] = []
+        var index = 0
+        while index + 1 < flat.count {
+            defer { index += 2 }
+            guard let field = flat[index].string, let value = flat[index + 1].string else { continue }
+            let where_ = field.split(separator: " ")
+            let parts = value.split(separator: " ")
+            guard where_.count == 2, parts.count == 4, let expires = Int64(parts[0]) else {
+                lapsed.append(field)
+                continue
+            }
+            guard expires > now else {
+                lapsed.append(field)
+                continue
+            }
+            found.append(Entry(
+                gateway: String(where_[0]), connId: String(where_[1]), isWhisperer: parts[1] == "W", id: String(parts[2]), joined: parts[3] == "1"
+            ))
+        }
+        if !lapsed.isEmpty { _ = try? await redis.send(RedisCommand("HDEL", [key] + lapsed)) }
+        return found
+    }
+
+    private func forget(_ entries: [Entry], conversationId: String) async throws {
+        guard !entries.isEmpty else { return }
+        try await redis.send(RedisCommand("HDEL", [RedisKeys.liveSockets(conversationId)] + entries.map { Self.field($0.gateway, $0.connId) }))
+    }
+
+    // MARK: - Relaying
+
+    /// One command per gateway holding a target, all in one round trip; each gateway
+    /// writes the frame to those of its sockets `LiveRegistry` still admits.
+    private func route<P: ServerPayload>(_ payload: P, to targets: [Entry], conversationId: String, mode: LiveRoute.Mode) async throws {
+        guard !targets.isEmpty else { return }
+        let frame = ServerFrameCodec.encode(payload)
+        var byGateway: [String: [String]] = [:]
+        for target in targets { byGateway[target.gateway, default: []].append(target.connId) }
+        let commands = byGateway.map { gateway, connIds in
+            var command = GatewayCommand(kind: .live, connId: connIds.joined(separator: ","), frame: frame)
+            command.liveRoute = LiveRoute(conversationId: conversationId, mode: mode)
+            return command.publishing(to: gateway)
+        }
+        _ = try await redis.pipeline(commands)
+    }
+
+    private func toWhisperer<P: ServerPayload>(_ payload: P, conversationId: String) async throws {
+        try await route(payload, to: try await entries(conversationId).filter(\.isWhisperer), conversationId: conversationId, mode: .control)
+    }
+
+    // MARK: - Checks
+
+    static let noPlace = WhisperError(.notFound, "this socket has no place in that conversation")
+
+    /// The conversation's name, when `owner` owns it.
+    private func ownedName(_ conversationId: String, owner: String) async throws -> String {
+        let rows = try await postgres.query(
+            "SELECT name FROM live_conversations WHERE conversation_id = \(conversationId) AND owner_id = \(owner)", logger: logger
+        )
+        for try await name in rows.decode(String.self) { return name }
+        throw WhisperError(.notFound, "no such conversation of yours")
+    }
+
+    private func requireWhisperer(_ conversationId: String, _ whisperId: String, on connection: ClientConnection) throws {
+        guard registry.place(connection.id, conversationId)?.role == .whisperer(whisperId: whisperId) else {
+            throw WhisperError(.notFound, "send live_whisper_offer for that conversation first")
+        }
+    }
+
+    private func requireListener(_ conversationId: String, _ device: String, on connection: ClientConnection) throws {
+        guard registry.place(connection.id, conversationId)?.role == .listener(deviceId: device) else {
+            throw WhisperError(.notFound, "send live_listen_offer for that conversation first")
+        }
+        guard registry.spend(connection.id, conversationId) else {
+            throw WhisperError(.rateLimited, "too many frames in this conversation; slow down")
+        }
+    }
+}

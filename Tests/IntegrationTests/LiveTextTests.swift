@@ -1,0 +1,301 @@
+import Crypto
+import Foundation
+import GatewayService
+import PostgresNIO
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Live text end to end (docs/protocol.md section 13): an SDK Whisperer and SDK
+/// listeners on two gateways, real Redis and Postgres; what each side receives is read
+/// off its socket.
+@Suite struct LiveTextTests {
+    @Test func theWholeSequenceThenARejoinThatSkipsTheOffer() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
+        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+
+        let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
+        let ada = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 1)
+        // Offer → whisper offer → request → authorization → joining.
+        try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: false, name: nil) }
+        try await ada.record.waitFor { $0 == .offered(conversationName: "Kitchen table", whispererName: "Sam") }
+        try await whisperer.record.waitFor { $0 == .request(listenerId: device.deviceId, name: "Ada") }
+        try await whisperer.side.admit(device.deviceId)
+        try await ada.record.waitFor { $0 == .admitted }
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: device.deviceId, name: "Ada") }
+
+        // Keystrokes, a return, a revision.
+        for text in ["H", "He", "Hel", "Hello"] { try await whisperer.side.type(text) }
+        try await whisperer.side.newline()
+        for text in ["Wor", "Wo", "Wa", "Wat"] { try await whisperer.side.type(text) }
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
+        // The server relayed ciphertext only: no packet it delivered holds the text.
+        let delivered = await ada.record.frames(.liveContent)
+        #expect(!delivered.isEmpty && delivered.allSatisfy { !String(decoding: ServerFrameCodec.encode($0.payload(as: LiveContent.self)!), as: UTF8.self).contains("Hello") })
+
+        // The listener's socket goes: the Whisperer is told it left.
+        await ada.connection.close()
+        try await whisperer.record.waitFor { $0 == .left(listenerId: device.deviceId, reason: .leave) }
+
+        // Rejoin: the same device is recognised from its offer and let in at once
+        // (steps 1, 4.1 and 5), and gets the text so far.
+        let again = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 0)
+        try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: true, name: "Ada") }
+        try await again.record.waitFor { $0 == .admitted }
+        try await again.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
+        #expect(await again.record.count { if case .offered = $0 { true } else { false } } == 0, "a known listener is not offered the conversation again")
+        #expect(await whisperer.record.count { $0 == .request(listenerId: device.deviceId, name: "Ada") } == 1)
+        let kept = try await stack.withPostgres { postgres in
+            var names: [String] = []
+            let rows = try await postgres.query("SELECT name FROM live_listeners WHERE conversation_id = \(conversation.conversationId)", logger: TestServers.logger)
+            for try await name in rows.decode(String.self) { names.append(name) }
+            return names
+        }
+        #expect(kept == ["Ada"])
+        try await stack.stop()
+    }
+
+    @Test func onlyAuthorizedListenersReceiveContent() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Clinic")
+        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
+        let bo = try await LiveHarness.listener(conversation, name: "Bo", stack: stack, on: 0)
+        let eve = try await LiveHarness.listener(conversation, name: "Eve", stack: stack, on: 1)
+        for listener in [ada, bo, eve] {
+            try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: listener.name) }
+        }
+        try await whisperer.side.admit(ada.id)
+        try await whisperer.side.admit(bo.id)
+        try await ada.record.waitFor { $0 == .admitted }
+        try await bo.record.waitFor { $0 == .admitted }
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: bo.id, name: "Bo") }
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+
+        // Eve was never let in: joining is refused, and her client cannot send content.
+        await expectRefused(.forbidden, "join without authorization") { _ = try await eve.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+        await expectRefused(.forbidden, "listener packet before joining") {
+            _ = try await eve.connection.request(LiveListenerPacket(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+        }
+        // Nor act as the Whisperer: no session, or another identity's.
+        await expectRefused(.notRegistered, "whisperer frame from a listener socket") {
+            _ = try await eve.connection.request(LivePacket(sessionToken: String(repeating: "A", count: 43), conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+        }
+        let stranger = try await stack.user(on: 1)
+        await expectRefused(.notFound, "another identity's whisper offer") {
+            _ = try await stranger.connection.request(LiveWhisperOffer(sessionToken: stranger.token, conversationId: conversation.conversationId, whispererName: "Mallory"))
+        }
+
+        try await whisperer.side.type("before")
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+
+        // Ada is let go: told so, forgotten, and sent nothing more; Bo gets a new key.
+        let keyBefore = await whisperer.side.keyId
+        try await whisperer.side.refuse(ada.id)
+        try await ada.record.waitFor { $0 == .removed }
+        #expect(await whisperer.side.keyId == keyBefore + 1)
+        let adaPackets = await ada.record.frames(.liveContent).count
+        try await whisperer.side.type("after")
+        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after" } else { false } }
+        #expect(await bo.record.frames(.liveAuthorized).last?.payload(as: LiveAuthorized.self)?.keyId == keyBefore + 1)
+        // Bo has had "after"; what went out with it to Ada and Eve has had as long.
+        try await whisperer.side.type("after all")
+        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after all" } else { false } }
+        #expect(await ada.record.frames(.liveContent).count == adaPackets, "a deauthorized listener receives nothing more")
+        #expect(await eve.record.frames(.liveContent).isEmpty, "a listener never let in receives nothing")
+        // Her client cannot get back in by itself either.
+        await expectRefused(.notFound, "join after deauthorization (no place)") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+        _ = try await ada.connection.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+        await expectRefused(.forbidden, "join after deauthorization") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+        try await stack.stop()
+    }
+
+    @Test func aGapIsNoticedAndTheWhispererSendsEverythingAgain() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Gaps")
+        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
+        try await whisperer.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
+        try await whisperer.side.admit(ada.id)
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        try await whisperer.side.type("one")
+        try await whisperer.side.newline()
+        try await whisperer.side.type("two")
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "two" } else { false } }
+        let asked = await whisperer.record.frames(.liveFromListener).count
+        // A packet past the end of Ada's live text: she missed one, and asks for a re-read.
+        try await whisperer.side.send(LiveTextPacket(offset: 12, data: "lost"))
+        try await whisperer.side.type("two and three")
+        try await waitUntil { await whisperer.record.frames(.liveFromListener).count > asked }
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["one"] && t.live == "two and three" && !t.rereading } else { false } }
+        try await stack.stop()
+    }
+
+    @Test func listenersAreToldWhenTheWhispererDropsAndRejoinWhenItReturns() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Drops")
+        let first = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
+        try await first.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
+        try await first.side.admit(ada.id)
+        try await first.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        try await first.side.type("hello")
+
+        // Said so.
+        try await first.side.drop()
+        try await ada.record.waitFor { $0 == .whispererLeft(.dropping) }
+        // Came back, then lost its socket.
+        let second = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 1)
+        try await second.record.waitFor { $0 == .arrived(listenerId: ada.id, known: true, name: "Ada") }
+        try await ada.record.waitFor { $0 == .admitted }
+        try await second.side.type("back again")
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "back again" } else { false } }
+        await second.connection.close()
+        try await ada.record.waitFor { $0 == .whispererLeft(.leave) }
+        try await stack.stop()
+    }
+
+    @Test func limits() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: {
+            $0.liveMaxListeners = 2
+            $0.liveMaxSockets = 4
+            $0.livePacketsPerWhisperer = RateLimitRule(capacity: 5, period: .seconds(3_600))
+            $0.liveOffersPerConversation = RateLimitRule(capacity: 5, period: .seconds(3_600))
+        })
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Limits")
+        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        var listeners: [LiveHarness.Listener] = []
+        for name in ["A", "B", "C"] {
+            let listener = try await LiveHarness.listener(conversation, name: name, stack: stack, on: 1)
+            try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: name) }
+            listeners.append(listener)
+        }
+        // Listeners kept per conversation.
+        try await whisperer.side.admit(listeners[0].id)
+        try await whisperer.side.admit(listeners[1].id)
+        await expectRefused(.forbidden, "a third listener kept") { try await whisperer.side.admit(listeners[2].id) }
+        // Sockets in one conversation: the Whisperer and three listeners are four.
+        await expectRefused(.forbidden, "a fifth socket") { _ = try await LiveHarness.listener(conversation, name: "D", stack: stack, on: 0) }
+        // Listen offers per conversation (5): A, B, C and the refused D so far; E takes C's place, F is one too many.
+        await listeners[2].connection.close()
+        _ = try await LiveHarness.listener(conversation, name: "E", stack: stack, on: 0)
+        await expectRefused(.rateLimited, "offers past the conversation's limit") { _ = try await LiveHarness.listener(conversation, name: "F", stack: stack, on: 0) }
+        // Packet size: checked before anything else.
+        await expectRefused(.invalidPayload, "an oversized packet") {
+            _ = try await whisperer.connection.request(LivePacket(
+                sessionToken: owner.token, conversationId: conversation.conversationId, keyId: 1,
+                packet: Data(count: Limits.MAX_LIVE_PACKET_BYTES + 1).base64EncodedString()
+            ))
+        }
+        // Packets per Whisperer.
+        for index in 1...5 { try await whisperer.side.type(String(repeating: "x", count: index)) }
+        try await whisperer.side.type("refused")
+        try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .rateLimited } }
+        // A socket without a listener device cannot listen.
+        let bare = WhisperConnection(url: stack.websocketURL(0), logger: TestServers.logger)
+        try await bare.connect()
+        await expectRefused(.notRegistered, "listen offer without a device") {
+            _ = try await bare.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+        }
+        // A forged cookie is no device.
+        let forged = WhisperConnection(
+            url: stack.websocketURL(0), listenerDevice: ListenerDevice(deviceId: UUID().uuidString.lowercased(), cookie: "\(UUID().uuidString.lowercased()).AAAA"),
+            logger: TestServers.logger
+        )
+        try await forged.connect()
+        await expectRefused(.notRegistered, "listen offer with a forged cookie") {
+            _ = try await forged.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+        }
+        try await stack.stop()
+    }
+}
+
+/// Drives SDK sides of live text for the tests: each on a socket of its own, fed every
+/// frame of it, with what it returned and what arrived recorded.
+enum LiveHarness {
+    struct Whisperer {
+        let side: LiveWhisperer
+        let connection: WhisperConnection
+        let record: LiveRecord<LiveWhisperer.Event>
+    }
+
+    struct Listener {
+        let side: LiveListener
+        let connection: WhisperConnection
+        let record: LiveRecord<LiveListener.Event>
+        let id: String
+        let name: String
+    }
+
+    static func whisperer(_ user: TestUser, _ conversation: LiveConversation, stack: MessagingStack, on gateway: Int) async throws -> Whisperer {
+        let connection = WhisperConnection(url: stack.websocketURL(gateway), logger: TestServers.logger)
+        try await connection.connect()
+        await connection.resume(whisperId: user.whisperId, sessionToken: user.token)
+        let side = LiveWhisperer(connection: connection, conversationId: conversation.conversationId, name: "Sam")
+        let record = LiveRecord<LiveWhisperer.Event>(connection) { try await side.handle($0) }
+        try await side.start()
+        return Whisperer(side: side, connection: connection, record: record)
+    }
+
+    static func listener(
+        device: ListenerDevice? = nil, _ conversation: LiveConversation, name: String, stack: MessagingStack, on gateway: Int
+    ) async throws -> Listener {
+        let given = device
+        let device = if let given { given } else { try await ListenerDevice.issue(websocketURL: stack.websocketURL(gateway)) }
+        let connection = WhisperConnection(url: stack.websocketURL(gateway), listenerDevice: device, logger: TestServers.logger)
+        try await connection.connect()
+        let side = LiveListener(connection: connection, conversationId: conversation.conversationId, name: name)
+        let record = LiveRecord<LiveListener.Event>(connection) { try await side.handle($0) }
+        let id = try await side.start()
+        #expect(id == device.deviceId)
+        return Listener(side: side, connection: connection, record: record, id: id, name: name)
+    }
+
+    static func publicKey() -> String {
+        P256.KeyAgreement.PrivateKey().publicKey.x963Representation.base64EncodedString()
+    }
+}
+
+/// What one side returned and every frame its socket received.
+actor LiveRecord<Event: Sendable & Equatable> {
+    private(set) var events: [Event] = []
+    private var received: [ServerFrame] = []
+    private(set) var failures: [String] = []
+
+    init(_ connection: WhisperConnection, _ handle: @escaping @Sendable (ServerFrame) async throws -> Event?) {
+        let frames = connection.events
+        Task {
+            for await frame in frames {
+                await self.arrived(frame)
+                do {
+                    if let event = try await handle(frame) { await self.add(event) }
+                } catch {
+                    await self.failed("\(error)")
+                }
+            }
+        }
+    }
+
+    private func arrived(_ frame: ServerFrame) { received.append(frame) }
+    private func add(_ event: Event) { events.append(event) }
+    private func failed(_ failure: String) { failures.append(failure) }
+
+    func frames(_ type: ServerFrameType) -> [ServerFrame] { received.filter { $0.type == type } }
+    func count(_ matching: (Event) -> Bool) -> Int { events.filter(matching).count }
+
+    func waitFor(_ matching: @Sendable (Event) -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            if events.contains(where: matching) { return }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        throw TestSetupError("no such event; had \(events), failures \(failures)")
+    }
+}
