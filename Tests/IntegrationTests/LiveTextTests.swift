@@ -290,12 +290,71 @@ actor LiveRecord<Event: Sendable & Equatable> {
     func frames(_ type: ServerFrameType) -> [ServerFrame] { received.filter { $0.type == type } }
     func count(_ matching: (Event) -> Bool) -> Int { events.filter(matching).count }
 
-    func waitFor(_ matching: @Sendable (Event) -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
+    @discardableResult
+    func waitFor(timeout: Duration = .seconds(10), _ matching: @Sendable (Event) -> Bool) async throws -> Event {
+        let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if events.contains(where: matching) { return }
+            if let found = events.first(where: matching) { return found }
             try await Task.sleep(for: .milliseconds(10))
         }
         throw TestSetupError("no such event; had \(events), failures \(failures)")
+    }
+}
+
+/// The listener page in headless Chromium (Tests/Console/listen_flow.py), answered by an
+/// SDK Whisperer on the same stack.
+@Suite struct LiveBrowserTests {
+    @Test func aBrowserJoinsReadsARevisionAndAnotherIsRefused() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
+        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+
+        let directory = "\(ConsoleTests.artifacts)/listen"
+        try? FileManager.default.removeItem(atPath: directory)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_flow.py").path,
+            "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
+            "--artifacts", directory, "--chromium", ConsoleTests.chromium,
+        ]
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+
+        // The page asks as Ada: let her in, then type.
+        let ada = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Ada") = $0 { true } else { false } }
+        guard case .request(let adaId, _) = ada else { return }
+        try await whisperer.side.admit(adaId)
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: adaId, name: "Ada") }
+        for text in ["Good", "Good evening"] { try await whisperer.side.type(text) }
+        try await whisperer.side.newline()
+        for text in ["Hel", "Hello", "Hello there"] { try await whisperer.side.type(text) }
+        // Once the page showed it, a revision: "there" becomes "world".
+        try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/seen-first") }
+        try await whisperer.side.type("Hello w")
+        try await whisperer.side.type("Hello world")
+        // A second browser asks as Eve: refused.
+        let eve = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Eve") = $0 { true } else { false } }
+        guard case .request(let eveId, _) = eve else { return }
+        try await whisperer.side.refuse(eveId)
+
+        try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
+        let text = await reading.value
+        #expect(process.terminationStatus == 0, "listen_flow.py: \(text)")
+        let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+        #expect(summary?["steps"] as? [String] == ["join", "reading", "revised", "refused"])
+        // The page's listener was kept under the name it typed; the refused one was not.
+        let kept = try await stack.withPostgres { postgres in
+            var names: [String] = []
+            let rows = try await postgres.query("SELECT name FROM live_listeners WHERE conversation_id = \(conversation.conversationId)", logger: TestServers.logger)
+            for try await name in rows.decode(String.self) { names.append(name) }
+            return names
+        }
+        #expect(kept == ["Ada"])
+        try await stack.stop()
     }
 }

@@ -38,6 +38,7 @@ enum ListenAssets {
     :root { color-scheme: light dark; --fg: #111; --bg: #fff; --muted: #555; --accent: #0b57d0; }
     @media (prefers-color-scheme: dark) { :root { --fg: #eee; --bg: #121212; --muted: #aaa; --accent: #8ab4f8; } }
     * { box-sizing: border-box; }
+    [hidden] { display: none !important; }
     body { margin: 0; font: 1.25rem/1.5 system-ui, sans-serif; color: var(--fg); background: var(--bg); }
     main { max-width: 48rem; margin: 0 auto; padding: 1rem; }
     h1 { font-size: 1.5rem; margin: 0 0 .5rem; overflow-wrap: anywhere; }
