@@ -12,8 +12,10 @@ import WhisperShared
         let process: Process
         let stdout: URL
         let stderr: URL
+        /// What the test types, when it asked for a pipe.
+        let input: Pipe?
 
-        init(_ arguments: [String], home: URL, scratch: URL) throws {
+        init(_ arguments: [String], home: URL, scratch: URL, typed: Bool = false) throws {
             let name = UUID().uuidString
             stdout = scratch.appendingPathComponent("\(name).out")
             stderr = scratch.appendingPathComponent("\(name).err")
@@ -25,7 +27,8 @@ import WhisperShared
             process.environment = ["PATH": "/usr/bin:/bin", "HOME": scratch.path]
             process.standardOutput = try FileHandle(forWritingTo: stdout)
             process.standardError = try FileHandle(forWritingTo: stderr)
-            process.standardInput = FileHandle.nullDevice
+            input = typed ? Pipe() : nil
+            process.standardInput = input ?? FileHandle.nullDevice
             try process.run()
         }
 
@@ -60,8 +63,8 @@ import WhisperShared
 
     func home(_ name: String) -> URL { scratch.appendingPathComponent(name) }
 
-    func start(_ arguments: [String], as name: String) throws -> Run {
-        try Run(arguments, home: home(name), scratch: scratch)
+    func start(_ arguments: [String], as name: String, typed: Bool = false) throws -> Run {
+        try Run(arguments, home: home(name), scratch: scratch, typed: typed)
     }
 
     /// Runs to the end; returns status, stdout (trimmed) and stderr.
@@ -210,6 +213,52 @@ import WhisperShared
         #expect(try await run(["signin"], as: "alice").output == alice)
         #expect(try await run(["send", bob, "back again"], as: "alice").status == 0)
 
+    }
+
+    @Test func oneWhispersLiveAndAnotherListensFromTheLink() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        _ = try await initialise("sam")
+        let whisper = try start(["live", "--new", "Kitchen table", "--name", "Sam"], as: "sam", typed: true)
+        var link = ""
+        try await waitUntil(timeout: .seconds(60)) {
+            guard whisper.process.isRunning else { throw TestSetupError("live ended early: \(whisper.errors)") }
+            guard let found = whisper.errors.split(separator: " ").first(where: { $0.contains("/listen/") }) else { return false }
+            link = found.trimmingCharacters(in: .whitespacesAndNewlines)
+            return true
+        }
+        // A listener without any identity, from the link; the Whisperer lets it in by key.
+        let listen = try start(["live", "listen", link, "--name", "Ada", "--json"], as: "ada")
+        try await waitUntil(timeout: .seconds(60)) { whisper.errors.contains("Ada asks to listen") }
+        whisper.input?.fileHandleForWriting.write(Data("/admit\n".utf8))
+        try await waitUntil(timeout: .seconds(60)) { listen.lines.contains { $0["event"] as? String == "admitted" } }
+        whisper.input?.fileHandleForWriting.write(Data("Good evening\nHello\n".utf8))
+        try await waitUntil(timeout: .seconds(60)) {
+            listen.lines.contains { $0["event"] as? String == "text" && $0["past"] as? [String] == ["Good evening", "Hello"] }
+        }
+        // Every keystroke went out on its own: the listener saw the line grow.
+        let lives = listen.lines.compactMap { $0["live"] as? String }
+        #expect(lives.contains("Good") && lives.contains("Good eve"))
+        // The Whisperer ends; the listener is told and keeps waiting.
+        whisper.input?.fileHandleForWriting.write(Data("/quit\n".utf8))
+        #expect(try await whisper.finish() == 0, "\(whisper.errors)")
+        try await waitUntil(timeout: .seconds(60)) { listen.lines.contains { $0["event"] as? String == "whisperer_left" } }
+        #expect(listen.process.isRunning)
+        listen.process.terminate()
+        // A second run of the listener is the same device: recognised and let in at once.
+        let again = try start(["live", "listen", link, "--name", "Ada", "--json"], as: "ada")
+        let back = try start(["live", "--name", "Sam"], as: "sam", typed: true)
+        try await waitUntil(timeout: .seconds(60)) { again.lines.contains { $0["event"] as? String == "admitted" } }
+        #expect(back.errors.contains("Ada is back"))
+        #expect(!back.errors.contains("asks to listen"))
+        back.input?.fileHandleForWriting.write(Data("/quit\n".utf8))
+        #expect(try await back.finish() == 0)
+        again.process.terminate()
+        // A link that is not one.
+        let wrong = try await run(["live", "listen", "http://127.0.0.1:1/nowhere"], as: "ada")
+        #expect(wrong.status == 65)
     }
 
     @Test func mistakesGetExitCodesAndMessagesAPersonCanActOn() async throws {

@@ -1,0 +1,311 @@
+import ArgumentParser
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import WhisperClient
+import WhisperProtocol
+
+/// `whisper live`: whisper from a terminal (docs/sdk.md, "Live text"); `whisper live
+/// listen <link>`: listen from another.
+struct LiveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "live",
+        abstract: "Whisper live text from this terminal, or listen to someone who does.",
+        discussion: """
+            Every keystroke goes to the listeners as it is typed; return moves the line to \
+            past text; backspace revises. Listeners join from the printed link (a browser) \
+            or with `whisper live listen <link>`. A listener let in before is let in again \
+            at once; a new one asks: Ctrl-Y lets the oldest waiting request in, Ctrl-N \
+            refuses it, Ctrl-D ends. When standard input is not a terminal each line is \
+            typed a character at a time, then return; `/admit`, `/refuse` and `/quit` lines \
+            act as the keys do.
+            """,
+        subcommands: [Whisp.self, ListenLive.self],
+        defaultSubcommand: Whisp.self
+    )
+}
+
+extension LiveCommand {
+    struct Whisp: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "whisper", abstract: "Whisper (the default).")
+
+        @OptionGroup var common: Common
+        @Option(help: "The conversation to whisper in (default: your newest one, or a new one).") var conversation: String?
+        @Option(help: "Create a conversation with this name and whisper in it.") var new: String?
+        @Option(help: "Your name as listeners see it.") var name = ProcessInfo.processInfo.environment["USER"] ?? "Whisperer"
+        @Flag(help: "Let in every listener who asks.") var admitAll = false
+
+        func run() async throws {
+            try await guarded("live") {
+                let session = try await common.session()
+                let connection = await session.connection
+                let chosen = try await choose(connection)
+                let whisperer = LiveWhisperer(connection: connection, conversationId: chosen.conversationId, name: String(name.prefix(64)))
+                let pending = PendingRequests()
+                let events = Task {
+                    for await frame in connection.events {
+                        guard let event = try? await whisperer.handle(frame) else { continue }
+                        switch event {
+                        case .request(let id, let who):
+                            if admitAll {
+                                try? await whisperer.admit(id)
+                                note("\(who) is let in")
+                            } else {
+                                await pending.add(id, who)
+                                note("\(who) asks to listen: Ctrl-Y lets them in, Ctrl-N refuses")
+                            }
+                        case .arrived(_, true, let who):
+                            note("\(who ?? "a listener") is back")
+                        case .joined(_, let who):
+                            note("\(who) is listening")
+                        case .left(let id, _):
+                            note("\(await pending.name(id) ?? "a listener") left")
+                        case .arrived:
+                            break
+                        }
+                    }
+                }
+                try await whisperer.start()
+                note("whispering in \"\(chosen.name)\"; listeners join at \(Self.link(await connection.url, chosen.conversationId))")
+                let keyboard = Keyboard()
+                defer { keyboard.restore() }
+                var live = ""
+                loop: for await key in keyboard.keys() {
+                    switch key {
+                    case .text(let text):
+                        live += text
+                        try await whisperer.type(live)
+                    case .backspace:
+                        guard !live.isEmpty else { continue }
+                        live.unicodeScalars.removeLast()
+                        try await whisperer.type(live)
+                    case .enter:
+                        try await whisperer.newline()
+                        live = ""
+                        if keyboard.isTerminal { FileHandle.standardOutput.write(Data("\r\n".utf8)) }
+                        continue loop
+                    case .admit:
+                        if let (id, who) = await pending.next() {
+                            try await whisperer.admit(id, name: who)
+                            note("\(who) is let in")
+                        }
+                    case .refuse:
+                        if let (id, who) = await pending.next() {
+                            try await whisperer.refuse(id)
+                            note("\(who) is refused")
+                        }
+                    case .quit:
+                        break loop
+                    }
+                    if keyboard.isTerminal { FileHandle.standardOutput.write(Data("\r\u{1b}[K\(live)".utf8)) }
+                }
+                try? await whisperer.drop()
+                events.cancel()
+                await session.close()
+            }
+        }
+
+        private func choose(_ connection: WhisperConnection) async throws -> LiveConversation {
+            if let new { return try await connection.createLiveConversation(name: String(new.prefix(Limits.MAX_LIVE_CONVERSATION_NAME_CHARS))) }
+            let mine = try await connection.liveConversations()
+            if let conversation {
+                guard let found = mine.first(where: { $0.conversationId == conversation.lowercased() }) else {
+                    throw CLIFailure.badInput("no conversation \(conversation) of yours; `whisper live --new NAME` makes one")
+                }
+                return found
+            }
+            if let newest = mine.first { return newest }
+            return try await connection.createLiveConversation(name: "Live")
+        }
+
+        /// The page listeners open: the gateway's origin, `/listen/<id>`.
+        static func link(_ websocket: String, _ conversationId: String) -> String {
+            var base = websocket
+            if base.hasPrefix("wss://") { base = "https://" + base.dropFirst(6) } else if base.hasPrefix("ws://") { base = "http://" + base.dropFirst(5) }
+            if base.hasSuffix("/ws") { base = String(base.dropLast(3)) }
+            return "\(base)/listen/\(conversationId)"
+        }
+    }
+
+    struct ListenLive: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "listen", abstract: "Listen to a live conversation from its link (http(s)://host/listen/<id>)."
+        )
+
+        @OptionGroup var common: Common
+        @Argument(help: "The link the Whisperer shared.") var link: String
+        @Option(help: "Your name as the Whisperer sees it.") var name = ProcessInfo.processInfo.environment["USER"] ?? "Listener"
+        @Flag(help: "One JSON object per change instead of the text.") var json = false
+
+        func run() async throws {
+            try await guarded("live listen") {
+                guard let (websocket, conversationId) = Self.parse(link) else {
+                    throw CLIFailure.badInput("not a listen link: \(link) (expected http(s)://host/listen/<conversation ID>)")
+                }
+                let device = try await Self.device(for: websocket, in: common.profile.directory)
+                let connection = WhisperConnection(url: websocket, listenerDevice: device, logger: common.logger)
+                do { try await connection.connect() } catch { throw CLIFailure.unavailable("cannot reach \(websocket): \(error)") }
+                let listener = LiveListener(connection: connection, conversationId: conversationId, name: String(name.prefix(64)))
+                try await listener.start()
+                note("waiting for the Whisperer to let you in")
+                var shownPast = 0
+                for await frame in connection.events {
+                    guard let event = try await listener.handle(frame) else { continue }
+                    switch event {
+                    case .offered(let conversationName, let whispererName):
+                        note("asking \(whispererName) to let you in to \"\(conversationName)\"")
+                    case .admitted:
+                        note("listening")
+                        emit(["event": "admitted"])
+                    case .refused:
+                        emit(["event": "refused"])
+                        throw CLIFailure.notAllowed("the Whisperer did not let you in")
+                    case .removed:
+                        emit(["event": "removed"])
+                        throw CLIFailure.notAllowed("the Whisperer let you go")
+                    case .whispererLeft:
+                        note("the Whisperer left; waiting for them to come back")
+                        emit(["event": "whisperer_left"])
+                    case .text(let transcript):
+                        if json {
+                            emit(["event": "text", "past": transcript.past, "live": transcript.live])
+                        } else {
+                            var out = "\r\u{1b}[K"
+                            if transcript.past.count < shownPast { shownPast = 0 }
+                            for line in transcript.past.dropFirst(shownPast) { out += line + "\n" }
+                            shownPast = transcript.past.count
+                            FileHandle.standardOutput.write(Data((out + transcript.live).utf8))
+                        }
+                    }
+                }
+                throw CLIFailure.unavailable("the connection closed")
+            }
+        }
+
+        private func emit(_ object: [String: Any]) {
+            guard json, let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
+            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        }
+
+        static func parse(_ link: String) -> (websocket: String, conversationId: String)? {
+            guard let url = URL(string: link), let scheme = url.scheme, let host = url.host else { return nil }
+            let parts = url.path.split(separator: "/")
+            guard parts.count == 2, parts[0] == "listen", Format.isUUID(String(parts[1])) else { return nil }
+            let port = url.port.map { ":\($0)" } ?? ""
+            let ws = scheme == "https" ? "wss" : scheme == "http" ? "ws" : nil
+            guard let ws else { return nil }
+            return ("\(ws)://\(host)\(port)/ws", String(parts[1]).lowercased())
+        }
+
+        /// This profile's listener device for that server, asked for once and kept.
+        static func device(for websocket: String, in directory: URL) async throws -> ListenerDevice {
+            let safe = websocket.map { $0.isLetter || $0.isNumber ? $0 : "_" }
+            let file = directory.appendingPathComponent("listener-\(String(safe)).json")
+            if let data = try? Data(contentsOf: file), let kept = try? JSONDecoder().decode(ListenerDevice.self, from: data) { return kept }
+            let device: ListenerDevice
+            do { device = try await ListenerDevice.issue(websocketURL: websocket) } catch { throw CLIFailure.unavailable("cannot get a listener device: \(error)") }
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try JSONEncoder().encode(device).write(to: file)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file.path)
+            return device
+        }
+    }
+}
+
+/// Join requests waiting for the Whisperer's answer, oldest first.
+private actor PendingRequests {
+    private var waiting: [(id: String, name: String)] = []
+    private var names: [String: String] = [:]
+
+    func add(_ id: String, _ name: String) {
+        names[id] = name
+        if !waiting.contains(where: { $0.id == id }) { waiting.append((id, name)) }
+    }
+
+    func next() -> (String, String)? {
+        guard !waiting.isEmpty else { return nil }
+        let first = waiting.removeFirst()
+        return (first.id, first.name)
+    }
+
+    func name(_ id: String) -> String? { names[id] }
+}
+
+private func note(_ text: String) {
+    FileHandle.standardError.write(Data("\r\u{1b}[K\(text)\n".utf8))
+}
+
+/// Keys from standard input: raw keystrokes from a terminal, or lines typed a
+/// character at a time from anything else.
+private final class Keyboard: @unchecked Sendable {
+    enum Key { case text(String), backspace, enter, admit, refuse, quit }
+
+    let isTerminal = isatty(STDIN_FILENO) == 1
+    private var saved = termios()
+    private var queued: [Key] = []
+    private var bytes: [UInt8] = []
+
+    init() {
+        guard isTerminal else { return }
+        tcgetattr(STDIN_FILENO, &saved)
+        var raw = saved
+        raw.c_lflag &= ~tcflag_t(ICANON | ECHO | ISIG)
+        raw.c_iflag &= ~tcflag_t(IXON | ICRNL)
+        tcsetattr(STDIN_FILENO, TCSANOW, &raw)
+    }
+
+    func restore() {
+        if isTerminal { tcsetattr(STDIN_FILENO, TCSANOW, &saved) }
+    }
+
+    /// Every key until the end of input, read on a thread of its own (a read waits).
+    func keys() -> AsyncStream<Key> {
+        AsyncStream { continuation in
+            let thread = Thread {
+                while let key = self.next() { continuation.yield(key) }
+                continuation.finish()
+            }
+            thread.start()
+        }
+    }
+
+    /// The next key; nil at the end of input.
+    private func next() -> Key? {
+        if !queued.isEmpty { return queued.removeFirst() }
+        if isTerminal { return nextKeystroke() }
+        guard let line = readLine(strippingNewline: true) else { return nil }
+        switch line {
+        case "/admit": return .admit
+        case "/refuse": return .refuse
+        case "/quit": return .quit
+        default:
+            queued = line.unicodeScalars.map { .text(String($0)) } + [.enter]
+            return queued.removeFirst()
+        }
+    }
+
+    private func nextKeystroke() -> Key? {
+        while true {
+            var byte: UInt8 = 0
+            guard read(STDIN_FILENO, &byte, 1) == 1 else { return nil }
+            switch byte {
+            case 0x04, 0x03: return .quit
+            case 0x19: return .admit
+            case 0x0e: return .refuse
+            case 0x0d, 0x0a: return .enter
+            case 0x7f, 0x08: return .backspace
+            case 0x1b: continue
+            case 0x00..<0x20: continue
+            default:
+                bytes.append(byte)
+                // A whole UTF-8 character, or keep reading its bytes.
+                if let text = String(validating: bytes, as: UTF8.self) {
+                    bytes = []
+                    return .text(text)
+                }
+                if bytes.count >= 4 { bytes = [] }
+            }
+        }
+    }
+}
