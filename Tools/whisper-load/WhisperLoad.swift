@@ -54,6 +54,12 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --idle-sockets: registrations in flight at once.")
     var concurrency = 16
 
+    @Option(help: "Instead of messages: live text, one Whisperer typing to this many joined listeners (keystroke-to-listener latency).")
+    var liveListeners = 0
+
+    @Option(help: "With --live-listeners: keystrokes per second.")
+    var keysPerSecond = 20
+
     static func main() async {
         // Before any task starts: the generator's tasks run on NIO's event loops, as the
         // services' do, instead of hopping to a second thread pool per socket event.
@@ -76,6 +82,10 @@ struct WhisperLoad: AsyncParsableCommand {
         let gateways = self.gateways
         if idleSockets > 0 {
             try await holdIdleSockets(gateways: gateways, logger: logger)
+            return
+        }
+        if liveListeners > 0 {
+            try await LiveLoad(gateways: gateways, listeners: liveListeners, keysPerSecond: keysPerSecond, duration: Int(duration), logger: logger).run()
             return
         }
         print("registering \(pairs * 2) identities over \(gateways.count) gateway(s)...")
