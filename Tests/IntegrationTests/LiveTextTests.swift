@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import GatewayService
+@testable import GatewayService
 import PostgresNIO
 import Testing
 import WhisperClient
@@ -161,6 +161,27 @@ import WhisperShared
         try await stack.stop()
     }
 
+    @Test func deviceCookiesAreCheckedAndSurviveARotationOfTheInternalToken() throws {
+        let old = String(repeating: "a", count: 40), new = String(repeating: "b", count: 40)
+        let before = LiveDevices(internalToken: old)
+        let (id, cookie) = before.issue()
+        #expect(before.device(fromCookie: cookie[...])?.id == id)
+        #expect(before.device(fromCookieHeaders: ["theme=dark; \(LiveDevices.cookieName)=\(cookie); lang=en"])?.id == id)
+        // Another device's ID under this MAC, a cut MAC, another key: no device.
+        let other = UUID().uuidString.lowercased()
+        let mac = try #require(cookie.split(separator: ".").last)
+        #expect(before.device(fromCookie: "\(other).\(mac)"[...]) == nil)
+        #expect(before.device(fromCookie: cookie.dropLast()) == nil)
+        #expect(LiveDevices(internalToken: new).device(fromCookie: cookie[...]) == nil)
+        // Rotating: the old cookie is still the device (not current), renewed under the new key.
+        let during = LiveDevices(internalToken: new, previousToken: old)
+        let seen = try #require(during.device(fromCookie: cookie[...]))
+        #expect(seen.id == id && !seen.current)
+        let renewed = during.issue(id).cookie
+        #expect(LiveDevices(internalToken: new).device(fromCookie: renewed[...])?.id == id)
+        #expect(LiveDevices(internalToken: new).device(fromCookie: renewed[...])?.current == true)
+    }
+
     @Test func limits() async throws {
         let stack = try await MessagingStack.start(routers: 0, gateway: {
             $0.liveMaxListeners = 2
@@ -212,6 +233,12 @@ import WhisperShared
         try await forged.connect()
         await expectRefused(.notRegistered, "listen offer with a forged cookie") {
             _ = try await forged.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+        }
+        // The conversation deleted under the Whisperer: answered as gone, not as a failure.
+        try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
+        await expectRefused(.notFound, "authorize in a deleted conversation") { try await whisperer.side.admit(listeners[0].id) }
+        await expectRefused(.notFound, "a listen offer to a deleted conversation") {
+            _ = try await LiveHarness.listener(conversation, name: "G", stack: stack, on: 0)
         }
         try await stack.stop()
     }

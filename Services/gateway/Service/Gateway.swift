@@ -38,7 +38,7 @@ public func buildGateway(
         logger: environment.logger
     )
     let liveRegistry = LiveRegistry()
-    let liveDevices = LiveDevices(internalToken: settings.internalToken)
+    let liveDevices = LiveDevices(internalToken: settings.internalToken, previousToken: settings.previousInternalToken)
     let control = ControlChannel(
         connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
         live: liveRegistry, logger: environment.logger
@@ -133,7 +133,7 @@ public func buildGateway(
         if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal, nil) }
         // A listener device (live text) comes with its cookie; the cookie is SameSite=Strict,
         // so another site's page cannot open a socket as that device.
-        let device = liveDevices.device(fromCookieHeaders: head.headers["cookie"])
+        let device = liveDevices.device(fromCookieHeaders: head.headers["cookie"])?.id
         return (address, SocketAdmission.answer(admission.admit(address, channel: channel)), device)
     }
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void = { channel, address, device in

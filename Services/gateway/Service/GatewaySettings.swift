@@ -16,6 +16,9 @@ public struct GatewaySettings: ServiceSettings {
     public var authURL: String
     /// Shared with the services the gateway calls; guards their internal endpoints.
     public var internalToken: String
+    /// The token being rotated out (`WHISPER_INTERNAL_TOKEN_PREVIOUS`): listener-device
+    /// cookies made under it are still accepted, and renewed by the listener page.
+    public var previousInternalToken: String?
     /// `send_message` frames one identity may send (charged as the frame enters the router stream).
     public var sendPerSender: RateLimitRule
     /// Frames that do no work beyond the gateway and auth (`ping`, `session_refresh`,
@@ -206,6 +209,7 @@ public struct GatewaySettings: ServiceSettings {
             settings.reject("gateway.auth.url", because: "must be an http:// or https:// URL")
         }
         internalToken = settings.requiredString("whisper.internal.token", secret: true)
+        previousInternalToken = settings.previousInternalToken()
         sendPerSender = settings.rateLimit("gateway.rate.limit.send.per.sender", default: "600/60s")
         controlPerSocket = settings.rateLimit("gateway.rate.limit.control.per.socket", default: "30/60s")
         controlPerAddress = settings.rateLimit("gateway.rate.limit.control.per.address", default: "600/60s")

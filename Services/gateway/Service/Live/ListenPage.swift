@@ -36,8 +36,11 @@ struct ListenPage: Sendable {
             headers[.contentSecurityPolicy] =
                 "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
             headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
-            if devices.device(fromCookieHeaders: request.headers[values: .cookie]) == nil {
-                headers[.setCookie] = devices.setCookie(devices.issue().cookie, secure: Self.isHTTPS(request))
+            // A browser without a device gets one; one whose cookie was made under the
+            // internal token being rotated out keeps its device under the new key.
+            let known = devices.device(fromCookieHeaders: request.headers[values: .cookie])
+            if known?.current != true {
+                headers[.setCookie] = devices.setCookie(devices.issue(known?.id ?? RandomID.uuid()).cookie, secure: Self.isHTTPS(request))
             }
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: ListenAssets.page)))
         }

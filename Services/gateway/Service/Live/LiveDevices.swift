@@ -5,38 +5,47 @@ import WhisperShared
 /// Listener devices for live text. A browser (or an app listening without an identity)
 /// is given a device ID by the server, kept in a long-lived cookie: the ID and a MAC of
 /// it under a key every gateway derives from the internal token, so any gateway can
-/// check a cookie and none has to store one. Changing the internal token makes every
-/// device new (their Whisperers let them in again).
+/// check a cookie and none has to store one. While the internal token is rotated,
+/// cookies made under the previous one are accepted too, and the listener page gives
+/// the browser the same device under the new key; a device not seen during the
+/// rotation becomes a new one (its Whisperer lets it in again).
 struct LiveDevices: Sendable {
     static let cookieName = "whisper_live_device"
     /// 400 days, the longest browsers keep a cookie.
     static let maxAgeSeconds = 400 * 86_400
     private let key: SymmetricKey
+    private let previousKey: SymmetricKey?
 
-    init(internalToken: String) {
-        key = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: SymmetricKey(data: Array(internalToken.utf8)),
+    init(internalToken: String, previousToken: String? = nil) {
+        key = Self.derive(internalToken)
+        previousKey = previousToken.map(Self.derive)
+    }
+
+    private static func derive(_ token: String) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: Array(token.utf8)),
             info: Array("whisper live listener device cookie v1".utf8), outputByteCount: 32
         )
     }
 
-    /// A new device: its ID and the cookie value that proves it.
-    func issue() -> (deviceId: String, cookie: String) {
-        let id = RandomID.uuid()
-        return (id, "\(id).\(mac(id))")
+    /// A new device (or `id` again, under the current key): its ID and the cookie value that proves it.
+    func issue(_ id: String = RandomID.uuid()) -> (deviceId: String, cookie: String) {
+        (id, "\(id).\(mac(id, key))")
     }
 
-    /// The device a cookie value proves, or nil.
-    func device(fromCookie value: Substring) -> String? {
+    /// The device a cookie value proves, and whether it was made under the current key; nil when it proves none.
+    func device(fromCookie value: Substring) -> (id: String, current: Bool)? {
         guard let dot = value.firstIndex(of: "."), value.utf8.count < 200 else { return nil }
         let id = String(value[..<dot])
-        let presented = value[value.index(after: dot)...]
-        guard Format.isUUID(id), constantTimeEqual(Array(presented.utf8), Array(mac(id).utf8)) else { return nil }
-        return id
+        let presented = Array(value[value.index(after: dot)...].utf8)
+        guard Format.isUUID(id) else { return nil }
+        if constantTimeEqual(presented, Array(mac(id, key).utf8)) { return (id, true) }
+        if let previousKey, constantTimeEqual(presented, Array(mac(id, previousKey).utf8)) { return (id, false) }
+        return nil
     }
 
     /// The device of a request's `Cookie` header(s), or nil.
-    func device(fromCookieHeaders headers: [String]) -> String? {
+    func device(fromCookieHeaders headers: [String]) -> (id: String, current: Bool)? {
         for header in headers.prefix(8) {
             for pair in header.split(separator: ";").prefix(64) {
                 let trimmed = pair.drop { $0 == " " }
@@ -53,7 +62,7 @@ struct LiveDevices: Sendable {
         "\(Self.cookieName)=\(value); Max-Age=\(Self.maxAgeSeconds); Path=/; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "")
     }
 
-    private func mac(_ id: String) -> String {
+    private func mac(_ id: String, _ key: SymmetricKey) -> String {
         let code = HMAC<SHA256>.authenticationCode(for: Array(id.utf8), using: key)
         return Data(code).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")

@@ -68,8 +68,9 @@ struct LiveRelay: Sendable {
             """
             INSERT INTO live_listeners (conversation_id, listener_id, name)
             SELECT \(request.conversationId), \(request.listenerId), \(request.listenerName)
-            WHERE EXISTS (SELECT 1 FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId))
-               OR (SELECT count(*) FROM live_listeners WHERE conversation_id = \(request.conversationId)) < \(limits.maxListeners)
+            WHERE EXISTS (SELECT 1 FROM live_conversations WHERE conversation_id = \(request.conversationId) AND owner_id = \(whisperId))
+              AND (EXISTS (SELECT 1 FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId))
+                   OR (SELECT count(*) FROM live_listeners WHERE conversation_id = \(request.conversationId)) < \(limits.maxListeners))
             ON CONFLICT (conversation_id, listener_id) DO UPDATE SET name = EXCLUDED.name
             RETURNING listener_id
             """,
@@ -78,6 +79,8 @@ struct LiveRelay: Sendable {
         var stored = false
         for try await _ in rows.decode(String.self) { stored = true }
         guard stored else {
+            // Deleted meanwhile (NOT_FOUND), or full.
+            _ = try await ownedName(request.conversationId, owner: whisperId)
             throw WhisperError(.forbidden, "a conversation keeps at most \(limits.maxListeners) listeners; let one go first")
         }
         let targets = try await entries(request.conversationId).filter { !$0.isWhisperer && $0.id == request.listenerId }
