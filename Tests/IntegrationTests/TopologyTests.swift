@@ -80,4 +80,39 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
         #expect(lifted.status == 200)
         await alice.connection.close()
     }
+
+    @Test func liveTextThroughTheEdge() async throws {
+        // The listener page and listener devices are served through the edge.
+        let page = try await HTTP.get("\(edge)/listen/\(UUID().uuidString.lowercased())")
+        #expect(page.status == 200)
+        let sam = try await user()
+        let conversation = try await sam.connection.createLiveConversation(name: "Through the edge")
+        let whispering = WhisperConnection(url: endpoints.websocket, logger: TestServers.logger)
+        try await whispering.connect()
+        await whispering.resume(whisperId: sam.whisperId, sessionToken: sam.token)
+        let whisperer = LiveWhisperer(connection: whispering, conversationId: conversation.conversationId, name: "Sam")
+        let whispererLog = LiveRecord<LiveWhisperer.Event>(whispering) { try await whisperer.handle($0) }
+        try await whisperer.start()
+        // Two listeners: each socket may land on either gateway behind the edge.
+        var listeners: [(side: LiveListener, record: LiveRecord<LiveListener.Event>)] = []
+        for name in ["Ada", "Bo"] {
+            let device = try await ListenerDevice.issue(websocketURL: endpoints.websocket)
+            let socket = WhisperConnection(url: endpoints.websocket, listenerDevice: device, logger: TestServers.logger)
+            try await socket.connect()
+            let listener = LiveListener(connection: socket, conversationId: conversation.conversationId, name: name)
+            let record = LiveRecord<LiveListener.Event>(socket) { try await listener.handle($0) }
+            try await listener.start()
+            try await whispererLog.waitFor { $0 == .request(listenerId: device.deviceId, name: name) }
+            try await whisperer.admit(device.deviceId)
+            try await record.waitFor { $0 == .admitted }
+            listeners.append((listener, record))
+        }
+        try await whisperer.type("Hello")
+        try await whisperer.newline()
+        try await whisperer.type("through the edge")
+        for (_, record) in listeners {
+            try await record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "through the edge" } else { false } }
+        }
+        await whispering.close()
+    }
 }
