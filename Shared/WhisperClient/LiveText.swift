@@ -23,10 +23,7 @@ public struct ListenerDevice: Codable, Sendable, Equatable {
 
     /// Asks the gateway behind `websocketURL` (`ws://host/ws`) for a new device (`POST /live/devices`).
     public static func issue(websocketURL: String, http: HTTPClient = .shared) async throws -> ListenerDevice {
-        var base = websocketURL
-        if base.hasPrefix("wss://") { base = "https://" + base.dropFirst(6) } else if base.hasPrefix("ws://") { base = "http://" + base.dropFirst(5) }
-        if base.hasSuffix("/ws") { base = String(base.dropLast(3)) }
-        var request = HTTPClientRequest(url: base + "/live/devices")
+        var request = HTTPClientRequest(url: origin(ofWebSocket: websocketURL) + "/live/devices")
         request.method = .POST
         let response = try await http.execute(request, timeout: .seconds(10))
         let body = try await response.body.collect(upTo: 4_096)
@@ -34,6 +31,15 @@ public struct ListenerDevice: Codable, Sendable, Equatable {
             throw WhisperAPIError.refused(status: Int(response.status.code), code: nil, message: String(decoding: body.readableBytesView, as: UTF8.self))
         }
         return try JSONDecoder().decode(ListenerDevice.self, from: Data(body.readableBytesView))
+    }
+
+    /// The HTTP origin of a gateway's WebSocket URL: `wss://host/ws` → `https://host`.
+    /// The listener page is `<origin>/listen/<conversation ID>`.
+    public static func origin(ofWebSocket url: String) -> String {
+        var base = url
+        if base.hasPrefix("wss://") { base = "https://" + base.dropFirst(6) } else if base.hasPrefix("ws://") { base = "http://" + base.dropFirst(5) }
+        if base.hasSuffix("/ws") { base = String(base.dropLast(3)) }
+        return base
     }
 }
 

@@ -47,12 +47,7 @@ import WhisperShared
         try await again.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
         #expect(await again.record.count { if case .offered = $0 { true } else { false } } == 0, "a known listener is not offered the conversation again")
         #expect(await whisperer.record.count { $0 == .request(listenerId: device.deviceId, name: "Ada") } == 1)
-        let kept = try await stack.withPostgres { postgres in
-            var names: [String] = []
-            let rows = try await postgres.query("SELECT name FROM live_listeners WHERE conversation_id = \(conversation.conversationId)", logger: TestServers.logger)
-            for try await name in rows.decode(String.self) { names.append(name) }
-            return names
-        }
+        let kept = try await LiveHarness.kept(conversation, stack: stack)
         #expect(kept == ["Ada"])
         try await stack.stop()
     }
@@ -116,13 +111,7 @@ import WhisperShared
 
     @Test func aGapIsNoticedAndTheWhispererSendsEverythingAgain() async throws {
         let stack = try await MessagingStack.start(routers: 0)
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Gaps")
-        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
-        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
-        try await whisperer.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
-        try await whisperer.side.admit(ada.id)
-        try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        let (_, _, whisperer, ada) = try await LiveHarness.oneJoined(stack)
         try await whisperer.side.type("one")
         try await whisperer.side.newline()
         try await whisperer.side.type("two")
@@ -138,13 +127,7 @@ import WhisperShared
 
     @Test func listenersAreToldWhenTheWhispererDropsAndRejoinWhenItReturns() async throws {
         let stack = try await MessagingStack.start(routers: 0)
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Drops")
-        let first = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
-        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
-        try await first.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
-        try await first.side.admit(ada.id)
-        try await first.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        let (owner, conversation, first, ada) = try await LiveHarness.oneJoined(stack)
         try await first.side.type("hello")
 
         // Said so.
@@ -285,6 +268,28 @@ enum LiveHarness {
         return Listener(side: side, connection: connection, record: record, id: id, name: name)
     }
 
+    /// A conversation, its Whisperer on gateway 0 and one listener (Ada) on gateway 1, let in and joined.
+    static func oneJoined(_ stack: MessagingStack) async throws -> (TestUser, LiveConversation, Whisperer, Listener) {
+        let owner = try await stack.user(on: 0)
+        let conversation = try await owner.connection.createLiveConversation(name: "One listener")
+        let whisperer = try await whisperer(owner, conversation, stack: stack, on: 0)
+        let ada = try await listener(conversation, name: "Ada", stack: stack, on: 1)
+        try await whisperer.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
+        try await whisperer.side.admit(ada.id)
+        try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        return (owner, conversation, whisperer, ada)
+    }
+
+    /// The names of the listeners the conversation keeps (Postgres).
+    static func kept(_ conversation: LiveConversation, stack: MessagingStack) async throws -> [String] {
+        try await stack.withPostgres { postgres in
+            var names: [String] = []
+            let rows = try await postgres.query("SELECT name FROM live_listeners WHERE conversation_id = \(conversation.conversationId)", logger: TestServers.logger)
+            for try await name in rows.decode(String.self) { names.append(name) }
+            return names
+        }
+    }
+
     static func publicKey() -> String {
         P256.KeyAgreement.PrivateKey().publicKey.x963Representation.base64EncodedString()
     }
@@ -375,12 +380,7 @@ actor LiveRecord<Event: Sendable & Equatable> {
         let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
         #expect(summary?["steps"] as? [String] == ["join", "reading", "revised", "refused"])
         // The page's listener was kept under the name it typed; the refused one was not.
-        let kept = try await stack.withPostgres { postgres in
-            var names: [String] = []
-            let rows = try await postgres.query("SELECT name FROM live_listeners WHERE conversation_id = \(conversation.conversationId)", logger: TestServers.logger)
-            for try await name in rows.decode(String.self) { names.append(name) }
-            return names
-        }
+        let kept = try await LiveHarness.kept(conversation, stack: stack)
         #expect(kept == ["Ada"])
         try await stack.stop()
     }

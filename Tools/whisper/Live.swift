@@ -121,10 +121,7 @@ extension LiveCommand {
 
         /// The page listeners open: the gateway's origin, `/listen/<id>`.
         static func link(_ websocket: String, _ conversationId: String) -> String {
-            var base = websocket
-            if base.hasPrefix("wss://") { base = "https://" + base.dropFirst(6) } else if base.hasPrefix("ws://") { base = "http://" + base.dropFirst(5) }
-            if base.hasSuffix("/ws") { base = String(base.dropLast(3)) }
-            return "\(base)/listen/\(conversationId)"
+            "\(ListenerDevice.origin(ofWebSocket: websocket))/listen/\(conversationId)"
         }
     }
 

@@ -180,7 +180,7 @@ struct FrameHandler: Sendable {
             return
         }
         let desk = LiveConversationDesk(postgres: environment.postgres, logger: connection.logger)
-        do {
+        try await answeringRefusals(frame, on: connection) {
             switch frame.payload {
             case let create as LiveConversationCreate:
                 connection.send(try await desk.create(create, owner: whisperId), requestId: frame.requestId)
@@ -191,8 +191,6 @@ struct FrameHandler: Sendable {
             default:
                 connection.send(try await desk.list(owner: whisperId), requestId: frame.requestId)
             }
-        } catch let refusal as WhisperError {
-            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
         }
     }
 
@@ -201,7 +199,7 @@ struct FrameHandler: Sendable {
     /// such, not counted against the socket.
     private func serveWhisperer(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-        do {
+        try await answeringRefusals(frame, on: connection) {
             switch frame.payload {
             case let offer as LiveWhisperOffer:
                 connection.send(try await live.whisperOffer(offer, whisperId: whisperId, on: connection), requestId: frame.requestId)
@@ -214,8 +212,6 @@ struct FrameHandler: Sendable {
             default:
                 break
             }
-        } catch let refusal as WhisperError {
-            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
         }
     }
 
@@ -223,19 +219,8 @@ struct FrameHandler: Sendable {
     /// `live_dropping`, for whichever place the socket holds), charged to the address
     /// like routed frames and to the listener's place.
     private func serveListener(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        if let dropping = frame.payload as? LiveDropping {
-            guard limits.routedPerAddress.take(connection.remoteAddress) else {
-                await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
-                return
-            }
-            do {
-                connection.send(try await live.dropping(dropping, on: connection), requestId: frame.requestId)
-            } catch let refusal as WhisperError {
-                await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
-            }
-            return
-        }
-        guard let device = connection.liveDevice else {
+        let device = connection.liveDevice ?? ""
+        guard !device.isEmpty || frame.payload is LiveDropping else {
             await refuse(
                 .notRegistered, "this socket has no listener device: open it with the whisper_live_device cookie (POST /live/devices)",
                 requestId: frame.requestId, on: connection
@@ -246,8 +231,10 @@ struct FrameHandler: Sendable {
             await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
             return
         }
-        do {
+        try await answeringRefusals(frame, on: connection) {
             switch frame.payload {
+            case let dropping as LiveDropping:
+                connection.send(try await live.dropping(dropping, on: connection), requestId: frame.requestId)
             case let offer as LiveListenOffer:
                 connection.send(try await live.listenOffer(offer, device: device, on: connection), requestId: frame.requestId)
             case let request as LiveListenRequest:
@@ -259,6 +246,14 @@ struct FrameHandler: Sendable {
             default:
                 break
             }
+        }
+    }
+
+    /// Runs a served frame's work; a refusal it throws is answered as such (not counted
+    /// against the socket: the client could not have known).
+    private func answeringRefusals(_ frame: InboundFrame, on connection: ClientConnection, _ work: () async throws -> Void) async throws {
+        do {
+            try await work()
         } catch let refusal as WhisperError {
             await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
         }
