@@ -28,6 +28,8 @@ struct FrameHandler: Sendable {
     let sendWaitMax: Duration
     /// Live text: the sequence and the content (`LiveRelay`).
     let live: LiveRelay
+    /// Push-to-talk channels and their floor (`PTTDesk`).
+    let ptt: PTTDesk
     let decoder = ClientFrameDecoder()
 
     var instanceID: String { environment.settings.instanceID }
@@ -158,6 +160,8 @@ struct FrameHandler: Sendable {
             try await serveWhisperer(frame, on: connection)
         case is any LiveListenerPayload:
             try await serveListener(frame, on: connection)
+        case is PTTChannelCreate, is PTTChannelJoin, is PTTChannelLeave, is PTTChannelDelete, is PTTChannelsList, is PTTTalkRequest, is PTTTalkRelease:
+            try await servePTT(frame, on: connection)
         case let payload as SendMessage where sends != nil:
             try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
         case _ where RouterStream.frameTypes.contains(frame.type):
@@ -245,6 +249,34 @@ struct FrameHandler: Sendable {
                 try await live.listenerPacket(packet, device: device, on: connection)
             default:
                 break
+            }
+        }
+    }
+
+    /// Push-to-talk: charged to the address like routed frames and to the identity's
+    /// bucket (`GATEWAY_RATE_LIMIT_PTT_PER_IDENTITY`).
+    private func servePTT(_ frame: InboundFrame, on connection: ClientConnection) async throws {
+        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+        if case .limited(let retry) = try await limits.limiter.take("ptt", key: whisperId, rule: limits.pttPerIdentity) {
+            await refuse(.rateLimited, "too many push-to-talk frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+            return
+        }
+        try await answeringRefusals(frame, on: connection) {
+            switch frame.payload {
+            case let create as PTTChannelCreate:
+                connection.send(try await ptt.create(create, owner: whisperId), requestId: frame.requestId)
+            case let join as PTTChannelJoin:
+                connection.send(try await ptt.join(join, member: whisperId), requestId: frame.requestId)
+            case let leave as PTTChannelLeave:
+                connection.send(try await ptt.leave(leave, member: whisperId, on: connection), requestId: frame.requestId)
+            case let delete as PTTChannelDelete:
+                connection.send(try await ptt.delete(delete, owner: whisperId), requestId: frame.requestId)
+            case let talk as PTTTalkRequest:
+                connection.send(try await ptt.talk(talk, member: whisperId, on: connection), requestId: frame.requestId)
+            case let release as PTTTalkRelease:
+                connection.send(try await ptt.release(release, member: whisperId, on: connection), requestId: frame.requestId)
+            default:
+                connection.send(try await ptt.list(member: whisperId), requestId: frame.requestId)
             }
         }
     }
@@ -529,6 +561,7 @@ struct FrameLimits: Sendable {
     let groupOpsPerIdentity: RateLimitRule
     let presenceSubscribePerIdentity: RateLimitRule
     let liveConversationsPerIdentity: RateLimitRule
+    let pttPerIdentity: RateLimitRule
     let callsPerIdentity: RateLimitRule
     let callSignalsPerIdentity: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
@@ -557,6 +590,7 @@ struct FrameLimits: Sendable {
         groupOpsPerIdentity = settings.groupOpsPerIdentity
         presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
         liveConversationsPerIdentity = settings.liveConversationsPerIdentity
+        pttPerIdentity = settings.pttPerIdentity
         callsPerIdentity = settings.callsPerIdentity
         callSignalsPerIdentity = settings.callSignalsPerIdentity
         receiptsPerIdentity = settings.receiptsPerIdentity

@@ -44,6 +44,12 @@ public func buildGateway(
         live: liveRegistry, logger: environment.logger
     )
     let limits = FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
+    let ptt = PTTDesk(
+        redis: environment.redis, postgres: environment.postgres,
+        settings: PTTDesk.Settings(maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue),
+        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), instanceID: settings.common.instanceID,
+        logger: environment.logger
+    )
     let frames = FrameHandler(
         environment: environment,
         auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
@@ -75,7 +81,8 @@ public func buildGateway(
                 framesPerListener: settings.liveFramesPerListener
             ),
             instanceID: settings.common.instanceID, logger: environment.logger
-        )
+        ),
+        ptt: ptt
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
     let connectionCap = ConnectionCap(limit: connectionLimit, metrics: environment.metrics)
@@ -112,6 +119,14 @@ public func buildGateway(
     }
     let forwardedFor = HTTPField.Name("X-Forwarded-For")!
     ListenPage(devices: liveDevices).register(on: router)
+    // The key floor grants are signed with (docs/protocol.md section 14).
+    let floorKeyBody = "{\"publicKey\":\"\(Data(ptt.floorKey.publicKey).base64EncodedString())\"}"
+    router.get("/ptt/floor-key") { _, _ -> Response in
+        Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "max-age=300"],
+            body: .init(byteBuffer: ByteBuffer(string: floorKeyBody))
+        )
+    }
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
         let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
@@ -151,6 +166,7 @@ public func buildGateway(
             onMessage: { bytes, arrivedAt, connection in await frames.handle(bytes, arrivedAt: arrivedAt, on: connection) },
             onClosed: { connection in
                 await frames.live.leaveAll(connection)
+                await frames.ptt.socketClosed(connection)
                 await frames.release(connection)
                 connections.remove(connection.id)
             }
@@ -189,6 +205,7 @@ public func buildGateway(
     let assembly = ServiceAssembly(
         services: refusals + environment.clientServices + [
             subscriber, receipts.settler, receipts.applier, keeper,
+            FloorKeeper(desk: ptt, logger: environment.logger),
             LiveKeeper(
                 registry: liveRegistry, redis: environment.redis, instanceID: settings.common.instanceID,
                 interval: .seconds(30), logger: environment.logger

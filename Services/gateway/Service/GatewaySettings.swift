@@ -89,6 +89,13 @@ public struct GatewaySettings: ServiceSettings {
     public var liveOffersPerConversation = RateLimitRule(capacity: 30, period: .seconds(60))
     public var livePacketsPerWhisperer = RateLimitRule(capacity: 200, period: .seconds(5))
     public var liveFramesPerListener = RateLimitRule(capacity: 30, period: .seconds(10))
+    /// Push-to-talk (docs/protocol.md section 14): members per channel (media goes peer
+    /// to peer); the longest one grant of the floor lasts; members waiting for it; the
+    /// channel and floor frames of one identity (Redis bucket).
+    public var pttMaxMembers = 12
+    public var pttMaxTalk: Duration = .seconds(60)
+    public var pttMaxQueue = 11
+    public var pttPerIdentity = RateLimitRule(capacity: 120, period: .seconds(60))
     /// Presence events (online, offline) one identity's comings and goings may cause;
     /// past it they are not sent (a reconnect loop does not flood its peers).
     public var presenceEventsPerIdentity: RateLimitRule
@@ -239,6 +246,10 @@ public struct GatewaySettings: ServiceSettings {
         liveOffersPerConversation = settings.rateLimit("gateway.rate.limit.live.offers.per.conversation", default: "30/60s")
         livePacketsPerWhisperer = settings.rateLimit("gateway.rate.limit.live.packets.per.whisperer", default: "200/5s")
         liveFramesPerListener = settings.rateLimit("gateway.rate.limit.live.frames.per.listener", default: "30/10s")
+        pttMaxMembers = settings.int("gateway.ptt.max.members", default: 12, range: 2...1_000)
+        pttMaxTalk = .seconds(settings.int("gateway.ptt.max.talk.seconds", default: 60, range: 1...3_600))
+        pttMaxQueue = settings.int("gateway.ptt.max.queue", default: 11, range: 0...1_000)
+        pttPerIdentity = settings.rateLimit("gateway.rate.limit.ptt.per.identity", default: "120/60s")
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")
         callSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.call.signal.per.identity", default: "600/60s")

@@ -36,6 +36,13 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case liveAuthorize = "live_authorize"
     case liveDeauthorize = "live_deauthorize"
     case livePacket = "live_packet"
+    case pttChannelCreate = "ptt_channel_create"
+    case pttChannelJoin = "ptt_channel_join"
+    case pttChannelLeave = "ptt_channel_leave"
+    case pttChannelDelete = "ptt_channel_delete"
+    case pttChannelsList = "ptt_channels_list"
+    case pttTalkRequest = "ptt_talk_request"
+    case pttTalkRelease = "ptt_talk_release"
 
     /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
     public var isPrivileged: Bool {
@@ -83,6 +90,13 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .liveAuthorize: LiveAuthorize.self
         case .liveDeauthorize: LiveDeauthorize.self
         case .livePacket: LivePacket.self
+        case .pttChannelCreate: PTTChannelCreate.self
+        case .pttChannelJoin: PTTChannelJoin.self
+        case .pttChannelLeave: PTTChannelLeave.self
+        case .pttChannelDelete: PTTChannelDelete.self
+        case .pttChannelsList: PTTChannelsList.self
+        case .pttTalkRequest: PTTTalkRequest.self
+        case .pttTalkRelease: PTTTalkRelease.self
         }
     }
 }

@@ -33,6 +33,10 @@ public enum Limits {
     public static let MAX_LIVE_PACKET_BYTES = 4_096
     /// Conversation keys are numbered from 1; a new one each time a listener is let go.
     public static let MAX_LIVE_KEY_ID = 1_000_000_000
+    /// A push-to-talk channel's name, in Unicode scalars.
+    public static let MAX_PTT_CHANNEL_NAME_CHARS = 64
+    /// Push-to-talk channels one identity may be a member of.
+    public static let MAX_PTT_CHANNELS_PER_IDENTITY = 50
     /// Peers one connection may watch for presence.
     public static let MAX_PRESENCE_PEERS = 500
     public static let MAX_PUSH_TOKEN_CHARS = 4_096

@@ -42,6 +42,10 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case liveDeauthorized = "live_deauthorized"
     case liveContent = "live_content"
     case liveDropped = "live_dropped"
+    case pttChannel = "ptt_channel"
+    case pttChannels = "ptt_channels"
+    case pttMembership = "ptt_membership"
+    case pttFloor = "ptt_floor"
 
     var payloadType: any ServerPayload.Type {
         switch self {
@@ -85,6 +89,10 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .liveDeauthorized: LiveDeauthorized.self
         case .liveContent: LiveContent.self
         case .liveDropped: LiveDropped.self
+        case .pttChannel: PTTChannel.self
+        case .pttChannels: PTTChannels.self
+        case .pttMembership: PTTMembership.self
+        case .pttFloor: PTTFloor.self
         }
     }
 }

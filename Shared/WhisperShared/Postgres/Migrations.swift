@@ -211,6 +211,32 @@ public enum Migrations {
             )
             """,
         ]),
+        // Push-to-talk channels (docs/protocol.md section 14) and their members: at most
+        // GATEWAY_PTT_MAX_MEMBERS each (checked under the channel's row lock); a channel
+        // whose members have all been away for GATEWAY_PTT_IDLE_DAYS lapses (gc-worker).
+        Migration(version: 8, name: "ptt_channels", statements: [
+            """
+            CREATE TABLE ptt_channels (
+                channel_id     text PRIMARY KEY,
+                owner_id       text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                name           text NOT NULL CHECK (char_length(name) BETWEEN 1 AND 64),
+                join_code      text NOT NULL UNIQUE,
+                is_public      boolean NOT NULL DEFAULT false,
+                created_at     timestamptz NOT NULL DEFAULT now(),
+                last_active_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX ptt_channels_active_idx ON ptt_channels (last_active_at)",
+            """
+            CREATE TABLE ptt_members (
+                channel_id text NOT NULL REFERENCES ptt_channels (channel_id) ON DELETE CASCADE,
+                whisper_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                joined_at  timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (channel_id, whisper_id)
+            )
+            """,
+            "CREATE INDEX ptt_members_member_idx ON ptt_members (whisper_id)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

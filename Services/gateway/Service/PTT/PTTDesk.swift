@@ -1,0 +1,429 @@
+import Crypto
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+import WhisperShared
+
+/// Push-to-talk (docs/protocol.md section 14): channels and their members in Postgres,
+/// the floor in Redis, held by the server. Every change is told to every member's socket
+/// (through its gateway's channel, found by presence); a floor grant is signed with the
+/// floor key every gateway derives from the internal token, so receivers can check whose
+/// audio may be played.
+struct PTTDesk: Sendable {
+    struct Settings: Sendable {
+        var maxMembers: Int
+        var maxTalk: Duration
+        var maxQueue: Int
+    }
+
+    let redis: RedisClient
+    let postgres: PostgresClient
+    let settings: Settings
+    let floorKey: Ed25519.KeyPair
+    let holds: FloorHolds
+    let instanceID: String
+    let logger: Logger
+
+    /// The floor key: an Ed25519 key every gateway derives from the internal token.
+    static func floorKey(internalToken: String) -> Ed25519.KeyPair {
+        let seed = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: Array(internalToken.utf8)), info: Array("whisper ptt floor key v1".utf8), outputByteCount: 32
+        )
+        return Ed25519.KeyPair(seed: seed.withUnsafeBytes { Array($0) })
+    }
+
+    static let columns = "c.channel_id, c.name, c.join_code, c.owner_id, c.is_public, (extract(epoch FROM c.created_at) * 1000)::bigint"
+    static let notFound = WhisperError(.notFound, "no such channel of yours")
+
+    // MARK: - Channels
+
+    func create(_ request: PTTChannelCreate, owner: String) async throws -> PTTChannel {
+        let id = RandomID.uuid()
+        let channel = try await postgres.withTransaction(logger: logger) { connection -> PTTChannel? in
+            _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(owner) FOR UPDATE", logger: logger)
+            guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(owner)", on: connection, logger: logger)
+                < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else { return nil }
+            // A code taken already (unlikely: 31^8) is drawn again.
+            for _ in 0..<5 {
+                let code = PTTJoinCode.make()
+                let rows = try await connection.query(
+                    """
+                    INSERT INTO ptt_channels (channel_id, owner_id, name, join_code, is_public)
+                    VALUES (\(id), \(owner), \(request.name), \(code), \(request.isPublic)) ON CONFLICT (join_code) DO NOTHING RETURNING channel_id
+                    """,
+                    logger: logger
+                )
+                var inserted = false
+                for try await _ in rows.decode(String.self) { inserted = true }
+                guard inserted else { continue }
+                _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(id), \(owner))", logger: logger)
+                return PTTChannel(
+                    channelId: id, name: request.name, joinCode: code, ownerId: owner, isPublic: request.isPublic, members: [owner],
+                    createdAt: Clock.millisecondsNow()
+                )
+            }
+            return nil
+        }
+        guard let channel else { throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first") }
+        return channel
+    }
+
+    /// Joins by code or ID, under the channel's row lock (the member bound holds however
+    /// many join at once); the other members are told.
+    func join(_ request: PTTChannelJoin, member: String) async throws -> PTTChannel {
+        // Refusals come out of the transaction as values: one thrown inside it would be
+        // wrapped in the transaction's own error.
+        let outcome = try await postgres.withTransaction(logger: logger) { connection -> Result<PTTChannel, WhisperError> in
+            let found = if let id = request.channelId {
+                try await connection.query("SELECT channel_id FROM ptt_channels WHERE channel_id = \(id) FOR UPDATE", logger: logger)
+            } else {
+                try await connection.query("SELECT channel_id FROM ptt_channels WHERE join_code = \(request.joinCode ?? "") FOR UPDATE", logger: logger)
+            }
+            var channelId: String?
+            for try await id in found.decode(String.self) { channelId = id }
+            guard let channelId else { return .failure(WhisperError(.notFound, "no such channel")) }
+            let members = try await Self.members(channelId, on: connection, logger: logger)
+            if !members.contains(member) {
+                guard members.count < settings.maxMembers else {
+                    return .failure(WhisperError(.forbidden, "the channel has its \(settings.maxMembers) members"))
+                }
+                guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(member)", on: connection, logger: logger)
+                    < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
+                    return .failure(WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first"))
+                }
+                _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(channelId), \(member))", logger: logger)
+            }
+            _ = try await connection.query("UPDATE ptt_channels SET last_active_at = now() WHERE channel_id = \(channelId)", logger: logger)
+            guard let channel = try await Self.channels(
+                "SELECT \(unescaped: Self.columns) FROM ptt_channels c WHERE c.channel_id = \(channelId)", on: connection, logger: logger
+            ).first else {
+                return .failure(WhisperError(.notFound, "no such channel"))
+            }
+            return .success(channel)
+        }
+        let channel = try outcome.get()
+        try await tell(PTTMembership(channelId: channel.channelId, whisperId: member, change: .joined), to: channel.members.filter { $0 != member })
+        return channel
+    }
+
+    func leave(_ request: PTTChannelLeave, member: String, on connection: ClientConnection) async throws -> PTTMembership {
+        let rows = try await postgres.query(
+            "DELETE FROM ptt_members WHERE channel_id = \(request.channelId) AND whisper_id = \(member) RETURNING channel_id", logger: logger
+        )
+        var left = false
+        for try await _ in rows.decode(String.self) { left = true }
+        guard left else { throw Self.notFound }
+        let gone = PTTMembership(channelId: request.channelId, whisperId: member, change: .left)
+        let others = try await members(request.channelId)
+        try await tell(gone, to: others)
+        // A member who leaves holding the floor, or waiting for it, gives it up.
+        try await release(request.channelId, holder: member, conn: "", outcome: .released, tellingAlso: [member])
+        return gone
+    }
+
+    /// Deletes a channel (its owner only); every member is told.
+    func delete(_ request: PTTChannelDelete, owner: String) async throws -> PTTMembership {
+        let members = try await members(request.channelId)
+        let rows = try await postgres.query(
+            "DELETE FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner) RETURNING channel_id", logger: logger
+        )
+        var deleted = false
+        for try await _ in rows.decode(String.self) { deleted = true }
+        guard deleted else { throw Self.notFound }
+        _ = try await redis.pipeline([RedisCommand("DEL", Self.floorKey(request.channelId)), RedisCommand("DEL", Self.queueKey(request.channelId))])
+        let gone = PTTMembership(channelId: request.channelId, whisperId: owner, change: .deleted)
+        try await tell(gone, to: members.filter { $0 != owner })
+        return gone
+    }
+
+    func list(member: String) async throws -> PTTChannels {
+        let channels = try await postgres.withConnection { connection in
+            try await Self.channels(
+                """
+                SELECT \(unescaped: Self.columns) FROM ptt_channels c
+                WHERE c.channel_id IN (SELECT channel_id FROM ptt_members WHERE whisper_id = \(member))
+                ORDER BY c.created_at DESC, c.channel_id LIMIT \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY)
+                """,
+                on: connection, logger: logger
+            )
+        }
+        return PTTChannels(channels: channels)
+    }
+
+    // MARK: - The floor
+
+    static func floorKey(_ channelId: String) -> String { "ptt:{\(channelId)}:floor" }
+    static func queueKey(_ channelId: String) -> String { "ptt:{\(channelId)}:queue" }
+    /// Floors by when their grant ends (ms): `<channelId> <grantId>`, swept by every gateway.
+    static let dueKey = "ptt:floors"
+
+    func talk(_ request: PTTTalkRequest, member: String, on connection: ClientConnection) async throws -> PTTFloor {
+        let members = try await membersIfMember(request.channelId, member)
+        let now = Clock.millisecondsNow()
+        let grantId = RandomID.uuid()
+        let reply = try await redis.evaluate(
+            Self.requestScript, keys: [Self.floorKey(request.channelId), Self.queueKey(request.channelId)],
+            arguments: [
+                member, instanceID, connection.id, String(now), String(settings.maxTalk.milliseconds), request.queue ? "1" : "0",
+                String(settings.maxQueue), grantId,
+            ]
+        )
+        let parts = reply.array?.compactMap(\.string) ?? []
+        switch parts.first {
+        case "granted" where parts.count == 4:
+            holds.hold(connection.id, request.channelId, for: member)
+            let floor = try await granted(request.channelId, holder: member, grantId: parts[1], notBefore: Int64(parts[2]) ?? now, notAfter: Int64(parts[3]) ?? now, outcome: .granted)
+            try await tell(floor, to: members.filter { $0 != member })
+            return floor
+        case "held" where parts.count == 4:
+            return signed(request.channelId, holder: member, grantId: parts[1], notBefore: Int64(parts[2]) ?? now, notAfter: Int64(parts[3]) ?? now, outcome: .granted)
+        case "queued" where parts.count == 2:
+            holds.hold(connection.id, request.channelId, for: member)
+            return PTTFloor(channelId: request.channelId, outcome: .queued, position: Int(parts[1]))
+        default:
+            return PTTFloor(channelId: request.channelId, outcome: .refused, holder: parts.count > 1 ? parts[1] : nil)
+        }
+    }
+
+    func release(_ request: PTTTalkRelease, member: String, on connection: ClientConnection) async throws -> PTTFloor {
+        _ = try await membersIfMember(request.channelId, member)
+        holds.drop(connection.id, request.channelId)
+        try await release(request.channelId, holder: member, conn: "", outcome: .released, tellingAlso: [])
+        return PTTFloor(channelId: request.channelId, outcome: .released)
+    }
+
+    /// A socket went away: floors it held are taken back, its places in queues given up.
+    func socketClosed(_ connection: ClientConnection) async {
+        for (channelId, whisperId) in holds.dropAll(connection.id) {
+            do {
+                try await release(channelId, holder: whisperId, conn: connection.id, outcome: .disconnected, tellingAlso: [])
+            } catch {
+                logger.warning("ptt_release_failed", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+
+    /// Takes the floors whose grant ran out (any gateway may: a grant is released once).
+    func sweep() async throws {
+        let now = Clock.millisecondsNow()
+        guard let due = try await redis.send("ZRANGEBYSCORE", Self.dueKey, "-inf", String(now), "LIMIT", "0", "100").array else { return }
+        for entry in due.compactMap(\.string) {
+            let parts = entry.split(separator: " ")
+            guard parts.count == 2 else { continue }
+            let removed = try await redis.send("ZREM", Self.dueKey, entry).int ?? 0
+            guard removed == 1 else { continue }
+            try await release(String(parts[0]), grantId: String(parts[1]), outcome: .timeout)
+        }
+    }
+
+    /// Releases the floor held by `holder` (on `conn`, when given; else on any socket)
+    /// or the asker's place in its queue; a member waiting is granted it next. Every
+    /// member is told of a change.
+    private func release(_ channelId: String, holder: String, conn: String, outcome: PTTFloor.Outcome, tellingAlso: [String]) async throws {
+        try await release(channelId, holder: holder, conn: conn, grantId: "", outcome: outcome, tellingAlso: tellingAlso)
+    }
+
+    private func release(_ channelId: String, grantId: String, outcome: PTTFloor.Outcome) async throws {
+        try await release(channelId, holder: "", conn: "", grantId: grantId, outcome: outcome, tellingAlso: [])
+    }
+
+    private func release(
+        _ channelId: String, holder: String, conn: String, grantId: String, outcome: PTTFloor.Outcome, tellingAlso: [String]
+    ) async throws {
+        let now = Clock.millisecondsNow()
+        let next = RandomID.uuid()
+        let reply = try await redis.evaluate(
+            Self.releaseScript, keys: [Self.floorKey(channelId), Self.queueKey(channelId)],
+            arguments: [holder, conn, grantId, String(now), String(settings.maxTalk.milliseconds), next]
+        )
+        let parts = reply.array?.compactMap(\.string) ?? []
+        let members = try await members(channelId) + tellingAlso
+        switch parts.first {
+        case "free":
+            try await tell(PTTFloor(channelId: channelId, outcome: outcome), to: members)
+        case "granted" where parts.count == 5:
+            let floor = try await granted(channelId, holder: parts[1], grantId: parts[2], notBefore: Int64(parts[3]) ?? now, notAfter: Int64(parts[4]) ?? now, outcome: .granted)
+            try await tell(floor, to: members)
+        default:
+            break
+        }
+    }
+
+    /// A grant made: due for its end, signed.
+    private func granted(_ channelId: String, holder: String, grantId: String, notBefore: Int64, notAfter: Int64, outcome: PTTFloor.Outcome) async throws -> PTTFloor {
+        try await redis.send("ZADD", Self.dueKey, String(notAfter), "\(channelId) \(grantId)")
+        return signed(channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter, outcome: outcome)
+    }
+
+    private func signed(_ channelId: String, holder: String, grantId: String, notBefore: Int64, notAfter: Int64, outcome: PTTFloor.Outcome) -> PTTFloor {
+        let signature = floorKey.sign(PTTFloor.signedBytes(channelId: channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter))
+        return PTTFloor(
+            channelId: channelId, outcome: outcome, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter,
+            signature: Data(signature).base64EncodedString()
+        )
+    }
+
+    // MARK: - Members
+
+    func members(_ channelId: String) async throws -> [String] {
+        try await postgres.withConnection { try await Self.members(channelId, on: $0, logger: logger) }
+    }
+
+    /// The channel's members, when `member` is one of them; else `NOT_FOUND` (a channel
+    /// one is not in is answered like one that does not exist).
+    private func membersIfMember(_ channelId: String, _ member: String) async throws -> [String] {
+        let all = try await members(channelId)
+        guard all.contains(member) else { throw Self.notFound }
+        return all
+    }
+
+    /// Writes `payload` to each identity's live socket (presence); an identity without
+    /// one is not told (it lists its channels when it comes back).
+    private func tell<P: ServerPayload>(_ payload: P, to whisperIds: [String]) async throws {
+        let unique = Array(Set(whisperIds))
+        guard !unique.isEmpty else { return }
+        let records = try await redis.pipeline(unique.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        let frame = ServerFrameCodec.encode(payload)
+        let commands = records.compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }.map {
+            GatewayCommand(kind: .deliver, connId: $0.connId, frame: frame).publishing(to: $0.gateway)
+        }
+        if !commands.isEmpty { _ = try await redis.pipeline(commands) }
+    }
+
+    private static func members(_ channelId: String, on connection: PostgresConnection, logger: Logger) async throws -> [String] {
+        let rows = try await connection.query(
+            "SELECT whisper_id FROM ptt_members WHERE channel_id = \(channelId) ORDER BY joined_at, whisper_id", logger: logger
+        )
+        var members: [String] = []
+        for try await id in rows.decode(String.self) { members.append(id) }
+        return members
+    }
+
+    /// The channels a query of `columns` finds, with their members.
+    private static func channels(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> [PTTChannel] {
+        let rows = try await connection.query(query, logger: logger)
+        var found: [PTTChannel] = []
+        for try await (id, name, code, owner, isPublic, created) in rows.decode((String, String, String, String, Bool, Int64).self) {
+            found.append(PTTChannel(channelId: id, name: name, joinCode: code, ownerId: owner, isPublic: isPublic, members: [], createdAt: created))
+        }
+        for index in found.indices {
+            found[index].members = try await members(found[index].channelId, on: connection, logger: logger)
+        }
+        return found
+    }
+
+    private static func count(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int {
+        var count: Int64 = 0
+        for try await row in try await connection.query(query, logger: logger).decode(Int64.self) { count = row }
+        return Int(count)
+    }
+
+    // MARK: - Scripts
+
+    /// KEYS: floor, queue. ARGV: member, gateway, connId, now, max talk ms, queue (1/0), max queue, grantId.
+    static let requestScript = RedisScript("""
+        local now = tonumber(ARGV[4])
+        local f = redis.call('HMGET', KEYS[1], 'holder', 'notAfter', 'grantId', 'notBefore')
+        if f[1] and tonumber(f[2] or '0') > now then
+          if f[1] == ARGV[1] then return {'held', f[3], f[4], f[2]} end
+          if ARGV[6] == '1' then
+            local items = redis.call('LRANGE', KEYS[2], 0, -1)
+            local prefix = ARGV[1] .. ' '
+            for i, v in ipairs(items) do
+              if string.sub(v, 1, string.len(prefix)) == prefix then return {'queued', tostring(i)} end
+            end
+            if #items >= tonumber(ARGV[7]) then return {'refused', f[1]} end
+            redis.call('RPUSH', KEYS[2], ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[3])
+            redis.call('PEXPIRE', KEYS[2], 3600000)
+            return {'queued', tostring(#items + 1)}
+          end
+          return {'refused', f[1]}
+        end
+        local notAfter = now + tonumber(ARGV[5])
+        redis.call('DEL', KEYS[1])
+        redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'gateway', ARGV[2], 'conn', ARGV[3], 'grantId', ARGV[8], 'notBefore', ARGV[4], 'notAfter', tostring(notAfter))
+        redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + 60000)
+        return {'granted', ARGV[8], ARGV[4], tostring(notAfter)}
+        """)
+
+    /// KEYS: floor, queue. ARGV: holder ('' with a grantId), connId ('' for any), grantId
+    /// ('' with a holder), now, max talk ms, the next grant's ID. Releases a matching
+    /// grant and grants the first in the queue ('free', or 'granted' with the new
+    /// holder, grantId, notBefore, notAfter); a holder that is not holding gives up its
+    /// place in the queue ('dequeued'); else 'none'.
+    static let releaseScript = RedisScript("""
+        local f = redis.call('HMGET', KEYS[1], 'holder', 'conn', 'grantId')
+        local matches = false
+        if f[1] then
+          if ARGV[3] ~= '' then matches = (f[3] == ARGV[3])
+          else matches = (f[1] == ARGV[1] and (ARGV[2] == '' or f[2] == ARGV[2])) end
+        end
+        if not matches then
+          if ARGV[1] ~= '' then
+            local prefix = ARGV[1] .. ' '
+            for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+              if string.sub(v, 1, string.len(prefix)) == prefix and (ARGV[2] == '' or string.sub(v, -string.len(ARGV[2])) == ARGV[2]) then
+                redis.call('LREM', KEYS[2], 1, v)
+                return {'dequeued'}
+              end
+            end
+          end
+          return {'none'}
+        end
+        redis.call('DEL', KEYS[1])
+        local nextOne = redis.call('LPOP', KEYS[2])
+        if not nextOne then return {'free'} end
+        local parts = {}
+        for word in string.gmatch(nextOne, '%S+') do table.insert(parts, word) end
+        local now = tonumber(ARGV[4])
+        local notAfter = now + tonumber(ARGV[5])
+        redis.call('HSET', KEYS[1], 'holder', parts[1], 'gateway', parts[2] or '', 'conn', parts[3] or '', 'grantId', ARGV[6], 'notBefore', ARGV[4], 'notAfter', tostring(notAfter))
+        redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + 60000)
+        return {'granted', parts[1], ARGV[6], ARGV[4], tostring(notAfter)}
+        """)
+}
+
+/// The floors this gateway's sockets hold or wait for (channel → the identity that
+/// asked), to give them up when a socket goes, whether or not it still acts for anyone.
+final class FloorHolds: Sendable {
+    private let held = Mutex<[String: [String: String]]>([:])
+
+    func hold(_ connId: String, _ channelId: String, for whisperId: String) {
+        held.withLock { all in
+            guard all[connId]?[channelId] != nil || (all[connId]?.count ?? 0) < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else { return }
+            all[connId, default: [:]][channelId] = whisperId
+        }
+    }
+
+    func drop(_ connId: String, _ channelId: String) {
+        held.withLock { all in
+            all[connId]?[channelId] = nil
+            if all[connId]?.isEmpty == true { all[connId] = nil }
+        }
+    }
+
+    func dropAll(_ connId: String) -> [(channelId: String, whisperId: String)] {
+        held.withLock { ($0.removeValue(forKey: connId) ?? [:]).map { ($0.key, $0.value) } }
+    }
+}
+
+/// Takes back floors whose grant ran out, every quarter second.
+struct FloorKeeper: Service {
+    let desk: PTTDesk
+    let logger: Logger
+
+    func run() async throws {
+        try await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(250))
+                do {
+                    try await desk.sweep()
+                } catch {
+                    logger.warning("ptt_floor_sweep_failed", metadata: ["error": "\(error)"])
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,63 @@
+import AsyncHTTPClient
+import Foundation
+import WhisperProtocol
+
+/// Push-to-talk channels and their floor (docs/protocol.md section 14). Media is the
+/// app's: these calls say who may talk; `PTTFloor.isValidGrant(floorKey:at:)` checks a
+/// grant against the server's floor key (`fetchFloorKey`).
+extension WhisperConnection {
+    public func createChannel(name: String, isPublic: Bool = false) async throws -> PTTChannel {
+        try await pttAnswer(PTTChannelCreate(sessionToken: try token(), name: name, isPublic: isPublic))
+    }
+
+    public func joinChannel(code: String) async throws -> PTTChannel {
+        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), joinCode: code.uppercased()))
+    }
+
+    public func joinChannel(id: String) async throws -> PTTChannel {
+        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), channelId: id))
+    }
+
+    public func leaveChannel(_ channelId: String) async throws {
+        let _: PTTMembership = try await pttAnswer(PTTChannelLeave(sessionToken: try token(), channelId: channelId))
+    }
+
+    /// Deletes a channel (its owner only); every member is told (`ptt_membership`, `deleted`).
+    public func deleteChannel(_ channelId: String) async throws {
+        let _: PTTMembership = try await pttAnswer(PTTChannelDelete(sessionToken: try token(), channelId: channelId))
+    }
+
+    /// The channels this identity is a member of, newest first.
+    public func channels() async throws -> [PTTChannel] {
+        let list: PTTChannels = try await pttAnswer(PTTChannelsList(sessionToken: try token()))
+        return list.channels
+    }
+
+    /// Asks for the floor: `granted` (with the signed grant), `queued` (with `queue`: the
+    /// floor comes as a `ptt_floor` event when it is this identity's turn) or `refused`.
+    public func requestTalk(_ channelId: String, queue: Bool = false) async throws -> PTTFloor {
+        try await pttAnswer(PTTTalkRequest(sessionToken: try token(), channelId: channelId, queue: queue))
+    }
+
+    /// Gives up the floor, or a place waiting for it.
+    public func releaseTalk(_ channelId: String) async throws -> PTTFloor {
+        try await pttAnswer(PTTTalkRelease(sessionToken: try token(), channelId: channelId))
+    }
+
+    /// The key floor grants are signed with (`GET /ptt/floor-key` on the gateway).
+    public static func fetchFloorKey(websocketURL: String, http: HTTPClient = .shared) async throws -> [UInt8] {
+        let response = try await http.execute(HTTPClientRequest(url: ListenerDevice.origin(ofWebSocket: websocketURL) + "/ptt/floor-key"), timeout: .seconds(10))
+        let body = try await response.body.collect(upTo: 4_096)
+        struct Key: Decodable { var publicKey: String }
+        guard response.status == .ok, let key = try? JSONDecoder().decode(Key.self, from: Data(body.readableBytesView)),
+              let bytes = Data(base64Encoded: key.publicKey), bytes.count == Ed25519.publicKeyBytes
+        else { throw WhisperAPIError.unreadableResponse("no floor key at \(websocketURL)") }
+        return Array(bytes)
+    }
+
+    private func pttAnswer<Answer: ServerPayload, Request: ClientPayload>(_ payload: Request) async throws -> Answer {
+        let frame = try await request(payload)
+        guard let answer = frame.payload(as: Answer.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        return answer
+    }
+}

@@ -1,0 +1,267 @@
+import Foundation
+
+/// Push-to-talk channels (docs/protocol.md section 14): audio channels whose members
+/// hear whoever holds the floor. The server keeps the channels and their members, and
+/// holds the floor; the audio goes between the members' devices.
+
+/// Creates a channel; the creator is its owner and first member.
+public struct PTTChannelCreate: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, name, isPublic }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelCreate
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var name: String
+    /// Whether it may be announced to people nearby (`ptt_announce`).
+    public var isPublic: Bool
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, name: String, isPublic: Bool = false) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.name = name
+        self.isPublic = isPublic
+    }
+
+    public func validate() throws(FieldViolation) {
+        try Checker().text(name, "name", characters: 1...Limits.MAX_PTT_CHANNEL_NAME_CHARS)
+    }
+}
+
+/// Joins a channel by its join code or its ID (exactly one of them).
+public struct PTTChannelJoin: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, joinCode, channelId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelJoin
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var joinCode: String?
+    public var channelId: String?
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, joinCode: String? = nil, channelId: String? = nil) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.joinCode = joinCode
+        self.channelId = channelId
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.require((joinCode == nil) != (channelId == nil), "joinCode", "exactly one of joinCode and channelId")
+        if let joinCode { try check.require(PTTJoinCode.isValid(joinCode), "joinCode", "\(PTTJoinCode.length) characters of \(PTTJoinCode.alphabet)") }
+        if let channelId { try check.uuid(channelId, "channelId") }
+    }
+}
+
+public struct PTTChannelLeave: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelLeave
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var channelId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.channelId = channelId
+    }
+
+    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
+}
+
+public struct PTTChannelDelete: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelDelete
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var channelId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.channelId = channelId
+    }
+
+    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
+}
+
+/// The channels the session's identity is a member of.
+public struct PTTChannelsList: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelsList
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+    }
+
+    public func validate() throws(FieldViolation) {}
+}
+
+/// Asks for the floor: granted when it is free; otherwise refused, or queued (`queue`).
+public struct PTTTalkRequest: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId, queue }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttTalkRequest
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var channelId: String
+    public var queue: Bool
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String, queue: Bool = false) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.channelId = channelId
+        self.queue = queue
+    }
+
+    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
+}
+
+/// Gives up the floor (or a place in its queue).
+public struct PTTTalkRelease: PrivilegedPayload, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttTalkRelease
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var channelId: String
+
+    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.channelId = channelId
+    }
+
+    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
+}
+
+/// Join codes: short, typed by people, read over local radios.
+public enum PTTJoinCode {
+    /// No 0/O, 1/I/L: nothing that reads as another character.
+    public static let alphabet = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
+    public static let length = 8
+
+    public static func isValid(_ code: String) -> Bool {
+        code.utf8.count == length && code.allSatisfy { alphabet.contains($0) }
+    }
+
+    public static func make() -> String {
+        let letters = Array(alphabet)
+        var generator = SystemRandomNumberGenerator()
+        return String((0..<length).map { _ in letters[Int(generator.next(upperBound: UInt64(letters.count)))] })
+    }
+}
+
+// MARK: - What the server sends
+
+/// One channel as its members see it: the answer to create and join, an item of `ptt_channels`.
+public struct PTTChannel: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.pttChannel
+    public var channelId: String
+    public var name: String
+    public var joinCode: String
+    public var ownerId: String
+    public var isPublic: Bool
+    public var members: [String]
+    public var createdAt: Int64
+
+    public init(channelId: String, name: String, joinCode: String, ownerId: String, isPublic: Bool, members: [String], createdAt: Int64) {
+        self.channelId = channelId
+        self.name = name
+        self.joinCode = joinCode
+        self.ownerId = ownerId
+        self.isPublic = isPublic
+        self.members = members
+        self.createdAt = createdAt
+    }
+}
+
+public struct PTTChannels: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.pttChannels
+    public var channels: [PTTChannel]
+
+    public init(channels: [PTTChannel]) { self.channels = channels }
+}
+
+/// A member joined or left (to every member), or the channel was deleted (`deleted`;
+/// to every member, and the answer to `ptt_channel_delete` and `ptt_channel_leave`).
+public struct PTTMembership: ServerPayload, Equatable {
+    public enum Change: String, Codable, Sendable { case joined, left, deleted }
+    public static let frameType = ServerFrameType.pttMembership
+    public var channelId: String
+    public var whisperId: String
+    public var change: Change
+
+    public init(channelId: String, whisperId: String, change: Change) {
+        self.channelId = channelId
+        self.whisperId = whisperId
+        self.change = change
+    }
+}
+
+/// Who holds the floor, to every member whenever it changes, and the answer to
+/// `ptt_talk_request` and `ptt_talk_release` (`outcome` says what became of the ask).
+/// A held floor comes with the server's grant: its Ed25519 signature (the key at
+/// `GET /ptt/floor-key`) over `PTTFloor.signedBytes`, so receivers can check whose audio to play.
+public struct PTTFloor: ServerPayload, Equatable {
+    public enum Outcome: String, Codable, Sendable { case granted, queued, refused, released, timeout, disconnected, changed }
+    public static let frameType = ServerFrameType.pttFloor
+    public var channelId: String
+    public var outcome: Outcome
+    /// The holder; nil when the floor is free.
+    public var holder: String?
+    public var grantId: String?
+    /// ms since 1970: the grant holds from `notBefore` to `notAfter`.
+    public var notBefore: Int64?
+    public var notAfter: Int64?
+    public var signature: String?
+    /// For `queued`: the place in the queue (1 first).
+    public var position: Int?
+
+    public init(
+        channelId: String, outcome: Outcome, holder: String? = nil, grantId: String? = nil, notBefore: Int64? = nil, notAfter: Int64? = nil,
+        signature: String? = nil, position: Int? = nil
+    ) {
+        self.channelId = channelId
+        self.outcome = outcome
+        self.holder = holder
+        self.grantId = grantId
+        self.notBefore = notBefore
+        self.notAfter = notAfter
+        self.signature = signature
+        self.position = position
+    }
+
+    /// What the grant's signature covers: `whisper-ptt-floor-v1|channelId|holder|grantId|notBefore|notAfter`.
+    public static func signedBytes(channelId: String, holder: String, grantId: String, notBefore: Int64, notAfter: Int64) -> [UInt8] {
+        Array("whisper-ptt-floor-v1|\(channelId)|\(holder)|\(grantId)|\(notBefore)|\(notAfter)".utf8)
+    }
+
+    /// True when the grant is signed by `floorKey` and `holder` may be heard at `time` (ms).
+    public func isValidGrant(floorKey: [UInt8], at time: Int64) -> Bool {
+        guard let holder, let grantId, let notBefore, let notAfter, let signature, let bytes = Data(base64Encoded: signature).map(Array.init) else { return false }
+        return notBefore <= time && time < notAfter && Ed25519.verify(
+            signature: bytes, message: Self.signedBytes(channelId: channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter),
+            publicKey: floorKey
+        )
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import GatewayService
+import Testing
+import WhisperClient
+import WhisperShared
+
+/// Push-to-talk channels and the floor (docs/protocol.md section 14), on two gateways
+/// with real Redis and Postgres; what each member is told is read off its socket.
+@Suite struct PushToTalkTests {
+    @Test func aChannelIsCreatedJoinedByCodeOrIDLeftAndDeleted() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0), dave = try await stack.user(on: 1)
+        let hikers = try await alice.connection.createChannel(name: "Hikers")
+        #expect(Format.isUUID(hikers.channelId) && PTTJoinCode.isValid(hikers.joinCode))
+        #expect(hikers.members == [alice.whisperId] && hikers.ownerId == alice.whisperId)
+
+        // By code (as read out over a radio, in any case) and by ID; the others are told.
+        let joined = try await bob.connection.joinChannel(code: hikers.joinCode.lowercased())
+        #expect(joined.channelId == hikers.channelId && joined.members == [alice.whisperId, bob.whisperId])
+        _ = try await carol.connection.joinChannel(id: hikers.channelId)
+        try await waitUntil { await Self.memberships(alice).contains(PTTMembership(channelId: hikers.channelId, whisperId: carol.whisperId, change: .joined)) }
+        try await waitUntil { await Self.memberships(bob).contains(PTTMembership(channelId: hikers.channelId, whisperId: carol.whisperId, change: .joined)) }
+        #expect(try await bob.connection.channels().first?.members.count == 3)
+        // Joining twice changes nothing.
+        #expect(try await bob.connection.joinChannel(id: hikers.channelId).members.count == 3)
+
+        // Codes and IDs that name nothing, and frames that are not well formed.
+        await expectRefused(.notFound, "an unknown code") { _ = try await dave.connection.joinChannel(code: "ZZZZZZZZ") }
+        await expectRefused(.invalidPayload, "a code with a letter that is never used") { _ = try await dave.connection.joinChannel(code: "OOOOOOOO") }
+        await expectRefused(.invalidPayload, "code and ID together") {
+            _ = try await dave.connection.request(PTTChannelJoin(sessionToken: dave.token, joinCode: hikers.joinCode, channelId: hikers.channelId))
+        }
+
+        try await bob.connection.leaveChannel(hikers.channelId)
+        try await waitUntil { await Self.memberships(carol).contains(PTTMembership(channelId: hikers.channelId, whisperId: bob.whisperId, change: .left)) }
+        #expect(try await bob.connection.channels().isEmpty)
+        // Only the owner deletes; to anyone else the channel is not theirs to name.
+        await expectRefused(.notFound, "a member deletes") { try await carol.connection.deleteChannel(hikers.channelId) }
+        try await alice.connection.deleteChannel(hikers.channelId)
+        try await waitUntil { await Self.memberships(carol).contains(PTTMembership(channelId: hikers.channelId, whisperId: alice.whisperId, change: .deleted)) }
+        #expect(try await carol.connection.channels().isEmpty)
+        await expectRefused(.notFound, "joining a deleted channel") { _ = try await dave.connection.joinChannel(code: hikers.joinCode) }
+        try await stack.stop()
+    }
+
+    @Test func membersAreBounded() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.pttMaxMembers = 3 })
+        let owner = try await stack.user(on: 0)
+        let channel = try await owner.connection.createChannel(name: "Small")
+        for _ in 0..<2 { _ = try await stack.user(on: 1).connection.joinChannel(code: channel.joinCode) }
+        let fourth = try await stack.user(on: 0)
+        await expectRefused(.forbidden, "a fourth member") { _ = try await fourth.connection.joinChannel(code: channel.joinCode) }
+        #expect(try await owner.connection.channels().first?.members.count == 3)
+        try await stack.stop()
+    }
+
+    @Test func theFloorIsGrantedRefusedQueuedAndTakenBackWhenItsHolderDisconnects() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0), dave = try await stack.user(on: 1)
+        let channel = try await alice.connection.createChannel(name: "Team")
+        for member in [bob, carol] { _ = try await member.connection.joinChannel(id: channel.channelId) }
+        let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
+
+        // Free: granted, with a grant the floor key signs; everyone learns who talks.
+        let granted = try await alice.connection.requestTalk(channel.channelId)
+        #expect(granted.outcome == .granted && granted.holder == alice.whisperId)
+        #expect(granted.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+        try await waitUntil { await Self.holders(bob).last == alice.whisperId }
+        try await waitUntil { await Self.holders(carol).last == alice.whisperId }
+        // A grant for someone else, or out of its window, does not pass.
+        var forged = granted
+        forged.holder = bob.whisperId
+        #expect(!forged.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+        #expect(!granted.isValidGrant(floorKey: floorKey, at: (granted.notAfter ?? 0) + 1))
+
+        // Taken: refused, or queued in order.
+        let refused = try await bob.connection.requestTalk(channel.channelId)
+        #expect(refused.outcome == .refused && refused.holder == alice.whisperId)
+        #expect(try await carol.connection.requestTalk(channel.channelId, queue: true) == PTTFloor(channelId: channel.channelId, outcome: .queued, position: 1))
+        #expect(try await bob.connection.requestTalk(channel.channelId, queue: true) == PTTFloor(channelId: channel.channelId, outcome: .queued, position: 2))
+
+        // Released: the first waiting gets it.
+        #expect(try await alice.connection.releaseTalk(channel.channelId).outcome == .released)
+        try await waitUntil { await Self.holders(alice).last == carol.whisperId }
+        let carolsGrant = try #require(await Self.floors(bob).last)
+        #expect(carolsGrant.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+
+        // Carol's socket drops: the floor is taken back and goes to Bob, next in line.
+        await carol.connection.close()
+        try await waitUntil { await Self.holders(alice).last == bob.whisperId }
+        // Bob lets go with nobody waiting: the floor is free, and everyone is told.
+        _ = try await bob.connection.releaseTalk(channel.channelId)
+        try await waitUntil { await Self.floors(alice).last.map { $0.holder == nil && $0.outcome == .released } ?? false }
+
+        // Not a member: refused everything, as if the channel did not exist.
+        await expectRefused(.notFound, "a stranger asks for the floor") { _ = try await dave.connection.requestTalk(channel.channelId) }
+        await expectRefused(.notFound, "a stranger releases") { _ = try await dave.connection.releaseTalk(channel.channelId) }
+        await expectRefused(.notFound, "a stranger leaves") { try await dave.connection.leaveChannel(channel.channelId) }
+        try await stack.stop()
+    }
+
+    @Test func aGrantRunsOutAfterTheLongestTalk() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.pttMaxTalk = .seconds(1) })
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+        let channel = try await alice.connection.createChannel(name: "Short")
+        _ = try await bob.connection.joinChannel(code: channel.joinCode)
+        let granted = try await alice.connection.requestTalk(channel.channelId)
+        #expect((granted.notAfter ?? 0) - (granted.notBefore ?? 0) == 1_000)
+        try await waitUntil { await Self.floors(bob).contains { $0.outcome == .timeout && $0.holder == nil } }
+        // Free again.
+        #expect(try await bob.connection.requestTalk(channel.channelId).outcome == .granted)
+        try await stack.stop()
+    }
+
+    static func memberships(_ user: TestUser) async -> [PTTMembership] {
+        await user.events.all(.pttMembership).compactMap { $0.payload(as: PTTMembership.self) }
+    }
+
+    static func floors(_ user: TestUser) async -> [PTTFloor] {
+        await user.events.all(.pttFloor).compactMap { $0.payload(as: PTTFloor.self) }
+    }
+
+    static func holders(_ user: TestUser) async -> [String?] {
+        await floors(user).map(\.holder)
+    }
+}
