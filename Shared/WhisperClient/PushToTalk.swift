@@ -44,6 +44,20 @@ extension WhisperConnection {
         try await pttAnswer(PTTTalkRelease(sessionToken: try token(), channelId: channelId))
     }
 
+    /// Keeps a public channel (this identity's) announced in `cell` (a geohash of
+    /// `Geohash.nearbyPrecision` characters: `Geohash.encode(latitude:longitude:)`); call it
+    /// every 10 s while it should be found. Nil stops.
+    @discardableResult
+    public func announceChannel(_ channelId: String, in cell: String?) async throws -> PTTAnnounced {
+        try await pttAnswer(PTTAnnounce(sessionToken: try token(), channelId: channelId, cell: cell))
+    }
+
+    /// Public channels announced in `cell` and the eight cells around it.
+    public func nearbyChannels(in cell: String) async throws -> [PTTNearbyChannels.Channel] {
+        let answer: PTTNearbyChannels = try await pttAnswer(PTTNearby(sessionToken: try token(), cell: cell))
+        return answer.channels
+    }
+
     /// The key floor grants are signed with (`GET /ptt/floor-key` on the gateway).
     public static func fetchFloorKey(websocketURL: String, http: HTTPClient = .shared) async throws -> [UInt8] {
         let response = try await http.execute(HTTPClientRequest(url: ListenerDevice.origin(ofWebSocket: websocketURL) + "/ptt/floor-key"), timeout: .seconds(10))

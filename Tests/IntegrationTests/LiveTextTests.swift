@@ -35,6 +35,9 @@ import WhisperShared
         let delivered = await ada.record.frames(.liveContent)
         #expect(!delivered.isEmpty && delivered.allSatisfy { !String(decoding: ServerFrameCodec.encode($0.payload(as: LiveContent.self)!), as: UTF8.self).contains("Hello") })
 
+        // The places lapse with their gateway (renewed while it runs): the key has a TTL.
+        let placesTTL = try await stack.withRedis { try await $0.send("PTTL", RedisKeys.liveSockets(conversation.conversationId)).int ?? 0 }
+        #expect(placesTTL > 0 && placesTTL <= Int64(LiveRelay.placeTTL.milliseconds))
         // The listener's socket goes: the Whisperer is told it left.
         await ada.connection.close()
         try await whisperer.record.waitFor { $0 == .left(listenerId: device.deviceId, reason: .leave) }

@@ -112,6 +112,56 @@ import WhisperShared
         try await stack.stop()
     }
 
+    @Test func publicChannelsAreFoundNearbyWhileAnnouncedAndNotFromFarAway() async throws {
+        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.pttAnnounceTTL = .milliseconds(1_500) })
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+        let trail = try await alice.connection.createChannel(name: "Trail crew", isPublic: true)
+        let family = try await alice.connection.createChannel(name: "Family")
+        let here = Geohash.encode(latitude: 47.6097, longitude: -122.3331)
+        let nextDoor = try #require(Geohash.withNeighbours(here).first { $0 != here })
+        let farAway = Geohash.encode(latitude: 48.8566, longitude: 2.3522)
+
+        try await alice.connection.announceChannel(trail.channelId, in: here)
+        await expectRefused(.forbidden, "announcing a private channel") { try await alice.connection.announceChannel(family.channelId, in: here) }
+        await expectRefused(.notFound, "announcing another's channel") { try await bob.connection.announceChannel(trail.channelId, in: here) }
+        await expectRefused(.invalidPayload, "a finer cell than the coarse one") {
+            _ = try await bob.connection.nearbyChannels(in: Geohash.encode(latitude: 47.6097, longitude: -122.3331, precision: 7))
+        }
+        let found = try await bob.connection.nearbyChannels(in: here)
+        #expect(found == [PTTNearbyChannels.Channel(channelId: trail.channelId, name: "Trail crew", joinCode: trail.joinCode, memberCount: 1)])
+        #expect(try await bob.connection.nearbyChannels(in: nextDoor).map(\.channelId) == [trail.channelId])
+        #expect(try await bob.connection.nearbyChannels(in: farAway).isEmpty)
+        // Found over the radio or nearby: joined by its code.
+        #expect(try await bob.connection.joinChannel(code: found[0].joinCode).members.count == 2)
+
+        // The owner stops sending heartbeats: it drops out, and nothing about the cell is left.
+        try await waitUntil { try await bob.connection.nearbyChannels(in: here).isEmpty }
+        try await waitUntil {
+            try await stack.withRedis { redis in
+                try await redis.send("EXISTS", "ptt:cell:{\(here)}", "ptt:{\(trail.channelId)}:announced").int == 0
+            }
+        }
+        // Stopped by its owner, or deleted: gone at once.
+        try await alice.connection.announceChannel(trail.channelId, in: here)
+        #expect(try await bob.connection.nearbyChannels(in: here).count == 1)
+        try await alice.connection.announceChannel(trail.channelId, in: nil)
+        #expect(try await bob.connection.nearbyChannels(in: here).isEmpty)
+        try await alice.connection.announceChannel(trail.channelId, in: here)
+        try await alice.connection.deleteChannel(trail.channelId)
+        #expect(try await bob.connection.nearbyChannels(in: here).isEmpty)
+        try await stack.stop()
+    }
+
+    @Test func geohashCells() {
+        // The usual example of the geohash system.
+        #expect(Geohash.encode(latitude: 57.64911, longitude: 10.40744, precision: 11) == "u4pruydqqvj")
+        let cell = Geohash.encode(latitude: 57.64911, longitude: 10.40744)
+        #expect(cell == "u4pru" && Geohash.isCell(cell))
+        let around = Geohash.withNeighbours(cell)
+        #expect(around.count == 9 && around.first { $0 == cell } != nil && Set(around).count == 9)
+        #expect(!Geohash.isCell("u4pr") && !Geohash.isCell("u4pra"))
+    }
+
     static func memberships(_ user: TestUser) async -> [PTTMembership] {
         await user.events.all(.pttMembership).compactMap { $0.payload(as: PTTMembership.self) }
     }

@@ -160,7 +160,8 @@ struct FrameHandler: Sendable {
             try await serveWhisperer(frame, on: connection)
         case is any LiveListenerPayload:
             try await serveListener(frame, on: connection)
-        case is PTTChannelCreate, is PTTChannelJoin, is PTTChannelLeave, is PTTChannelDelete, is PTTChannelsList, is PTTTalkRequest, is PTTTalkRelease:
+        case is PTTChannelCreate, is PTTChannelJoin, is PTTChannelLeave, is PTTChannelDelete, is PTTChannelsList, is PTTTalkRequest, is PTTTalkRelease,
+             is PTTAnnounce, is PTTNearby:
             try await servePTT(frame, on: connection)
         case let payload as SendMessage where sends != nil:
             try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
@@ -275,6 +276,10 @@ struct FrameHandler: Sendable {
                 connection.send(try await ptt.talk(talk, member: whisperId, on: connection), requestId: frame.requestId)
             case let release as PTTTalkRelease:
                 connection.send(try await ptt.release(release, member: whisperId, on: connection), requestId: frame.requestId)
+            case let announce as PTTAnnounce:
+                connection.send(try await ptt.announce(announce, owner: whisperId), requestId: frame.requestId)
+            case let nearby as PTTNearby:
+                connection.send(try await ptt.nearby(nearby), requestId: frame.requestId)
             default:
                 connection.send(try await ptt.list(member: whisperId), requestId: frame.requestId)
             }

@@ -46,7 +46,9 @@ public func buildGateway(
     let limits = FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     let ptt = PTTDesk(
         redis: environment.redis, postgres: environment.postgres,
-        settings: PTTDesk.Settings(maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue),
+        settings: PTTDesk.Settings(
+            maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue, announceTTL: settings.pttAnnounceTTL
+        ),
         floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), instanceID: settings.common.instanceID,
         logger: environment.logger
     )

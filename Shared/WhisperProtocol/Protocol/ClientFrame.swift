@@ -43,6 +43,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case pttChannelsList = "ptt_channels_list"
     case pttTalkRequest = "ptt_talk_request"
     case pttTalkRelease = "ptt_talk_release"
+    case pttAnnounce = "ptt_announce"
+    case pttNearby = "ptt_nearby"
 
     /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
     public var isPrivileged: Bool {
@@ -97,6 +99,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .pttChannelsList: PTTChannelsList.self
         case .pttTalkRequest: PTTTalkRequest.self
         case .pttTalkRelease: PTTTalkRelease.self
+        case .pttAnnounce: PTTAnnounce.self
+        case .pttNearby: PTTNearby.self
         }
     }
 }

@@ -46,6 +46,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case pttChannels = "ptt_channels"
     case pttMembership = "ptt_membership"
     case pttFloor = "ptt_floor"
+    case pttAnnounced = "ptt_announced"
+    case pttNearbyChannels = "ptt_nearby_channels"
 
     var payloadType: any ServerPayload.Type {
         switch self {
@@ -93,6 +95,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .pttChannels: PTTChannels.self
         case .pttMembership: PTTMembership.self
         case .pttFloor: PTTFloor.self
+        case .pttAnnounced: PTTAnnounced.self
+        case .pttNearbyChannels: PTTNearbyChannels.self
         }
     }
 }

@@ -247,7 +247,7 @@ struct LiveRelay: Sendable {
         let expires = Clock.millisecondsNow() &+ Int64(placeTTL.milliseconds)
         return [
             RedisCommand("HSET", key, field(gateway, connId), value(isWhisperer: isWhisperer, id: id, joined: joined, expires: expires)),
-            RedisCommand("PEXPIRE", key, String(placeTTL.milliseconds)),
+            RedisCommand("PEXPIRE", key, String(Int64(placeTTL.milliseconds))),
         ]
     }
 

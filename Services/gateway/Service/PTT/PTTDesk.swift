@@ -16,6 +16,8 @@ struct PTTDesk: Sendable {
         var maxMembers: Int
         var maxTalk: Duration
         var maxQueue: Int
+        /// How long an announcement lasts without the next heartbeat.
+        var announceTTL: Duration = .seconds(30)
     }
 
     let redis: RedisClient
@@ -133,6 +135,7 @@ struct PTTDesk: Sendable {
         for try await _ in rows.decode(String.self) { deleted = true }
         guard deleted else { throw Self.notFound }
         _ = try await redis.pipeline([RedisCommand("DEL", Self.floorKey(request.channelId)), RedisCommand("DEL", Self.queueKey(request.channelId))])
+        try await unannounce(request.channelId)
         let gone = PTTMembership(channelId: request.channelId, whisperId: owner, change: .deleted)
         try await tell(gone, to: members.filter { $0 != owner })
         return gone
@@ -152,6 +155,71 @@ struct PTTDesk: Sendable {
         return PTTChannels(channels: channels)
     }
 
+    // MARK: - Nearby
+
+    /// The channels announced in one cell, scored by when their announcement lapses (ms).
+    static func cellKey(_ cell: String) -> String { "ptt:cell:{\(cell)}" }
+    /// The cell a channel is announced in, while it is.
+    static func announcedKey(_ channelId: String) -> String { "ptt:{\(channelId)}:announced" }
+    /// Channels one cell lists at most (the most recently renewed).
+    static let maxPerCell = 50
+
+    /// Announces a public channel in a cell (its owner only), or stops. Nothing about
+    /// the cell outlives the announcement: both keys lapse with it.
+    func announce(_ request: PTTAnnounce, owner: String) async throws -> PTTAnnounced {
+        let rows = try await postgres.query(
+            "SELECT is_public FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner)", logger: logger
+        )
+        var isPublic: Bool?
+        for try await value in rows.decode(Bool.self) { isPublic = value }
+        guard let isPublic else { throw Self.notFound }
+        guard isPublic else { throw WhisperError(.forbidden, "only a public channel is announced to people nearby") }
+        try await unannounce(request.channelId, unless: request.cell)
+        guard let cell = request.cell else { return PTTAnnounced(channelId: request.channelId, until: nil) }
+        let now = Clock.millisecondsNow()
+        let until = now + Int64(settings.announceTTL.milliseconds)
+        let ttl = String(Int64(settings.announceTTL.milliseconds))
+        _ = try await redis.pipeline([
+            RedisCommand("ZREMRANGEBYSCORE", Self.cellKey(cell), "-inf", String(now)),
+            RedisCommand("ZADD", Self.cellKey(cell), String(until), request.channelId),
+            RedisCommand("PEXPIRE", Self.cellKey(cell), ttl),
+            RedisCommand("SET", Self.announcedKey(request.channelId), cell, "PX", ttl),
+        ])
+        return PTTAnnounced(channelId: request.channelId, until: until)
+    }
+
+    /// Takes a channel out of the cell it is announced in (unless it is `cell`).
+    private func unannounce(_ channelId: String, unless cell: String? = nil) async throws {
+        guard let previous = try await redis.send("GET", Self.announcedKey(channelId)).string, previous != cell else { return }
+        _ = try await redis.pipeline([RedisCommand("ZREM", Self.cellKey(previous), channelId), RedisCommand("DEL", Self.announcedKey(channelId))])
+    }
+
+    /// The public channels announced in the cell and the eight around it.
+    func nearby(_ request: PTTNearby) async throws -> PTTNearbyChannels {
+        let now = String(Clock.millisecondsNow())
+        let cells = Geohash.withNeighbours(request.cell)
+        let replies = try await redis.pipeline(cells.map {
+            RedisCommand("ZREVRANGEBYSCORE", Self.cellKey($0), "+inf", "(\(now)", "LIMIT", "0", String(Self.maxPerCell))
+        })
+        var ids: [String] = []
+        for reply in replies {
+            for id in reply.array?.compactMap(\.string) ?? [] where Format.isUUID(id) && !ids.contains(id) { ids.append(id) }
+        }
+        guard !ids.isEmpty else { return PTTNearbyChannels(channels: []) }
+        let rows = try await postgres.query(
+            """
+            SELECT c.channel_id, c.name, c.join_code, (SELECT count(*)::bigint FROM ptt_members m WHERE m.channel_id = c.channel_id)
+            FROM ptt_channels c WHERE c.channel_id = ANY(\(ids)) AND c.is_public ORDER BY c.name, c.channel_id
+            """,
+            logger: logger
+        )
+        var channels: [PTTNearbyChannels.Channel] = []
+        for try await (id, name, code, count) in rows.decode((String, String, String, Int64).self) {
+            channels.append(PTTNearbyChannels.Channel(channelId: id, name: name, joinCode: code, memberCount: Int(count)))
+        }
+        return PTTNearbyChannels(channels: channels)
+    }
+
     // MARK: - The floor
 
     static func floorKey(_ channelId: String) -> String { "ptt:{\(channelId)}:floor" }
@@ -166,7 +234,7 @@ struct PTTDesk: Sendable {
         let reply = try await redis.evaluate(
             Self.requestScript, keys: [Self.floorKey(request.channelId), Self.queueKey(request.channelId)],
             arguments: [
-                member, instanceID, connection.id, String(now), String(settings.maxTalk.milliseconds), request.queue ? "1" : "0",
+                member, instanceID, connection.id, String(now), String(Int64(settings.maxTalk.milliseconds)), request.queue ? "1" : "0",
                 String(settings.maxQueue), grantId,
             ]
         )
@@ -236,7 +304,7 @@ struct PTTDesk: Sendable {
         let next = RandomID.uuid()
         let reply = try await redis.evaluate(
             Self.releaseScript, keys: [Self.floorKey(channelId), Self.queueKey(channelId)],
-            arguments: [holder, conn, grantId, String(now), String(settings.maxTalk.milliseconds), next]
+            arguments: [holder, conn, grantId, String(now), String(Int64(settings.maxTalk.milliseconds)), next]
         )
         let parts = reply.array?.compactMap(\.string) ?? []
         let members = try await members(channelId) + tellingAlso
