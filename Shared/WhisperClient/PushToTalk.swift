@@ -75,3 +75,39 @@ extension WhisperConnection {
         return answer
     }
 }
+
+/// Push-to-talk media signaling: a WebRTC offer, answer or ICE candidate boxed to one
+/// member and signed (docs/protocol.md section 14, "Media signaling").
+public enum PTTSignaling {
+    public static func make(
+        _ kind: PTTSignal.Kind, _ blob: [UInt8], channelId: String, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys,
+        sessionToken: String, signalId: String = RandomID.uuid(), timestamp: Int64 = Clock.millisecondsNow()
+    ) -> PTTSignal {
+        let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let box = X25519Box.seal(blob, nonce: nonce, recipientPublicKey: peer.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
+        let nonceText = Data(nonce).base64EncodedString(), ciphertext = Data(box).base64EncodedString()
+        let signed = PTTSignal.signedBytes(
+            channelId: channelId, signalId: signalId, from: sender.whisperId, to: peer.whisperId, kind: kind, timestamp: timestamp, nonce: nonceText,
+            ciphertext: ciphertext
+        )
+        return PTTSignal(
+            sessionToken: sessionToken, channelId: channelId, signalId: signalId, from: sender.whisperId, to: peer.whisperId, kind: kind,
+            timestamp: timestamp, nonce: nonceText, ciphertext: ciphertext,
+            sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString()
+        )
+    }
+
+    /// Checks the sender's signature on a received signal and opens its blob.
+    public static func open(
+        _ signal: PTTSignalReceived, by recipient: (whisperId: String, keys: WhisperKeys), peer: PeerKeys
+    ) throws(MessageCryptoError) -> [UInt8] {
+        guard signal.to == recipient.whisperId, signal.from == peer.whisperId else { throw .notForMe }
+        guard let signature = Data(base64Encoded: signal.sig), CanonicalSigning.verify([UInt8](signature), over: signal.signedBytes, publicKey: peer.signPublicKey) else {
+            throw .badSignature
+        }
+        guard let nonce = Data(base64Encoded: signal.nonce), let box = Data(base64Encoded: signal.ciphertext),
+              let blob = X25519Box.open([UInt8](box), nonce: [UInt8](nonce), senderPublicKey: peer.encPublicKey, recipientPrivateKey: recipient.keys.encPrivateKey)
+        else { throw .cannotDecrypt }
+        return blob
+    }
+}

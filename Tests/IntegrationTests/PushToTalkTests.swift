@@ -152,6 +152,47 @@ import WhisperShared
         try await stack.stop()
     }
 
+    @Test func mediaSignalingReachesMembersOnlySignedAndSealed() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), dave = try await stack.user(on: 0)
+        let channel = try await alice.connection.createChannel(name: "Media")
+        _ = try await bob.connection.joinChannel(code: channel.joinCode)
+        let offer = Array("v=0 an SDP offer".utf8)
+        let signal = PTTSignaling.make(.offer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token)
+        try await alice.connection.sendOnly(signal)
+        let received = try #require(try await bob.events(.pttSignalReceived).first?.payload(as: PTTSignalReceived.self))
+        #expect(received.kind == .offer && received.from == alice.whisperId)
+        #expect(try PTTSignaling.open(received, by: (bob.whisperId, bob.keys), peer: alice.peerKeys) == offer)
+        // The server relays what it checked and nothing more: the SDP is sealed.
+        #expect(!String(decoding: ServerFrameCodec.encode(received), as: UTF8.self).contains("SDP offer"))
+
+        // A signature that does not verify, a sender acting for another, a stranger either way.
+        var forged = signal
+        forged.kind = .answer
+        await expectRefused(.authFailed, "a signal changed after signing") { _ = try await alice.connection.request(forged) }
+        await expectRefused(.forbidden, "from another identity") {
+            _ = try await bob.connection.request(PTTSignaling.make(.offer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: bob.token))
+        }
+        await expectRefused(.notFound, "to a non-member") {
+            _ = try await alice.connection.request(PTTSignaling.make(.offer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: dave.peerKeys, sessionToken: alice.token))
+        }
+        await expectRefused(.notFound, "from a non-member") {
+            _ = try await dave.connection.request(PTTSignaling.make(.offer, offer, channelId: channel.channelId, from: (dave.whisperId, dave.keys), to: alice.peerKeys, sessionToken: dave.token))
+        }
+        await expectRefused(.invalidPayload, "an oversized candidate") {
+            var big = PTTSignaling.make(.candidate, [], channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token)
+            big.ciphertext = Data(count: Limits.MAX_CALL_SIGNAL_BYTES + 1).base64EncodedString()
+            _ = try await alice.connection.request(big)
+        }
+        // A member without a socket is not reached (nothing is kept for later).
+        await bob.connection.close()
+        try await waitUntil { try await stack.withRedis { try await $0.send("GET", RedisKeys.presence(bob.whisperId)).string == nil } }
+        await expectRefused(.notFound, "to a member who is not connected") {
+            _ = try await alice.connection.request(PTTSignaling.make(.answer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token))
+        }
+        try await stack.stop()
+    }
+
     @Test func geohashCells() {
         // The usual example of the geohash system.
         #expect(Geohash.encode(latitude: 57.64911, longitude: 10.40744, precision: 11) == "u4pruydqqvj")

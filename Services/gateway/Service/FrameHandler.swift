@@ -161,7 +161,7 @@ struct FrameHandler: Sendable {
         case is any LiveListenerPayload:
             try await serveListener(frame, on: connection)
         case is PTTChannelCreate, is PTTChannelJoin, is PTTChannelLeave, is PTTChannelDelete, is PTTChannelsList, is PTTTalkRequest, is PTTTalkRelease,
-             is PTTAnnounce, is PTTNearby:
+             is PTTAnnounce, is PTTNearby, is PTTSignal:
             try await servePTT(frame, on: connection)
         case let payload as SendMessage where sends != nil:
             try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
@@ -258,7 +258,10 @@ struct FrameHandler: Sendable {
     /// bucket (`GATEWAY_RATE_LIMIT_PTT_PER_IDENTITY`).
     private func servePTT(_ frame: InboundFrame, on connection: ClientConnection) async throws {
         guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-        if case .limited(let retry) = try await limits.limiter.take("ptt", key: whisperId, rule: limits.pttPerIdentity) {
+        let isSignal = frame.payload is PTTSignal
+        if case .limited(let retry) = try await limits.limiter.take(
+            isSignal ? "ptt_signal" : "ptt", key: whisperId, rule: isSignal ? limits.pttSignalsPerIdentity : limits.pttPerIdentity
+        ) {
             await refuse(.rateLimited, "too many push-to-talk frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
             return
         }
@@ -280,6 +283,8 @@ struct FrameHandler: Sendable {
                 connection.send(try await ptt.announce(announce, owner: whisperId), requestId: frame.requestId)
             case let nearby as PTTNearby:
                 connection.send(try await ptt.nearby(nearby), requestId: frame.requestId)
+            case let signal as PTTSignal:
+                try await ptt.signal(signal, sender: whisperId)
             default:
                 connection.send(try await ptt.list(member: whisperId), requestId: frame.requestId)
             }
@@ -567,6 +572,7 @@ struct FrameLimits: Sendable {
     let presenceSubscribePerIdentity: RateLimitRule
     let liveConversationsPerIdentity: RateLimitRule
     let pttPerIdentity: RateLimitRule
+    let pttSignalsPerIdentity: RateLimitRule
     let callsPerIdentity: RateLimitRule
     let callSignalsPerIdentity: RateLimitRule
     let receiptsPerIdentity: RateLimitRule
@@ -596,6 +602,7 @@ struct FrameLimits: Sendable {
         presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
         liveConversationsPerIdentity = settings.liveConversationsPerIdentity
         pttPerIdentity = settings.pttPerIdentity
+        pttSignalsPerIdentity = settings.pttSignalsPerIdentity
         callsPerIdentity = settings.callsPerIdentity
         callSignalsPerIdentity = settings.callSignalsPerIdentity
         receiptsPerIdentity = settings.receiptsPerIdentity

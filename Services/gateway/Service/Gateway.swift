@@ -49,7 +49,8 @@ public func buildGateway(
         settings: PTTDesk.Settings(
             maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue, announceTTL: settings.pttAnnounceTTL
         ),
-        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), instanceID: settings.common.instanceID,
+        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), checks: MessageChecks(identities: identities),
+        instanceID: settings.common.instanceID,
         logger: environment.logger
     )
     let frames = FrameHandler(

@@ -96,6 +96,8 @@ public struct GatewaySettings: ServiceSettings {
     public var pttMaxTalk: Duration = .seconds(60)
     public var pttMaxQueue = 11
     public var pttPerIdentity = RateLimitRule(capacity: 120, period: .seconds(60))
+    /// `ptt_signal` frames per identity (offers, answers and ICE candidates to every member).
+    public var pttSignalsPerIdentity = RateLimitRule(capacity: 600, period: .seconds(60))
     /// How long a channel stays announced nearby after its owner's last heartbeat.
     public var pttAnnounceTTL: Duration = .seconds(30)
     /// Presence events (online, offline) one identity's comings and goings may cause;
@@ -252,6 +254,7 @@ public struct GatewaySettings: ServiceSettings {
         pttMaxTalk = .seconds(settings.int("gateway.ptt.max.talk.seconds", default: 60, range: 1...3_600))
         pttMaxQueue = settings.int("gateway.ptt.max.queue", default: 11, range: 0...1_000)
         pttPerIdentity = settings.rateLimit("gateway.rate.limit.ptt.per.identity", default: "120/60s")
+        pttSignalsPerIdentity = settings.rateLimit("gateway.rate.limit.ptt.signal.per.identity", default: "600/60s")
         pttAnnounceTTL = .seconds(settings.int("gateway.ptt.announce.ttl.seconds", default: 30, range: 1...600))
         presenceEventsPerIdentity = settings.rateLimit("gateway.rate.limit.presence.events.per.identity", default: "12/60s")
         callsPerIdentity = settings.rateLimit("gateway.rate.limit.call.per.identity", default: "20/60s")

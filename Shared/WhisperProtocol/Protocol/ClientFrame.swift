@@ -45,6 +45,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case pttTalkRelease = "ptt_talk_release"
     case pttAnnounce = "ptt_announce"
     case pttNearby = "ptt_nearby"
+    case pttSignal = "ptt_signal"
 
     /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
     public var isPrivileged: Bool {
@@ -101,6 +102,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .pttTalkRelease: PTTTalkRelease.self
         case .pttAnnounce: PTTAnnounce.self
         case .pttNearby: PTTNearby.self
+        case .pttSignal: PTTSignal.self
         }
     }
 }

@@ -424,3 +424,106 @@ public struct PTTNearbyChannels: ServerPayload, Equatable {
 
     public init(channels: [Channel]) { self.channels = channels }
 }
+
+// MARK: - Media signaling
+
+/// A WebRTC offer, answer or ICE candidate for one member of a channel, sealed to it
+/// (as call signaling is: `crypto_box` to its key) and signed by the sender over
+/// `PTTSignal.signedBytes`. The server checks both are members and the signature, and
+/// hands it to the recipient's socket; it keeps nothing.
+public struct PTTSignal: PrivilegedPayload, Equatable {
+    public enum Kind: String, Codable, Sendable { case offer, answer, candidate }
+    public enum Keys: String, CodingKey, CaseIterable {
+        case protocolVersion, cryptoVersion, sessionToken, channelId, signalId, from, to, kind, timestamp, nonce, ciphertext, sig
+    }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttSignal
+    public var protocolVersion: Int
+    public var cryptoVersion: Int
+    public var sessionToken: String
+    public var channelId: String
+    public var signalId: String
+    public var from: String
+    public var to: String
+    public var kind: Kind
+    public var timestamp: Int64
+    public var nonce: String
+    public var ciphertext: String
+    public var sig: String
+
+    public init(
+        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String, signalId: String, from: String, to: String,
+        kind: Kind, timestamp: Int64, nonce: String, ciphertext: String, sig: String
+    ) {
+        self.protocolVersion = protocolVersion
+        self.cryptoVersion = cryptoVersion
+        self.sessionToken = sessionToken
+        self.channelId = channelId
+        self.signalId = signalId
+        self.from = from
+        self.to = to
+        self.kind = kind
+        self.timestamp = timestamp
+        self.nonce = nonce
+        self.ciphertext = ciphertext
+        self.sig = sig
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(channelId, "channelId")
+        try check.uuid(signalId, "signalId")
+        try check.whisperID(from, "from")
+        try check.whisperID(to, "to")
+        try check.timestamp(timestamp, "timestamp")
+        try check.base64(nonce, "nonce", bytes: 24)
+        try check.base64(ciphertext, "ciphertext")
+        try check.require(
+            Format.decodedLength(ofBase64: ciphertext) <= Limits.MAX_CALL_SIGNAL_BYTES, "ciphertext", "must hold at most \(Limits.MAX_CALL_SIGNAL_BYTES) bytes"
+        )
+        try check.base64(sig, "sig", bytes: 64)
+    }
+
+    /// What `sig` covers: the canonical bytes of spec 3.5 with type `ptt_<kind>`,
+    /// messageId the signalId, and `<channelId>:<to>` in the recipient's place.
+    public static func signedBytes(channelId: String, signalId: String, from: String, to: String, kind: Kind, timestamp: Int64, nonce: String, ciphertext: String) -> [UInt8] {
+        CanonicalSigning.bytes(
+            messageType: "ptt_\(kind.rawValue)", messageId: signalId, from: from, toOrGroupId: "\(channelId):\(to)", timestamp: timestamp, nonce: nonce,
+            ciphertext: ciphertext
+        )
+    }
+
+    public var signedBytes: [UInt8] {
+        Self.signedBytes(channelId: channelId, signalId: signalId, from: from, to: to, kind: kind, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext)
+    }
+}
+
+/// A member's signal, as its recipient gets it.
+public struct PTTSignalReceived: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.pttSignalReceived
+    public var channelId: String
+    public var signalId: String
+    public var from: String
+    public var to: String
+    public var kind: PTTSignal.Kind
+    public var timestamp: Int64
+    public var nonce: String
+    public var ciphertext: String
+    public var sig: String
+
+    public init(_ signal: PTTSignal) {
+        channelId = signal.channelId
+        signalId = signal.signalId
+        from = signal.from
+        to = signal.to
+        kind = signal.kind
+        timestamp = signal.timestamp
+        nonce = signal.nonce
+        ciphertext = signal.ciphertext
+        sig = signal.sig
+    }
+
+    public var signedBytes: [UInt8] {
+        PTTSignal.signedBytes(channelId: channelId, signalId: signalId, from: from, to: to, kind: kind, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext)
+    }
+}

@@ -48,6 +48,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case pttFloor = "ptt_floor"
     case pttAnnounced = "ptt_announced"
     case pttNearbyChannels = "ptt_nearby_channels"
+    case pttSignalReceived = "ptt_signal_received"
 
     var payloadType: any ServerPayload.Type {
         switch self {
@@ -97,6 +98,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .pttFloor: PTTFloor.self
         case .pttAnnounced: PTTAnnounced.self
         case .pttNearbyChannels: PTTNearbyChannels.self
+        case .pttSignalReceived: PTTSignalReceived.self
         }
     }
 }

@@ -4,6 +4,7 @@ import Logging
 import PostgresNIO
 import ServiceLifecycle
 import Synchronization
+import WhisperMessaging
 import WhisperShared
 
 /// Push-to-talk (docs/protocol.md section 14): channels and their members in Postgres,
@@ -25,6 +26,8 @@ struct PTTDesk: Sendable {
     let settings: Settings
     let floorKey: Ed25519.KeyPair
     let holds: FloorHolds
+    /// The checks signed frames pass (author, timestamp, the sender's signature).
+    let checks: MessageChecks
     let instanceID: String
     let logger: Logger
 
@@ -153,6 +156,25 @@ struct PTTDesk: Sendable {
             )
         }
         return PTTChannels(channels: channels)
+    }
+
+    // MARK: - Media signaling
+
+    /// Hands a signed signal to its recipient's socket: both must be members, the sender
+    /// must be the session's identity and its signature must verify. Not stored: a
+    /// recipient without a socket is `NOT_FOUND` (the sender tries again when it is back).
+    func signal(_ signal: PTTSignal, sender: String) async throws {
+        try MessageChecks.checkAuthor(signal.from, session: sender)
+        guard signal.to != sender else { throw WhisperError(.forbidden, "a signal goes to another member") }
+        try MessageChecks.checkTimestamp(signal.timestamp, now: Clock.millisecondsNow())
+        let members = try await membersIfMember(signal.channelId, sender)
+        guard members.contains(signal.to) else { throw WhisperError(.notFound, "\(signal.to) is not a member of that channel") }
+        try await checks.verifySignature(from: sender, sig: signal.sig, over: signal.signedBytes)
+        guard let socket = try await redis.send("GET", RedisKeys.presence(signal.to)).string.flatMap(PresenceRecord.init(encoded:)) else {
+            throw WhisperError(.notFound, "\(signal.to) is not connected")
+        }
+        let frame = ServerFrameCodec.encode(PTTSignalReceived(signal))
+        try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
     }
 
     // MARK: - Nearby
