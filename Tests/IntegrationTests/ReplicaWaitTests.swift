@@ -11,7 +11,9 @@ import WhisperShared
         try primary.start()
         defer { primary.kill() }
         var configuration = try #require(RedisConfiguration(url: primary.url))
-        configuration.replicaAcks = ReplicaAcknowledgement(replicas: 1, timeout: .milliseconds(200))
+        // Long enough for a replica on a busy 2-core machine to answer; the refusal without
+        // one waits this long.
+        configuration.replicaAcks = ReplicaAcknowledgement(replicas: 1, timeout: .seconds(2))
         let stack = try await MessagingStack.start(routers: 1, redis: configuration)
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
