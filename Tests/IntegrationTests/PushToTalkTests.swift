@@ -1,5 +1,7 @@
 import Foundation
 import GatewayService
+import GCWorkerService
+import PostgresNIO
 import Testing
 import WhisperClient
 import WhisperShared
@@ -190,6 +192,35 @@ import WhisperShared
         await expectRefused(.notFound, "to a member who is not connected") {
             _ = try await alice.connection.request(PTTSignaling.make(.answer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token))
         }
+        try await stack.stop()
+    }
+
+    @Test func aChannelLapsesWhenNoMemberHasConnectedForItsIdleDays() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+        let quiet = try await alice.connection.createChannel(name: "Quiet")
+        let busy = try await alice.connection.createChannel(name: "Busy")
+        _ = try await bob.connection.joinChannel(id: busy.channelId)
+        // Both as if untouched for 40 days; then Bob (a member of Busy only) connects.
+        try await stack.withPostgres { postgres in
+            try await postgres.query("UPDATE ptt_channels SET last_active_at = now() - interval '40 days'", logger: TestServers.logger)
+        }
+        let back = try await stack.reconnect(bob, on: 0)
+        _ = try await back.connection.channels()
+        try await waitUntil {
+            try await stack.withPostgres { postgres in
+                var recent = false
+                let rows = try await postgres.query(
+                    "SELECT last_active_at > now() - interval '1 day' FROM ptt_channels WHERE channel_id = \(busy.channelId)", logger: TestServers.logger
+                )
+                for try await value in rows.decode(Bool.self) { recent = value }
+                return recent
+            }
+        }
+        let lapsed = try await stack.withPostgres { try await IdleChannels(postgres: $0, idleDays: 30, logger: TestServers.logger).lapse() }
+        #expect(lapsed == 1)
+        #expect(try await back.connection.channels().map(\.channelId) == [busy.channelId])
+        await expectRefused(.notFound, "joining a lapsed channel") { _ = try await back.connection.joinChannel(code: quiet.joinCode) }
         try await stack.stop()
     }
 

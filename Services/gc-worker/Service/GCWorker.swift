@@ -25,6 +25,8 @@ public struct GCWorkerSettings: ServiceSettings {
     /// after it was presigned: never-sent uploads cannot hold the bucket for 30 days.
     public var unsentLifetime: Duration = .seconds(GCWorkerSettings.defaultUnsentHours * 3_600)
     public static let defaultUnsentHours = 24
+    /// A push-to-talk channel none of whose members has connected for this long lapses.
+    public var pttIdleDays = 30
 
     public init(
         common: CommonSettings, s3: S3Settings, interval: Duration = .seconds(600), batchSize: Int = 200,
@@ -46,6 +48,7 @@ public struct GCWorkerSettings: ServiceSettings {
         recipientGrace = .seconds(settings.int("gc.worker.recipient.grace.seconds", default: 600, range: 0...86_400))
         pendingCensusInterval = .seconds(settings.int("gc.worker.pending.census.seconds", default: 60, range: 5...3_600))
         unsentLifetime = .seconds(settings.int("gc.worker.unsent.upload.hours", default: Self.defaultUnsentHours, range: 1...720) * 3_600)
+        pttIdleDays = settings.int("gc.worker.ptt.idle.days", default: 30, range: 1...3_650)
     }
 }
 
@@ -62,7 +65,11 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                 batchSize: settings.batchSize, recipientGrace: settings.recipientGrace, unsentLifetime: settings.unsentLifetime,
                 metrics: GCMetrics(metrics: environment.metrics), logger: environment.logger
             ), redis: environment.redis, interval: settings.interval, logger: environment.logger),
-             PendingCensusLoop(redis: environment.redis, interval: settings.pendingCensusInterval, metrics: environment.metrics, logger: environment.logger)]
+             PendingCensusLoop(redis: environment.redis, interval: settings.pendingCensusInterval, metrics: environment.metrics, logger: environment.logger),
+             IdleChannelsLoop(
+                channels: IdleChannels(postgres: environment.postgres, idleDays: settings.pttIdleDays, logger: environment.logger),
+                interval: settings.interval, logger: environment.logger
+             )]
         },
         onServerRunning: onServerRunning
     )
@@ -301,6 +308,58 @@ public struct AttachmentCollector: Sendable {
             metrics.bytes.increment(by: bytes)
             // A batch where every deletion failed must not spin: report a short batch.
             return (deleted.isEmpty ? 0 : claimed.count, bytes)
+        }
+    }
+}
+
+/// Push-to-talk channels that lapsed: none of their members connected for `idleDays`
+/// (the gateway marks a member's channels when it connects). Deleted with their members;
+/// their Redis keys (floor, queue, announcement) lapse by themselves.
+public struct IdleChannels: Sendable {
+    let postgres: PostgresClient
+    let idleDays: Int
+    let logger: Logger
+
+    public init(postgres: PostgresClient, idleDays: Int, logger: Logger) {
+        self.postgres = postgres
+        self.idleDays = idleDays
+        self.logger = logger
+    }
+
+    /// Deletes up to 1,000 lapsed channels; returns how many.
+    public func lapse() async throws -> Int {
+        let rows = try await postgres.query(
+            """
+            DELETE FROM ptt_channels WHERE channel_id IN (
+                SELECT channel_id FROM ptt_channels WHERE last_active_at < now() - make_interval(days => \(Int32(clamping: idleDays))) LIMIT 1000
+            ) RETURNING channel_id
+            """,
+            logger: logger
+        )
+        var count = 0
+        for try await _ in rows.decode(String.self) { count += 1 }
+        return count
+    }
+}
+
+/// Runs `IdleChannels` every `interval` (several gc-workers may: a deletion is once).
+struct IdleChannelsLoop: Service {
+    let channels: IdleChannels
+    let interval: Duration
+    let logger: Logger
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let lapsed = try await channels.lapse()
+                    if lapsed > 0 { logger.info("ptt_channels_lapsed", metadata: ["count": "\(lapsed)"]) }
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.warning("ptt_lapse_failed", metadata: ["error": "\(error)"])
+                }
+                try? await Clock.sleep(for: interval)
+            }
         }
     }
 }

@@ -158,6 +158,23 @@ struct PTTDesk: Sendable {
         return PTTChannels(channels: channels)
     }
 
+    /// Marks the member's channels active (at most once an hour each): a channel lapses
+    /// when none of its members has connected for `GC_WORKER_PTT_IDLE_DAYS` (gc-worker).
+    func memberConnected(_ whisperId: String) async {
+        do {
+            try await postgres.query(
+                """
+                UPDATE ptt_channels SET last_active_at = now()
+                WHERE channel_id IN (SELECT channel_id FROM ptt_members WHERE whisper_id = \(whisperId))
+                  AND last_active_at < now() - interval '1 hour'
+                """,
+                logger: logger
+            )
+        } catch {
+            logger.warning("ptt_touch_failed", metadata: ["error": "\(error)"])
+        }
+    }
+
     // MARK: - Media signaling
 
     /// Hands a signed signal to its recipient's socket: both must be members, the sender
