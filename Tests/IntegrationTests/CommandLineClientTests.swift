@@ -261,6 +261,42 @@ import WhisperShared
         #expect(wrong.status == 65)
     }
 
+    @Test func pushToTalkChannelsAndTheFloorFromTwoTerminals() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let alice = try await initialise("alice"), bob = try await initialise("bob"), carol = try await initialise("carol")
+        let created = try await run(["ptt", "create", "Trail crew", "--is-public"], as: "alice")
+        let parts = created.output.split(separator: " ").map(String.init)
+        #expect(created.status == 0 && parts.count == 2, "\(created.errors)")
+        let (channelId, code) = (parts[0], parts[1])
+        // Found nearby (the same 5 km cell), joined by its code.
+        #expect(try await run(["ptt", "announce", channelId, "--lat", "47.6097", "--lon=-122.3331", "--count", "1"], as: "alice").status == 0)
+        #expect(try await run(["ptt", "nearby", "--lat", "47.6101", "--lon=-122.3340"], as: "bob").output == "\(code) 1 Trail crew")
+        #expect(try await run(["ptt", "join", code], as: "bob").output == channelId)
+        #expect(try await run(["ptt", "list"], as: "bob").output == "\(channelId) \(code) 2 Trail crew")
+        #expect(try await run(["ptt", "join", channelId], as: "carol").output == channelId)
+
+        // Bob watches; Alice holds the floor until return.
+        let watch = try start(["ptt", "watch", channelId, "--json", "--count", "2"], as: "bob")
+        try await waitUntil(timeout: .seconds(60)) {
+            guard watch.process.isRunning else { throw TestSetupError("watch ended: \(watch.errors)") }
+            return watch.errors.contains("watching")
+        }
+        let hold = try start(["ptt", "hold", channelId], as: "alice", typed: true)
+        try await waitUntil(timeout: .seconds(60)) { hold.output.contains("granted") }
+        // Carol cannot take it meanwhile (a run of Bob's profile would take his session from the watcher).
+        #expect(try await run(["ptt", "hold", channelId], as: "carol").status == 75)
+        hold.input?.fileHandleForWriting.write(Data("\n".utf8))
+        #expect(try await hold.finish() == 0, "\(hold.errors)")
+        #expect(hold.output.contains("released"))
+        #expect(try await watch.finish() == 0, "\(watch.errors)")
+        let events = watch.lines.map { "\($0["outcome"] ?? "") \($0["holder"] as? String ?? "-")" }
+        #expect(events == ["granted \(alice)", "released -"])
+        _ = (bob, carol)
+    }
+
     @Test func mistakesGetExitCodesAndMessagesAPersonCanActOn() async throws {
         defer {
             stack.discard()

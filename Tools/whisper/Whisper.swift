@@ -25,7 +25,7 @@ struct Whisper: AsyncParsableCommand {
             """,
         subcommands: [
             Init.self, SignIn.self, Identity.self, Send.self, Listen.self, Fetch.self, GroupCommand.self, Backup.self, Contacts.self, Keys.self,
-            LiveCommand.self,
+            LiveCommand.self, PTTCommand.self,
         ]
     )
 }
