@@ -187,11 +187,14 @@ public struct LiveListenRequest: LiveListenerPayload, Equatable {
     }
 }
 
-/// Step 5: an authorized listener starts receiving content.
-public struct LiveJoining: LiveListenerPayload, Equatable {
+
+/// A frame that names one conversation and nothing else: joining (step 5: an authorized
+/// listener starts receiving content) and dropping (either side leaves; the socket's
+/// place in the conversation says which). One shape, two frame types (`Marker`).
+public struct LiveConversationAction<Marker: LiveConversationActionFrame>: LiveListenerPayload, Equatable {
     public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId }
     public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.liveJoining
+    public static var frameType: ClientFrameType { Marker.frameType }
     public var protocolVersion: Int
     public var cryptoVersion: Int
     public var conversationId: String
@@ -206,6 +209,12 @@ public struct LiveJoining: LiveListenerPayload, Equatable {
         try Checker().uuid(conversationId, "conversationId")
     }
 }
+
+public protocol LiveConversationActionFrame: Sendable { static var frameType: ClientFrameType { get } }
+public enum LiveJoiningFrame: LiveConversationActionFrame { public static let frameType = ClientFrameType.liveJoining }
+public enum LiveDroppingFrame: LiveConversationActionFrame { public static let frameType = ClientFrameType.liveDropping }
+public typealias LiveJoining = LiveConversationAction<LiveJoiningFrame>
+public typealias LiveDropping = LiveConversationAction<LiveDroppingFrame>
 
 /// A joined listener's packet for the Whisperer (a re-read request), sealed under the
 /// conversation key.
@@ -232,26 +241,6 @@ public struct LiveListenerPacket: LiveListenerPayload, Equatable {
     }
 }
 
-/// Dropping: the sender leaves the conversation (either side; the socket's role in the
-/// conversation says which).
-public struct LiveDropping: LiveListenerPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId }
-    public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.liveDropping
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var conversationId: String
-
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.conversationId = conversationId
-    }
-
-    public func validate() throws(FieldViolation) {
-        try Checker().uuid(conversationId, "conversationId")
-    }
-}
 
 // MARK: - Whispering
 

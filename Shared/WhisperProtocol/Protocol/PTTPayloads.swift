@@ -56,10 +56,14 @@ public struct PTTChannelJoin: PrivilegedPayload, Equatable {
     }
 }
 
-public struct PTTChannelLeave: PrivilegedPayload, Equatable {
+
+
+/// A member's frame that names one channel and nothing else: leave it, delete it (its
+/// owner only), or give up its floor. One shape, three frame types (`Marker`).
+public struct PTTChannelAction<Marker: PTTChannelActionFrame>: PrivilegedPayload, Equatable {
     public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
     public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.pttChannelLeave
+    public static var frameType: ClientFrameType { Marker.frameType }
     public var protocolVersion: Int
     public var cryptoVersion: Int
     public var sessionToken: String
@@ -75,24 +79,13 @@ public struct PTTChannelLeave: PrivilegedPayload, Equatable {
     public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
 }
 
-public struct PTTChannelDelete: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
-    public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.pttChannelDelete
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
-    public var channelId: String
-
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
-        self.channelId = channelId
-    }
-
-    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
-}
+public protocol PTTChannelActionFrame: Sendable { static var frameType: ClientFrameType { get } }
+public enum PTTChannelLeaveFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttChannelLeave }
+public enum PTTChannelDeleteFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttChannelDelete }
+public enum PTTTalkReleaseFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttTalkRelease }
+public typealias PTTChannelLeave = PTTChannelAction<PTTChannelLeaveFrame>
+public typealias PTTChannelDelete = PTTChannelAction<PTTChannelDeleteFrame>
+public typealias PTTTalkRelease = PTTChannelAction<PTTTalkReleaseFrame>
 
 /// The channels the session's identity is a member of.
 public struct PTTChannelsList: PrivilegedPayload, Equatable {
@@ -134,25 +127,6 @@ public struct PTTTalkRequest: PrivilegedPayload, Equatable {
     public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
 }
 
-/// Gives up the floor (or a place in its queue).
-public struct PTTTalkRelease: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
-    public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.pttTalkRelease
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
-    public var channelId: String
-
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
-        self.channelId = channelId
-    }
-
-    public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
-}
 
 /// Join codes: short, typed by people, read over local radios.
 public enum PTTJoinCode {
