@@ -82,9 +82,11 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
     }
 
     @Test func liveTextThroughTheEdge() async throws {
-        // The listener page and listener devices are served through the edge.
+        // The listener page and listener devices are served through the edge, and the
+        // push-to-talk floor key.
         let page = try await HTTP.get("\(edge)/listen/\(UUID().uuidString.lowercased())")
         #expect(page.status == 200)
+        #expect(try await WhisperConnection.fetchFloorKey(websocketURL: endpoints.websocket).count == 32)
         let sam = try await user()
         let conversation = try await sam.connection.createLiveConversation(name: "Through the edge")
         let whispering = WhisperConnection(url: endpoints.websocket, logger: TestServers.logger)
