@@ -232,10 +232,7 @@ struct FrameHandler: Sendable {
             )
             return
         }
-        guard limits.routedPerAddress.take(connection.remoteAddress) else {
-            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
-            return
-        }
+        guard await admitAddress(requestId: frame.requestId, on: connection) else { return }
         try await answeringRefusals(frame, on: connection) {
             switch frame.payload {
             case let dropping as LiveDropping:
@@ -382,11 +379,17 @@ struct FrameHandler: Sendable {
             await refuse(.notRegistered, "no valid session for this connection; register first", requestId: requestId, on: connection)
             return nil
         }
+        return await admitAddress(requestId: requestId, on: connection) ? whisperId : nil
+    }
+
+    /// The routed-frame limit of the socket's address (in memory); false once the frame
+    /// has been refused. Listener frames (no identity) pass this alone.
+    private func admitAddress(requestId: String?, on connection: ClientConnection) async -> Bool {
         guard limits.routedPerAddress.take(connection.remoteAddress) else {
             await refuse(.rateLimited, "too many frames from this address; slow down", requestId: requestId, on: connection)
-            return nil
+            return false
         }
-        return whisperId
+        return true
     }
 
     /// `send_message` served here (`SendDesk`): charged to the address (in memory) and

@@ -187,11 +187,9 @@ struct PTTDesk: Sendable {
         let members = try await membersIfMember(signal.channelId, sender)
         guard members.contains(signal.to) else { throw WhisperError(.notFound, "\(signal.to) is not a member of that channel") }
         try await checks.verifySignature(from: sender, sig: signal.sig, over: signal.signedBytes)
-        guard let socket = try await redis.send("GET", RedisKeys.presence(signal.to)).string.flatMap(PresenceRecord.init(encoded:)) else {
+        guard try await tell(PTTSignalReceived(signal), to: [signal.to]) == 1 else {
             throw WhisperError(.notFound, "\(signal.to) is not connected")
         }
-        let frame = ServerFrameCodec.encode(PTTSignalReceived(signal))
-        try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
     }
 
     // MARK: - Nearby
@@ -346,13 +344,13 @@ struct PTTDesk: Sendable {
             arguments: [holder, conn, grantId, String(now), String(Int64(settings.maxTalk.milliseconds)), next]
         )
         let parts = reply.array?.compactMap(\.string) ?? []
-        let members = try await members(channelId) + tellingAlso
+        // Members are read only when the floor changed (not for a place given up in the queue).
         switch parts.first {
         case "free":
-            try await tell(PTTFloor(channelId: channelId, outcome: outcome), to: members)
+            try await tell(PTTFloor(channelId: channelId, outcome: outcome), to: try await members(channelId) + tellingAlso)
         case "granted" where parts.count == 5:
             let floor = try await granted(channelId, holder: parts[1], grantId: parts[2], notBefore: Int64(parts[3]) ?? now, notAfter: Int64(parts[4]) ?? now, outcome: .granted)
-            try await tell(floor, to: members)
+            try await tell(floor, to: try await members(channelId) + tellingAlso)
         default:
             break
         }
@@ -387,16 +385,18 @@ struct PTTDesk: Sendable {
     }
 
     /// Writes `payload` to each identity's live socket (presence); an identity without
-    /// one is not told (it lists its channels when it comes back).
-    private func tell<P: ServerPayload>(_ payload: P, to whisperIds: [String]) async throws {
+    /// one is not told (it lists its channels when it comes back). Returns how many had one.
+    @discardableResult
+    private func tell<P: ServerPayload>(_ payload: P, to whisperIds: [String]) async throws -> Int {
         let unique = Array(Set(whisperIds))
-        guard !unique.isEmpty else { return }
+        guard !unique.isEmpty else { return 0 }
         let records = try await redis.pipeline(unique.map { RedisCommand("GET", RedisKeys.presence($0)) })
         let frame = ServerFrameCodec.encode(payload)
         let commands = records.compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }.map {
             GatewayCommand(kind: .deliver, connId: $0.connId, frame: frame).publishing(to: $0.gateway)
         }
         if !commands.isEmpty { _ = try await redis.pipeline(commands) }
+        return commands.count
     }
 
     private static func members(_ channelId: String, on connection: PostgresConnection, logger: Logger) async throws -> [String] {
