@@ -60,6 +60,11 @@ ensure_packages() {
         log "installing: playwright (pip; it drives Debian's chromium, no browser download)"
         python3 -m pip install -q playwright >/dev/null || die "pip install playwright failed"
     fi
+    # The push-to-talk media test's WebRTC stack (aiortc, with numpy for the spectra).
+    if [ "${WHISPER_NEED_MEDIA:-0}" = 1 ] && ! python3 -c 'import aiortc, numpy' >/dev/null 2>&1; then
+        log "installing: aiortc numpy (pip)"
+        python3 -m pip install -q aiortc numpy >/dev/null || die "pip install aiortc numpy failed"
+    fi
     # The local S3-compatible store (moto's server mode, from PyPI).
     if ! python3 -c 'import moto.server, flask' >/dev/null 2>&1; then
         log "installing: moto[server] (pip)"

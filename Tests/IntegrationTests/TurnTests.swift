@@ -22,12 +22,13 @@ import WhisperShared
     }
 
     static func startTurnCred(
-        on stack: MessagingStack, secrets: [String], internalPort: Int? = nil, perIdentity: RateLimitRule? = nil
+        on stack: MessagingStack, secrets: [String], internalPort: Int? = nil, perIdentity: RateLimitRule? = nil, urls: [String]? = nil
     ) async throws -> (RunningService, TurnCredSettings) {
         var settings = TestServers.turnCredSettings(
             common: TestServers.common(service: "turn-cred", postgres: stack.database, redis: stack.redis), secrets: secrets
         )
         if let internalPort { settings.internalHTTP.port = internalPort }
+        if let urls { settings.urls = urls }
         if let perIdentity { settings.perIdentity = perIdentity }
         let final = settings
         let service = try await RunningService.start { running in
