@@ -46,10 +46,13 @@ struct PTTDesk: Sendable {
 
     func create(_ request: PTTChannelCreate, owner: String) async throws -> PTTChannel {
         let id = RandomID.uuid()
-        let channel = try await postgres.withTransaction(logger: logger) { connection -> PTTChannel? in
+        // Refusals come out of the transaction as values (see `join`).
+        let outcome = try await postgres.withTransaction(logger: logger) { connection -> Result<PTTChannel, WhisperError> in
             _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(owner) FOR UPDATE", logger: logger)
             guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(owner)", on: connection, logger: logger)
-                < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else { return nil }
+                < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
+                return .failure(WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first"))
+            }
             // A code taken already (unlikely: 31^8) is drawn again.
             for _ in 0..<5 {
                 let code = PTTJoinCode.make()
@@ -64,15 +67,15 @@ struct PTTDesk: Sendable {
                 for try await _ in rows.decode(String.self) { inserted = true }
                 guard inserted else { continue }
                 _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(id), \(owner))", logger: logger)
-                return PTTChannel(
+                return .success(PTTChannel(
                     channelId: id, name: request.name, joinCode: code, ownerId: owner, isPublic: request.isPublic, members: [owner],
                     createdAt: Clock.millisecondsNow()
-                )
+                ))
             }
-            return nil
+            // Five taken codes in a row: a retry draws new ones (INTERNAL_ERROR is retried).
+            return .failure(WhisperError(.internalError, "no free join code was drawn; try again"))
         }
-        guard let channel else { throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first") }
-        return channel
+        return try outcome.get()
     }
 
     /// Joins by code or ID, under the channel's row lock (the member bound holds however
