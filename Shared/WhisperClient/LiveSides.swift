@@ -16,6 +16,9 @@ public actor LiveWhisperer {
         case request(listenerId: String, name: String)
         case joined(listenerId: String, name: String)
         case left(listenerId: String, reason: LiveDropped.Reason)
+        /// The conversation was deleted (by its owner, from this socket or another): the
+        /// place is gone and packets are refused from now on.
+        case deleted
     }
 
     public let connection: WhisperConnection
@@ -71,6 +74,12 @@ public actor LiveWhisperer {
             let packet = try? LiveCrypto.openPacket(said.packet, key: key, conversationId: conversationId, keyId: keyId, fromWhisperer: false)
             if packet?.offset == LiveControl.rereadRequest.rawValue { try await sendEverything(to: said.listenerId) }
             return nil
+        }
+        if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId, dropped.reason == .deleted {
+            joined = []
+            admitted = []
+            publicKeys = [:]
+            return .deleted
         }
         if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId, let listenerId = dropped.listenerId {
             joined.remove(listenerId)
@@ -177,7 +186,8 @@ public actor LiveListener {
         case removed
         /// The text changed.
         case text(LiveTranscript)
-        /// The Whisperer left (`dropping`) or lost its socket (`leave`).
+        /// The Whisperer left (`dropping`), lost its socket (`leave`), or the conversation
+        /// was deleted (`deleted`: nothing more will come).
         case whispererLeft(LiveDropped.Reason)
     }
 
@@ -245,6 +255,7 @@ public actor LiveListener {
         }
         if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId, dropped.listenerId == nil {
             joined = false
+            if dropped.reason == .deleted { keys = [:] }
             return .whispererLeft(dropped.reason)
         }
         return nil

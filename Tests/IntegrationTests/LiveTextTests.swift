@@ -147,6 +147,26 @@ import WhisperShared
         try await stack.stop()
     }
 
+    /// Deleting the conversation while it is live lets everyone in it go at once: the
+    /// listener is told and hears nothing more, and the Whisperer's packets are refused.
+    @Test func deletingTheConversationEndsEveryPlaceInIt() async throws {
+        let stack = try await MessagingStack.start(routers: 0)
+        let (_, conversation, whisperer, ada) = try await LiveHarness.oneJoined(stack)
+        try await whisperer.side.type("before")
+        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+        let heard = await ada.record.frames(.liveContent).count
+
+        try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
+        try await ada.record.waitFor { $0 == .whispererLeft(.deleted) }
+        try await whisperer.record.waitFor { $0 == .deleted }
+        try await whisperer.side.type("after")
+        try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .notFound } }
+        // Refused before any relay: what Ada received ends with the deletion.
+        #expect(await ada.record.frames(.liveContent).count == heard)
+        await expectRefused(.notFound, "taking the place again") { try await whisperer.side.start() }
+        try await stack.stop()
+    }
+
     @Test func deviceCookiesAreCheckedAndSurviveARotationOfTheInternalToken() throws {
         let old = String(repeating: "a", count: 40), new = String(repeating: "b", count: 40)
         let before = LiveDevices(internalToken: old)
@@ -222,7 +242,13 @@ import WhisperShared
         }
         // The conversation deleted under the Whisperer: answered as gone, not as a failure.
         try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
-        await expectRefused(.notFound, "authorize in a deleted conversation") { try await whisperer.side.admit(listeners[0].id) }
+        try await whisperer.record.waitFor { $0 == .deleted }
+        await expectRefused(.notFound, "authorize in a deleted conversation") {
+            _ = try await whisperer.connection.request(LiveAuthorize(
+                sessionToken: owner.token, conversationId: conversation.conversationId, listenerId: listeners[0].id, listenerName: "A",
+                keyId: 1, sealedKey: Data(count: Limits.LIVE_SEALED_KEY_BYTES).base64EncodedString()
+            ))
+        }
         await expectRefused(.notFound, "a listen offer to a deleted conversation") {
             _ = try await LiveHarness.listener(conversation, name: "G", stack: stack, on: 0)
         }

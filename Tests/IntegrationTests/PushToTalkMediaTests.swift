@@ -19,10 +19,19 @@ import WhisperShared
             on: stack, secrets: [Self.secret], internalPort: internalPort, urls: ["turn:127.0.0.1:\(coturn.port)?transport=udp"]
         )
         let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
+        let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
+        try await Self.eachHolderIsHeardInTurn(alice, bob, carol, floorKey: floorKey)
+        try await turnCred.stop()
+        try await stack.stop()
+    }
+
+    /// The whole flow for three registered members (here, and through the deployed
+    /// topology's edge: TopologyTests): a channel, a mesh of relayed WebRTC connections
+    /// signaled through the gateways, and two holders in turn, each heard by the others.
+    static func eachHolderIsHeardInTurn(_ alice: TestUser, _ bob: TestUser, _ carol: TestUser, floorKey: [UInt8]) async throws {
         let members = [alice, bob, carol]
         let channel = try await alice.connection.createChannel(name: "Ridge")
         for member in [bob, carol] { _ = try await member.connection.joinChannel(code: channel.joinCode) }
-        let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
 
         // Each member's engine relays only, through the TURN server turn-cred names, with
         // the member's own credentials.
@@ -42,13 +51,13 @@ import WhisperShared
             let (offerer, answerer) = one.whisperId < other.whisperId ? (one, other) : (other, one)
             try engine(offerer).send(.init(op: "offer", peer: answerer.whisperId))
             let offer = try #require(try await engine(offerer).next("offer", peer: answerer.whisperId).sdp)
-            #expect(Self.candidateTypes(offer) == ["relay"], "the offer names other than relay candidates")
-            let carriedOffer = try await Self.carry(.offer, offer, in: channel.channelId, from: offerer, to: answerer)
+            #expect(candidateTypes(offer) == ["relay"], "the offer names other than relay candidates")
+            let carriedOffer = try await carry(.offer, offer, in: channel.channelId, from: offerer, to: answerer)
             #expect(carriedOffer == offer)
             try engine(answerer).send(.init(op: "answer", peer: offerer.whisperId, sdp: carriedOffer))
             let answer = try #require(try await engine(answerer).next("answer", peer: offerer.whisperId).sdp)
-            #expect(Self.candidateTypes(answer) == ["relay"], "the answer names other than relay candidates")
-            let carriedAnswer = try await Self.carry(.answer, answer, in: channel.channelId, from: answerer, to: offerer)
+            #expect(candidateTypes(answer) == ["relay"], "the answer names other than relay candidates")
+            let carriedAnswer = try await carry(.answer, answer, in: channel.channelId, from: answerer, to: offerer)
             try engine(offerer).send(.init(op: "accept", peer: answerer.whisperId, sdp: carriedAnswer))
         }
         // Six ends connected, each over a pair of relay candidates, sending Opus.
@@ -70,7 +79,7 @@ import WhisperShared
         let refused = try await carol.connection.requestTalk(channel.channelId)
         #expect(refused.outcome == .refused && refused.holder == alice.whisperId)
         for listener in [bob, carol] {
-            try await Self.playWhoHoldsTheFloor(alice, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
+            try await playWhoHoldsTheFloor(alice, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
         }
         try engine(alice).send(.init(op: "transmit", frequency: 440))
         try engine(carol).send(.init(op: "transmit", frequency: 1_500))
@@ -92,7 +101,7 @@ import WhisperShared
         #expect(try await engine(carol).listen().played?.level == 0)
         #expect(try await bob.connection.requestTalk(channel.channelId).outcome == .granted)
         for listener in [alice, carol] {
-            try await Self.playWhoHoldsTheFloor(bob, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
+            try await playWhoHoldsTheFloor(bob, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
         }
         try engine(bob).send(.init(op: "transmit", frequency: 1_000))
         for listener in [alice, carol] {
@@ -101,8 +110,7 @@ import WhisperShared
         }
 
         for engine in engines.values { try await engine.stop() }
-        try await turnCred.stop()
-        try await stack.stop()
+        try await alice.connection.deleteChannel(channel.channelId)
     }
 
     /// The types of the ICE candidates an SDP names.

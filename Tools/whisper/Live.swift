@@ -61,6 +61,8 @@ extension LiveCommand {
                             note("\(who) is listening")
                         case .left(let id, _):
                             note("\(await pending.name(id) ?? "a listener") left")
+                        case .deleted:
+                            note("the conversation was deleted; nothing more reaches its listeners")
                         case .arrived:
                             break
                         }
@@ -161,6 +163,9 @@ extension LiveCommand {
                     case .removed:
                         emit(["event": "removed"])
                         throw CLIFailure.notAllowed("the Whisperer let you go")
+                    case .whispererLeft(.deleted):
+                        emit(["event": "deleted"])
+                        throw CLIFailure.refused("NOT_FOUND: the conversation was deleted")
                     case .whispererLeft:
                         note("the Whisperer left; waiting for them to come back")
                         emit(["event": "whisperer_left"])

@@ -45,44 +45,41 @@ struct ControlChannel: Sendable {
             logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
             return
         }
-        if command.kind == .liveReceipt {
+        // The socket a command names, when it is on this instance (live commands name
+        // several, or none that must be here).
+        let target = { self.connections.connection(command.connId) }
+        switch command.kind {
+        case .liveReceipt:
             if let frame = command.frame, let live = command.live {
-                receipts.takeLive(frame, live, connection: connections.connection(command.connId))
+                receipts.takeLive(frame, live, connection: target())
             }
-            return
-        }
-        if command.kind == .live {
+        case .live:
             guard let route = command.liveRoute, let frame = command.frame else { return }
             for connId in command.connId.split(separator: ",").prefix(10_000) {
                 let connId = String(connId)
                 if live.admits(connId, route), let connection = connections.connection(connId) { connection.sendRaw(frame) }
             }
-            return
-        }
-        guard let connection = connections.connection(command.connId) else { return }
-        switch command.kind {
         case .revoke:
+            guard let connection = target() else { return }
             revoke(connection, reason: command.reason ?? .replacedByNewDevice)
         case .supersede:
+            guard let connection = target() else { return }
             _ = connection.unbind()
             connection.close(code: CloseCode.superseded, reason: "superseded by a newer connection")
         case .receipt:
-            guard let frame = command.frame, let stored = command.stored else { return }
+            guard let frame = command.frame, let stored = command.stored, let connection = target() else { return }
             receipts.handOver(frame, stored: stored, to: connection)
         case .deliver:
-            if let frame = command.frame {
-                // Remembered before the write, so the receipt cannot come first; only
-                // for the socket of the message's recipient.
-                if let origin = command.origin, connection.whisperId == origin.recipient {
-                    receipts.memory.remember(
-                        recipient: origin.recipient, messageId: origin.messageId, sender: origin.sender, senderConnection: origin.connId,
-                        senderGateway: origin.gateway
-                    )
-                }
-                deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
+            guard let frame = command.frame, let connection = target() else { return }
+            // Remembered before the write, so the receipt cannot come first; only for the
+            // socket of the message's recipient.
+            if let origin = command.origin, connection.whisperId == origin.recipient {
+                receipts.memory.remember(
+                    recipient: origin.recipient, messageId: origin.messageId, sender: origin.sender, senderConnection: origin.connId,
+                    senderGateway: origin.gateway
+                )
             }
-        case .liveReceipt, .live:
-            break
+            deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
         }
     }
 

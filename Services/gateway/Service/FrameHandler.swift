@@ -192,7 +192,16 @@ struct FrameHandler: Sendable {
             case let rename as LiveConversationRename:
                 connection.send(try await desk.rename(rename, owner: whisperId), requestId: frame.requestId)
             case let delete as LiveConversationDelete:
-                connection.send(try await desk.delete(delete, owner: whisperId), requestId: frame.requestId)
+                let deleted = try await desk.delete(delete, owner: whisperId)
+                // Gone in Postgres; whoever is in it live is let go now. Should that fail
+                // (Redis unreachable), the deletion stands: no new place can be taken, and
+                // the sockets in it keep theirs until they leave.
+                do {
+                    try await live.deleted(delete.conversationId)
+                } catch {
+                    connection.logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
+                }
+                connection.send(deleted, requestId: frame.requestId)
             default:
                 connection.send(try await desk.list(owner: whisperId), requestId: frame.requestId)
             }

@@ -530,9 +530,11 @@ public struct LiveContent: ServerPayload, Equatable {
 }
 
 /// Someone left: the Whisperer (no `listenerId`, to listeners) or a listener (to the
-/// Whisperer). `dropping`: it said so; `leave`: its socket went away.
+/// Whisperer). `dropping`: it said so; `leave`: its socket went away; `deleted`: the
+/// owner deleted the conversation (no `listenerId`, to every socket in it, whose place
+/// is gone).
 public struct LiveDropped: ServerPayload, Equatable {
-    public enum Reason: String, Codable, Sendable { case dropping, leave }
+    public enum Reason: String, Codable, Sendable { case dropping, leave, deleted }
     public static let frameType = ServerFrameType.liveDropped
     public var conversationId: String
     public var listenerId: String?

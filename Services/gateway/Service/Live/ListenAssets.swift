@@ -159,7 +159,8 @@ enum ListenAssets {
             try { const text = await openPacket(p.keyId, p.packet); if (text !== null) apply(text); } catch (e) { state.rereading = true; sendPacket("-5|"); }
             break;
           case "live_dropped":
-            if (!p.listenerId) { state.joined = false; status("The Whisperer has left. Waiting for them to come back…"); }
+            if (p.reason === "deleted") { state.ended = true; state.keys.clear(); status("This conversation was deleted."); state.socket.close(); }
+            else if (!p.listenerId) { state.joined = false; status("The Whisperer has left. Waiting for them to come back…"); }
             break;
           case "reconnect":
             state.socket.close();

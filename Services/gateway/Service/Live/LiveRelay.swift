@@ -220,6 +220,17 @@ struct LiveRelay: Sendable {
         }
     }
 
+    /// The owner deleted the conversation: every place in it goes, in Redis and on its
+    /// gateway (a detach), and each socket that held one is told `deleted`. Packets from
+    /// a Whisperer still live in it are refused from then on.
+    func deleted(_ conversationId: String) async throws {
+        let everyone = try await entries(conversationId)
+        try await forget(everyone, conversationId: conversationId)
+        try await route(
+            LiveDropped(conversationId: conversationId, listenerId: nil, reason: .deleted), to: everyone, conversationId: conversationId, mode: .detach
+        )
+    }
+
     private func left(_ place: LiveRegistry.Place, conversationId: String, connId: String, reason: LiveDropped.Reason) async throws {
         try await redis.send("HDEL", RedisKeys.liveSockets(conversationId), Self.field(instanceID, connId))
         switch place.role {
