@@ -75,13 +75,14 @@ public actor LiveWhisperer {
             if packet?.offset == LiveControl.rereadRequest.rawValue { try await sendEverything(to: said.listenerId) }
             return nil
         }
-        if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId, dropped.reason == .deleted {
-            joined = []
-            admitted = []
-            publicKeys = [:]
-            return .deleted
-        }
-        if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId, let listenerId = dropped.listenerId {
+        if let dropped = frame.payload(as: LiveDropped.self), dropped.conversationId == conversationId {
+            if dropped.reason == .deleted {
+                joined = []
+                admitted = []
+                publicKeys = [:]
+                return .deleted
+            }
+            guard let listenerId = dropped.listenerId else { return nil }
             joined.remove(listenerId)
             admitted.remove(listenerId)
             publicKeys[listenerId] = nil
