@@ -264,18 +264,132 @@ extension TestUser {
     }
 }
 
-/// A router whose cached membership predates a change, as one that had a copy in hand
-/// when the change was answered: the store script's version check stops it.
+/// A router whose cached membership predates a change, as one that read the group (it
+/// had a copy in hand) just before another router answered the change: the store
+/// script's version check stops a copy the old view admits, and the refused identity's
+/// record makes the router read the group again before a refusal from the old view.
 @Suite(.serialized)
 struct GroupCacheTests {
     @Test func aRouterHoldingTheOldMembershipRefusesCopiesToAndFromARemovedMember() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let stays = try await stack.user(on: 1)
-        let leaves = try await stack.user(on: 1)
-        try await stack.makePeers([owner, stays, leaves])
-        let created = try await owner.connection.createGroup(title: "Stale", memberIds: [stays.whisperId, leaves.whisperId])
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let stays = try await stack.user(on: 1)
+            let leaves = try await stack.user(on: 1)
+            try await stack.makePeers([owner, stays, leaves])
+            let created = try await owner.connection.createGroup(title: "Stale", memberIds: [stays.whisperId, leaves.whisperId])
 
+            try await StaleRouter.run(on: stack) { stale in
+                // This router learns the group while `leaves` is a member.
+                let before = try #require(try await stale.directory.view(created.groupId).view)
+                #expect(before.isMember(leaves.whisperId))
+
+                // Another router (the stack's) removes `leaves`; the change is answered.
+                _ = try await owner.connection.updateGroup(created.groupId, remove: [leaves.whisperId])
+
+                let toLeaver = try #require(stays.groupCopies("to a former member", groupId: created.groupId, to: [leaves]).first)
+                #expect(try await stale.handle(toLeaver, from: stays) == .refused)
+                stale.directory.remember(created.groupId, before)
+                let fromLeaver = try #require(leaves.groupCopies("from a former member", groupId: created.groupId, to: [stays]).first)
+                #expect(try await stale.handle(fromLeaver, from: leaves) == .refused)
+                // A copy between members still passes, after the router read the group again.
+                stale.directory.remember(created.groupId, before)
+                let between = try #require(stays.groupCopies("still here", groupId: created.groupId, to: [owner]).first)
+                let outcome = try await stale.handle(between, from: stays)
+                #expect(outcome == .delivered || outcome == .queued)
+                #expect(try await stale.directory.view(created.groupId).view?.isMember(leaves.whisperId) == false)
+            }
+            #expect(try await stack.pendingDepth(leaves.whisperId) == 0)
+            #expect(try await stack.pendingDepth(stays.whisperId) == 0)
+            #expect(try await stack.pendingDepth(owner.whisperId) == 1)
+            #expect(await leaves.events.all(.messageReceived).isEmpty)
+        }
+    }
+
+    /// The defect of a router that cached a group before a member was added: it refused
+    /// copies to the newcomer (and from it) until its cache lapsed.
+    @Test func aRouterHoldingTheOldMembershipAdmitsCopiesToAndFromAnAddedMember() async throws {
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let first = try await stack.user(on: 1)
+            let newcomer = try await stack.user(on: 1)
+            try await stack.makePeers([owner, first, newcomer])
+            let created = try await owner.connection.createGroup(title: "Growing", memberIds: [first.whisperId])
+
+            try await StaleRouter.run(on: stack) { stale in
+                let before = try #require(try await stale.directory.view(created.groupId).view)
+                #expect(!before.isMember(newcomer.whisperId))
+                let added = try await owner.connection.updateGroup(created.groupId, add: [newcomer.whisperId])
+                #expect(added.memberIds.contains(newcomer.whisperId))
+
+                let toNewcomer = try #require(owner.groupCopies("welcome", groupId: created.groupId, to: [newcomer]).first)
+                #expect(try await stale.handle(toNewcomer, from: owner) != .refused)
+                stale.directory.remember(created.groupId, before)
+                let fromNewcomer = try #require(newcomer.groupCopies("thanks", groupId: created.groupId, to: [first]).first)
+                #expect(try await stale.handle(fromNewcomer, from: newcomer) != .refused)
+            }
+            #expect(try await stack.pendingDepth(newcomer.whisperId) + (await newcomer.events.all(.messageReceived).count) >= 1)
+        }
+    }
+
+    /// The same for an invitee who accepted, through a router that cached the group
+    /// while the invitation was open.
+    @Test func aRouterHoldingTheOldMembershipAdmitsCopiesToAnInviteeWhoAccepted() async throws {
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let friend = try await stack.user(on: 0)
+            let invitee = try await stack.user(on: 1)
+            try await stack.makePeers([owner, friend])
+            let created = try await owner.connection.createGroup(title: "Invited", memberIds: [friend.whisperId, invitee.whisperId])
+            #expect(created.invited == [invitee.whisperId])
+
+            try await StaleRouter.run(on: stack) { stale in
+                let before = try #require(try await stale.directory.view(created.groupId).view)
+                #expect(!before.isMember(invitee.whisperId))
+                let accepted = try await invitee.connection.updateGroup(created.groupId, add: [invitee.whisperId])
+                #expect(accepted.memberIds.contains(invitee.whisperId))
+
+                let toInvitee = try #require(owner.groupCopies("glad you came", groupId: created.groupId, to: [invitee]).first)
+                #expect(try await stale.handle(toInvitee, from: owner) != .refused)
+                stale.directory.remember(created.groupId, before)
+                let fromInvitee = try #require(invitee.groupCopies("hello all", groupId: created.groupId, to: [friend]).first)
+                #expect(try await stale.handle(fromInvitee, from: invitee) != .refused)
+            }
+        }
+    }
+
+    /// A router that remembered that a group did not exist (someone sent to its ID
+    /// first) admits the group's copies once its creation is answered.
+    @Test func aRouterThatFoundNoGroupAdmitsCopiesOnceItIsCreated() async throws {
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let member = try await stack.user(on: 1)
+            try await stack.makePeers([owner, member])
+            let requestId = RandomID.uuid()
+            let groupId = GroupDesk.groupId(creator: owner.whisperId, requestId: requestId)
+
+            try await StaleRouter.run(on: stack) { stale in
+                let early = try #require(owner.groupCopies("too early", groupId: groupId, to: [member]).first)
+                #expect(try await stale.handle(early, from: owner) == .refused)
+                #expect(try await stale.directory.view(groupId).fromMemory)
+
+                let answer = try await owner.connection.request(
+                    GroupCreate(sessionToken: owner.token, title: "Named ahead", memberIds: [member.whisperId]), requestId: requestId
+                )
+                #expect(answer.payload(as: GroupCreated.self)?.groupId == groupId)
+                let copy = try #require(owner.groupCopies("now it exists", groupId: groupId, to: [member]).first)
+                #expect(try await stale.handle(copy, from: owner) != .refused)
+            }
+        }
+    }
+}
+
+/// A router of the test's own on the stack's Postgres and Redis, whose group cache the
+/// test sets (`directory`), handling the stream entries the test hands it.
+struct StaleRouter {
+    let router: MessageRouter
+    let directory: GroupDirectory
+
+    static func run(on stack: MessagingStack, _ body: @Sendable (StaleRouter) async throws -> Void) async throws {
         try await stack.withPostgres { postgres in
             try await stack.withRedis { redis in
                 let metrics = ServiceMetrics(service: "router", instanceID: "stale")
@@ -301,36 +415,16 @@ struct GroupCacheTests {
                     ),
                     settings: settings, metrics: routing, logger: TestServers.logger
                 )
-                // This router learns the group while `leaves` is a member.
-                let before = try #require(try await directory.view(created.groupId))
-                #expect(before.isMember(leaves.whisperId))
-
-                // Another router (the stack's) removes `leaves`; the change is answered.
-                _ = try await owner.connection.updateGroup(created.groupId, remove: [leaves.whisperId])
-
-                func entry(_ copy: GroupSendMessage, from sender: TestUser) throws -> RouterStream.Entry {
-                    RouterStream.Entry(
-                        gateway: "gone", connId: "gone", whisperId: sender.whisperId, type: .groupSendMessage, requestId: nil,
-                        payload: try RouterStream.storedPayload(copy), receivedAt: Clock.millisecondsNow()
-                    )
-                }
-                let toLeaver = try #require(stays.groupCopies("to a former member", groupId: created.groupId, to: [leaves]).first)
-                #expect(try await router.handle(try entry(toLeaver, from: stays)) == .refused)
-                directory.remember(created.groupId, before)
-                let fromLeaver = try #require(leaves.groupCopies("from a former member", groupId: created.groupId, to: [stays]).first)
-                #expect(try await router.handle(try entry(fromLeaver, from: leaves)) == .refused)
-                // A copy between members still passes, after the router read the group again.
-                directory.remember(created.groupId, before)
-                let between = try #require(stays.groupCopies("still here", groupId: created.groupId, to: [owner]).first)
-                let outcome = try await router.handle(try entry(between, from: stays))
-                #expect(outcome == .delivered || outcome == .queued)
-                #expect(try await directory.view(created.groupId)?.isMember(leaves.whisperId) == false)
+                try await body(StaleRouter(router: router, directory: directory))
             }
         }
-        #expect(try await stack.pendingDepth(leaves.whisperId) == 0)
-        #expect(try await stack.pendingDepth(stays.whisperId) == 0)
-        #expect(try await stack.pendingDepth(owner.whisperId) == 1)
-        #expect(await leaves.events.all(.messageReceived).isEmpty)
-        try await stack.stop()
+    }
+
+    /// Handles `copy` as a stream entry from `sender` (whose gateway is gone: answers go nowhere).
+    func handle(_ copy: GroupSendMessage, from sender: TestUser) async throws -> RoutingOutcome {
+        try await router.handle(RouterStream.Entry(
+            gateway: "gone", connId: "gone", whisperId: sender.whisperId, type: .groupSendMessage, requestId: nil,
+            payload: try RouterStream.storedPayload(copy), receivedAt: Clock.millisecondsNow()
+        ))
     }
 }

@@ -16,6 +16,8 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
     static let edge = topologyEdge
     static let admin = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ADMIN"] ?? ""
     static let adminToken = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ADMIN_TOKEN"] ?? ""
+    /// The routers' own ports (their metrics), which clients never reach.
+    static let routers = (ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ROUTERS"] ?? "").split(separator: " ").map(String.init)
 
     var edge: String { Self.edge ?? "" }
     var endpoints: WhisperEndpoints {
@@ -79,6 +81,60 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
         let lifted = try await HTTP.json(.POST, "\(Self.admin)/admin/unban", token: Self.adminToken, body: ["whisperId": bob.whisperId])
         #expect(lifted.status == 200)
         await alice.connection.close()
+    }
+
+    /// Entries each router handled so far (`whisper_messages_routed_total`).
+    func routed() async throws -> [Int] {
+        var counts: [Int] = []
+        for router in Self.routers {
+            let text = try await HTTP.get("\(router)/metrics").body
+            counts.append(text.split(separator: "\n").filter { $0.hasPrefix("whisper_messages_routed_total") }
+                .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) })
+        }
+        return counts
+    }
+
+    /// A member added, or an invitee who accepted, is reached at once through the edge,
+    /// whichever router takes each copy: both have the group cached from before the change.
+    @Test func aMemberAddedIsReachableAtOnceThroughEveryRouter() async throws {
+        #expect(Self.routers.count >= 2, "WHISPER_TOPOLOGY_ROUTERS names both routers")
+        let alice = try await user(), bob = try await user(), carol = try await user(), dave = try await user()
+        for peer in [bob, carol] {
+            _ = try await alice.sendAndWaitForArrival("hello", to: peer)
+            _ = try await peer.sendAndWaitForArrival("hello back", to: alice)
+        }
+        let group = try await alice.connection.createGroup(title: "Growing at the edge", memberIds: [bob.whisperId])
+        func send(_ count: Int, from sender: TestUser, to recipient: TestUser) async -> Int {
+            var accepted = 0
+            for index in 0..<count {
+                guard let copy = sender.groupCopies("copy \(index)", groupId: group.groupId, to: [recipient]).first else { continue }
+                if (try? await sender.connection.send(copy)) != nil { accepted += 1 }
+            }
+            return accepted
+        }
+        // Both routers read the group as it is now.
+        let start = try await routed()
+        var warmed = false
+        for _ in 0..<40 where !warmed {
+            #expect(await send(1, from: alice, to: bob) == 1)
+            warmed = zip(try await routed(), start).allSatisfy { $0 > $1 }
+        }
+        #expect(warmed, "both routers handled copies")
+
+        let before = try await routed()
+        let added = try await alice.connection.updateGroup(group.groupId, add: [carol.whisperId])
+        #expect(added.memberIds.contains(carol.whisperId))
+        #expect(await send(10, from: alice, to: carol) == 10)
+        #expect(await send(10, from: carol, to: bob) == 10)
+        #expect(zip(try await routed(), before).allSatisfy { $0 > $1 }, "both routers served the newcomer")
+
+        // A stranger is invited, accepts, and is reached at once the same way.
+        let invited = try await alice.connection.updateGroup(group.groupId, add: [dave.whisperId])
+        #expect(invited.invited == [dave.whisperId])
+        #expect(await send(6, from: alice, to: bob) == 6)
+        _ = try await dave.connection.acceptGroupInvitation(group.groupId)
+        #expect(await send(10, from: alice, to: dave) == 10)
+        for user in [alice, bob, carol, dave] { await user.connection.close() }
     }
 
     @Test func liveTextThroughTheEdge() async throws {

@@ -103,7 +103,10 @@ public func buildGateway(
         logger: environment.logger,
         onMessage: control.handle,
         // Changes published while the subscription was down were missed.
-        onSubscribed: { identities.forgetAll() }
+        onSubscribed: {
+            identities.forgetAll()
+            recentBans.removeAll()
+        }
     )
 
     let router = Router(context: GatewayRequestContext.self)

@@ -31,6 +31,14 @@ final class RecentBans: Sendable {
         }
     }
 
+    /// Forgets every ban heard: after the change channel was (re)subscribed, since a
+    /// lifting published meanwhile was missed. A ban missed meanwhile needs no entry
+    /// here: it revoked the session in Redis, so the socket's next session check (at most
+    /// `ClientConnection.verifiedFor` later) refuses it.
+    func removeAll() {
+        entries.withLock { $0.removeAll() }
+    }
+
     func remove(_ whisperId: String) {
         _ = entries.withLock { $0.removeValue(forKey: whisperId) }
     }

@@ -65,11 +65,18 @@ struct GroupView: Sendable, Equatable {
 }
 
 /// Group memberships cached in each router, so that a group copy costs no database
-/// round trip. A cached view is never trusted alone: the copy's store script compares
-/// its version with the recipient's record in Redis (`RedisKeys.groups`), which every
-/// change rewrites before it is answered, and a mismatch makes the router read the
-/// group again. So a change is seen by every router at once, without messages between
-/// them; the TTL only bounds how long an unused group takes memory.
+/// round trip. A cached view is never trusted alone, whichever way it answers:
+/// - a copy it admits goes to the store script with the view's version, which the script
+///   compares with the recipient's record in Redis (`RedisKeys.groups`); every change
+///   rewrites the members' records before it is answered, so a mismatch makes the router
+///   read the group again (`MessageRouter.send`);
+/// - a copy it would refuse (no such group, sender or recipient not a member) is first
+///   checked against the record of the identity refused (`GroupDesk.admit`): a record
+///   that names another version than the view's means the view is older than a change
+///   already answered, and the group is read again before anything is refused.
+/// So a change is seen by every router at once, without messages between them; the TTL
+/// only bounds how long an unused group takes memory (docs/architecture.md, "In-process
+/// memories of shared state").
 final class GroupDirectory: Sendable {
     private struct Entry {
         var view: GroupView?
@@ -93,16 +100,16 @@ final class GroupDirectory: Sendable {
         queries = metrics.counter("group_queries", help: "Groups the router read from Postgres (cache misses and changed groups).")
     }
 
-    /// The group as cached, or as Postgres has it now.
-    func view(_ groupId: String) async throws -> GroupView? {
+    /// The group as cached (`fromMemory`), or as Postgres has it now.
+    func view(_ groupId: String) async throws -> (view: GroupView?, fromMemory: Bool) {
         let now = ContinuousClock.now
         if let entry = entries.withLock({ $0[groupId] }), now - entry.fetchedAt < (entry.view == nil ? unknownTTL : ttl) {
-            return entry.view
+            return (entry.view, true)
         }
         queries.increment()
         let view = try await GroupView.load(groupId, on: postgres, logger: logger)
         remember(groupId, view, at: now)
-        return view
+        return (view, false)
     }
 
     func remember(_ groupId: String, _ view: GroupView?, at now: ContinuousClock.Instant = .now) {
@@ -144,12 +151,38 @@ struct GroupDesk: Sendable {
     // MARK: - Membership of a copy
 
     /// Checks that `sender` and `recipient` are members of the group, as cached; the
-    /// version checked goes with the copy to the store script.
+    /// version checked goes with the copy to the store script. A refusal from memory
+    /// stands only once the refused identity's record agrees with it: a record of another
+    /// version says a change was answered since the view was read, so the group is read
+    /// again (a member added or an invitation accepted is reachable through every router
+    /// as soon as its author is answered).
     func admit(sender: String, recipient: String, groupId: String) async throws -> PendingQueue.GroupCheck {
-        guard let view = try await directory.view(groupId) else { throw WhisperError(.notFound, "no such group") }
+        var (found, fromMemory) = try await directory.view(groupId)
+        if fromMemory, let doubted = Self.refused(found, sender: sender, recipient: recipient),
+           try await recordDisagrees(doubted, groupId: groupId, view: found) {
+            directory.forget(groupId)
+            found = try await directory.view(groupId).view
+        }
+        guard let view = found else { throw WhisperError(.notFound, "no such group") }
         guard view.isMember(sender) else { throw WhisperError(.forbidden, "the sender is not a member of this group") }
         guard view.isMember(recipient) else { throw WhisperError(.forbidden, "to is not a member of this group") }
         return PendingQueue.GroupCheck(groupId: groupId, epoch: view.epoch)
+    }
+
+    /// The identity whose membership `view` refuses the copy for (the sender when there
+    /// is no group), or nil when it admits it.
+    private static func refused(_ view: GroupView?, sender: String, recipient: String) -> String? {
+        guard let view, view.isMember(sender) else { return sender }
+        return view.isMember(recipient) ? nil : recipient
+    }
+
+    /// Whether `whisperId`'s record of the group names a version other than `view`'s
+    /// (a record with no view, or a view with no record, agree that it is not a member).
+    private func recordDisagrees(_ whisperId: String, groupId: String, view: GroupView?) async throws -> Bool {
+        guard let recorded = try await redis.send("HGET", RedisKeys.groups(whisperId), groupId).string.flatMap({ Int64($0) }) else {
+            return false
+        }
+        return recorded != view?.epoch
     }
 
     /// After the store script found no record of the group for `recipient`: reads the

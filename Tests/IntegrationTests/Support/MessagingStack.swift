@@ -193,6 +193,20 @@ struct MessagingStack {
     /// The WebSocket URL of gateway `index`.
     func websocketURL(_ index: Int) -> String { "ws://127.0.0.1:\(gateways[index].port)/ws" }
 
+    /// Runs `body` on this stack, then stops it, also when `body` throws (a failing
+    /// test leaves no services behind for the tests after it).
+    func running<T>(_ body: (MessagingStack) async throws -> T) async throws -> T {
+        let result: T
+        do {
+            result = try await body(self)
+        } catch {
+            try? await stop()
+            throw error
+        }
+        try await stop()
+        return result
+    }
+
     func stop() async throws {
         for router in routers { try await router.stop() }
         for gateway in gateways { try await gateway.stop() }
