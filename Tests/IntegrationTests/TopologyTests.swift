@@ -87,9 +87,7 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
     func routed() async throws -> [Int] {
         var counts: [Int] = []
         for router in Self.routers {
-            let text = try await HTTP.get("\(router)/metrics").body
-            counts.append(text.split(separator: "\n").filter { $0.hasPrefix("whisper_messages_routed_total") }
-                .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) })
+            counts.append(Int(Metrics.value(in: try await HTTP.get("\(router)/metrics").body, "whisper_messages_routed_total")))
         }
         return counts
     }

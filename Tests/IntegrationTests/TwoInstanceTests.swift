@@ -1,4 +1,5 @@
 import AdminService
+import AttachmentSignerService
 import Crypto
 import Foundation
 import Testing
@@ -25,9 +26,7 @@ struct TwoInstanceTests {
     static func routed(_ stack: MessagingStack) async throws -> [Int] {
         var counts: [Int] = []
         for router in stack.routers {
-            let text = try await stack.metricsText(of: [router])
-            counts.append(text.split(separator: "\n").filter { $0.hasPrefix("whisper_messages_routed_total") }
-                .compactMap { $0.split(separator: " ").last.flatMap { Double($0) } }.reduce(0) { $0 + Int($1) })
+            counts.append(Int(Metrics.value(in: try await stack.metricsText(of: [router]), "whisper_messages_routed_total")))
         }
         return counts
     }
@@ -115,35 +114,36 @@ struct TwoInstanceTests {
                     logger: TestServers.logger, onServerRunning: running
                 ).assembly
             }
-            defer { Task { try? await admin.stop() } }
-            _ = try await HTTP.waitFor("\(admin.baseURL)/ready") { $0.status == 200 }
-            let alice = try await stack.user(on: 0)
-            let carol = try await stack.user(on: 0)
-            let bob = try await stack.user(on: 1)
-            try await stack.makePeers([alice, bob, carol])
-            // Every instance caches bob as not banned: gateway 0 (messages to him), gateway
-            // 1 (his own), both routers (group copies to and from him).
-            _ = try await alice.sendAndWaitForArrival("before", to: bob)
-            _ = try await bob.sendAndWaitForArrival("before", to: alice)
-            let group = try await alice.connection.createGroup(title: "Bans", memberIds: [bob.whisperId, carol.whisperId])
-            try await Self.warm(stack, from: alice, to: bob, groupId: group.groupId)
+            try await admin.running {
+                _ = try await HTTP.waitFor("\(admin.baseURL)/ready") { $0.status == 200 }
+                let alice = try await stack.user(on: 0)
+                let carol = try await stack.user(on: 0)
+                let bob = try await stack.user(on: 1)
+                try await stack.makePeers([alice, bob, carol])
+                // Every instance caches bob as not banned: gateway 0 (messages to him), gateway
+                // 1 (his own), both routers (group copies to and from him).
+                _ = try await alice.sendAndWaitForArrival("before", to: bob)
+                _ = try await bob.sendAndWaitForArrival("before", to: alice)
+                let group = try await alice.connection.createGroup(title: "Bans", memberIds: [bob.whisperId, carol.whisperId])
+                try await Self.warm(stack, from: alice, to: bob, groupId: group.groupId)
 
-            let banned = try await HTTP.json(.POST, "\(admin.baseURL)/admin/ban", token: TestServers.adminToken, body: ["whisperId": bob.whisperId, "reason": "spam"])
-            #expect(banned.status == 200)
-            await expectRefused(.forbidden, "a message to a banned identity through the other gateway") {
-                _ = try await alice.connection.send(alice.message("hi", to: bob))
+                let banned = try await HTTP.json(.POST, "\(admin.baseURL)/admin/ban", token: TestServers.adminToken, body: ["whisperId": bob.whisperId, "reason": "spam"])
+                #expect(banned.status == 200)
+                await expectRefused(.forbidden, "a message to a banned identity through the other gateway") {
+                    _ = try await alice.connection.send(alice.message("hi", to: bob))
+                }
+                #expect(await Self.copies(6, from: alice, to: bob, groupId: group.groupId).count == 6)
+
+                let lifted = try await HTTP.json(.POST, "\(admin.baseURL)/admin/unban", token: TestServers.adminToken, body: ["whisperId": bob.whisperId])
+                #expect(lifted.status == 200)
+                // At once: messages to him through gateway 0, copies through either router,
+                // and his own messages through gateway 1 once he signs in again.
+                _ = try await alice.connection.send(alice.message("welcome back", to: bob))
+                #expect(await Self.copies(6, from: alice, to: bob, groupId: group.groupId) == [])
+                let back = try await ModerationTests.recover(bob, on: 1, stack: stack)
+                _ = try await back.connection.send(back.message("thanks", to: alice))
+                #expect(await Self.copies(6, from: back, to: carol, groupId: group.groupId) == [])
             }
-            #expect(await Self.copies(6, from: alice, to: bob, groupId: group.groupId).count == 6)
-
-            let lifted = try await HTTP.json(.POST, "\(admin.baseURL)/admin/unban", token: TestServers.adminToken, body: ["whisperId": bob.whisperId])
-            #expect(lifted.status == 200)
-            // At once: messages to him through gateway 0, copies through either router,
-            // and his own messages through gateway 1 once he signs in again.
-            _ = try await alice.connection.send(alice.message("welcome back", to: bob))
-            #expect(await Self.copies(6, from: alice, to: bob, groupId: group.groupId) == [])
-            let back = try await ModerationTests.recover(bob, on: 1, stack: stack)
-            _ = try await back.connection.send(back.message("thanks", to: alice))
-            #expect(await Self.copies(6, from: back, to: carol, groupId: group.groupId) == [])
         }
     }
 
@@ -222,6 +222,45 @@ struct TwoInstanceTests {
             _ = try await member.connection.joinChannel(id: channel.channelId)
             try await owner.connection.deleteChannel(channel.channelId)
             await expectRefused(.notFound, "the floor of a deleted channel") { _ = try await member.connection.requestTalk(channel.channelId) }
+        }
+    }
+    /// Presence between two who just became direct peers (a message each way, through
+    /// different gateways) is answered by the other gateway at once.
+    @Test func presenceIsUnlockedOnEveryGatewayOnceTwoBecomePeers() async throws {
+        try await Self.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            #expect(try await alice.connection.subscribePresence([bob.whisperId]).peers.isEmpty)
+            _ = try await alice.sendAndWaitForArrival("hello", to: bob)
+            _ = try await bob.sendAndWaitForArrival("hello back", to: alice)
+            let elsewhere = try await stack.reconnect(alice, on: 1)
+            let snapshot = try await elsewhere.connection.subscribePresence([bob.whisperId])
+            #expect(snapshot.peers == [PresenceSnapshot.Peer(whisperId: bob.whisperId, status: .online)])
+        }
+    }
+
+    /// The attachment quota, spent through one attachment-signer, is spent for the other
+    /// at once (one Postgres transaction per presign; nothing kept in memory).
+    @Test func anAttachmentQuotaSpentThroughOneSignerIsSpentForTheOther() async throws {
+        let first = try await AttachmentTests.start { $0.quotaUnsentBytes = 5_000 }
+        try await first.stack.running { stack in
+            try await first.service.running {
+                let second = try await RunningService.start { running in
+                    var settings = AttachmentSignerSettings(
+                        common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: first.moto.settings
+                    )
+                    settings.quotaUnsentBytes = 5_000
+                    return buildAttachmentSigner(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+                }
+                try await second.running {
+                    let other = AttachmentTests.Signer(stack: stack, moto: first.moto, store: first.store, service: second)
+                    let alice = try await stack.user(on: 0)
+                    #expect(try await AttachmentTests.presign(first, alice, size: 4_000).status == 200)
+                    #expect(try await AttachmentTests.presign(other, alice, size: 2_000).status == 429)
+                    #expect(try await AttachmentTests.presign(other, alice, size: 1_000).status == 200)
+                    #expect(try await AttachmentTests.presign(first, alice, size: 100).status == 429)
+                }
+            }
         }
     }
 }

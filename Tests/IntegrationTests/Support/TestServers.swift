@@ -168,6 +168,19 @@ struct RunningService: Sendable {
         await group.triggerGracefulShutdown()
         try await task.value
     }
+
+    /// Runs `body`, then stops this service, also when `body` throws.
+    func running<T>(_ body: () async throws -> T) async throws -> T {
+        let result: T
+        do {
+            result = try await body()
+        } catch {
+            try? await stop()
+            throw error
+        }
+        try await stop()
+        return result
+    }
 }
 
 /// Small HTTP helpers over AsyncHTTPClient.
