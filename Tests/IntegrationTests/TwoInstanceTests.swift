@@ -166,6 +166,18 @@ struct TwoInstanceTests {
             await expectRefused(.notRegistered, "a token logged out on the other gateway") {
                 _ = try await afterLogout.connection.send(afterLogout.message("after logout", to: bob))
             }
+
+            // A busy socket (its session verified moments ago) whose identity signs in on
+            // another device through the other gateway sends nothing more once that
+            // sign-in is answered.
+            let carol = try await stack.user(on: 0)
+            _ = try await carol.sendAndWaitForArrival("busy", to: bob)
+            let newDevice = try await ModerationTests.recover(carol, on: 1, stack: stack)
+            let late = carol.message("from the replaced device", to: bob)
+            #expect((try? await carol.connection.send(late)) == nil)
+            #expect(try await carol.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .replacedByNewDevice))
+            _ = try await newDevice.sendAndWaitForArrival("from the new device", to: bob)
+            #expect(await !bob.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == late.messageId })
         }
     }
 
