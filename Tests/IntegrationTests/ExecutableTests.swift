@@ -40,6 +40,10 @@ import WhisperShared
         for (service, portVariable) in [("gateway", "GATEWAY_HTTP_PORT"), ("router", "ROUTER_HTTP_PORT"), ("auth", "AUTH_HTTP_PORT")] {
             var serviceEnvironment = environment
             serviceEnvironment[portVariable] = "\(port)"
+            // Every port and URL the service would take by default is the test's own, so
+            // the test passes beside a running `scripts/up` (which holds the defaults).
+            serviceEnvironment["AUTH_INTERNAL_HTTP_PORT"] = "\(try TestServers.freePort())"
+            serviceEnvironment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(try TestServers.freePort())"
             serviceEnvironment["WHISPER_LOG_LEVEL"] = "info"
             let (process, output) = try launch(service, environment: serviceEnvironment)
             _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }

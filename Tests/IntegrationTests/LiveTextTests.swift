@@ -388,7 +388,8 @@ actor LiveRecord<Event: Sendable & Equatable> {
 
         // The page asks as Ada: let her in, then type.
         let ada = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Ada") = $0 { true } else { false } }
-        guard case .request(let adaId, _) = ada else { return }
+        let adaRequest: String? = if case .request(let id, _) = ada { id } else { nil }
+        let adaId = try #require(adaRequest)
         try await whisperer.side.admit(adaId)
         try await whisperer.record.waitFor { $0 == .joined(listenerId: adaId, name: "Ada") }
         for text in ["Good", "Good evening"] { try await whisperer.side.type(text) }
@@ -400,7 +401,8 @@ actor LiveRecord<Event: Sendable & Equatable> {
         try await whisperer.side.type("Hello world")
         // A second browser asks as Eve: refused.
         let eve = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Eve") = $0 { true } else { false } }
-        guard case .request(let eveId, _) = eve else { return }
+        let eveRequest: String? = if case .request(let id, _) = eve { id } else { nil }
+        let eveId = try #require(eveRequest)
         try await whisperer.side.refuse(eveId)
 
         try await waitUntil(timeout: .seconds(60)) { !process.isRunning }

@@ -7,9 +7,10 @@ import Tracing
 import WhisperMessaging
 import WhisperShared
 
-/// What the gateway does with each frame: the checks of spec 3.1 in order (size is
-/// enforced by the WebSocket layer), then the session check for privileged frames,
-/// then the frame's own handler.
+/// What the gateway does with each frame, in stages: decode (the checks of spec 3.1;
+/// size is enforced by the WebSocket layer), the control gate, the sender (a session,
+/// a listener device, or anyone), the route's limits, then the route's handler
+/// (`FrameRoute`, one per frame type in `FrameRoutes.swift`).
 struct FrameHandler: Sendable {
     let environment: ServiceEnvironment
     let auth: ServiceClient
@@ -52,35 +53,98 @@ struct FrameHandler: Sendable {
             await refuse(rejection.code, rejection.message, requestId: rejection.requestId, on: connection)
             return
         }
-        if Self.controlFrames.contains(frame.type), !admitControl(on: connection) {
+        let route = FrameRoute.table[frame.type] ?? FrameRoute.route(for: frame.type)
+        if route.isControl, !admitControl(on: connection) {
             await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; slow down", requestId: frame.requestId, on: connection)
             return
         }
         do {
-            if frame.type.isPrivileged {
-                guard let token = frame.sessionToken, try await authorize(token, on: connection) else {
-                    await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
-                    return
+            guard try await admitSender(frame, route, on: connection),
+                  let served = try await admitLimits(frame, route, arrivedAt: arrivedAt, on: connection) else { return }
+            if route.answersRefusals {
+                do {
+                    try await route.serve(self, served)
+                } catch let refusal as WhisperError {
+                    await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
                 }
-                // Session and token frames, per identity across every gateway (one
-                // identity may hold sockets on several instances in a row).
-                if Self.controlFrames.contains(frame.type), let whisperId = connection.whisperId,
-                   case .limited(let retry) = try await limits.limiter.take("control", key: whisperId, rule: limits.controlPerIdentity) {
-                    await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
-                    return
-                }
+            } else {
+                try await route.serve(self, served)
             }
-            try await dispatch(frame, arrivedAt: arrivedAt, on: connection)
         } catch {
             environment.logger.error("frame_failed", metadata: ["type": "\(frame.type.rawValue)", "connId": "\(connection.id)", "error": "\(error)"])
             await reply(error: .internalError, "the server failed; try again", requestId: frame.requestId, on: connection)
         }
     }
 
+    /// The sender stage: a session's frame needs a live session for the socket's
+    /// identity (and, for control frames, a token of the identity's share of them); a
+    /// listener's frame needs the socket's listener device. False once refused.
+    private func admitSender(_ frame: InboundFrame, _ route: FrameRoute, on connection: ClientConnection) async throws -> Bool {
+        switch route.sender {
+        case .anyone:
+            return true
+        case .session:
+            guard let token = frame.sessionToken, try await authorize(token, on: connection) else {
+                await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                return false
+            }
+            // Session and token frames, per identity across every gateway (one
+            // identity may hold sockets on several instances in a row).
+            if route.isControl, let whisperId = connection.whisperId,
+               case .limited(let retry) = try await limits.limiter.take("control", key: whisperId, rule: limits.controlPerIdentity) {
+                await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+                return false
+            }
+            return true
+        case .listenerDevice:
+            guard let device = connection.liveDevice, !device.isEmpty else {
+                await refuse(
+                    .notRegistered, "this socket has no listener device: open it with the whisper_live_device cookie (POST /live/devices)",
+                    requestId: frame.requestId, on: connection
+                )
+                return false
+            }
+            return true
+        }
+    }
+
+    /// The limits stage: the route's gates in order. Nil once the frame was refused.
+    private func admitLimits(_ frame: InboundFrame, _ route: FrameRoute, arrivedAt: UInt64, on connection: ClientConnection) async throws -> FrameRoute.Served? {
+        var whisperId: String?
+        for gate in route.gates {
+            switch gate {
+            case .control:
+                // Charged before the session stage (`handle`, `admitSender`).
+                continue
+            case .identity:
+                guard let bound = connection.whisperId else {
+                    await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                    return nil
+                }
+                whisperId = bound
+            case .address:
+                guard limits.routedPerAddress.take(connection.remoteAddress) else {
+                    await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+                    return nil
+                }
+            case .groupOpsPerAddress:
+                guard limits.groupOpsPerAddress.take(connection.remoteAddress) else {
+                    await refuse(.rateLimited, "too many group changes from this address; slow down", requestId: frame.requestId, on: connection)
+                    return nil
+                }
+            case .identityBucket(let kind, let rule, let what):
+                guard let key = whisperId ?? connection.whisperId else { continue }
+                if case .limited(let retry) = try await limits.limiter.take(kind, key: key, rule: rule(limits)) {
+                    await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
+                    return nil
+                }
+            }
+        }
+        return FrameRoute.Served(frame: frame, connection: connection, whisperId: whisperId, arrivedAt: arrivedAt)
+    }
+
     /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per
     /// socket and per address, since no other limit sees them.
-    static let controlFrames: Set<ClientFrameType> = [.ping, .sessionRefresh, .logout, .updateTokens]
-
     private func admitControl(on connection: ClientConnection) -> Bool {
         connection.takeControl() && limits.controlPerAddress.take(connection.remoteAddress)
     }
@@ -88,7 +152,7 @@ struct FrameHandler: Sendable {
     /// Answers a refused frame, unless the socket has had too many refusals (per socket
     /// or from its address): then it is closed with 4003 instead, and what it sends
     /// next is not read.
-    private func refuse(_ code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
+    func refuse(_ code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
         guard connection.takeRefusal(), limits.refusalsPerAddress.take(connection.remoteAddress) else {
             environment.metrics.recordError(code)
             if !connection.isClosing {
@@ -100,226 +164,78 @@ struct FrameHandler: Sendable {
         await reply(error: code, message, requestId: requestId, on: connection)
     }
 
-    private func dispatch(_ frame: InboundFrame, arrivedAt: UInt64, on connection: ClientConnection) async throws {
-        switch frame.payload {
-        case is Ping:
-            connection.send(Pong(serverTime: Clock.millisecondsNow()), requestId: frame.requestId)
-        case let payload as RegisterBegin:
-            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
-        case let payload as RegisterProof:
-            let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
-            let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self)
-            // The ack goes out first: claiming presence may close a concurrent socket of
-            // the same identity, and that one's close must not overtake its own ack.
-            // Frames of a socket are handled one at a time, so the next frame finds the
-            // socket bound.
-            connection.sendRaw(answer)
-            if let ack {
-                await rebind(connection, to: ack.whisperId)
-            }
-        case let payload as SessionRefresh:
-            // The old token stops working: look the next one up afresh.
-            connection.forgetVerifiedSession()
-            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
-        case let payload as Logout:
-            connection.forgetVerifiedSession()
-            let answer = try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection))
-            if (try? ServerFrameCodec.decode(answer))?.type == .loggedOut {
-                await release(connection)
-            }
-            connection.sendRaw(answer)
-        case let payload as UpdateTokens:
-            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
-        case let payload as ReportUser:
-            // Charged to the address like routed frames; auth limits it per identity.
-            guard await admitRouted(requestId: frame.requestId, on: connection) != nil else { return }
-            connection.sendRaw(try await auth.forward(payload, requestId: frame.requestId, context: context(of: connection)))
-        case let payload as GetTurnCredentials:
-            guard let turnCred else {
-                await refuse(.forbidden, "get_turn_credentials is not available on this server (no TURN service configured)", requestId: frame.requestId, on: connection)
-                return
-            }
-            guard await admitRouted(requestId: frame.requestId, on: connection) != nil else { return }
-            connection.sendRaw(try await turnCred.forward(payload, requestId: frame.requestId, context: context(of: connection)))
-        case let payload as Typing:
-            // Charged to the address like routed frames; past it, refused like them.
-            guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-            try await typing.relay(payload, from: whisperId)
-        case let payload as PresenceSubscribe:
-            guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-            if case .limited(let retry) = try await limits.limiter.take("presence_subscribe", key: whisperId, rule: limits.presenceSubscribePerIdentity) {
-                await refuse(.rateLimited, "too many presence_subscribe frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
-                return
-            }
-            connection.send(try await watching.subscribe(payload.whisperIds, watcher: whisperId, on: connection), requestId: frame.requestId)
-        case let payload as DeliveryReceipt:
-            try await serveReceipt(payload, requestId: frame.requestId, on: connection)
-        case is LiveConversationCreate, is LiveConversationRename, is LiveConversationDelete, is LiveConversationsList:
-            try await serveLiveConversation(frame, on: connection)
-        case is LiveWhisperOffer, is LiveAuthorize, is LiveDeauthorize, is LivePacket:
-            try await serveWhisperer(frame, on: connection)
-        case is any LiveListenerPayload:
-            try await serveListener(frame, on: connection)
-        case is PTTChannelCreate, is PTTChannelJoin, is PTTChannelLeave, is PTTChannelDelete, is PTTChannelsList, is PTTTalkRequest, is PTTTalkRelease,
-             is PTTAnnounce, is PTTNearby, is PTTSignal:
-            try await servePTT(frame, on: connection)
-        case let payload as SendMessage where sends != nil:
-            try await serveSend(payload, requestId: frame.requestId, arrivedAt: arrivedAt, on: connection)
-        case _ where RouterStream.frameTypes.contains(frame.type):
-            try await enqueueForRouter(frame, on: connection)
-        default:
-            // Not INTERNAL_ERROR: that asks the client to retry, and a retry cannot help.
-            // Counted as refused: a client that keeps sending them is closed like any other.
-            connection.logger.info("frame_unavailable", metadata: ["type": "\(frame.type.rawValue)"])
-            await refuse(.forbidden, "\(frame.type.rawValue) is not available on this server", requestId: frame.requestId, on: connection)
+    // MARK: - Handlers the routes share
+
+    /// Passes the frame to auth and its answer back.
+    func forwardToAuth(_ payload: some ClientPayload, _ served: FrameRoute.Served) async throws {
+        served.connection.sendRaw(try await auth.forward(payload, requestId: served.frame.requestId, context: context(of: served.connection)))
+    }
+
+    /// `register_proof`: auth's answer, then the socket acts for the identity.
+    func register(_ payload: RegisterProof, _ served: FrameRoute.Served) async throws {
+        let connection = served.connection
+        let answer = try await auth.forward(payload, requestId: served.frame.requestId, context: context(of: connection))
+        let ack = try? ServerFrameCodec.decode(answer).payload(as: RegisterAck.self)
+        // The ack goes out first: claiming presence may close a concurrent socket of
+        // the same identity, and that one's close must not overtake its own ack.
+        // Frames of a socket are handled one at a time, so the next frame finds the
+        // socket bound.
+        connection.sendRaw(answer)
+        if let ack {
+            await rebind(connection, to: ack.whisperId)
         }
     }
 
-    /// A Whisperer's conversations, served here from Postgres (`LiveConversationDesk`):
-    /// charged to the address like routed frames and to the identity's bucket; refusals
-    /// are answered as such, not counted against the socket.
-    private func serveLiveConversation(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-        if case .limited(let retry) = try await limits.limiter.take("live_conversations", key: whisperId, rule: limits.liveConversationsPerIdentity) {
-            await refuse(.rateLimited, "too many conversation changes; retry in \(retry) ms", requestId: frame.requestId, on: connection)
-            return
+    /// `logout`: auth ends the session; the socket stops acting for the identity.
+    func logout(_ payload: Logout, _ served: FrameRoute.Served) async throws {
+        let connection = served.connection
+        connection.forgetVerifiedSession()
+        let answer = try await auth.forward(payload, requestId: served.frame.requestId, context: context(of: connection))
+        if (try? ServerFrameCodec.decode(answer))?.type == .loggedOut {
+            await release(connection)
         }
-        let desk = LiveConversationDesk(postgres: environment.postgres, logger: connection.logger)
-        try await answeringRefusals(frame, on: connection) {
-            switch frame.payload {
-            case let create as LiveConversationCreate:
-                connection.send(try await desk.create(create, owner: whisperId), requestId: frame.requestId)
-            case let rename as LiveConversationRename:
-                connection.send(try await desk.rename(rename, owner: whisperId), requestId: frame.requestId)
-            case let delete as LiveConversationDelete:
-                let deleted = try await desk.delete(delete, owner: whisperId)
-                // Gone in Postgres; whoever is in it live is let go now. Should that fail
-                // (Redis unreachable), the deletion stands: no new place can be taken, and
-                // the sockets in it keep theirs until they leave.
-                do {
-                    try await live.deleted(delete.conversationId)
-                } catch {
-                    connection.logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
-                }
-                connection.send(deleted, requestId: frame.requestId)
-            default:
-                connection.send(try await desk.list(owner: whisperId), requestId: frame.requestId)
-            }
-        }
+        connection.sendRaw(answer)
     }
 
-    /// The Whisperer's side of live text: charged to the address like routed frames;
-    /// packets also to the Whisperer's place (`LiveRelay`). Refusals are answered as
-    /// such, not counted against the socket.
-    private func serveWhisperer(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-        try await answeringRefusals(frame, on: connection) {
-            switch frame.payload {
-            case let offer as LiveWhisperOffer:
-                connection.send(try await live.whisperOffer(offer, whisperId: whisperId, on: connection), requestId: frame.requestId)
-            case let request as LiveAuthorize:
-                connection.send(try await live.authorize(request, whisperId: whisperId, on: connection), requestId: frame.requestId)
-            case let request as LiveDeauthorize:
-                connection.send(try await live.deauthorize(request, whisperId: whisperId), requestId: frame.requestId)
-            case let packet as LivePacket:
-                try await live.packet(packet, whisperId: whisperId, on: connection)
-            default:
-                break
-            }
-        }
-    }
-
-    /// A listener's side of live text: acts for the socket's listener device (or, for
-    /// `live_dropping`, for whichever place the socket holds), charged to the address
-    /// like routed frames and to the listener's place.
-    private func serveListener(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        let device = connection.liveDevice ?? ""
-        guard !device.isEmpty || frame.payload is LiveDropping else {
+    /// `get_turn_credentials`, from turn-cred when this server offers TURN.
+    func turnCredentials(_ payload: GetTurnCredentials, _ served: FrameRoute.Served) async throws {
+        guard let turnCred else {
             await refuse(
-                .notRegistered, "this socket has no listener device: open it with the whisper_live_device cookie (POST /live/devices)",
-                requestId: frame.requestId, on: connection
+                .forbidden, "get_turn_credentials is not available on this server (no TURN service configured)",
+                requestId: served.frame.requestId, on: served.connection
             )
             return
         }
-        guard await admitAddress(requestId: frame.requestId, on: connection) else { return }
-        try await answeringRefusals(frame, on: connection) {
-            switch frame.payload {
-            case let dropping as LiveDropping:
-                connection.send(try await live.dropping(dropping, on: connection), requestId: frame.requestId)
-            case let offer as LiveListenOffer:
-                connection.send(try await live.listenOffer(offer, device: device, on: connection), requestId: frame.requestId)
-            case let request as LiveListenRequest:
-                connection.send(try await live.listenRequest(request, device: device, on: connection), requestId: frame.requestId)
-            case let joining as LiveJoining:
-                connection.send(try await live.joining(joining, device: device, on: connection), requestId: frame.requestId)
-            case let packet as LiveListenerPacket:
-                try await live.listenerPacket(packet, device: device, on: connection)
-            default:
-                break
-            }
-        }
+        served.connection.sendRaw(try await turnCred.forward(payload, requestId: served.frame.requestId, context: context(of: served.connection)))
     }
 
-    /// Push-to-talk: charged to the address like routed frames and to the identity's
-    /// bucket (`GATEWAY_RATE_LIMIT_PTT_PER_IDENTITY`).
-    private func servePTT(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
-        let isSignal = frame.payload is PTTSignal
-        if case .limited(let retry) = try await limits.limiter.take(
-            isSignal ? "ptt_signal" : "ptt", key: whisperId, rule: isSignal ? limits.pttSignalsPerIdentity : limits.pttPerIdentity
-        ) {
-            await refuse(.rateLimited, "too many push-to-talk frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
-            return
-        }
-        try await answeringRefusals(frame, on: connection) {
-            switch frame.payload {
-            case let create as PTTChannelCreate:
-                connection.send(try await ptt.create(create, owner: whisperId), requestId: frame.requestId)
-            case let join as PTTChannelJoin:
-                connection.send(try await ptt.join(join, member: whisperId), requestId: frame.requestId)
-            case let leave as PTTChannelLeave:
-                connection.send(try await ptt.leave(leave, member: whisperId, on: connection), requestId: frame.requestId)
-            case let delete as PTTChannelDelete:
-                connection.send(try await ptt.delete(delete, owner: whisperId), requestId: frame.requestId)
-            case let talk as PTTTalkRequest:
-                connection.send(try await ptt.talk(talk, member: whisperId, on: connection), requestId: frame.requestId)
-            case let release as PTTTalkRelease:
-                connection.send(try await ptt.release(release, member: whisperId, on: connection), requestId: frame.requestId)
-            case let announce as PTTAnnounce:
-                connection.send(try await ptt.announce(announce, owner: whisperId), requestId: frame.requestId)
-            case let nearby as PTTNearby:
-                connection.send(try await ptt.nearby(nearby), requestId: frame.requestId)
-            case let signal as PTTSignal:
-                try await ptt.signal(signal, sender: whisperId)
-            default:
-                connection.send(try await ptt.list(member: whisperId), requestId: frame.requestId)
-            }
-        }
+    /// A Whisperer's conversations, served here from Postgres.
+    func liveConversations(_ served: FrameRoute.Served) -> LiveConversationDesk {
+        LiveConversationDesk(postgres: environment.postgres, logger: served.connection.logger)
     }
 
-    /// Runs a served frame's work; a refusal it throws is answered as such (not counted
-    /// against the socket: the client could not have known).
-    private func answeringRefusals(_ frame: InboundFrame, on connection: ClientConnection, _ work: () async throws -> Void) async throws {
+    /// `live_conversation_delete`: gone in Postgres, then whoever is in it live is let go.
+    /// Should that fail (Redis unreachable), the deletion stands: no new place can be
+    /// taken, and the sockets in it keep theirs until they leave.
+    func deleteLiveConversation(_ delete: LiveConversationDelete, owner: String, _ served: FrameRoute.Served) async throws {
+        let deleted = try await liveConversations(served).delete(delete, owner: owner)
         do {
-            try await work()
-        } catch let refusal as WhisperError {
-            await reply(error: refusal.code, refusal.message, requestId: frame.requestId, on: connection)
+            try await live.deleted(delete.conversationId)
+        } catch {
+            served.connection.logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
         }
+        served.answer(deleted)
     }
 
-    /// Messages and pending-queue pages go to the routers through the router
-    /// stream; a router answers through this instance's channel. Each is charged first
-    /// to its address (in memory), then to its identity's bucket for its kind, in the
-    /// script that adds it: a frame over either limit never reaches a router, and is
-    /// refused like any other (a client that ignores `RATE_LIMITED` is soon closed).
-    private func enqueueForRouter(_ frame: InboundFrame, on connection: ClientConnection) async throws {
-        guard let whisperId = await admitRouted(requestId: frame.requestId, on: connection) else { return }
+    /// Messages, group changes, calls and pending-queue pages go to the routers through
+    /// the router stream; a router answers through this instance's channel. Each is
+    /// charged first to its address (in memory, the route's gates), then to its
+    /// identity's bucket for its kind, in the script that adds it: a frame over either
+    /// limit never reaches a router, and is refused like any other (a client that
+    /// ignores `RATE_LIMITED` is soon closed).
+    func enqueueForRouter(_ served: FrameRoute.Served, whisperId: String) async throws {
+        let frame = served.frame, connection = served.connection
         let isMessage = frame.type == .sendMessage || frame.type == .groupSendMessage
-        let isGroupOp = frame.type == .groupCreate || frame.type == .groupUpdate || frame.type == .groupInvitationsList
-        if isGroupOp, !limits.groupOpsPerAddress.take(connection.remoteAddress) {
-            await refuse(.rateLimited, "too many group changes from this address; slow down", requestId: frame.requestId, on: connection)
-            return
-        }
         // Refused without a round trip while the stream was found full a moment ago:
         // under overload a refusal must cost less than the work it turns away.
         if isMessage, limits.busy.holds() {
@@ -380,34 +296,14 @@ struct FrameHandler: Sendable {
         }
     }
 
-    /// The checks every message, receipt, fetch and typing frame passes first: the socket
-    /// acts for an identity, and its address is within the routed-frame limit (in
-    /// memory). Returns the identity, or nil once the frame has been refused.
-    private func admitRouted(requestId: String?, on connection: ClientConnection) async -> String? {
-        guard let whisperId = connection.whisperId else {
-            await refuse(.notRegistered, "no valid session for this connection; register first", requestId: requestId, on: connection)
-            return nil
-        }
-        return await admitAddress(requestId: requestId, on: connection) ? whisperId : nil
-    }
-
-    /// The routed-frame limit of the socket's address (in memory); false once the frame
-    /// has been refused. Listener frames (no identity) pass this alone.
-    private func admitAddress(requestId: String?, on connection: ClientConnection) async -> Bool {
-        guard limits.routedPerAddress.take(connection.remoteAddress) else {
-            await refuse(.rateLimited, "too many frames from this address; slow down", requestId: requestId, on: connection)
-            return false
-        }
-        return true
-    }
-
     /// `send_message` served here (`SendDesk`): charged to the address (in memory) and
     /// the identity's bucket for messages (the one group copies are charged to as they
     /// enter the stream), then checked, stored and passed on without a router. What the
     /// router would refuse is answered the same way, and, as from a router, not counted
     /// against the socket; a frame that waited past `sendWaitMax` is refused as busy.
-    private func serveSend(_ message: SendMessage, requestId: String?, arrivedAt: UInt64, on connection: ClientConnection) async throws {
-        guard let sends, let whisperId = await admitRouted(requestId: requestId, on: connection) else { return }
+    func serveSend(_ message: SendMessage, whisperId: String, _ served: FrameRoute.Served) async throws {
+        let requestId = served.frame.requestId, connection = served.connection, arrivedAt = served.arrivedAt
+        guard let sends else { return }
         // Far too large whatever else it holds (the stored payload carries the
         // ciphertext as it is): refused before any work, as on the router path.
         if message.ciphertext.utf8.count > Limits.MAX_STORED_MESSAGE_BYTES {
@@ -476,8 +372,8 @@ struct FrameHandler: Sendable {
     /// address in memory, per identity through a lease of its bucket (`charge`). They
     /// never enter the router stream, so a busy stream does not hold them back (they
     /// empty queues).
-    private func serveReceipt(_ receipt: DeliveryReceipt, requestId: String?, on connection: ClientConnection) async throws {
-        guard let whisperId = await admitRouted(requestId: requestId, on: connection) else { return }
+    func serveReceipt(_ receipt: DeliveryReceipt, whisperId: String, _ served: FrameRoute.Served) async throws {
+        let requestId = served.frame.requestId, connection = served.connection
         guard receipt.from == whisperId else {
             await refuse(.forbidden, "from must be the Whisper ID of this session", requestId: requestId, on: connection)
             return
@@ -565,11 +461,11 @@ struct FrameHandler: Sendable {
         }
     }
 
-    private func context(of connection: ClientConnection) -> ConnectionContext {
+    func context(of connection: ClientConnection) -> ConnectionContext {
         ConnectionContext(gateway: instanceID, connId: connection.id, remoteAddress: connection.remoteAddress, whisperId: connection.whisperId)
     }
 
-    private func reply(error code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
+    func reply(error code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
         environment.metrics.recordError(code)
         connection.sendRaw(ServerFrameCodec.encodeError(code, message, requestId: requestId))
     }

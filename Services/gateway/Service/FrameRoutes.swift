@@ -1,0 +1,194 @@
+import WhisperMessaging
+import WhisperShared
+
+/// Every client frame type's route, one entry each, by feature. The switch is
+/// exhaustive: a frame type added to the protocol does not compile until it has a
+/// route here.
+extension FrameRoute {
+    /// The routes, built once.
+    static let table: [ClientFrameType: FrameRoute] = Dictionary(
+        uniqueKeysWithValues: ClientFrameType.allCases.map { ($0, route(for: $0)) }
+    )
+
+    static func route(for type: ClientFrameType) -> FrameRoute {
+        switch type {
+        // MARK: Sessions: registration and tokens go to auth (docs/protocol.md sections 4 and 5)
+        case .ping:
+            .open(Ping.self, .anyone, [.control]) { _, _, served in served.answer(Pong(serverTime: Clock.millisecondsNow())) }
+        case .registerBegin:
+            .open(RegisterBegin.self, .anyone) { handler, payload, served in try await handler.forwardToAuth(payload, served) }
+        case .registerProof:
+            .open(RegisterProof.self, .anyone) { handler, payload, served in try await handler.register(payload, served) }
+        case .sessionRefresh:
+            .open(SessionRefresh.self, .session, [.control]) { handler, payload, served in
+                // The old token stops working: look the next one up afresh.
+                served.connection.forgetVerifiedSession()
+                try await handler.forwardToAuth(payload, served)
+            }
+        case .logout:
+            .open(Logout.self, .session, [.control]) { handler, payload, served in try await handler.logout(payload, served) }
+        case .updateTokens:
+            .open(UpdateTokens.self, .session, [.control]) { handler, payload, served in try await handler.forwardToAuth(payload, served) }
+        case .reportUser:
+            // Charged to the address like routed frames; auth limits it per identity.
+            .acting(ReportUser.self) { handler, payload, _, served in try await handler.forwardToAuth(payload, served) }
+        case .getTurnCredentials:
+            .acting(GetTurnCredentials.self) { handler, payload, _, served in try await handler.turnCredentials(payload, served) }
+
+        // MARK: Messages, receipts and the pending queue (sections 3 and 7)
+        case .sendMessage:
+            .acting(SendMessage.self) { handler, payload, whisperId, served in
+                if handler.sends != nil {
+                    try await handler.serveSend(payload, whisperId: whisperId, served)
+                } else {
+                    try await handler.enqueueForRouter(served, whisperId: whisperId)
+                }
+            }
+        case .deliveryReceipt:
+            .acting(DeliveryReceipt.self) { handler, payload, whisperId, served in try await handler.serveReceipt(payload, whisperId: whisperId, served) }
+        case .fetchPending:
+            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+
+        // MARK: Groups, through the router stream (section 6)
+        case .groupCreate:
+            .acting(GroupCreate.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+        case .groupUpdate:
+            .acting(GroupUpdate.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+        case .groupInvitationsList:
+            .acting(GroupInvitationsList.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in
+                try await handler.enqueueForRouter(served, whisperId: whisperId)
+            }
+        case .groupSendMessage:
+            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+
+        // MARK: Calls, through the router stream (section 9)
+        case .callInitiate:
+            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+        case .callAnswer:
+            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+        case .callIceCandidate:
+            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+        case .callEnd:
+            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+
+        // MARK: Presence and typing (section 8)
+        case .typing:
+            .acting(Typing.self) { handler, payload, whisperId, _ in try await handler.typing.relay(payload, from: whisperId) }
+        case .presenceSubscribe:
+            .acting(PresenceSubscribe.self, [.identityBucket(kind: "presence_subscribe", rule: { $0.presenceSubscribePerIdentity }, what: "presence_subscribe frames")]) {
+                handler, payload, whisperId, served in
+                served.answer(try await handler.watching.subscribe(payload.whisperIds, watcher: whisperId, on: served.connection))
+            }
+
+        // MARK: Live text: the Whisperer's conversations (section 13)
+        case .liveConversationCreate:
+            .acting(LiveConversationCreate.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.liveConversations(served).create(payload, owner: whisperId))
+            }
+        case .liveConversationRename:
+            .acting(LiveConversationRename.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.liveConversations(served).rename(payload, owner: whisperId))
+            }
+        case .liveConversationDelete:
+            .acting(LiveConversationDelete.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
+                try await handler.deleteLiveConversation(payload, owner: whisperId, served)
+            }
+        case .liveConversationsList:
+            .acting(LiveConversationsList.self, [Self.liveConversations], answersRefusals: true) { handler, _, whisperId, served in
+                served.answer(try await handler.liveConversations(served).list(owner: whisperId))
+            }
+
+        // MARK: Live text: the Whisperer's side
+        case .liveWhisperOffer:
+            .acting(LiveWhisperOffer.self, answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.live.whisperOffer(payload, whisperId: whisperId, on: served.connection))
+            }
+        case .liveAuthorize:
+            .acting(LiveAuthorize.self, answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.live.authorize(payload, whisperId: whisperId, on: served.connection))
+            }
+        case .liveDeauthorize:
+            .acting(LiveDeauthorize.self, answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.live.deauthorize(payload, whisperId: whisperId))
+            }
+        case .livePacket:
+            // Also charged to the Whisperer's place (`LiveRelay`); nothing answers it unless it is refused.
+            .acting(LivePacket.self, answersRefusals: true) { handler, payload, whisperId, served in
+                try await handler.live.packet(payload, whisperId: whisperId, on: served.connection)
+            }
+
+        // MARK: Live text: a listener's side, for the socket's listener device
+        case .liveListenOffer:
+            .open(LiveListenOffer.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+                served.answer(try await handler.live.listenOffer(payload, device: served.connection.liveDevice ?? "", on: served.connection))
+            }
+        case .liveListenRequest:
+            .open(LiveListenRequest.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+                served.answer(try await handler.live.listenRequest(payload, device: served.connection.liveDevice ?? "", on: served.connection))
+            }
+        case .liveJoining:
+            .open(LiveJoining.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+                served.answer(try await handler.live.joining(payload, device: served.connection.liveDevice ?? "", on: served.connection))
+            }
+        case .liveListenerPacket:
+            .open(LiveListenerPacket.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+                try await handler.live.listenerPacket(payload, device: served.connection.liveDevice ?? "", on: served.connection)
+            }
+        case .liveDropping:
+            // Either side: whichever place the socket holds, with or without a device.
+            .open(LiveDropping.self, .anyone, [.address], answersRefusals: true) { handler, payload, served in
+                served.answer(try await handler.live.dropping(payload, on: served.connection))
+            }
+
+        // MARK: Push-to-talk: channels, the floor, nearby, media signaling (section 14)
+        case .pttChannelCreate:
+            .acting(PTTChannelCreate.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.create(payload, owner: whisperId))
+            }
+        case .pttChannelJoin:
+            .acting(PTTChannelJoin.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.join(payload, member: whisperId))
+            }
+        case .pttChannelLeave:
+            .acting(PTTChannelLeave.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.leave(payload, member: whisperId, on: served.connection))
+            }
+        case .pttChannelDelete:
+            .acting(PTTChannelDelete.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.delete(payload, owner: whisperId))
+            }
+        case .pttChannelsList:
+            .acting(PTTChannelsList.self, [Self.ptt], answersRefusals: true) { handler, _, whisperId, served in
+                served.answer(try await handler.ptt.list(member: whisperId))
+            }
+        case .pttTalkRequest:
+            .acting(PTTTalkRequest.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.talk(payload, member: whisperId, on: served.connection))
+            }
+        case .pttTalkRelease:
+            .acting(PTTTalkRelease.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.release(payload, member: whisperId, on: served.connection))
+            }
+        case .pttAnnounce:
+            .acting(PTTAnnounce.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.announce(payload, owner: whisperId))
+            }
+        case .pttNearby:
+            .acting(PTTNearby.self, [Self.ptt], answersRefusals: true) { handler, payload, _, served in
+                served.answer(try await handler.ptt.nearby(payload))
+            }
+        case .pttSignal:
+            .acting(PTTSignal.self, [.identityBucket(kind: "ptt_signal", rule: { $0.pttSignalsPerIdentity }, what: "push-to-talk frames")], answersRefusals: true) {
+                handler, payload, whisperId, _ in
+                try await handler.ptt.signal(payload, sender: whisperId)
+            }
+        }
+    }
+
+    /// A Whisperer's conversation changes, per identity (`GATEWAY_RATE_LIMIT_LIVE_CONVERSATIONS_PER_IDENTITY`).
+    private static let liveConversations = Gate.identityBucket(
+        kind: "live_conversations", rule: { $0.liveConversationsPerIdentity }, what: "conversation changes"
+    )
+    /// Push-to-talk frames but signals, per identity (`GATEWAY_RATE_LIMIT_PTT_PER_IDENTITY`).
+    private static let ptt = Gate.identityBucket(kind: "ptt", rule: { $0.pttPerIdentity }, what: "push-to-talk frames")
+}
