@@ -59,17 +59,11 @@ enum AdminBody {
 }
 
 extension PostgresClient {
-    /// `withTransaction`, with a refusal thrown inside (a `WhisperHTTPError`: 404, 403)
-    /// coming out as itself once the transaction rolled back, not wrapped in
-    /// `PostgresTransactionError` (which would answer 500).
+    /// A transaction whose refusals (a `WhisperHTTPError`: 404, 403) are answered as such,
+    /// not as a failed transaction (500).
     func adminTransaction<T: Sendable>(
         logger: Logger, _ body: (PostgresConnection) async throws -> sending T
     ) async throws -> T {
-        do {
-            return try await withTransaction(logger: logger, body)
-        } catch let error as PostgresTransactionError {
-            if let refusal = error.closureError as? WhisperHTTPError, error.rollbackError == nil { throw refusal }
-            throw error
-        }
+        try await withTransaction(refusing: WhisperHTTPError.self, logger: logger, body)
     }
 }

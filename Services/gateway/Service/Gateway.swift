@@ -211,8 +211,8 @@ public func buildGateway(
     let assembly = ServiceAssembly(
         services: refusals + environment.clientServices + [
             subscriber, receipts.settler, receipts.applier, keeper,
-            FloorKeeper(desk: ptt, logger: environment.logger),
-            LiveKeeper(
+            FloorKeeper.periodic(desk: ptt, logger: environment.logger),
+            LiveKeeper.periodic(
                 registry: liveRegistry, redis: environment.redis, instanceID: settings.common.instanceID,
                 interval: .seconds(30), logger: environment.logger
             ),

@@ -196,22 +196,6 @@ struct CallDesk: Sendable {
 
     // MARK: - Ring timeout
 
-    /// Ends calls whose ring timeout has passed, until cancelled.
-    func sweep() async {
-        while !Task.isCancelled {
-            do {
-                try await sweepOnce()
-            } catch RedisError.unavailable {
-                // Starting, stopping, or an outage the Redis client reports itself: the
-                // next sweep finds the same due calls.
-            } catch {
-                if Task.isCancelled { return }
-                logger.warning("call_sweep_failed", metadata: ["error": "\(error)"])
-            }
-            try? await Clock.sleep(for: settings.sweepInterval)
-        }
-    }
-
     /// Claims the due calls (pushing each one's deadline a lease ahead, so that a router
     /// dying here leaves it to another) and ends those still ringing.
     func sweepOnce() async throws {

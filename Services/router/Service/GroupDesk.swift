@@ -520,14 +520,10 @@ struct GroupDesk: Sendable {
     /// so invitations never take room from what an identity is owed.
     private func notifyInvited(_ invitees: [String], group: GroupView, by author: String) async throws {
         guard !invitees.isEmpty else { return }
-        let sockets = try await redis.pipeline(invitees.map { RedisCommand("GET", RedisKeys.presence($0)) })
         let frame = ServerFrameCodec.encode(GroupInvitation(
             groupId: group.groupId, title: group.title, invitedBy: author, memberCount: group.memberIds.count, invitedAt: Clock.millisecondsNow()
         ))
-        for index in invitees.indices {
-            guard index < sockets.count, let socket = sockets[index].string.flatMap(PresenceRecord.init(encoded:)) else { continue }
-            try await GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publish(to: socket.gateway, on: redis)
-        }
+        try await SocketFanOut.deliverToLive(frame, of: invitees, on: redis)
     }
 
     // MARK: - Shared steps
@@ -535,12 +531,7 @@ struct GroupDesk: Sendable {
     /// Runs `body` in a transaction. A refusal decided inside it (rolled back, nothing
     /// changed) reaches the client as it is; PostgresNIO wraps what the body throws.
     private func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        do {
-            return try await postgres.withTransaction(logger: logger) { connection -> T in try await body(connection) }
-        } catch let failure as PostgresTransactionError {
-            if let refusal = failure.closureError as? WhisperError, failure.rollbackError == nil { throw refusal }
-            throw failure
-        }
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> T in try await body(connection) }
     }
 
     /// The author of a change must exist and not be banned.

@@ -67,19 +67,19 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             )
             let unread = UnreadShards(redis: environment.redis, base: RouterStream.key, logger: environment.logger)
             let readers: [any Service] = consumers.map(\.reader)
-            return readers + [changes] + consumers + [CallSweeper(calls: calls), unread]
+            return readers + [changes] + consumers + [CallSweeper.periodic(calls: calls), unread]
         },
         onServerRunning: onServerRunning
     )
 }
 
-/// Ends calls nobody answered (`CallDesk.sweep`) until the service stops.
-struct CallSweeper: Service {
-    let calls: CallDesk
-
-    func run() async throws {
-        await cancelWhenGracefulShutdown {
-            await calls.sweep()
+/// Ends calls nobody answered (`CallDesk.sweepOnce`) every `CallSettings.sweepInterval`
+/// until the service stops; a failed sweep leaves the same due calls to the next.
+enum CallSweeper {
+    static func periodic(calls: CallDesk) -> Periodic {
+        Periodic(every: calls.settings.sweepInterval, failure: "call_sweep_failed", logger: calls.logger) {
+            try await calls.sweepOnce()
+            return nil
         }
     }
 }

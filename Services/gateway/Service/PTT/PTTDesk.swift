@@ -46,12 +46,11 @@ struct PTTDesk: Sendable {
 
     func create(_ request: PTTChannelCreate, owner: String) async throws -> PTTChannel {
         let id = RandomID.uuid()
-        // Refusals come out of the transaction as values (see `join`).
-        let outcome = try await postgres.withTransaction(logger: logger) { connection -> Result<PTTChannel, WhisperError> in
+        return try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
             _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(owner) FOR UPDATE", logger: logger)
             guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(owner)", on: connection, logger: logger)
                 < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
-                return .failure(WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first"))
+                throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first")
             }
             // A code taken already (unlikely: 31^8) is drawn again.
             for _ in 0..<5 {
@@ -67,23 +66,20 @@ struct PTTDesk: Sendable {
                 for try await _ in rows.decode(String.self) { inserted = true }
                 guard inserted else { continue }
                 _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(id), \(owner))", logger: logger)
-                return .success(PTTChannel(
+                return PTTChannel(
                     channelId: id, name: request.name, joinCode: code, ownerId: owner, isPublic: request.isPublic, members: [owner],
                     createdAt: Clock.millisecondsNow()
-                ))
+                )
             }
             // Five taken codes in a row: a retry draws new ones (INTERNAL_ERROR is retried).
-            return .failure(WhisperError(.internalError, "no free join code was drawn; try again"))
+            throw WhisperError(.internalError, "no free join code was drawn; try again")
         }
-        return try outcome.get()
     }
 
     /// Joins by code or ID, under the channel's row lock (the member bound holds however
     /// many join at once); the other members are told.
     func join(_ request: PTTChannelJoin, member: String) async throws -> PTTChannel {
-        // Refusals come out of the transaction as values: one thrown inside it would be
-        // wrapped in the transaction's own error.
-        let outcome = try await postgres.withTransaction(logger: logger) { connection -> Result<PTTChannel, WhisperError> in
+        let channel = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
             let found = if let id = request.channelId {
                 try await connection.query("SELECT channel_id FROM ptt_channels WHERE channel_id = \(id) FOR UPDATE", logger: logger)
             } else {
@@ -91,15 +87,15 @@ struct PTTDesk: Sendable {
             }
             var channelId: String?
             for try await id in found.decode(String.self) { channelId = id }
-            guard let channelId else { return .failure(WhisperError(.notFound, "no such channel")) }
+            guard let channelId else { throw WhisperError(.notFound, "no such channel") }
             let members = try await Self.members(channelId, on: connection, logger: logger)
             if !members.contains(member) {
                 guard members.count < settings.maxMembers else {
-                    return .failure(WhisperError(.forbidden, "the channel has its \(settings.maxMembers) members"))
+                    throw WhisperError(.forbidden, "the channel has its \(settings.maxMembers) members")
                 }
                 guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(member)", on: connection, logger: logger)
                     < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
-                    return .failure(WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first"))
+                    throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first")
                 }
                 _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(channelId), \(member))", logger: logger)
             }
@@ -107,11 +103,10 @@ struct PTTDesk: Sendable {
             guard let channel = try await Self.channels(
                 "SELECT \(unescaped: Self.columns) FROM ptt_channels c WHERE c.channel_id = \(channelId)", on: connection, logger: logger
             ).first else {
-                return .failure(WhisperError(.notFound, "no such channel"))
+                throw WhisperError(.notFound, "no such channel")
             }
-            return .success(channel)
+            return channel
         }
-        let channel = try outcome.get()
         try await tell(PTTMembership(channelId: channel.channelId, whisperId: member, change: .joined), to: channel.members.filter { $0 != member })
         return channel
     }
@@ -391,15 +386,7 @@ struct PTTDesk: Sendable {
     /// one is not told (it lists its channels when it comes back). Returns how many had one.
     @discardableResult
     private func tell<P: ServerPayload>(_ payload: P, to whisperIds: [String]) async throws -> Int {
-        let unique = Array(Set(whisperIds))
-        guard !unique.isEmpty else { return 0 }
-        let records = try await redis.pipeline(unique.map { RedisCommand("GET", RedisKeys.presence($0)) })
-        let frame = ServerFrameCodec.encode(payload)
-        let commands = records.compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }.map {
-            GatewayCommand(kind: .deliver, connId: $0.connId, frame: frame).publishing(to: $0.gateway)
-        }
-        if !commands.isEmpty { _ = try await redis.pipeline(commands) }
-        return commands.count
+        try await SocketFanOut.deliverToLive(ServerFrameCodec.encode(payload), of: whisperIds, on: redis)
     }
 
     private static func members(_ channelId: String, on connection: PostgresConnection, logger: Logger) async throws -> [String] {
@@ -493,47 +480,4 @@ struct PTTDesk: Sendable {
         redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[5]) + 60000)
         return {'granted', parts[1], ARGV[6], ARGV[4], tostring(notAfter)}
         """)
-}
-
-/// The floors this gateway's sockets hold or wait for (channel → the identity that
-/// asked), to give them up when a socket goes, whether or not it still acts for anyone.
-final class FloorHolds: Sendable {
-    private let held = Mutex<[String: [String: String]]>([:])
-
-    func hold(_ connId: String, _ channelId: String, for whisperId: String) {
-        held.withLock { all in
-            guard all[connId]?[channelId] != nil || (all[connId]?.count ?? 0) < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else { return }
-            all[connId, default: [:]][channelId] = whisperId
-        }
-    }
-
-    func drop(_ connId: String, _ channelId: String) {
-        held.withLock { all in
-            all[connId]?[channelId] = nil
-            if all[connId]?.isEmpty == true { all[connId] = nil }
-        }
-    }
-
-    func dropAll(_ connId: String) -> [(channelId: String, whisperId: String)] {
-        held.withLock { ($0.removeValue(forKey: connId) ?? [:]).map { ($0.key, $0.value) } }
-    }
-}
-
-/// Takes back floors whose grant ran out, every quarter second.
-struct FloorKeeper: Service {
-    let desk: PTTDesk
-    let logger: Logger
-
-    func run() async throws {
-        try await cancelWhenGracefulShutdown {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(250))
-                do {
-                    try await desk.sweep()
-                } catch {
-                    logger.warning("ptt_floor_sweep_failed", metadata: ["error": "\(error)"])
-                }
-            }
-        }
-    }
 }

@@ -136,6 +136,30 @@ public struct GatewayCommand: Sendable, Equatable {
     }
 }
 
+/// Frames handed to sockets through their gateways' channels, kept nowhere: "tell
+/// these sockets" and "tell these identities' live sockets" in one place.
+public enum SocketFanOut {
+    /// Hands `frame` to each socket: one `PUBLISH` to its gateway's channel each, all in
+    /// one round trip.
+    public static func deliver(_ frame: [UInt8], to sockets: [PresenceRecord], on redis: RedisClient) async throws {
+        guard !sockets.isEmpty else { return }
+        _ = try await redis.pipeline(sockets.map { GatewayCommand(kind: .deliver, connId: $0.connId, frame: frame).publishing(to: $0.gateway) })
+    }
+
+    /// Hands `frame` to the live socket of each identity that has one (its presence
+    /// record), in two round trips; returns how many sockets it was handed to. An
+    /// identity without a live socket is not told.
+    @discardableResult
+    public static func deliverToLive(_ frame: [UInt8], of whisperIds: [String], on redis: RedisClient) async throws -> Int {
+        let unique = Array(Set(whisperIds))
+        guard !unique.isEmpty else { return 0 }
+        let records = try await redis.pipeline(unique.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        let sockets = records.compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }
+        try await deliver(frame, to: sockets, on: redis)
+        return sockets.count
+    }
+}
+
 /// A receipt handed to the gateway of its owner's socket without being stored: whose it
 /// is (`owner`, the message's sender) and the acknowledgement to apply once it is taken
 /// (`recipient`'s queue, `messageId`, `delivered` or read).

@@ -29,20 +29,17 @@ struct PresenceKeeper: Service {
                     try? await Task.sleep(for: .milliseconds(100))
                 }
             }
-            while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
-                let bound = connections.bound()
-                do {
-                    try await presence.prepare()
-                    try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
-                    try await GatewayCensus.record(
-                        instance: instanceID, open: connections.count, signedIn: bound.count, at: Clock.millisecondsNow(), on: presence.redis
-                    )
-                } catch {
-                    logger.warning("presence_refresh_failed", metadata: ["error": "\(error)", "connections": "\(bound.count)"])
-                }
-            }
         }
+        // Refreshed every interval while the gateway runs.
+        try await Periodic(every: interval, waitingFirst: true, failure: "presence_refresh_failed", logger: logger) {
+            let bound = connections.bound()
+            try await presence.prepare()
+            try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+            try await GatewayCensus.record(
+                instance: instanceID, open: connections.count, signedIn: bound.count, at: Clock.millisecondsNow(), on: presence.redis
+            )
+            return nil
+        }.run()
         try? await GatewayCensus.remove(instance: instanceID, on: presence.redis)
     }
 }

@@ -96,15 +96,9 @@ struct PresenceDesk: Sendable {
             if outcome == 0 { limited.increment() }
             return
         }
-        let frame = ServerFrameCodec.encode(PresenceUpdate(whisperId: whisperId, status: status, timestamp: now))
-        var commands: [RedisCommand] = []
-        for part in parts.dropFirst() {
-            if let socket = part.string.flatMap(PresenceRecord.init(encoded:)) {
-                commands.append(GatewayCommand(kind: .deliver, connId: socket.connId, frame: frame).publishing(to: socket.gateway))
-            }
-        }
-        guard !commands.isEmpty else { return }
-        _ = try await redis.pipeline(commands)
+        let sockets = parts.dropFirst().compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }
+        guard !sockets.isEmpty else { return }
+        try await SocketFanOut.deliver(ServerFrameCodec.encode(PresenceUpdate(whisperId: whisperId, status: status, timestamp: now)), to: sockets, on: redis)
         sent.increment()
     }
 
