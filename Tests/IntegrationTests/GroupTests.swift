@@ -12,241 +12,241 @@ import WhisperShared
 @Suite(.serialized)
 struct GroupTests {
     @Test func aFiveMemberGroupDeliversEachSendOnceToEveryOtherMember() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        var members: [TestUser] = []
-        for index in 0..<4 { members.append(try await stack.user(on: index % 2 == 0 ? 1 : 0)) }
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            var members: [TestUser] = []
+            for index in 0..<4 { members.append(try await stack.user(on: index % 2 == 0 ? 1 : 0)) }
 
-        try await stack.makePeers([owner] + members)
-        let created = try await owner.connection.createGroup(title: "Weekend climbing", memberIds: members.map(\.whisperId))
-        #expect(Format.isGroupID(created.groupId))
-        #expect(created.memberIds == [owner.whisperId] + members.map(\.whisperId))
-        #expect(created.ownerId == owner.whisperId)
-        #expect(created.createdBy == owner.whisperId)
-        for member in members {
-            let event = try #require(try await member.events(.groupCreated).first?.payload(as: GroupCreated.self))
-            #expect(event.groupId == created.groupId)
-            #expect(event.memberIds.count == 5)
-        }
+            try await stack.makePeers([owner] + members)
+            let created = try await owner.connection.createGroup(title: "Weekend climbing", memberIds: members.map(\.whisperId))
+            #expect(Format.isGroupID(created.groupId))
+            #expect(created.memberIds == [owner.whisperId] + members.map(\.whisperId))
+            #expect(created.ownerId == owner.whisperId)
+            #expect(created.createdBy == owner.whisperId)
+            for member in members {
+                let event = try #require(try await member.events(.groupCreated).first?.payload(as: GroupCreated.self))
+                #expect(event.groupId == created.groupId)
+                #expect(event.memberIds.count == 5)
+            }
 
-        // Two messages, each sent twice (a resend is answered, never delivered again).
-        var sentIds: [String] = []
-        for text in ["first to the group", "second to the group"] {
-            let copies = owner.groupCopies(text, groupId: created.groupId, to: members)
-            #expect(copies.count == 4)
-            for _ in 0..<2 {
-                let outcomes = await owner.connection.sendGroup(copies)
-                #expect(outcomes.count == 4)
-                #expect(outcomes.values.allSatisfy { (try? $0.get())?.messageId == copies[0].messageId })
+            // Two messages, each sent twice (a resend is answered, never delivered again).
+            var sentIds: [String] = []
+            for text in ["first to the group", "second to the group"] {
+                let copies = owner.groupCopies(text, groupId: created.groupId, to: members)
+                #expect(copies.count == 4)
+                for _ in 0..<2 {
+                    let outcomes = await owner.connection.sendGroup(copies)
+                    #expect(outcomes.count == 4)
+                    #expect(outcomes.values.allSatisfy { (try? $0.get())?.messageId == copies[0].messageId })
+                }
+                sentIds.append(copies[0].messageId)
             }
-            sentIds.append(copies[0].messageId)
-        }
-        for member in members {
-            let received = try await member.events(.messageReceived, count: 2).compactMap { $0.payload(as: MessageReceived.self) }
-            #expect(received.map(\.messageId) == sentIds)
-            #expect(received.allSatisfy { $0.groupId == created.groupId && $0.from == owner.whisperId && $0.to == member.whisperId })
-            let texts = try received.map {
-                String(decoding: try MessageCrypto.open($0, by: (member.whisperId, member.keys), sender: owner.peerKeys), as: UTF8.self)
+            for member in members {
+                let received = try await member.events(.messageReceived, count: 2).compactMap { $0.payload(as: MessageReceived.self) }
+                #expect(received.map(\.messageId) == sentIds)
+                #expect(received.allSatisfy { $0.groupId == created.groupId && $0.from == owner.whisperId && $0.to == member.whisperId })
+                let texts = try received.map {
+                    String(decoding: try MessageCrypto.open($0, by: (member.whisperId, member.keys), sender: owner.peerKeys), as: UTF8.self)
+                }
+                #expect(texts == ["first to the group", "second to the group"])
             }
-            #expect(texts == ["first to the group", "second to the group"])
+            // Copies are messages like any other: a receipt reaches the sender.
+            let first = try #require(try await members[0].events(.messageReceived).first?.payload(as: MessageReceived.self))
+            try await members[0].connection.acknowledge(first)
+            let receipt = try #require(try await owner.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(receipt.messageId == first.messageId)
+            #expect(receipt.from == members[0].whisperId)
+            for member in members { #expect(await member.events.all(.messageReceived).count == 2) }
         }
-        // Copies are messages like any other: a receipt reaches the sender.
-        let first = try #require(try await members[0].events(.messageReceived).first?.payload(as: MessageReceived.self))
-        try await members[0].connection.acknowledge(first)
-        let receipt = try #require(try await owner.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(receipt.messageId == first.messageId)
-        #expect(receipt.from == members[0].whisperId)
-        for member in members { #expect(await member.events.all(.messageReceived).count == 2) }
-        try await stack.stop()
     }
 
     @Test func aRemovedMemberGetsNothingAfterTheRemovalEvenFromCopiesAlreadyInTheStream() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let stays = try await stack.user(on: 1)
-        let leaves = try await stack.user(on: 1)
-        try await stack.makePeers([owner, stays, leaves])
-        let created = try await owner.connection.createGroup(title: "Book club", memberIds: [stays.whisperId, leaves.whisperId])
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let stays = try await stack.user(on: 1)
+            let leaves = try await stack.user(on: 1)
+            try await stack.makePeers([owner, stays, leaves])
+            let created = try await owner.connection.createGroup(title: "Book club", memberIds: [stays.whisperId, leaves.whisperId])
 
-        // Both routers learn the group (each handles some of these copies).
-        for index in 0..<6 {
-            let outcomes = await stays.connection.sendGroup(stays.groupCopies("warm \(index)", groupId: created.groupId, to: [owner, leaves]))
-            #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
-        }
-        _ = try await leaves.events(.messageReceived, count: 6)
-
-        let updated = try await owner.connection.updateGroup(created.groupId, remove: [leaves.whisperId])
-        #expect(updated.memberIds == [owner.whisperId, stays.whisperId])
-        #expect(updated.removed == [leaves.whisperId])
-        let farewell = try #require(try await leaves.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
-        #expect(farewell.removed == [leaves.whisperId])
-        #expect(farewell.memberIds.isEmpty)
-        let told = try #require(try await stays.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
-        #expect(told.memberIds == [owner.whisperId, stays.whisperId])
-
-        // Copies to the removed member written into the router stream as a gateway
-        // writes them, handled by routers that may still hold the old membership.
-        let depthBefore = try await stack.pendingDepth(leaves.whisperId)
-        let requestIds = (0..<10).map { _ in UUID().uuidString.lowercased() }
-        let socket = try #require(await stays.socket(in: stack))
-        try await stack.withRedis { redis in
-            for requestId in requestIds {
-                let copy = try #require(stays.groupCopies("too late", groupId: created.groupId, to: [leaves]).first)
-                let entry = RouterStream.Entry(
-                    gateway: socket.gateway, connId: socket.connId, whisperId: stays.whisperId,
-                    type: .groupSendMessage, requestId: requestId, payload: try RouterStream.storedPayload(copy),
-                    receivedAt: Clock.millisecondsNow()
-                )
-                try await redis.send(entry.addCommand(in: redis.configuration.streamShards))
+            // Both routers learn the group (each handles some of these copies).
+            for index in 0..<6 {
+                let outcomes = await stays.connection.sendGroup(stays.groupCopies("warm \(index)", groupId: created.groupId, to: [owner, leaves]))
+                #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
             }
+            _ = try await leaves.events(.messageReceived, count: 6)
+
+            let updated = try await owner.connection.updateGroup(created.groupId, remove: [leaves.whisperId])
+            #expect(updated.memberIds == [owner.whisperId, stays.whisperId])
+            #expect(updated.removed == [leaves.whisperId])
+            let farewell = try #require(try await leaves.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
+            #expect(farewell.removed == [leaves.whisperId])
+            #expect(farewell.memberIds.isEmpty)
+            let told = try #require(try await stays.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
+            #expect(told.memberIds == [owner.whisperId, stays.whisperId])
+
+            // Copies to the removed member written into the router stream as a gateway
+            // writes them, handled by routers that may still hold the old membership.
+            let depthBefore = try await stack.pendingDepth(leaves.whisperId)
+            let requestIds = (0..<10).map { _ in UUID().uuidString.lowercased() }
+            let socket = try #require(await stays.socket(in: stack))
+            try await stack.withRedis { redis in
+                for requestId in requestIds {
+                    let copy = try #require(stays.groupCopies("too late", groupId: created.groupId, to: [leaves]).first)
+                    let entry = RouterStream.Entry(
+                        gateway: socket.gateway, connId: socket.connId, whisperId: stays.whisperId,
+                        type: .groupSendMessage, requestId: requestId, payload: try RouterStream.storedPayload(copy),
+                        receivedAt: Clock.millisecondsNow()
+                    )
+                    try await redis.send(entry.addCommand(in: redis.configuration.streamShards))
+                }
+            }
+            let refusals = try await stays.events(.error, count: 10)
+            #expect(refusals.compactMap { $0.payload(as: ErrorPayload.self) }.allSatisfy { $0.code == .forbidden })
+            #expect(Set(refusals.compactMap(\.requestId)) == Set(requestIds))
+            // And through the front door: refused the same way, from and to the removed member.
+            let toLeaver = try #require(owner.groupCopies("after", groupId: created.groupId, to: [leaves]).first)
+            await #expect(throws: WhisperClientError.self) { try await owner.connection.send(toLeaver) }
+            let fromLeaver = try #require(leaves.groupCopies("still here?", groupId: created.groupId, to: [owner]).first)
+            do {
+                try await leaves.connection.send(fromLeaver)
+                Issue.record("a removed member's copy was accepted")
+            } catch WhisperClientError.refused(let code, _) {
+                #expect(code == .forbidden)
+            }
+            #expect(try await stack.pendingDepth(leaves.whisperId) == depthBefore)
+            #expect(await leaves.events.all(.messageReceived).count == 6)
+            #expect(try await stack.pendingDepth(owner.whisperId) == 6)
         }
-        let refusals = try await stays.events(.error, count: 10)
-        #expect(refusals.compactMap { $0.payload(as: ErrorPayload.self) }.allSatisfy { $0.code == .forbidden })
-        #expect(Set(refusals.compactMap(\.requestId)) == Set(requestIds))
-        // And through the front door: refused the same way, from and to the removed member.
-        let toLeaver = try #require(owner.groupCopies("after", groupId: created.groupId, to: [leaves]).first)
-        await #expect(throws: WhisperClientError.self) { try await owner.connection.send(toLeaver) }
-        let fromLeaver = try #require(leaves.groupCopies("still here?", groupId: created.groupId, to: [owner]).first)
-        do {
-            try await leaves.connection.send(fromLeaver)
-            Issue.record("a removed member's copy was accepted")
-        } catch WhisperClientError.refused(let code, _) {
-            #expect(code == .forbidden)
-        }
-        #expect(try await stack.pendingDepth(leaves.whisperId) == depthBefore)
-        #expect(await leaves.events.all(.messageReceived).count == 6)
-        #expect(try await stack.pendingDepth(owner.whisperId) == 6)
-        try await stack.stop()
     }
 
     @Test func aNonMembersSendIsRefusedAndNothingIsStored() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let member = try await stack.user(on: 1)
-        let outsider = try await stack.user(on: 0)
-        try await stack.makePeers([owner, member])
-        let created = try await owner.connection.createGroup(title: "Private", memberIds: [member.whisperId])
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let member = try await stack.user(on: 1)
+            let outsider = try await stack.user(on: 0)
+            try await stack.makePeers([owner, member])
+            let created = try await owner.connection.createGroup(title: "Private", memberIds: [member.whisperId])
 
-        let copy = try #require(outsider.groupCopies("let me in", groupId: created.groupId, to: [member]).first)
-        do {
-            try await outsider.connection.send(copy)
-            Issue.record("a non-member's copy was accepted")
-        } catch WhisperClientError.refused(let code, _) {
-            #expect(code == .forbidden)
+            let copy = try #require(outsider.groupCopies("let me in", groupId: created.groupId, to: [member]).first)
+            do {
+                try await outsider.connection.send(copy)
+                Issue.record("a non-member's copy was accepted")
+            } catch WhisperClientError.refused(let code, _) {
+                #expect(code == .forbidden)
+            }
+            // A copy to someone outside the group, from a member, is refused too.
+            let stray = try #require(owner.groupCopies("wrong person", groupId: created.groupId, to: [outsider]).first)
+            await #expect(throws: WhisperClientError.refused(.forbidden, "to is not a member of this group")) { try await owner.connection.send(stray) }
+            // A group that does not exist.
+            let unknown = try #require(owner.groupCopies("nobody", groupId: "grp-" + RandomID.uuid(), to: [member]).first)
+            await #expect(throws: WhisperClientError.refused(.notFound, "no such group")) { try await owner.connection.send(unknown) }
+            // A copy signed over `to` instead of the groupId does not verify.
+            var misSigned = try #require(owner.groupCopies("sig", groupId: created.groupId, to: [member]).first)
+            let oneToOne = owner.message("sig", to: member)
+            misSigned.nonce = oneToOne.nonce
+            misSigned.ciphertext = oneToOne.ciphertext
+            misSigned.sig = oneToOne.sig
+            misSigned.messageId = oneToOne.messageId
+            misSigned.timestamp = oneToOne.timestamp
+            await #expect(throws: WhisperClientError.self) { try await owner.connection.send(misSigned) }
+
+            #expect(try await stack.pendingDepth(member.whisperId) == 0)
+            #expect(try await stack.pendingDepth(outsider.whisperId) == 0)
+            #expect(await member.events.all(.messageReceived).isEmpty)
         }
-        // A copy to someone outside the group, from a member, is refused too.
-        let stray = try #require(owner.groupCopies("wrong person", groupId: created.groupId, to: [outsider]).first)
-        await #expect(throws: WhisperClientError.refused(.forbidden, "to is not a member of this group")) { try await owner.connection.send(stray) }
-        // A group that does not exist.
-        let unknown = try #require(owner.groupCopies("nobody", groupId: "grp-" + RandomID.uuid(), to: [member]).first)
-        await #expect(throws: WhisperClientError.refused(.notFound, "no such group")) { try await owner.connection.send(unknown) }
-        // A copy signed over `to` instead of the groupId does not verify.
-        var misSigned = try #require(owner.groupCopies("sig", groupId: created.groupId, to: [member]).first)
-        let oneToOne = owner.message("sig", to: member)
-        misSigned.nonce = oneToOne.nonce
-        misSigned.ciphertext = oneToOne.ciphertext
-        misSigned.sig = oneToOne.sig
-        misSigned.messageId = oneToOne.messageId
-        misSigned.timestamp = oneToOne.timestamp
-        await #expect(throws: WhisperClientError.self) { try await owner.connection.send(misSigned) }
-
-        #expect(try await stack.pendingDepth(member.whisperId) == 0)
-        #expect(try await stack.pendingDepth(outsider.whisperId) == 0)
-        #expect(await member.events.all(.messageReceived).isEmpty)
-        try await stack.stop()
     }
 
     @Test func anOfflineMemberGetsGroupEventsAndMessagesThroughFetchPending() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let online = try await stack.user(on: 1)
-        let away = try await stack.offlineUser(on: 1)
-        try await stack.makePeers([owner, online, away])
-        let created = try await owner.connection.createGroup(title: "Trip", memberIds: [online.whisperId, away.whisperId])
-        let copies = owner.groupCopies("see you at 8", groupId: created.groupId, to: [online, away])
-        #expect(await owner.connection.sendGroup(copies).values.allSatisfy { (try? $0.get()) != nil })
-        _ = try await owner.connection.updateGroup(created.groupId, title: "Trip to the coast")
-        _ = try await online.events(.groupUpdated)
-        #expect(try await stack.storedReceipts(away.whisperId) == 2)
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let online = try await stack.user(on: 1)
+            let away = try await stack.offlineUser(on: 1)
+            try await stack.makePeers([owner, online, away])
+            let created = try await owner.connection.createGroup(title: "Trip", memberIds: [online.whisperId, away.whisperId])
+            let copies = owner.groupCopies("see you at 8", groupId: created.groupId, to: [online, away])
+            #expect(await owner.connection.sendGroup(copies).values.allSatisfy { (try? $0.get()) != nil })
+            _ = try await owner.connection.updateGroup(created.groupId, title: "Trip to the coast")
+            _ = try await online.events(.groupUpdated)
+            #expect(try await stack.storedReceipts(away.whisperId) == 2)
 
-        let back = try await stack.reconnect(away, on: 0)
-        let page = try await back.connection.fetchPending()
-        // The membership events come before the page, oldest first.
-        let createdEvent = try #require(try await back.events(.groupCreated).first?.payload(as: GroupCreated.self))
-        #expect(createdEvent.groupId == created.groupId)
-        let renamed = try #require(try await back.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
-        #expect(renamed.title == "Trip to the coast")
-        #expect(renamed.memberIds.count == 3)
-        let message = try #require(page.messages.first)
-        #expect(page.messages.count == 1)
-        #expect(message.groupId == created.groupId)
-        let text = try MessageCrypto.open(message, by: (away.whisperId, away.keys), sender: owner.peerKeys)
-        #expect(String(decoding: text, as: UTF8.self) == "see you at 8")
-        // Taken once written: a second fetch does not repeat them.
-        try await waitUntil { try await stack.storedReceipts(away.whisperId) == 0 }
-        try await stack.stop()
+            let back = try await stack.reconnect(away, on: 0)
+            let page = try await back.connection.fetchPending()
+            // The membership events come before the page, oldest first.
+            let createdEvent = try #require(try await back.events(.groupCreated).first?.payload(as: GroupCreated.self))
+            #expect(createdEvent.groupId == created.groupId)
+            let renamed = try #require(try await back.events(.groupUpdated).first?.payload(as: GroupUpdated.self))
+            #expect(renamed.title == "Trip to the coast")
+            #expect(renamed.memberIds.count == 3)
+            let message = try #require(page.messages.first)
+            #expect(page.messages.count == 1)
+            #expect(message.groupId == created.groupId)
+            let text = try MessageCrypto.open(message, by: (away.whisperId, away.keys), sender: owner.peerKeys)
+            #expect(String(decoding: text, as: UTF8.self) == "see you at 8")
+            // Taken once written: a second fetch does not repeat them.
+            try await waitUntil { try await stack.storedReceipts(away.whisperId) == 0 }
+        }
     }
 
     @Test func rolesDecideWhoMayChangeWhatAndTheOwnerCanLeave() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let first = try await stack.user(on: 1)
-        let second = try await stack.user(on: 0)
-        let newcomer = try await stack.user(on: 1)
-        try await stack.makePeers([owner, first, second, newcomer])
-        let created = try await owner.connection.createGroup(title: "Roles", memberIds: [first.whisperId, second.whisperId])
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let first = try await stack.user(on: 1)
+            let second = try await stack.user(on: 0)
+            let newcomer = try await stack.user(on: 1)
+            try await stack.makePeers([owner, first, second, newcomer])
+            let created = try await owner.connection.createGroup(title: "Roles", memberIds: [first.whisperId, second.whisperId])
 
-        await #expect(throws: WhisperClientError.refused(.forbidden, "only the group's owner may add or remove other members")) {
-            try await first.connection.updateGroup(created.groupId, add: [newcomer.whisperId])
+            await #expect(throws: WhisperClientError.refused(.forbidden, "only the group's owner may add or remove other members")) {
+                try await first.connection.updateGroup(created.groupId, add: [newcomer.whisperId])
+            }
+            await #expect(throws: WhisperClientError.refused(.forbidden, "only the group's owner may add or remove other members")) {
+                try await first.connection.updateGroup(created.groupId, remove: [second.whisperId])
+            }
+            await #expect(throws: WhisperClientError.refused(.forbidden, "not a member of this group")) {
+                try await newcomer.connection.updateGroup(created.groupId, title: "Mine")
+            }
+            await #expect(throws: WhisperClientError.refused(.notFound, "no such identity: WSP-AAAA-AAAA-AAAA")) {
+                try await owner.connection.updateGroup(created.groupId, add: ["WSP-AAAA-AAAA-AAAA"])
+            }
+            // Any member may rename.
+            let renamed = try await first.connection.updateGroup(created.groupId, title: "Renamed")
+            #expect(renamed.title == "Renamed")
+            #expect(renamed.ownerId == owner.whisperId)
+            // The owner adds, then leaves: the earliest member left becomes the owner.
+            let grown = try await owner.connection.updateGroup(created.groupId, add: [newcomer.whisperId])
+            #expect(grown.added == [newcomer.whisperId])
+            _ = try await newcomer.events(.groupUpdated)
+            let left = try await owner.connection.updateGroup(created.groupId, remove: [owner.whisperId])
+            #expect(left.removed == [owner.whisperId])
+            let handedOver = try #require(try await second.events(.groupUpdated, count: 3).last?.payload(as: GroupUpdated.self))
+            #expect(handedOver.ownerId == first.whisperId)
+            #expect(handedOver.memberIds == [first.whisperId, second.whisperId, newcomer.whisperId])
+            // The new owner may remove; the former owner may no longer send.
+            _ = try await first.connection.updateGroup(created.groupId, remove: [newcomer.whisperId])
+            let fromFormer = try #require(owner.groupCopies("hello?", groupId: created.groupId, to: [first]).first)
+            await #expect(throws: WhisperClientError.refused(.forbidden, "the sender is not a member of this group")) {
+                try await owner.connection.send(fromFormer)
+            }
         }
-        await #expect(throws: WhisperClientError.refused(.forbidden, "only the group's owner may add or remove other members")) {
-            try await first.connection.updateGroup(created.groupId, remove: [second.whisperId])
-        }
-        await #expect(throws: WhisperClientError.refused(.forbidden, "not a member of this group")) {
-            try await newcomer.connection.updateGroup(created.groupId, title: "Mine")
-        }
-        await #expect(throws: WhisperClientError.refused(.notFound, "no such identity: WSP-AAAA-AAAA-AAAA")) {
-            try await owner.connection.updateGroup(created.groupId, add: ["WSP-AAAA-AAAA-AAAA"])
-        }
-        // Any member may rename.
-        let renamed = try await first.connection.updateGroup(created.groupId, title: "Renamed")
-        #expect(renamed.title == "Renamed")
-        #expect(renamed.ownerId == owner.whisperId)
-        // The owner adds, then leaves: the earliest member left becomes the owner.
-        let grown = try await owner.connection.updateGroup(created.groupId, add: [newcomer.whisperId])
-        #expect(grown.added == [newcomer.whisperId])
-        _ = try await newcomer.events(.groupUpdated)
-        let left = try await owner.connection.updateGroup(created.groupId, remove: [owner.whisperId])
-        #expect(left.removed == [owner.whisperId])
-        let handedOver = try #require(try await second.events(.groupUpdated, count: 3).last?.payload(as: GroupUpdated.self))
-        #expect(handedOver.ownerId == first.whisperId)
-        #expect(handedOver.memberIds == [first.whisperId, second.whisperId, newcomer.whisperId])
-        // The new owner may remove; the former owner may no longer send.
-        _ = try await first.connection.updateGroup(created.groupId, remove: [newcomer.whisperId])
-        let fromFormer = try #require(owner.groupCopies("hello?", groupId: created.groupId, to: [first]).first)
-        await #expect(throws: WhisperClientError.refused(.forbidden, "the sender is not a member of this group")) {
-            try await owner.connection.send(fromFormer)
-        }
-        try await stack.stop()
     }
 
     @Test func aResentCreateWithTheSameRequestIdNamesTheSameGroup() async throws {
-        let stack = try await MessagingStack.start()
-        let owner = try await stack.user(on: 0)
-        let member = try await stack.user(on: 1)
-        try await stack.makePeers([owner, member])
-        let request = GroupCreate(sessionToken: owner.token, title: "Once", memberIds: [member.whisperId])
-        let requestId = UUID().uuidString.lowercased()
-        let first = try await owner.connection.request(request, requestId: requestId)
-        let second = try await owner.connection.request(request, requestId: requestId)
-        let a = try #require(first.payload(as: GroupCreated.self))
-        let b = try #require(second.payload(as: GroupCreated.self))
-        #expect(a.groupId == b.groupId)
-        let count = try await stack.withPostgres { client in
-            try await client.query("SELECT count(*)::int8 FROM groups WHERE created_by = \(owner.whisperId)").decode(Int64.self).first { _ in true }
+        try await MessagingStack.start().running { stack in
+            let owner = try await stack.user(on: 0)
+            let member = try await stack.user(on: 1)
+            try await stack.makePeers([owner, member])
+            let request = GroupCreate(sessionToken: owner.token, title: "Once", memberIds: [member.whisperId])
+            let requestId = UUID().uuidString.lowercased()
+            let first = try await owner.connection.request(request, requestId: requestId)
+            let second = try await owner.connection.request(request, requestId: requestId)
+            let a = try #require(first.payload(as: GroupCreated.self))
+            let b = try #require(second.payload(as: GroupCreated.self))
+            #expect(a.groupId == b.groupId)
+            let count = try await stack.withPostgres { client in
+                try await client.query("SELECT count(*)::int8 FROM groups WHERE created_by = \(owner.whisperId)").decode(Int64.self).first { _ in true }
+            }
+            #expect(count == 1)
         }
-        #expect(count == 1)
-        try await stack.stop()
     }
 }
 

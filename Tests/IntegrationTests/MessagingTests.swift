@@ -8,181 +8,181 @@ import WhisperShared
 /// 1:1 messaging end to end (spec 4, 5): two gateways, two routers, real Redis and Postgres.
 @Suite struct MessagingTests {
     @Test func aMessageCrossesGatewaysAndRoutersAndItsReceiptComesBack() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
 
-        let message = alice.message("hello bob", to: bob)
-        let accepted = try await alice.connection.send(message)
-        #expect(accepted == MessageAccepted(messageId: message.messageId, status: "sent"))
+            let message = alice.message("hello bob", to: bob)
+            let accepted = try await alice.connection.send(message)
+            #expect(accepted == MessageAccepted(messageId: message.messageId, status: "sent"))
 
-        let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
-        #expect(received.messageId == message.messageId)
-        #expect(received.from == alice.whisperId && received.to == bob.whisperId)
-        let plaintext = try MessageCrypto.open(received, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
-        #expect(String(decoding: plaintext, as: UTF8.self) == "hello bob")
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+            let received = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+            #expect(received.messageId == message.messageId)
+            #expect(received.from == alice.whisperId && received.to == bob.whisperId)
+            let plaintext = try MessageCrypto.open(received, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
+            #expect(String(decoding: plaintext, as: UTF8.self) == "hello bob")
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1)
 
-        try await bob.connection.acknowledge(received, status: .delivered)
-        let delivered = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(delivered.messageId == message.messageId && delivered.status == .delivered)
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            try await bob.connection.acknowledge(received, status: .delivered)
+            let delivered = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(delivered.messageId == message.messageId && delivered.status == .delivered)
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
 
-        try await bob.connection.acknowledge(received, status: .read)
-        let receipts = try await alice.events(.messageDelivered, count: 2)
-        #expect(receipts.last?.payload(as: MessageDelivered.self)?.status == .read)
-        try await stack.stop()
+            try await bob.connection.acknowledge(received, status: .read)
+            let receipts = try await alice.events(.messageDelivered, count: 2)
+            #expect(receipts.last?.payload(as: MessageDelivered.self)?.status == .read)
+        }
     }
 
     @Test func theSameMessageIdSentThreeTimesIsDeliveredOnce() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let message = alice.message("only once", to: bob)
-        for _ in 0..<3 {
-            #expect(try await alice.connection.send(message).messageId == message.messageId)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let message = alice.message("only once", to: bob)
+            for _ in 0..<3 {
+                #expect(try await alice.connection.send(message).messageId == message.messageId)
+            }
+            // A later message from the same sender is handled after every copy of the first,
+            // and reaches Bob after anything they caused.
+            let marker = alice.message("after the repeats", to: bob)
+            try await alice.connection.send(marker)
+            let received = try await bob.events(.messageReceived, count: 2)
+            #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == [message.messageId, marker.messageId])
+            #expect(await bob.events.all(.messageReceived).count == 2)
+            #expect(try await stack.pendingDepth(bob.whisperId) == 2)
         }
-        // A later message from the same sender is handled after every copy of the first,
-        // and reaches Bob after anything they caused.
-        let marker = alice.message("after the repeats", to: bob)
-        try await alice.connection.send(marker)
-        let received = try await bob.events(.messageReceived, count: 2)
-        #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == [message.messageId, marker.messageId])
-        #expect(await bob.events.all(.messageReceived).count == 2)
-        #expect(try await stack.pendingDepth(bob.whisperId) == 2)
-        try await stack.stop()
     }
 
     @Test func anOfflineRecipientPagesThroughEveryMessageExactlyOnce() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bobFirst = try await stack.offlineUser(on: 1)
-        let sent = try await alice.send(120, to: bobFirst, labelled: "message")
-        #expect(try await stack.pendingDepth(bobFirst.whisperId) == 120)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bobFirst = try await stack.offlineUser(on: 1)
+            let sent = try await alice.send(120, to: bobFirst, labelled: "message")
+            #expect(try await stack.pendingDepth(bobFirst.whisperId) == 120)
 
-        let bob = try await stack.reconnect(bobFirst, on: 0)
-        var seen: [String] = []
-        var cursor: String?
-        var pages = 0
-        repeat {
-            let page = try await bob.connection.fetchPending(cursor: cursor, limit: 50)
-            pages += 1
-            for message in page.messages {
-                _ = try MessageCrypto.open(message, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
-                seen.append(message.messageId)
-                try await bob.connection.acknowledge(message)
-            }
-            cursor = page.nextCursor
-        } while cursor != nil
-        #expect(pages == 3)
-        #expect(seen.count == 120)
-        #expect(Set(seen) == sent)
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        #expect(try await bob.connection.fetchPending().messages.isEmpty)
-        // Alice was online: she got every receipt live.
-        try await alice.events(.messageDelivered, count: 120)
-        try await stack.stop()
+            let bob = try await stack.reconnect(bobFirst, on: 0)
+            var seen: [String] = []
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let page = try await bob.connection.fetchPending(cursor: cursor, limit: 50)
+                pages += 1
+                for message in page.messages {
+                    _ = try MessageCrypto.open(message, by: (bob.whisperId, bob.keys), sender: alice.peerKeys)
+                    seen.append(message.messageId)
+                    try await bob.connection.acknowledge(message)
+                }
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(pages == 3)
+            #expect(seen.count == 120)
+            #expect(Set(seen) == sent)
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            #expect(try await bob.connection.fetchPending().messages.isEmpty)
+            // Alice was online: she got every receipt live.
+            try await alice.events(.messageDelivered, count: 120)
+        }
     }
 
     @Test func receiptsForAnOfflineSenderWaitForItsNextFetch() async throws {
-        let stack = try await MessagingStack.start()
-        let aliceFirst = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let (message, received) = try await aliceFirst.sendAndWaitForArrival("are you there?", to: bob)
-        await aliceFirst.connection.close()
-        try await stack.waitUntilOffline(aliceFirst)
-        // A receipt kept longer than 72 hours ago (written here with its old ID) goes as
-        // the next one is kept.
-        let old = Clock.millisecondsNow() - Int64(PendingQueue.ttl.milliseconds) - 60_000
-        let stale = ServerFrameCodec.encode(MessageDelivered(messageId: RandomID.uuid(), status: .delivered, timestamp: old, from: bob.whisperId))
-        try await stack.withRedis { redis in
-            _ = try await redis.send("XADD", OwedFrames.key(aliceFirst.whisperId), "\(old)-0", "f", stale)
-        }
-        try await bob.connection.acknowledge(received)
-        try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 1 }
+        try await MessagingStack.start().running { stack in
+            let aliceFirst = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let (message, received) = try await aliceFirst.sendAndWaitForArrival("are you there?", to: bob)
+            await aliceFirst.connection.close()
+            try await stack.waitUntilOffline(aliceFirst)
+            // A receipt kept longer than 72 hours ago (written here with its old ID) goes as
+            // the next one is kept.
+            let old = Clock.millisecondsNow() - Int64(PendingQueue.ttl.milliseconds) - 60_000
+            let stale = ServerFrameCodec.encode(MessageDelivered(messageId: RandomID.uuid(), status: .delivered, timestamp: old, from: bob.whisperId))
+            try await stack.withRedis { redis in
+                _ = try await redis.send("XADD", OwedFrames.key(aliceFirst.whisperId), "\(old)-0", "f", stale)
+            }
+            try await bob.connection.acknowledge(received)
+            try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 1 }
 
-        let alice = try await stack.reconnect(aliceFirst, on: 1)
-        _ = try await alice.connection.fetchPending()
-        let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(receipt.messageId == message.messageId)
-        #expect(await alice.events.all(.messageDelivered).count == 1)
-        try await stack.stop()
+            let alice = try await stack.reconnect(aliceFirst, on: 1)
+            _ = try await alice.connection.fetchPending()
+            let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(receipt.messageId == message.messageId)
+            #expect(await alice.events.all(.messageDelivered).count == 1)
+        }
     }
 
     @Test func aReceiptForSomeoneElsesMessageIsIgnored() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carol = try await stack.user(on: 0)
-        let (message, received) = try await alice.sendAndWaitForArrival("for bob only", to: bob)
-        // Carol claims to have received Bob's message.
-        try await carol.connection.acknowledge(received)
-        // Carol's next frame is handled after her receipt; Alice's ping is answered
-        // after anything written to her socket before it.
-        _ = try await carol.connection.fetchPending()
-        _ = try await alice.connection.ping()
-        #expect(await alice.events.all(.messageDelivered).isEmpty)
-        #expect(try await stack.storedReceipts(alice.whisperId) == 0)
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carol = try await stack.user(on: 0)
+            let (message, received) = try await alice.sendAndWaitForArrival("for bob only", to: bob)
+            // Carol claims to have received Bob's message.
+            try await carol.connection.acknowledge(received)
+            // Carol's next frame is handled after her receipt; Alice's ping is answered
+            // after anything written to her socket before it.
+            _ = try await carol.connection.fetchPending()
+            _ = try await alice.connection.ping()
+            #expect(await alice.events.all(.messageDelivered).isEmpty)
+            #expect(try await stack.storedReceipts(alice.whisperId) == 0)
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1)
 
-        // A receipt gets no answer: asked as a request, it times out on the SDK's
-        // sweeper, and the socket goes on working.
-        let started = ContinuousClock.now
-        await #expect(throws: WhisperClientError.timedOut) {
-            _ = try await carol.connection.request(DeliveryReceipt(
-                sessionToken: carol.token, messageId: received.messageId, from: carol.whisperId, to: alice.whisperId,
-                status: .delivered, timestamp: Clock.millisecondsNow()
-            ), timeout: .milliseconds(300))
+            // A receipt gets no answer: asked as a request, it times out on the SDK's
+            // sweeper, and the socket goes on working.
+            let started = ContinuousClock.now
+            await #expect(throws: WhisperClientError.timedOut) {
+                _ = try await carol.connection.request(DeliveryReceipt(
+                    sessionToken: carol.token, messageId: received.messageId, from: carol.whisperId, to: alice.whisperId,
+                    status: .delivered, timestamp: Clock.millisecondsNow()
+                ), timeout: .milliseconds(300))
+            }
+            let waited = ContinuousClock.now - started
+            #expect(waited >= .milliseconds(300), "timed out early, after \(waited)")
+            _ = try await carol.connection.ping()
         }
-        let waited = ContinuousClock.now - started
-        #expect(waited >= .milliseconds(300), "timed out early, after \(waited)")
-        _ = try await carol.connection.ping()
-        try await stack.stop()
     }
 
     @Test func badMessagesAreRefusedAndNothingIsQueued() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let mallory = try await stack.user(on: 0)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let mallory = try await stack.user(on: 0)
 
-        func refused(_ message: SendMessage, _ code: ErrorCode, _ what: String) async {
-            do {
-                try await alice.connection.send(message)
-                Issue.record("\(what): accepted")
-            } catch WhisperClientError.refused(let actual, _) {
-                #expect(actual == code, "\(what)")
-            } catch {
-                Issue.record("\(what): \(error)")
+            func refused(_ message: SendMessage, _ code: ErrorCode, _ what: String) async {
+                do {
+                    try await alice.connection.send(message)
+                    Issue.record("\(what): accepted")
+                } catch WhisperClientError.refused(let actual, _) {
+                    #expect(actual == code, "\(what)")
+                } catch {
+                    Issue.record("\(what): \(error)")
+                }
             }
+
+            var forged = alice.message("forged", to: bob)
+            forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
+            await refused(forged, .authFailed, "forged signature")
+
+            var tampered = alice.message("tampered", to: bob)
+            tampered.ciphertext = alice.message("other", to: bob).ciphertext
+            await refused(tampered, .authFailed, "ciphertext changed after signing")
+
+            let wrongFrom = MessageCrypto.makeMessage(Array("hi".utf8), from: (mallory.whisperId, mallory.keys), to: bob.peerKeys, sessionToken: alice.token)
+            await refused(wrongFrom, .forbidden, "from is not the session's identity")
+
+            await refused(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000), .invalidTimestamp, "stale timestamp")
+            await refused(alice.message("early", to: bob, timestamp: Clock.millisecondsNow() + 11 * 60_000), .invalidTimestamp, "future timestamp")
+
+            let oversize = alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob)
+            await refused(oversize, .invalidPayload, "ciphertext over MAX_TEXT_BYTES")
+
+            let ghost = TestUser(whisperId: WhisperID.generate(), keys: bob.keys, token: bob.token, connection: bob.connection, events: bob.events)
+            await refused(alice.message("anyone?", to: ghost), .notFound, "unknown recipient")
+
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+            #expect(await bob.events.all(.messageReceived).isEmpty)
+            // The socket is still usable.
+            try await alice.connection.send(alice.message("a good one", to: bob))
+            try await bob.events(.messageReceived)
         }
-
-        var forged = alice.message("forged", to: bob)
-        forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
-        await refused(forged, .authFailed, "forged signature")
-
-        var tampered = alice.message("tampered", to: bob)
-        tampered.ciphertext = alice.message("other", to: bob).ciphertext
-        await refused(tampered, .authFailed, "ciphertext changed after signing")
-
-        let wrongFrom = MessageCrypto.makeMessage(Array("hi".utf8), from: (mallory.whisperId, mallory.keys), to: bob.peerKeys, sessionToken: alice.token)
-        await refused(wrongFrom, .forbidden, "from is not the session's identity")
-
-        await refused(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000), .invalidTimestamp, "stale timestamp")
-        await refused(alice.message("early", to: bob, timestamp: Clock.millisecondsNow() + 11 * 60_000), .invalidTimestamp, "future timestamp")
-
-        let oversize = alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob)
-        await refused(oversize, .invalidPayload, "ciphertext over MAX_TEXT_BYTES")
-
-        let ghost = TestUser(whisperId: WhisperID.generate(), keys: bob.keys, token: bob.token, connection: bob.connection, events: bob.events)
-        await refused(alice.message("anyone?", to: ghost), .notFound, "unknown recipient")
-
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        #expect(await bob.events.all(.messageReceived).isEmpty)
-        // The socket is still usable.
-        try await alice.connection.send(alice.message("a good one", to: bob))
-        try await bob.events(.messageReceived)
-        try await stack.stop()
     }
 
     @Test func messagesToOneRecipientAreLimitedWithoutLosingResends() async throws {
@@ -260,32 +260,32 @@ import WhisperShared
     /// acknowledging task held back for an hour, every entry still leaves the group's
     /// pending list and the stream (the read that ends an idle second takes the last).
     @Test func readsCarryTheAcknowledgements() async throws {
-        let stack = try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .seconds(3600) }, gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        for index in 0..<10 {
-            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .seconds(3600) }, gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            for index in 0..<10 {
+                try await alice.connection.send(alice.message("m\(index)", to: bob))
+            }
+            _ = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(10))
+            try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
+            try await waitUntil { (try? await stack.routerStreamBacklog()) == 0 }
         }
-        _ = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(10))
-        try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
-        try await waitUntil { (try? await stack.routerStreamBacklog()) == 0 }
-        try await stack.stop()
     }
 
     /// With a read linger, a router that just read a short batch waits before reading
     /// again; a lone message to an idle router still arrives, and so does a burst. How
     /// much the linger saves, and how long it holds a message, the benchmark measures.
     @Test func aReadLingerDelaysNothingForGood() async throws {
-        let stack = try await MessagingStack.start(routers: 1, router: { $0.readLinger = .milliseconds(600) }, gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        try await alice.connection.sendOnly(alice.message("first", to: bob))
-        _ = try await bob.events.wait(for: .messageReceived, count: 1, timeout: .seconds(5))
-        for index in 0..<9 {
-            try await alice.connection.sendOnly(alice.message("m\(index)", to: bob))
+        try await MessagingStack.start(routers: 1, router: { $0.readLinger = .milliseconds(600) }, gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            try await alice.connection.sendOnly(alice.message("first", to: bob))
+            _ = try await bob.events.wait(for: .messageReceived, count: 1, timeout: .seconds(5))
+            for index in 0..<9 {
+                try await alice.connection.sendOnly(alice.message("m\(index)", to: bob))
+            }
+            let received = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(5))
+            #expect(Set(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId }).count == 10)
         }
-        let received = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(5))
-        #expect(Set(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId }).count == 10)
-        try await stack.stop()
     }
 }

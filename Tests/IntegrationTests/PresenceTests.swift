@@ -10,97 +10,97 @@ import WhisperShared
 @Suite(.serialized)
 struct PresenceTests {
     @Test func aPeerLearnsOfConnectAndCleanDisconnectAndAStrangerNever() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carol = try await stack.user(on: 1)
-        _ = try await alice.sendAndWaitForArrival("hi", to: bob)
-        // One message, taken by Bob and not answered, makes no peers (issue 34, item 5):
-        // Alice, a stranger to Bob until he writes back, learns nothing of him.
-        #expect(try await alice.connection.subscribePresence([bob.whisperId]).peers.isEmpty)
-        #expect(try await bob.connection.subscribePresence([alice.whisperId]).peers.isEmpty)
-        _ = try await bob.sendAndWaitForArrival("hi back", to: alice)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carol = try await stack.user(on: 1)
+            _ = try await alice.sendAndWaitForArrival("hi", to: bob)
+            // One message, taken by Bob and not answered, makes no peers (issue 34, item 5):
+            // Alice, a stranger to Bob until he writes back, learns nothing of him.
+            #expect(try await alice.connection.subscribePresence([bob.whisperId]).peers.isEmpty)
+            #expect(try await bob.connection.subscribePresence([alice.whisperId]).peers.isEmpty)
+            _ = try await bob.sendAndWaitForArrival("hi back", to: alice)
 
-        // Bob is Alice's peer; Carol is nobody's. The snapshot leaves strangers out.
-        let bobs = try await bob.connection.subscribePresence([alice.whisperId, carol.whisperId])
-        #expect(bobs.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
-        let carols = try await carol.connection.subscribePresence([alice.whisperId, bob.whisperId])
-        #expect(carols.peers.isEmpty)
-        // The other way round works too (each wrote to the other).
-        let alices = try await alice.connection.subscribePresence([bob.whisperId])
-        #expect(alices.peers == [PresenceSnapshot.Peer(whisperId: bob.whisperId, status: .online)])
+            // Bob is Alice's peer; Carol is nobody's. The snapshot leaves strangers out.
+            let bobs = try await bob.connection.subscribePresence([alice.whisperId, carol.whisperId])
+            #expect(bobs.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
+            let carols = try await carol.connection.subscribePresence([alice.whisperId, bob.whisperId])
+            #expect(carols.peers.isEmpty)
+            // The other way round works too (each wrote to the other).
+            let alices = try await alice.connection.subscribePresence([bob.whisperId])
+            #expect(alices.peers == [PresenceSnapshot.Peer(whisperId: bob.whisperId, status: .online)])
 
-        // A clean disconnect.
-        await alice.connection.close()
-        let offline = try #require(try await bob.events(.presence).first?.payload(as: PresenceUpdate.self))
-        #expect(offline.whisperId == alice.whisperId)
-        #expect(offline.status == .offline)
+            // A clean disconnect.
+            await alice.connection.close()
+            let offline = try #require(try await bob.events(.presence).first?.payload(as: PresenceUpdate.self))
+            #expect(offline.whisperId == alice.whisperId)
+            #expect(offline.status == .offline)
 
-        // Back, on the other gateway: online again once the socket holds the session.
-        let back = try await stack.reconnect(alice, on: 1)
-        _ = try await back.connection.fetchPending()
-        let online = try #require(try await bob.events(.presence, count: 2).last?.payload(as: PresenceUpdate.self))
-        #expect(online.whisperId == alice.whisperId)
-        #expect(online.status == .online)
-        // Alice's new socket did not subscribe: it hears nothing of Bob.
-        await bob.connection.close()
-        try await stack.waitUntilOffline(bob)
-        _ = try await back.connection.ping()
+            // Back, on the other gateway: online again once the socket holds the session.
+            let back = try await stack.reconnect(alice, on: 1)
+            _ = try await back.connection.fetchPending()
+            let online = try #require(try await bob.events(.presence, count: 2).last?.payload(as: PresenceUpdate.self))
+            #expect(online.whisperId == alice.whisperId)
+            #expect(online.status == .online)
+            // Alice's new socket did not subscribe: it hears nothing of Bob.
+            await bob.connection.close()
+            try await stack.waitUntilOffline(bob)
+            _ = try await back.connection.ping()
 
-        #expect(await carol.events.all(.presence).isEmpty)
-        #expect(await back.events.all(.presence).isEmpty)
-        let metrics = try await stack.metricsText(of: stack.gateways)
-        #expect(Metrics.value(in: metrics, "whisper_gateway_presence_events_total", ["outcome": "sent"]) == 2)
-        try await stack.stop()
+            #expect(await carol.events.all(.presence).isEmpty)
+            #expect(await back.events.all(.presence).isEmpty)
+            let metrics = try await stack.metricsText(of: stack.gateways)
+            #expect(Metrics.value(in: metrics, "whisper_gateway_presence_events_total", ["outcome": "sent"]) == 2)
+        }
     }
 
     @Test func aSocketThatStopsAnsweringPingsGoesOfflineForItsPeers() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.pingInterval = .seconds(1) })
-        let alice = try await stack.offlineUser(on: 0)
-        let bob = try await stack.user(on: 1)
-        // Alice needs a socket to send from to become Bob's peer.
-        let sender = try await stack.reconnect(alice, on: 0)
-        try await sender.connection.send(sender.message("hi", to: bob))
-        try await bob.connection.send(bob.message("hi", to: alice))
-        await sender.connection.close()
-        try await stack.waitUntilOffline(alice)
+        try await MessagingStack.start(gateway: { $0.pingInterval = .seconds(1) }).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 1)
+            // Alice needs a socket to send from to become Bob's peer.
+            let sender = try await stack.reconnect(alice, on: 0)
+            try await sender.connection.send(sender.message("hi", to: bob))
+            try await bob.connection.send(bob.message("hi", to: alice))
+            await sender.connection.close()
+            try await stack.waitUntilOffline(alice)
 
-        // Alice again, on a socket that answers nothing once it has its session.
-        let silent = try await SilentSocket.open(port: stack.gateways[0].port)
-        try await silent.send(ClientFrameCodec.encode(FetchPending(sessionToken: alice.token)))
-        try await stack.withRedis { redis in
-            try await waitUntil { try await PresenceStore(redis: redis).lookup(alice.whisperId) != nil }
+            // Alice again, on a socket that answers nothing once it has its session.
+            let silent = try await SilentSocket.open(port: stack.gateways[0].port)
+            try await silent.send(ClientFrameCodec.encode(FetchPending(sessionToken: alice.token)))
+            try await stack.withRedis { redis in
+                try await waitUntil { try await PresenceStore(redis: redis).lookup(alice.whisperId) != nil }
+            }
+            let snapshot = try await bob.connection.subscribePresence([alice.whisperId])
+            #expect(snapshot.peers.first?.status == .online)
+
+            let offline = try #require(try await bob.events(.presence, timeout: .seconds(20)).first?.payload(as: PresenceUpdate.self))
+            #expect(offline.whisperId == alice.whisperId)
+            #expect(offline.status == .offline)
+            await silent.close()
         }
-        let snapshot = try await bob.connection.subscribePresence([alice.whisperId])
-        #expect(snapshot.peers.first?.status == .online)
-
-        let offline = try #require(try await bob.events(.presence, timeout: .seconds(20)).first?.payload(as: PresenceUpdate.self))
-        #expect(offline.whisperId == alice.whisperId)
-        #expect(offline.status == .offline)
-        await silent.close()
-        try await stack.stop()
     }
 
     @Test func presenceEventsPastTheIdentitysLimitAreNotSent() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.presenceEventsPerIdentity = RateLimitRule(capacity: 2, period: .seconds(3_600)) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.sendAndWaitForArrival("hi", to: bob)
-        _ = try await bob.sendAndWaitForArrival("hi", to: alice)
-        _ = try await bob.connection.subscribePresence([alice.whisperId])
-        var current = alice
-        for _ in 0..<3 {
-            await current.connection.close()
-            try await stack.waitUntilOffline(alice)
-            current = try await stack.reconnect(alice, on: 0)
-            _ = try await current.connection.fetchPending()
+        try await MessagingStack.start(gateway: { $0.presenceEventsPerIdentity = RateLimitRule(capacity: 2, period: .seconds(3_600)) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await alice.sendAndWaitForArrival("hi", to: bob)
+            _ = try await bob.sendAndWaitForArrival("hi", to: alice)
+            _ = try await bob.connection.subscribePresence([alice.whisperId])
+            var current = alice
+            for _ in 0..<3 {
+                await current.connection.close()
+                try await stack.waitUntilOffline(alice)
+                current = try await stack.reconnect(alice, on: 0)
+                _ = try await current.connection.fetchPending()
+            }
+            try await waitUntil {
+                let metrics = try await stack.metricsText(of: stack.gateways)
+                return Metrics.value(in: metrics, "whisper_gateway_presence_events_total", ["outcome": "limited"]) == 4
+            }
+            #expect(await bob.events.all(.presence).count == 2)
         }
-        try await waitUntil {
-            let metrics = try await stack.metricsText(of: stack.gateways)
-            return Metrics.value(in: metrics, "whisper_gateway_presence_events_total", ["outcome": "limited"]) == 4
-        }
-        #expect(await bob.events.all(.presence).count == 2)
-        try await stack.stop()
     }
 }
 
