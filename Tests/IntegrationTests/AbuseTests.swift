@@ -76,238 +76,238 @@ import WhisperShared
     }
 
     @Test func aQueueIsCappedInMessages() async throws {
-        let stack = try await MessagingStack.start(router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 3, bytes: 1 << 20) })
-        let mallory = try await stack.user(on: 0)
-        let victim = try await stack.offlineUser(on: 1)
-        _ = try await mallory.send(3, to: victim, labelled: "fill")
-        await expectRefused(.rateLimited, "fourth message") { try await mallory.connection.send(mallory.message("one too many", to: victim)) }
-        #expect(try await stack.pendingDepth(victim.whisperId) == 3)
-        try await stillServed(stack)
-        try await stack.stop()
+        try await MessagingStack.start(router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 3, bytes: 1 << 20) }).running { stack in
+            let mallory = try await stack.user(on: 0)
+            let victim = try await stack.offlineUser(on: 1)
+            _ = try await mallory.send(3, to: victim, labelled: "fill")
+            await expectRefused(.rateLimited, "fourth message") { try await mallory.connection.send(mallory.message("one too many", to: victim)) }
+            #expect(try await stack.pendingDepth(victim.whisperId) == 3)
+            try await stillServed(stack)
+        }
     }
 
     @Test func aMessageToOneselfIsRefused() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        await expectRefused(.invalidPayload, "message to self") { try await alice.connection.send(alice.message("me", to: alice)) }
-        #expect(try await stack.pendingDepth(alice.whisperId) == 0)
-        try await stillServed(stack)
-        try await stack.stop()
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            await expectRefused(.invalidPayload, "message to self") { try await alice.connection.send(alice.message("me", to: alice)) }
+            #expect(try await stack.pendingDepth(alice.whisperId) == 0)
+            try await stillServed(stack)
+        }
     }
 
     @Test func receiptsWaitingForAnOfflineSenderAreCapped() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.receiptsWaitingMax = 3 })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let sent = try await alice.send(5, to: bob, labelled: "receipts")
-        let received = try await bob.events(.messageReceived, count: 5)
-        await alice.connection.close()
-        try await stack.waitUntilOffline(alice)
-        for frame in received {
-            try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self)))
+        try await MessagingStack.start(gateway: { $0.receiptsWaitingMax = 3 }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let sent = try await alice.send(5, to: bob, labelled: "receipts")
+            let received = try await bob.events(.messageReceived, count: 5)
+            await alice.connection.close()
+            try await stack.waitUntilOffline(alice)
+            for frame in received {
+                try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self)))
+            }
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            #expect(sent.count == 5)
+            #expect(try await stack.storedReceipts(alice.whisperId) == 3, "only the newest 3 wait")
+            try await stillServed(stack)
         }
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        #expect(sent.count == 5)
-        #expect(try await stack.storedReceipts(alice.whisperId) == 3, "only the newest 3 wait")
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     // MARK: - Pages and slow readers
 
     @Test func pagesStopAtTheirByteBudget() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1)
-        // About 11 KB each with their reactions: 40 of them are far over one page's budget.
-        var sent: Set<String> = []
-        for index in 0..<40 {
-            var message = alice.message("big \(index)", to: bob)
-            message.reactions = Self.reactions(keys: 2, idsEach: 256)
-            try await alice.connection.send(message)
-            sent.insert(message.messageId)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.offlineUser(on: 1)
+            // About 11 KB each with their reactions: 40 of them are far over one page's budget.
+            var sent: Set<String> = []
+            for index in 0..<40 {
+                var message = alice.message("big \(index)", to: bob)
+                message.reactions = Self.reactions(keys: 2, idsEach: 256)
+                try await alice.connection.send(message)
+                sent.insert(message.messageId)
+            }
+            let back = try await stack.reconnect(bob, on: 1)
+            var seen: Set<String> = []
+            var cursor: String?
+            var pages = 0
+            repeat {
+                let frame = try await back.connection.request(
+                    FetchPending(sessionToken: bob.token, cursor: cursor, limit: Limits.FETCH_PENDING_LIMIT_MAX)
+                )
+                let page = try #require(frame.payload(as: PendingMessages.self))
+                let bodies = page.messages.map { (try? JSONEncoder().encode($0))?.count ?? 0 }.reduce(0, +)
+                #expect(!page.messages.isEmpty)
+                #expect(bodies <= Limits.FETCH_PENDING_MAX_BYTES + Limits.MAX_STORED_MESSAGE_BYTES, "page of \(bodies) bytes")
+                #expect(page.messages.count < 40, "a page stops at its byte budget, not at limit")
+                seen.formUnion(page.messages.map(\.messageId))
+                cursor = page.nextCursor
+                pages += 1
+            } while cursor != nil && pages < 20
+            #expect(seen == sent, "walking the pages gives every message")
+            #expect(pages >= 2)
+            try await stillServed(stack)
         }
-        let back = try await stack.reconnect(bob, on: 1)
-        var seen: Set<String> = []
-        var cursor: String?
-        var pages = 0
-        repeat {
-            let frame = try await back.connection.request(
-                FetchPending(sessionToken: bob.token, cursor: cursor, limit: Limits.FETCH_PENDING_LIMIT_MAX)
-            )
-            let page = try #require(frame.payload(as: PendingMessages.self))
-            let bodies = page.messages.map { (try? JSONEncoder().encode($0))?.count ?? 0 }.reduce(0, +)
-            #expect(!page.messages.isEmpty)
-            #expect(bodies <= Limits.FETCH_PENDING_MAX_BYTES + Limits.MAX_STORED_MESSAGE_BYTES, "page of \(bodies) bytes")
-            #expect(page.messages.count < 40, "a page stops at its byte budget, not at limit")
-            seen.formUnion(page.messages.map(\.messageId))
-            cursor = page.nextCursor
-            pages += 1
-        } while cursor != nil && pages < 20
-        #expect(seen == sent, "walking the pages gives every message")
-        #expect(pages >= 2)
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     // MARK: - Limits at the edge
 
     @Test func aReceiptFloodIsCutAtTheGatewayAndRepeatsAreNotPassedOn() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.receiptsPerIdentity = RateLimitRule(capacity: 8, period: .seconds(60)) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
+        try await MessagingStack.start(gateway: { $0.receiptsPerIdentity = RateLimitRule(capacity: 8, period: .seconds(60)) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
 
-        // One real message, then the same receipts over and over: passed on once each.
-        let (_, received) = try await alice.sendAndWaitForArrival("read me", to: bob)
-        for _ in 0..<2 { try await bob.connection.acknowledge(received, status: .delivered) }
-        for _ in 0..<3 { try await bob.connection.acknowledge(received, status: .read) }
-        let delivered = try await alice.events(.messageDelivered, count: 2)
-        let before = try await stack.routerStreamLength()
+            // One real message, then the same receipts over and over: passed on once each.
+            let (_, received) = try await alice.sendAndWaitForArrival("read me", to: bob)
+            for _ in 0..<2 { try await bob.connection.acknowledge(received, status: .delivered) }
+            for _ in 0..<3 { try await bob.connection.acknowledge(received, status: .read) }
+            let delivered = try await alice.events(.messageDelivered, count: 2)
+            let before = try await stack.routerStreamLength()
 
-        // Random messageIds: 3 more fit the bucket of 8, then each is refused at the edge.
-        for _ in 0..<12 {
-            try await bob.connection.sendOnly(DeliveryReceipt(
-                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-                status: .read, timestamp: Clock.millisecondsNow()
-            ))
+            // Random messageIds: 3 more fit the bucket of 8, then each is refused at the edge.
+            for _ in 0..<12 {
+                try await bob.connection.sendOnly(DeliveryReceipt(
+                    sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                    status: .read, timestamp: Clock.millisecondsNow()
+                ))
+            }
+            try await bob.events(.error, count: 9)
+            #expect(try await stack.routerStreamLength() == before, "receipts never enter the router stream")
+            // Frames of a socket are served in order: once the ping is answered every receipt
+            // above was handled, and none of the repeats was passed on.
+            _ = try await bob.connection.ping()
+            #expect(await bob.events.all(.error).count == 9)
+            #expect(await alice.events.all(.messageDelivered).count == delivered.count)
+            let statuses = try delivered.map { try #require($0.payload(as: MessageDelivered.self)).status }
+            #expect(Set(statuses) == [.delivered, .read])
+            try await stillServed(stack)
         }
-        try await bob.events(.error, count: 9)
-        #expect(try await stack.routerStreamLength() == before, "receipts never enter the router stream")
-        // Frames of a socket are served in order: once the ping is answered every receipt
-        // above was handled, and none of the repeats was passed on.
-        _ = try await bob.connection.ping()
-        #expect(await bob.events.all(.error).count == 9)
-        #expect(await alice.events.all(.messageDelivered).count == delivered.count)
-        let statuses = try delivered.map { try #require($0.payload(as: MessageDelivered.self)).status }
-        #expect(Set(statuses) == [.delivered, .read])
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     @Test func fetchesAreChargedAtTheGatewayPerIdentity() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
-        let alice = try await stack.user(on: 0)
-        _ = try await alice.connection.fetchPending()
-        _ = try await alice.connection.fetchPending()
-        let before = try await stack.routerStreamLength()
-        await expectRefused(.rateLimited, "third fetch") { _ = try await alice.connection.fetchPending() }
-        #expect(try await stack.routerStreamLength() == before, "the refused fetch never reached the stream")
-        try await stillServed(stack)
-        try await stack.stop()
+        try await MessagingStack.start(gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            _ = try await alice.connection.fetchPending()
+            _ = try await alice.connection.fetchPending()
+            let before = try await stack.routerStreamLength()
+            await expectRefused(.rateLimited, "third fetch") { _ = try await alice.connection.fetchPending() }
+            #expect(try await stack.routerStreamLength() == before, "the refused fetch never reached the stream")
+            try await stillServed(stack)
+        }
     }
 
     @Test func sessionFramesAreChargedPerIdentityOnEveryGateway() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.controlPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
-        let alice = try await stack.user(on: 0)
-        try await alice.connection.updateTokens(pushToken: .set("token-1"))
-        try await alice.connection.updateTokens(pushToken: .set("token-2"))
-        await expectRefused(.rateLimited, "third on the first gateway") { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
-        // The same identity on the other gateway shares the bucket.
-        let elsewhere = try await stack.reconnect(alice, on: 1)
-        await expectRefused(.rateLimited, "fourth, on the other gateway") { _ = try await elsewhere.connection.refreshSession() }
-        try await stillServed(stack)
-        try await stack.stop()
+        try await MessagingStack.start(gateway: { $0.controlPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            try await alice.connection.updateTokens(pushToken: .set("token-1"))
+            try await alice.connection.updateTokens(pushToken: .set("token-2"))
+            await expectRefused(.rateLimited, "third on the first gateway") { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
+            // The same identity on the other gateway shares the bucket.
+            let elsewhere = try await stack.reconnect(alice, on: 1)
+            await expectRefused(.rateLimited, "fourth, on the other gateway") { _ = try await elsewhere.connection.refreshSession() }
+            try await stillServed(stack)
+        }
     }
 
     @Test func unknownRecipientsAreRememberedNotQueriedEachTime() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        let alice = try await stack.user(on: 0)
-        let nobody = TestUser(whisperId: WhisperID.generate(), keys: alice.keys, token: "", connection: alice.connection, events: alice.events)
-        func queries() async throws -> Int {
-            let text = try await stack.metricsText(of: stack.routers)
-            let line = text.split(separator: "\n").first { $0.hasPrefix("whisper_identity_queries_total") }
-            return line.flatMap { $0.split(separator: " ").last }.flatMap { Int(Double($0) ?? -1) } ?? 0
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0)
+            let nobody = TestUser(whisperId: WhisperID.generate(), keys: alice.keys, token: "", connection: alice.connection, events: alice.events)
+            func queries() async throws -> Int {
+                let text = try await stack.metricsText(of: stack.routers)
+                let line = text.split(separator: "\n").first { $0.hasPrefix("whisper_identity_queries_total") }
+                return line.flatMap { $0.split(separator: " ").last }.flatMap { Int(Double($0) ?? -1) } ?? 0
+            }
+            await expectRefused(.notFound, "first try") { try await alice.connection.send(alice.message("hello?", to: nobody)) }
+            let after = try await queries()
+            for index in 0..<5 {
+                await expectRefused(.notFound, "again \(index)") { try await alice.connection.send(alice.message("hello? \(index)", to: nobody)) }
+            }
+            #expect(try await queries() == after, "an unknown recipient costs no query while remembered")
+            try await stillServed(stack)
         }
-        await expectRefused(.notFound, "first try") { try await alice.connection.send(alice.message("hello?", to: nobody)) }
-        let after = try await queries()
-        for index in 0..<5 {
-            await expectRefused(.notFound, "again \(index)") { try await alice.connection.send(alice.message("hello? \(index)", to: nobody)) }
-        }
-        #expect(try await queries() == after, "an unknown recipient costs no query while remembered")
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     // MARK: - Identities
 
     @Test func namingAnotherIdentityDoesNotLockItOut() async throws {
-        let stack = try await MessagingStack.start(auth: { $0.registerPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) })
-        let victim = try await stack.user(on: 0)
-        let attacker = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
-        try await attacker.connect()
-        let attackerKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-        for _ in 0..<6 {
-            _ = try await attacker.request(RegisterBegin(cryptoVersion: 2, whisperId: victim.whisperId, deviceId: RandomID.uuid(), platform: .ios))
-        }
-        for _ in 0..<3 {
-            await expectRefused(.authFailed, "the attacker's keys are not the victim's") {
-                try await attacker.register(keys: attackerKeys, deviceId: RandomID.uuid(), platform: .android, whisperId: victim.whisperId)
+        try await MessagingStack.start(auth: { $0.registerPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+            let victim = try await stack.user(on: 0)
+            let attacker = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+            try await attacker.connect()
+            let attackerKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            for _ in 0..<6 {
+                _ = try await attacker.request(RegisterBegin(cryptoVersion: 2, whisperId: victim.whisperId, deviceId: RandomID.uuid(), platform: .ios))
             }
+            for _ in 0..<3 {
+                await expectRefused(.authFailed, "the attacker's keys are not the victim's") {
+                    try await attacker.register(keys: attackerKeys, deviceId: RandomID.uuid(), platform: .android, whisperId: victim.whisperId)
+                }
+            }
+            // The victim signs in again (its first successful proof after registering).
+            let again = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+            try await again.connect()
+            let ack = try await again.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
+            #expect(ack.whisperId == victim.whisperId)
+            // Its own successful sign-ins do count: the third within the minute is limited.
+            let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await third.connect()
+            await expectRefused(.rateLimited, "third sign-in") {
+                try await third.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
+            }
+            try await stillServed(stack)
         }
-        // The victim signs in again (its first successful proof after registering).
-        let again = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
-        try await again.connect()
-        let ack = try await again.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
-        #expect(ack.whisperId == victim.whisperId)
-        // Its own successful sign-ins do count: the third within the minute is limited.
-        let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await third.connect()
-        await expectRefused(.rateLimited, "third sign-in") {
-            try await third.register(keys: victim.keys, deviceId: RandomID.uuid(), platform: .ios, whisperId: victim.whisperId)
-        }
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     @Test func aDeviceIdCannotBeMovedToAnotherIdentity() async throws {
-        let stack = try await MessagingStack.start()
-        let aliceKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-        let device = RandomID.uuid()
-        let alice = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await alice.connect()
-        let aliceAck = try await alice.register(keys: aliceKeys, deviceId: device, platform: .ios)
-        let mallory = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
-        try await mallory.connect()
-        await expectRefused(.forbidden, "borrowed deviceId") {
-            try await mallory.register(keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), deviceId: device, platform: .android)
+        try await MessagingStack.start().running { stack in
+            let aliceKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let device = RandomID.uuid()
+            let alice = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await alice.connect()
+            let aliceAck = try await alice.register(keys: aliceKeys, deviceId: device, platform: .ios)
+            let mallory = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+            try await mallory.connect()
+            await expectRefused(.forbidden, "borrowed deviceId") {
+                try await mallory.register(keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), deviceId: device, platform: .android)
+            }
+            // Alice's session and device are untouched: she is still signed in on it.
+            let bob = try await stack.user(on: 1)
+            let message = MessageCrypto.makeMessage(
+                Array("still mine".utf8), from: (aliceAck.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: aliceAck.sessionToken
+            )
+            try await alice.send(message)
+            #expect(await alice.closeCode == nil)
+            // And the same identity may sign in on it again.
+            let back = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
+            try await back.connect()
+            #expect(try await back.register(keys: aliceKeys, deviceId: device, platform: .ios, whisperId: aliceAck.whisperId).whisperId == aliceAck.whisperId)
+            try await stillServed(stack)
         }
-        // Alice's session and device are untouched: she is still signed in on it.
-        let bob = try await stack.user(on: 1)
-        let message = MessageCrypto.makeMessage(
-            Array("still mine".utf8), from: (aliceAck.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: aliceAck.sessionToken
-        )
-        try await alice.send(message)
-        #expect(await alice.closeCode == nil)
-        // And the same identity may sign in on it again.
-        let back = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
-        try await back.connect()
-        #expect(try await back.register(keys: aliceKeys, deviceId: device, platform: .ios, whisperId: aliceAck.whisperId).whisperId == aliceAck.whisperId)
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     @Test func theRegistrationProofIsDomainSeparatedFromVersion2() async throws {
-        let stack = try await MessagingStack.start()
-        let connection = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await connection.connect()
-        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-        let device = RandomID.uuid()
-        func attempt(claiming version: Int, signing signedVersion: Int) async throws -> ServerFrame {
-            let challenge = try #require(try await connection.request(RegisterBegin(deviceId: device, platform: .ios)).payload(as: RegisterChallenge.self))
-            let bytes = [UInt8](try #require(Data(base64Encoded: challenge.challenge)))
-            return try await connection.request(RegisterProof(
-                cryptoVersion: version, challengeId: challenge.challengeId, deviceId: device, platform: .ios,
-                encPublicKey: Data(keys.encPublicKey).base64EncodedString(), signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
-                signature: Data(keys.proveChallenge(bytes, cryptoVersion: signedVersion)).base64EncodedString()
-            ))
+        try await MessagingStack.start().running { stack in
+            let connection = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await connection.connect()
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let device = RandomID.uuid()
+            func attempt(claiming version: Int, signing signedVersion: Int) async throws -> ServerFrame {
+                let challenge = try #require(try await connection.request(RegisterBegin(deviceId: device, platform: .ios)).payload(as: RegisterChallenge.self))
+                let bytes = [UInt8](try #require(Data(base64Encoded: challenge.challenge)))
+                return try await connection.request(RegisterProof(
+                    cryptoVersion: version, challengeId: challenge.challengeId, deviceId: device, platform: .ios,
+                    encPublicKey: Data(keys.encPublicKey).base64EncodedString(), signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
+                    signature: Data(keys.proveChallenge(bytes, cryptoVersion: signedVersion)).base64EncodedString()
+                ))
+            }
+            // A bare-challenge signature is no proof under version 2, and the reverse.
+            await expectRefused(.authFailed, "v1 signature claimed as v2") { _ = try await attempt(claiming: 2, signing: 1) }
+            await expectRefused(.authFailed, "v2 signature claimed as v1") { _ = try await attempt(claiming: 1, signing: 2) }
+            #expect(try await attempt(claiming: 2, signing: 2).type == .registerAck)
+            #expect(try await attempt(claiming: 1, signing: 1).type == .registerAck, "version 1 is still offered")
+            try await stillServed(stack)
         }
-        // A bare-challenge signature is no proof under version 2, and the reverse.
-        await expectRefused(.authFailed, "v1 signature claimed as v2") { _ = try await attempt(claiming: 2, signing: 1) }
-        await expectRefused(.authFailed, "v2 signature claimed as v1") { _ = try await attempt(claiming: 1, signing: 2) }
-        #expect(try await attempt(claiming: 2, signing: 2).type == .registerAck)
-        #expect(try await attempt(claiming: 1, signing: 1).type == .registerAck, "version 1 is still offered")
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     // MARK: - Connections
@@ -370,38 +370,38 @@ import WhisperShared
     }
 
     @Test func socketsPerAddressAreCapped() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.maxSocketsPerAddress = 2 })
-        let first = try await stack.user(on: 0)
-        let second = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await second.connect()
-        let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        await #expect(throws: (any Error).self) { try await third.connect() }
-        let answer = try await HTTP.get("\(stack.gateways[0].baseURL)/ws")
-        #expect(answer.status == 429)
-        // One closes: room again.
-        await second.close()
-        try await waitUntil { (try await HTTP.get("\(stack.gateways[0].baseURL)/ws")).status == 400 }
-        let fourth = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await fourth.connect()
-        await fourth.close()
-        _ = try await first.connection.ping()
-        // The other gateway counts its own sockets.
-        try await stillServed(stack, on: 1)
-        try await stack.stop()
+        try await MessagingStack.start(gateway: { $0.maxSocketsPerAddress = 2 }).running { stack in
+            let first = try await stack.user(on: 0)
+            let second = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await second.connect()
+            let third = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            await #expect(throws: (any Error).self) { try await third.connect() }
+            let answer = try await HTTP.get("\(stack.gateways[0].baseURL)/ws")
+            #expect(answer.status == 429)
+            // One closes: room again.
+            await second.close()
+            try await waitUntil { (try await HTTP.get("\(stack.gateways[0].baseURL)/ws")).status == 400 }
+            let fourth = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await fourth.connect()
+            await fourth.close()
+            _ = try await first.connection.ping()
+            // The other gateway counts its own sockets.
+            try await stillServed(stack, on: 1)
+        }
     }
 
     // MARK: - Bad cursors, tokens at rest, start-up
 
     @Test func cursorsRedisWouldRefuseAreBadInput() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        for cursor in ["18446744073709551616-0", "18446744073709551615-18446744073709551615", "1-2-3", "abc", "-1"] {
-            await expectRefused(.invalidPayload, cursor) { _ = try await alice.connection.fetchPending(cursor: cursor) }
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            for cursor in ["18446744073709551616-0", "18446744073709551615-18446744073709551615", "1-2-3", "abc", "-1"] {
+                await expectRefused(.invalidPayload, cursor) { _ = try await alice.connection.fetchPending(cursor: cursor) }
+            }
+            #expect(try await alice.connection.fetchPending(cursor: "18446744073709551615-0").messages.isEmpty)
+            try await waitUntil { try await stack.unacknowledgedEntries() == 0 }
+            try await stillServed(stack)
         }
-        #expect(try await alice.connection.fetchPending(cursor: "18446744073709551615-0").messages.isEmpty)
-        try await waitUntil { try await stack.unacknowledgedEntries() == 0 }
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     @Test func theRouterStreamHoldsNoSessionTokens() async throws {
@@ -436,38 +436,38 @@ import WhisperShared
     /// Redis is copied to disk (the append-only file, dumps, replicas): no session token
     /// may be in it, as a key or as a value, whatever the sessions went through.
     @Test func noSessionTokenIsKeptInRedis() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.sendAndWaitForArrival("tokens", to: bob)
-        let refreshed = try await alice.connection.refreshSession()
-        // A second login of bob's identity replaces his session.
-        let again = try await ModerationTests.recover(bob, on: 0, stack: stack)
-        let tokens = [alice.token, refreshed.sessionToken, bob.token, again.token]
-        // Each live session is findable, by the digest of its token only.
-        #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(refreshed.sessionToken)?.whisperId } == alice.whisperId)
-        #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(alice.token) } == nil)
-        let everything = try await stack.withRedis { redis -> String in
-            var text = ""
-            for key in (try await redis.send("KEYS", "*").array ?? []).compactMap(\.string) {
-                text += key + "\n"
-                let type = try await redis.send("TYPE", key).string ?? ""
-                let dump: RESPValue = switch type {
-                case "string": try await redis.send("GET", key)
-                case "hash": try await redis.send("HGETALL", key)
-                case "stream": try await redis.send("XRANGE", key, "-", "+")
-                case "zset": try await redis.send("ZRANGE", key, 0, -1, "WITHSCORES")
-                case "list": try await redis.send("LRANGE", key, 0, -1)
-                case "set": try await redis.send("SMEMBERS", key)
-                default: .null
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await alice.sendAndWaitForArrival("tokens", to: bob)
+            let refreshed = try await alice.connection.refreshSession()
+            // A second login of bob's identity replaces his session.
+            let again = try await ModerationTests.recover(bob, on: 0, stack: stack)
+            let tokens = [alice.token, refreshed.sessionToken, bob.token, again.token]
+            // Each live session is findable, by the digest of its token only.
+            #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(refreshed.sessionToken)?.whisperId } == alice.whisperId)
+            #expect(try await stack.withRedis { try await SessionStore(redis: $0).lookup(alice.token) } == nil)
+            let everything = try await stack.withRedis { redis -> String in
+                var text = ""
+                for key in (try await redis.send("KEYS", "*").array ?? []).compactMap(\.string) {
+                    text += key + "\n"
+                    let type = try await redis.send("TYPE", key).string ?? ""
+                    let dump: RESPValue = switch type {
+                    case "string": try await redis.send("GET", key)
+                    case "hash": try await redis.send("HGETALL", key)
+                    case "stream": try await redis.send("XRANGE", key, "-", "+")
+                    case "zset": try await redis.send("ZRANGE", key, 0, -1, "WITHSCORES")
+                    case "list": try await redis.send("LRANGE", key, 0, -1)
+                    case "set": try await redis.send("SMEMBERS", key)
+                    default: .null
+                    }
+                    text += Self.flatten(dump) + "\n"
                 }
-                text += Self.flatten(dump) + "\n"
+                return text
             }
-            return text
+            #expect(everything.contains("session:{"))
+            for token in tokens { #expect(!everything.contains(token)) }
         }
-        #expect(everything.contains("session:{"))
-        for token in tokens { #expect(!everything.contains(token)) }
-        try await stack.stop()
     }
 
     static func flatten(_ value: RESPValue) -> String {
@@ -476,17 +476,17 @@ import WhisperShared
     }
 
     @Test func handledEntriesLeaveTheRouterStream() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.send(20, to: bob, labelled: "routed")
-        let received = try await bob.events(.messageReceived, count: 20)
-        for frame in received { try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self))) }
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        #expect(try await stack.routerStreamLength() >= 20, "the messages went through the stream (their receipts do not)")
-        // Acknowledged and deleted: no routed ciphertext stays in the stream.
-        try await waitUntil { try await stack.routerStreamBacklog() == 0 }
-        try await stack.stop()
+        try await MessagingStack.start(gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await alice.send(20, to: bob, labelled: "routed")
+            let received = try await bob.events(.messageReceived, count: 20)
+            for frame in received { try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self))) }
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            #expect(try await stack.routerStreamLength() >= 20, "the messages went through the stream (their receipts do not)")
+            // Acknowledged and deleted: no routed ciphertext stays in the stream.
+            try await waitUntil { try await stack.routerStreamBacklog() == 0 }
+        }
     }
 
     @Test func anEmptyInternalTokenStopsTheStart() async throws {

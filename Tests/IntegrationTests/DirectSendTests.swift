@@ -66,92 +66,92 @@ struct DirectSendTests {
     /// remembers of the delivery (`ReceiptMemory`): no look-up in Redis, each status
     /// passed on once, a repeat looked up (and dropped) as before.
     @Test func receiptsBetweenSocketsOfOneGatewayAreServedFromMemoryOncePerStatus() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 0)
-        let carol = try await stack.user(on: 1)
-        let (toBob, atBob) = try await alice.sendAndWaitForArrival("near", to: bob)
-        let (toCarol, atCarol) = try await alice.sendAndWaitForArrival("far", to: carol)
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 0)
+            let carol = try await stack.user(on: 1)
+            let (toBob, atBob) = try await alice.sendAndWaitForArrival("near", to: bob)
+            let (toCarol, atCarol) = try await alice.sendAndWaitForArrival("far", to: carol)
 
-        try await bob.connection.acknowledge(atBob)
-        try await bob.connection.acknowledge(atBob)
-        try await bob.connection.acknowledge(atBob, status: .read)
-        try await bob.connection.acknowledge(atBob, status: .read)
-        try await carol.connection.acknowledge(atCarol)
-        // Frames of one socket are handled in order, and what the gateway wrote to
-        // Alice comes before its answers to her: after these pings, every receipt was
-        // served and everything passed on to Alice has arrived.
-        _ = try await bob.connection.ping()
-        _ = try await carol.connection.ping()
-        try await alice.events(.messageDelivered, count: 3)
-        _ = try await alice.connection.ping()
-        let receipts = await alice.events.all(.messageDelivered).compactMap { $0.payload(as: MessageDelivered.self) }
-        #expect(receipts.filter { $0.messageId == toBob.messageId }.map(\.status) == [.delivered, .read])
-        #expect(receipts.filter { $0.messageId == toCarol.messageId }.map(\.status) == [.delivered])
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
+            try await bob.connection.acknowledge(atBob)
+            try await bob.connection.acknowledge(atBob)
+            try await bob.connection.acknowledge(atBob, status: .read)
+            try await bob.connection.acknowledge(atBob, status: .read)
+            try await carol.connection.acknowledge(atCarol)
+            // Frames of one socket are handled in order, and what the gateway wrote to
+            // Alice comes before its answers to her: after these pings, every receipt was
+            // served and everything passed on to Alice has arrived.
+            _ = try await bob.connection.ping()
+            _ = try await carol.connection.ping()
+            try await alice.events(.messageDelivered, count: 3)
+            _ = try await alice.connection.ping()
+            let receipts = await alice.events.all(.messageDelivered).compactMap { $0.payload(as: MessageDelivered.self) }
+            #expect(receipts.filter { $0.messageId == toBob.messageId }.map(\.status) == [.delivered, .read])
+            #expect(receipts.filter { $0.messageId == toCarol.messageId }.map(\.status) == [.delivered])
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
 
-        let near = try await stack.metricsText(of: [stack.gateways[0]])
-        let far = try await stack.metricsText(of: [stack.gateways[1]])
-        #expect(Metrics.value(in: near, "whisper_gateway_receipts_known_total") == 2, "delivered and read, from memory")
-        #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 2)
-        #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "ignored"]) == 2, "the repeats")
-        #expect(Metrics.value(in: far, "whisper_gateway_receipts_known_total") == 1, "Carol's gateway delivered it with its origin")
-        #expect(Metrics.value(in: far, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 1)
-        try await stack.stop()
+            let near = try await stack.metricsText(of: [stack.gateways[0]])
+            let far = try await stack.metricsText(of: [stack.gateways[1]])
+            #expect(Metrics.value(in: near, "whisper_gateway_receipts_known_total") == 2, "delivered and read, from memory")
+            #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 2)
+            #expect(Metrics.value(in: near, "whisper_gateway_receipts_total", ["outcome": "ignored"]) == 2, "the repeats")
+            #expect(Metrics.value(in: far, "whisper_gateway_receipts_known_total") == 1, "Carol's gateway delivered it with its origin")
+            #expect(Metrics.value(in: far, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 1)
+        }
     }
 
     @Test func theGatewayCountsWhatItRoutesAndRefusesLikeARouter() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let mallory = try await stack.user(on: 0)
-        for index in 0..<3 {
-            try await alice.connection.send(alice.message("counted \(index)", to: bob))
-        }
-        let frames = try await bob.events(.messageReceived, count: 3)
-        for frame in frames {
-            try await bob.connection.acknowledge(try #require(try frame.payload(as: MessageReceived.self)))
-        }
-        try await alice.events(.messageDelivered, count: 3)
-        // Refused as a router would: over the size limit, a stale timestamp, a forged signature.
-        await expectRefused(.invalidPayload, "oversize") {
-            try await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
-        }
-        await expectRefused(.invalidTimestamp, "stale") {
-            try await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
-        }
-        var forged = alice.message("forged", to: bob)
-        forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
-        await expectRefused(.authFailed, "forged") { try await alice.connection.send(forged) }
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let mallory = try await stack.user(on: 0)
+            for index in 0..<3 {
+                try await alice.connection.send(alice.message("counted \(index)", to: bob))
+            }
+            let frames = try await bob.events(.messageReceived, count: 3)
+            for frame in frames {
+                try await bob.connection.acknowledge(try #require(try frame.payload(as: MessageReceived.self)))
+            }
+            try await alice.events(.messageDelivered, count: 3)
+            // Refused as a router would: over the size limit, a stale timestamp, a forged signature.
+            await expectRefused(.invalidPayload, "oversize") {
+                try await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
+            }
+            await expectRefused(.invalidTimestamp, "stale") {
+                try await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
+            }
+            var forged = alice.message("forged", to: bob)
+            forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
+            await expectRefused(.authFailed, "forged") { try await alice.connection.send(forged) }
 
-        let gateways = try await stack.metricsText(of: stack.gateways)
-        #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3, "\(gateways)")
-        #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "refused"]) == 3)
-        #expect(Metrics.value(in: gateways, "whisper_pending_queue_depth_count") == 3)
-        #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3)
-        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
-        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_TIMESTAMP"]) == 1)
-        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1)
-        // Refusals the router would have answered do not count against the socket.
-        _ = try await alice.connection.ping()
-        try await stack.stop()
+            let gateways = try await stack.metricsText(of: stack.gateways)
+            #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3, "\(gateways)")
+            #expect(Metrics.value(in: gateways, "whisper_messages_routed_total", ["outcome": "refused"]) == 3)
+            #expect(Metrics.value(in: gateways, "whisper_pending_queue_depth_count") == 3)
+            #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3)
+            #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
+            #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_TIMESTAMP"]) == 1)
+            #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1)
+            // Refusals the router would have answered do not count against the socket.
+            _ = try await alice.connection.ping()
+        }
     }
 
     /// The sender's limit is charged through leases of its bucket in Redis: exact at the
     /// limit, and a new socket does not bring back what the last one leased.
     @Test func theSendersLimitHoldsAcrossLeasesAndSockets() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendPerSender = RateLimitRule("5/60s")! })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        for index in 0..<5 {
-            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        try await MessagingStack.start(routers: 0, gateway: { $0.sendPerSender = RateLimitRule("5/60s")! }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            for index in 0..<5 {
+                try await alice.connection.send(alice.message("m\(index)", to: bob))
+            }
+            await expectRefused(.rateLimited, "sixth") { try await alice.connection.send(alice.message("one too many", to: bob)) }
+            let again = try await stack.reconnect(alice, on: 1)
+            await expectRefused(.rateLimited, "on a new socket") { try await again.connection.send(again.message("still too many", to: bob)) }
+            #expect(try await stack.pendingDepth(bob.whisperId) == 5)
         }
-        await expectRefused(.rateLimited, "sixth") { try await alice.connection.send(alice.message("one too many", to: bob)) }
-        let again = try await stack.reconnect(alice, on: 1)
-        await expectRefused(.rateLimited, "on a new socket") { try await again.connection.send(again.message("still too many", to: bob)) }
-        #expect(try await stack.pendingDepth(bob.whisperId) == 5)
-        try await stack.stop()
     }
 
     /// Backpressure without a stream: a message that waited in its socket's queue longer

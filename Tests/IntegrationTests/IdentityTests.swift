@@ -317,34 +317,34 @@ import WhisperShared
     /// Item 6 of issue 34: sign-ins from new installs cannot grow an identity's device
     /// rows or keep tokens for devices that are no longer active.
     @Test func deviceRowsPerIdentityAreBoundedAndOnlyTheActiveOneKeepsTokens() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-        var whisperId = ""
-        var last = ""
-        for index in 0..<(AuthSettings.defaultDevicesKept + 3) {
-            let connection = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-            try await connection.connect()
-            last = UUID().uuidString.lowercased()
-            let ack = try await connection.register(
-                keys: keys, deviceId: last, platform: .ios, pushToken: "push-\(index)", voipToken: "voip-\(index)"
-            )
-            whisperId = ack.whisperId
-            await connection.close()
+        try await MessagingStack.start(routers: 1).running { stack in
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            var whisperId = ""
+            var last = ""
+            for index in 0..<(AuthSettings.defaultDevicesKept + 3) {
+                let connection = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+                try await connection.connect()
+                last = UUID().uuidString.lowercased()
+                let ack = try await connection.register(
+                    keys: keys, deviceId: last, platform: .ios, pushToken: "push-\(index)", voipToken: "voip-\(index)"
+                )
+                whisperId = ack.whisperId
+                await connection.close()
+            }
+            let identity = whisperId
+            let rows = try await stack.withPostgres { postgres in
+                var rows: [(String, Bool, String?, String?)] = []
+                let query = try await postgres.query(
+                    "SELECT device_id::text, active, push_token, voip_token FROM devices WHERE whisper_id = \(identity)"
+                )
+                for try await row in query.decode((String, Bool, String?, String?).self) { rows.append(row) }
+                return rows
+            }
+            #expect(rows.count == AuthSettings.defaultDevicesKept)
+            #expect(rows.filter(\.1).map(\.0) == [last])
+            #expect(rows.filter { !$0.1 }.allSatisfy { $0.2 == nil && $0.3 == nil })
+            let active = rows.first { $0.1 }
+            #expect(active?.2 == "push-\(AuthSettings.defaultDevicesKept + 2)")
         }
-        let identity = whisperId
-        let rows = try await stack.withPostgres { postgres in
-            var rows: [(String, Bool, String?, String?)] = []
-            let query = try await postgres.query(
-                "SELECT device_id::text, active, push_token, voip_token FROM devices WHERE whisper_id = \(identity)"
-            )
-            for try await row in query.decode((String, Bool, String?, String?).self) { rows.append(row) }
-            return rows
-        }
-        #expect(rows.count == AuthSettings.defaultDevicesKept)
-        #expect(rows.filter(\.1).map(\.0) == [last])
-        #expect(rows.filter { !$0.1 }.allSatisfy { $0.2 == nil && $0.3 == nil })
-        let active = rows.first { $0.1 }
-        #expect(active?.2 == "push-\(AuthSettings.defaultDevicesKept + 2)")
-        try await stack.stop()
     }
 }

@@ -11,160 +11,160 @@ import WhisperShared
 /// off its socket.
 @Suite struct LiveTextTests {
     @Test func theWholeSequenceThenARejoinThatSkipsTheOffer() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
-        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
 
-        let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
-        let ada = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 1)
-        // Offer → whisper offer → request → authorization → joining.
-        try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: false, name: nil) }
-        try await ada.record.waitFor { $0 == .offered(conversationName: "Kitchen table", whispererName: "Sam") }
-        try await whisperer.record.waitFor { $0 == .request(listenerId: device.deviceId, name: "Ada") }
-        try await whisperer.side.admit(device.deviceId)
-        try await ada.record.waitFor { $0 == .admitted }
-        try await whisperer.record.waitFor { $0 == .joined(listenerId: device.deviceId, name: "Ada") }
+            let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
+            let ada = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 1)
+            // Offer → whisper offer → request → authorization → joining.
+            try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: false, name: nil) }
+            try await ada.record.waitFor { $0 == .offered(conversationName: "Kitchen table", whispererName: "Sam") }
+            try await whisperer.record.waitFor { $0 == .request(listenerId: device.deviceId, name: "Ada") }
+            try await whisperer.side.admit(device.deviceId)
+            try await ada.record.waitFor { $0 == .admitted }
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: device.deviceId, name: "Ada") }
 
-        // Keystrokes, a return, a revision.
-        for text in ["H", "He", "Hel", "Hello"] { try await whisperer.side.type(text) }
-        try await whisperer.side.newline()
-        for text in ["Wor", "Wo", "Wa", "Wat"] { try await whisperer.side.type(text) }
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
-        // The server relayed ciphertext only: no packet it delivered holds the text.
-        let delivered = await ada.record.frames(.liveContent)
-        #expect(!delivered.isEmpty && delivered.allSatisfy { !String(decoding: ServerFrameCodec.encode($0.payload(as: LiveContent.self)!), as: UTF8.self).contains("Hello") })
+            // Keystrokes, a return, a revision.
+            for text in ["H", "He", "Hel", "Hello"] { try await whisperer.side.type(text) }
+            try await whisperer.side.newline()
+            for text in ["Wor", "Wo", "Wa", "Wat"] { try await whisperer.side.type(text) }
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
+            // The server relayed ciphertext only: no packet it delivered holds the text.
+            let delivered = await ada.record.frames(.liveContent)
+            #expect(!delivered.isEmpty && delivered.allSatisfy { !String(decoding: ServerFrameCodec.encode($0.payload(as: LiveContent.self)!), as: UTF8.self).contains("Hello") })
 
-        // The places lapse with their gateway (renewed while it runs): the key has a TTL.
-        let placesTTL = try await stack.withRedis { try await $0.send("PTTL", RedisKeys.liveSockets(conversation.conversationId)).int ?? 0 }
-        #expect(placesTTL > 0 && placesTTL <= Int64(LiveRelay.placeTTL.milliseconds))
-        // The listener's socket goes: the Whisperer is told it left.
-        await ada.connection.close()
-        try await whisperer.record.waitFor { $0 == .left(listenerId: device.deviceId, reason: .leave) }
+            // The places lapse with their gateway (renewed while it runs): the key has a TTL.
+            let placesTTL = try await stack.withRedis { try await $0.send("PTTL", RedisKeys.liveSockets(conversation.conversationId)).int ?? 0 }
+            #expect(placesTTL > 0 && placesTTL <= Int64(LiveRelay.placeTTL.milliseconds))
+            // The listener's socket goes: the Whisperer is told it left.
+            await ada.connection.close()
+            try await whisperer.record.waitFor { $0 == .left(listenerId: device.deviceId, reason: .leave) }
 
-        // Rejoin: the same device is recognised from its offer and let in at once
-        // (steps 1, 4.1 and 5), and gets the text so far.
-        let again = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 0)
-        try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: true, name: "Ada") }
-        try await again.record.waitFor { $0 == .admitted }
-        try await again.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
-        #expect(await again.record.count { if case .offered = $0 { true } else { false } } == 0, "a known listener is not offered the conversation again")
-        #expect(await whisperer.record.count { $0 == .request(listenerId: device.deviceId, name: "Ada") } == 1)
-        let kept = try await LiveHarness.kept(conversation, stack: stack)
-        #expect(kept == ["Ada"])
-        try await stack.stop()
+            // Rejoin: the same device is recognised from its offer and let in at once
+            // (steps 1, 4.1 and 5), and gets the text so far.
+            let again = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 0)
+            try await whisperer.record.waitFor { $0 == .arrived(listenerId: device.deviceId, known: true, name: "Ada") }
+            try await again.record.waitFor { $0 == .admitted }
+            try await again.record.waitFor { if case .text(let t) = $0 { t.past == ["Hello"] && t.live == "Wat" } else { false } }
+            #expect(await again.record.count { if case .offered = $0 { true } else { false } } == 0, "a known listener is not offered the conversation again")
+            #expect(await whisperer.record.count { $0 == .request(listenerId: device.deviceId, name: "Ada") } == 1)
+            let kept = try await LiveHarness.kept(conversation, stack: stack)
+            #expect(kept == ["Ada"])
+        }
     }
 
     @Test func onlyAuthorizedListenersReceiveContent() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Clinic")
-        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
-        let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
-        let bo = try await LiveHarness.listener(conversation, name: "Bo", stack: stack, on: 0)
-        let eve = try await LiveHarness.listener(conversation, name: "Eve", stack: stack, on: 1)
-        for listener in [ada, bo, eve] {
-            try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: listener.name) }
-        }
-        try await whisperer.side.admit(ada.id)
-        try await whisperer.side.admit(bo.id)
-        try await ada.record.waitFor { $0 == .admitted }
-        try await bo.record.waitFor { $0 == .admitted }
-        try await whisperer.record.waitFor { $0 == .joined(listenerId: bo.id, name: "Bo") }
-        try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Clinic")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+            let ada = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
+            let bo = try await LiveHarness.listener(conversation, name: "Bo", stack: stack, on: 0)
+            let eve = try await LiveHarness.listener(conversation, name: "Eve", stack: stack, on: 1)
+            for listener in [ada, bo, eve] {
+                try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: listener.name) }
+            }
+            try await whisperer.side.admit(ada.id)
+            try await whisperer.side.admit(bo.id)
+            try await ada.record.waitFor { $0 == .admitted }
+            try await bo.record.waitFor { $0 == .admitted }
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: bo.id, name: "Bo") }
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
 
-        // Eve was never let in: joining is refused, and her client cannot send content.
-        await expectRefused(.forbidden, "join without authorization") { _ = try await eve.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
-        await expectRefused(.forbidden, "listener packet before joining") {
-            _ = try await eve.connection.request(LiveListenerPacket(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
-        }
-        // Nor act as the Whisperer: no session, or another identity's.
-        await expectRefused(.notRegistered, "whisperer frame from a listener socket") {
-            _ = try await eve.connection.request(LivePacket(sessionToken: String(repeating: "A", count: 43), conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
-        }
-        let stranger = try await stack.user(on: 1)
-        await expectRefused(.notFound, "another identity's whisper offer") {
-            _ = try await stranger.connection.request(LiveWhisperOffer(sessionToken: stranger.token, conversationId: conversation.conversationId, whispererName: "Mallory"))
-        }
+            // Eve was never let in: joining is refused, and her client cannot send content.
+            await expectRefused(.forbidden, "join without authorization") { _ = try await eve.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+            await expectRefused(.forbidden, "listener packet before joining") {
+                _ = try await eve.connection.request(LiveListenerPacket(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+            }
+            // Nor act as the Whisperer: no session, or another identity's.
+            await expectRefused(.notRegistered, "whisperer frame from a listener socket") {
+                _ = try await eve.connection.request(LivePacket(sessionToken: String(repeating: "A", count: 43), conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+            }
+            let stranger = try await stack.user(on: 1)
+            await expectRefused(.notFound, "another identity's whisper offer") {
+                _ = try await stranger.connection.request(LiveWhisperOffer(sessionToken: stranger.token, conversationId: conversation.conversationId, whispererName: "Mallory"))
+            }
 
-        try await whisperer.side.type("before")
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
-        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+            try await whisperer.side.type("before")
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+            try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
 
-        // Ada is let go: told so, forgotten, and sent nothing more; Bo gets a new key.
-        let keyBefore = await whisperer.side.keyId
-        try await whisperer.side.refuse(ada.id)
-        try await ada.record.waitFor { $0 == .removed }
-        #expect(await whisperer.side.keyId == keyBefore + 1)
-        let adaPackets = await ada.record.frames(.liveContent).count
-        try await whisperer.side.type("after")
-        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after" } else { false } }
-        #expect(await bo.record.frames(.liveAuthorized).last?.payload(as: LiveAuthorized.self)?.keyId == keyBefore + 1)
-        // Bo has had "after"; what went out with it to Ada and Eve has had as long.
-        try await whisperer.side.type("after all")
-        try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after all" } else { false } }
-        #expect(await ada.record.frames(.liveContent).count == adaPackets, "a deauthorized listener receives nothing more")
-        #expect(await eve.record.frames(.liveContent).isEmpty, "a listener never let in receives nothing")
-        // Her client cannot get back in by itself either.
-        await expectRefused(.notFound, "join after deauthorization (no place)") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
-        _ = try await ada.connection.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
-        await expectRefused(.forbidden, "join after deauthorization") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
-        try await stack.stop()
+            // Ada is let go: told so, forgotten, and sent nothing more; Bo gets a new key.
+            let keyBefore = await whisperer.side.keyId
+            try await whisperer.side.refuse(ada.id)
+            try await ada.record.waitFor { $0 == .removed }
+            #expect(await whisperer.side.keyId == keyBefore + 1)
+            let adaPackets = await ada.record.frames(.liveContent).count
+            try await whisperer.side.type("after")
+            try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after" } else { false } }
+            #expect(await bo.record.frames(.liveAuthorized).last?.payload(as: LiveAuthorized.self)?.keyId == keyBefore + 1)
+            // Bo has had "after"; what went out with it to Ada and Eve has had as long.
+            try await whisperer.side.type("after all")
+            try await bo.record.waitFor { if case .text(let t) = $0 { t.live == "after all" } else { false } }
+            #expect(await ada.record.frames(.liveContent).count == adaPackets, "a deauthorized listener receives nothing more")
+            #expect(await eve.record.frames(.liveContent).isEmpty, "a listener never let in receives nothing")
+            // Her client cannot get back in by itself either.
+            await expectRefused(.notFound, "join after deauthorization (no place)") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+            _ = try await ada.connection.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+            await expectRefused(.forbidden, "join after deauthorization") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+        }
     }
 
     @Test func aGapIsNoticedAndTheWhispererSendsEverythingAgain() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let (_, _, whisperer, ada) = try await LiveHarness.oneJoined(stack)
-        try await whisperer.side.type("one")
-        try await whisperer.side.newline()
-        try await whisperer.side.type("two")
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "two" } else { false } }
-        let asked = await whisperer.record.frames(.liveFromListener).count
-        // A packet past the end of Ada's live text: she missed one, and asks for a re-read.
-        try await whisperer.side.send(LiveTextPacket(offset: 12, data: "lost"))
-        try await whisperer.side.type("two and three")
-        try await waitUntil { await whisperer.record.frames(.liveFromListener).count > asked }
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["one"] && t.live == "two and three" && !t.rereading } else { false } }
-        try await stack.stop()
+        try await MessagingStack.start(routers: 0).running { stack in
+            let (_, _, whisperer, ada) = try await LiveHarness.oneJoined(stack)
+            try await whisperer.side.type("one")
+            try await whisperer.side.newline()
+            try await whisperer.side.type("two")
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "two" } else { false } }
+            let asked = await whisperer.record.frames(.liveFromListener).count
+            // A packet past the end of Ada's live text: she missed one, and asks for a re-read.
+            try await whisperer.side.send(LiveTextPacket(offset: 12, data: "lost"))
+            try await whisperer.side.type("two and three")
+            try await waitUntil { await whisperer.record.frames(.liveFromListener).count > asked }
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.past == ["one"] && t.live == "two and three" && !t.rereading } else { false } }
+        }
     }
 
     @Test func listenersAreToldWhenTheWhispererDropsAndRejoinWhenItReturns() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let (owner, conversation, first, ada) = try await LiveHarness.oneJoined(stack)
-        try await first.side.type("hello")
+        try await MessagingStack.start(routers: 0).running { stack in
+            let (owner, conversation, first, ada) = try await LiveHarness.oneJoined(stack)
+            try await first.side.type("hello")
 
-        // Said so.
-        try await first.side.drop()
-        try await ada.record.waitFor { $0 == .whispererLeft(.dropping) }
-        // Came back, then lost its socket.
-        let second = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 1)
-        try await second.record.waitFor { $0 == .arrived(listenerId: ada.id, known: true, name: "Ada") }
-        try await ada.record.waitFor { $0 == .admitted }
-        try await second.side.type("back again")
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "back again" } else { false } }
-        await second.connection.close()
-        try await ada.record.waitFor { $0 == .whispererLeft(.leave) }
-        try await stack.stop()
+            // Said so.
+            try await first.side.drop()
+            try await ada.record.waitFor { $0 == .whispererLeft(.dropping) }
+            // Came back, then lost its socket.
+            let second = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 1)
+            try await second.record.waitFor { $0 == .arrived(listenerId: ada.id, known: true, name: "Ada") }
+            try await ada.record.waitFor { $0 == .admitted }
+            try await second.side.type("back again")
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "back again" } else { false } }
+            await second.connection.close()
+            try await ada.record.waitFor { $0 == .whispererLeft(.leave) }
+        }
     }
 
     /// Deleting the conversation while it is live lets everyone in it go at once: the
     /// listener is told and hears nothing more, and the Whisperer's packets are refused.
     @Test func deletingTheConversationEndsEveryPlaceInIt() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let (_, conversation, whisperer, ada) = try await LiveHarness.oneJoined(stack)
-        try await whisperer.side.type("before")
-        try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
-        let heard = await ada.record.frames(.liveContent).count
+        try await MessagingStack.start(routers: 0).running { stack in
+            let (_, conversation, whisperer, ada) = try await LiveHarness.oneJoined(stack)
+            try await whisperer.side.type("before")
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.live == "before" } else { false } }
+            let heard = await ada.record.frames(.liveContent).count
 
-        try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
-        try await ada.record.waitFor { $0 == .whispererLeft(.deleted) }
-        try await whisperer.record.waitFor { $0 == .deleted }
-        try await whisperer.side.type("after")
-        try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .notFound } }
-        // Refused before any relay: what Ada received ends with the deletion.
-        #expect(await ada.record.frames(.liveContent).count == heard)
-        await expectRefused(.notFound, "taking the place again") { try await whisperer.side.start() }
-        try await stack.stop()
+            try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
+            try await ada.record.waitFor { $0 == .whispererLeft(.deleted) }
+            try await whisperer.record.waitFor { $0 == .deleted }
+            try await whisperer.side.type("after")
+            try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .notFound } }
+            // Refused before any relay: what Ada received ends with the deletion.
+            #expect(await ada.record.frames(.liveContent).count == heard)
+            await expectRefused(.notFound, "taking the place again") { try await whisperer.side.start() }
+        }
     }
 
     @Test func deviceCookiesAreCheckedAndSurviveARotationOfTheInternalToken() throws {
@@ -366,53 +366,53 @@ actor LiveRecord<Event: Sendable & Equatable> {
 /// SDK Whisperer on the same stack.
 @Suite struct LiveBrowserTests {
     @Test func aBrowserJoinsReadsARevisionAndAnotherIsRefused() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
-        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
 
-        let directory = "\(ConsoleTests.artifacts)/listen"
-        try? FileManager.default.removeItem(atPath: directory)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_flow.py").path,
-            "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
-            "--artifacts", directory, "--chromium", ConsoleTests.chromium,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let directory = "\(ConsoleTests.artifacts)/listen"
+            try? FileManager.default.removeItem(atPath: directory)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [
+                MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_flow.py").path,
+                "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
+                "--artifacts", directory, "--chromium", ConsoleTests.chromium,
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
 
-        // The page asks as Ada: let her in, then type.
-        let ada = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Ada") = $0 { true } else { false } }
-        let adaRequest: String? = if case .request(let id, _) = ada { id } else { nil }
-        let adaId = try #require(adaRequest)
-        try await whisperer.side.admit(adaId)
-        try await whisperer.record.waitFor { $0 == .joined(listenerId: adaId, name: "Ada") }
-        for text in ["Good", "Good evening"] { try await whisperer.side.type(text) }
-        try await whisperer.side.newline()
-        for text in ["Hel", "Hello", "Hello there"] { try await whisperer.side.type(text) }
-        // Once the page showed it, a revision: "there" becomes "world".
-        try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/seen-first") }
-        try await whisperer.side.type("Hello w")
-        try await whisperer.side.type("Hello world")
-        // A second browser asks as Eve: refused.
-        let eve = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Eve") = $0 { true } else { false } }
-        let eveRequest: String? = if case .request(let id, _) = eve { id } else { nil }
-        let eveId = try #require(eveRequest)
-        try await whisperer.side.refuse(eveId)
+            // The page asks as Ada: let her in, then type.
+            let ada = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Ada") = $0 { true } else { false } }
+            let adaRequest: String? = if case .request(let id, _) = ada { id } else { nil }
+            let adaId = try #require(adaRequest)
+            try await whisperer.side.admit(adaId)
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: adaId, name: "Ada") }
+            for text in ["Good", "Good evening"] { try await whisperer.side.type(text) }
+            try await whisperer.side.newline()
+            for text in ["Hel", "Hello", "Hello there"] { try await whisperer.side.type(text) }
+            // Once the page showed it, a revision: "there" becomes "world".
+            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/seen-first") }
+            try await whisperer.side.type("Hello w")
+            try await whisperer.side.type("Hello world")
+            // A second browser asks as Eve: refused.
+            let eve = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Eve") = $0 { true } else { false } }
+            let eveRequest: String? = if case .request(let id, _) = eve { id } else { nil }
+            let eveId = try #require(eveRequest)
+            try await whisperer.side.refuse(eveId)
 
-        try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
-        let text = await reading.value
-        #expect(process.terminationStatus == 0, "listen_flow.py: \(text)")
-        let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
-        #expect(summary?["steps"] as? [String] == ["join", "reading", "revised", "refused"])
-        // The page's listener was kept under the name it typed; the refused one was not.
-        let kept = try await LiveHarness.kept(conversation, stack: stack)
-        #expect(kept == ["Ada"])
-        try await stack.stop()
+            try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
+            let text = await reading.value
+            #expect(process.terminationStatus == 0, "listen_flow.py: \(text)")
+            let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+            #expect(summary?["steps"] as? [String] == ["join", "reading", "revised", "refused"])
+            // The page's listener was kept under the name it typed; the refused one was not.
+            let kept = try await LiveHarness.kept(conversation, stack: stack)
+            #expect(kept == ["Ada"])
+        }
     }
 }
