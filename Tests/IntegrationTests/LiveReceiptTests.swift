@@ -21,67 +21,67 @@ struct LiveReceiptTests {
     }
 
     @Test func aReceiptCrossesGatewaysWithoutAStore() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        for text in ["one", "two", "three"] {
-            let (message, atBob) = try await alice.sendAndWaitForArrival(text, to: bob)
-            try await bob.connection.acknowledge(atBob)
-            try await waitUntil {
-                await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            for text in ["one", "two", "three"] {
+                let (message, atBob) = try await alice.sendAndWaitForArrival(text, to: bob)
+                try await bob.connection.acknowledge(atBob)
+                try await waitUntil {
+                    await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+                }
+                // Applied by Alice's gateway once her socket took the receipt.
+                try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
             }
-            // Applied by Alice's gateway once her socket took the receipt.
-            try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+            #expect(try await Self.handedOver(in: stack) == 3)
+            // Bob's gateway knew each message's origin from its delivery: no look-up.
+            #expect(Metrics.value(in: try await stack.metricsText(of: [stack.gateways[1]]), "whisper_gateway_receipts_known_total") == 3)
+            // Nothing was stored for Alice: her receipt store was not even created.
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+            #expect(await alice.events.all(.messageDelivered).count == 3)
         }
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        #expect(try await Self.handedOver(in: stack) == 3)
-        // Bob's gateway knew each message's origin from its delivery: no look-up.
-        #expect(Metrics.value(in: try await stack.metricsText(of: [stack.gateways[1]]), "whisper_gateway_receipts_known_total") == 3)
-        // Nothing was stored for Alice: her receipt store was not even created.
-        #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
-        #expect(await alice.events.all(.messageDelivered).count == 3)
-        try await stack.stop()
     }
 
     /// The sender's gateway applies a handed-over receipt with its next store or after
     /// its wait (here a long one, so that nothing is applied while the repeats come):
     /// repeats meanwhile still look pending in Redis, and are not passed on again.
     @Test func repeatsBeforeTheSendersGatewayAppliedAreNotPassedOn() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(30) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let (_, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
-        for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .delivered) }
-        for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .read) }
-        let told = try await alice.events(.messageDelivered, count: 2)
-        // Bob's frames are served in order: once his ping is answered, every repeat was handled.
-        _ = try await bob.connection.ping()
-        #expect(await alice.events.all(.messageDelivered).count == told.count)
-        #expect(try await Self.handedOver(in: stack) == 2, "one hand-over per status")
-        try await stack.stop()
+        try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(30) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let (_, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .delivered) }
+            for _ in 0..<3 { try await bob.connection.acknowledge(atBob, status: .read) }
+            let told = try await alice.events(.messageDelivered, count: 2)
+            // Bob's frames are served in order: once his ping is answered, every repeat was handled.
+            _ = try await bob.connection.ping()
+            #expect(await alice.events.all(.messageDelivered).count == told.count)
+            #expect(try await Self.handedOver(in: stack) == 2, "one hand-over per status")
+        }
     }
 
     @Test func aLiveReceiptForASocketThatIsGoneIsStoredForTheSendersSocketOfNowThenApplied() async throws {
-        let stack = try await MessagingStack.start(routers: 0)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let (message, _) = try await alice.sendAndWaitForArrival("one", to: bob)
-        let aliceGateway = try await Self.presence(of: alice, in: stack).gateway
-        // What Bob's gateway would publish, naming a socket Alice's gateway no longer has.
-        let live = LiveReceipt(owner: alice.whisperId, recipient: bob.whisperId, messageId: message.messageId, delivered: true)
-        let frame = ServerFrameCodec.encode(MessageDelivered(messageId: message.messageId, status: .delivered, timestamp: 1, from: bob.whisperId))
-        let command = GatewayCommand(kind: .liveReceipt, connId: "closed-a-moment-ago", frame: frame, live: live)
-        let receivers = try await stack.withRedis { try await command.publish(to: aliceGateway, on: $0) }
-        #expect(receivers == 1)
-        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        // Stored, and handed to the socket her presence names now, which settles it.
-        try await waitUntil {
-            await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let (message, _) = try await alice.sendAndWaitForArrival("one", to: bob)
+            let aliceGateway = try await Self.presence(of: alice, in: stack).gateway
+            // What Bob's gateway would publish, naming a socket Alice's gateway no longer has.
+            let live = LiveReceipt(owner: alice.whisperId, recipient: bob.whisperId, messageId: message.messageId, delivered: true)
+            let frame = ServerFrameCodec.encode(MessageDelivered(messageId: message.messageId, status: .delivered, timestamp: 1, from: bob.whisperId))
+            let command = GatewayCommand(kind: .liveReceipt, connId: "closed-a-moment-ago", frame: frame, live: live)
+            let receivers = try await stack.withRedis { try await command.publish(to: aliceGateway, on: $0) }
+            #expect(receivers == 1)
+            try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+            // Stored, and handed to the socket her presence names now, which settles it.
+            try await waitUntil {
+                await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
+            }
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 1, "it was stored")
+            try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
         }
-        #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 1, "it was stored")
-        try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
-        try await stack.stop()
     }
 
     @Test func aReceiptForAGatewayThatIsGoneIsStoredAndAppliedWhereItArrived() async throws {

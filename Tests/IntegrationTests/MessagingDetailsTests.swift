@@ -7,98 +7,98 @@ import WhisperShared
 /// messages arrive, and the routing metrics.
 @Suite struct MessagingDetailsTests {
     @Test func anOfflineRecipientIsAnnouncedByAPushJobThatCarriesNoContent() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carolFirst = try await stack.offlineUser(on: 1)
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carolFirst = try await stack.offlineUser(on: 1)
 
-        let live = alice.message("hello bob", to: bob)
-        try await alice.connection.send(live)
-        try await bob.events(.messageReceived)
-        let queued = alice.message("hello carol", to: carolFirst)
-        try await alice.connection.send(queued)
+            let live = alice.message("hello bob", to: bob)
+            try await alice.connection.send(live)
+            try await bob.events(.messageReceived)
+            let queued = alice.message("hello carol", to: carolFirst)
+            try await alice.connection.send(queued)
 
-        // Alice's entries are handled in order: once carol's job is there, one for bob's
-        // message would be there too, had there been one.
-        try await waitUntil { try await stack.pushJobs().count >= 1 }
-        let jobs = try await stack.pushJobs()
-        #expect(jobs.count == 1, "\(jobs)")
-        let job = try #require(jobs.first)
-        #expect(Set(job.keys) == ["to", "kind", "id", "at"], "a push job names who and why, nothing else")
-        #expect(job["to"] == carolFirst.whisperId)
-        #expect(job["kind"] == "message")
-        #expect(job["id"] == queued.messageId)
-        let at = try #require(job["at"].flatMap { Int64($0) })
-        #expect(abs(at - Clock.millisecondsNow()) < 60_000)
-        try await stack.stop()
+            // Alice's entries are handled in order: once carol's job is there, one for bob's
+            // message would be there too, had there been one.
+            try await waitUntil { try await stack.pushJobs().count >= 1 }
+            let jobs = try await stack.pushJobs()
+            #expect(jobs.count == 1, "\(jobs)")
+            let job = try #require(jobs.first)
+            #expect(Set(job.keys) == ["to", "kind", "id", "at"], "a push job names who and why, nothing else")
+            #expect(job["to"] == carolFirst.whisperId)
+            #expect(job["kind"] == "message")
+            #expect(job["id"] == queued.messageId)
+            let at = try #require(job["at"].flatMap { Int64($0) })
+            #expect(abs(at - Clock.millisecondsNow()) < 60_000)
+        }
     }
 
     /// A client that acknowledges its messages and closes at once (a command-line client,
     /// an app sent to the background) loses none of those receipts: frames that came
     /// before its close are handled.
     @Test func receiptsWrittenJustBeforeTheClientClosesAreApplied() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bobFirst = try await stack.offlineUser(on: 1)
-        let sent = try await alice.send(20, to: bobFirst, labelled: "ack then close")
-        #expect(try await stack.pendingDepth(bobFirst.whisperId) == 20)
-        let bob = try await stack.reconnect(bobFirst, on: 1)
-        let page = try await bob.connection.fetchPending(limit: 50)
-        #expect(Set(page.messages.map(\.messageId)) == sent)
-        for message in page.messages { try await bob.connection.acknowledge(message) }
-        await bob.connection.close()
-        try await waitUntil { try await stack.pendingDepth(bobFirst.whisperId) == 0 }
-        try await waitUntil { await alice.events.all(.messageDelivered).count == 20 }
-        try await stack.stop()
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bobFirst = try await stack.offlineUser(on: 1)
+            let sent = try await alice.send(20, to: bobFirst, labelled: "ack then close")
+            #expect(try await stack.pendingDepth(bobFirst.whisperId) == 20)
+            let bob = try await stack.reconnect(bobFirst, on: 1)
+            let page = try await bob.connection.fetchPending(limit: 50)
+            #expect(Set(page.messages.map(\.messageId)) == sent)
+            for message in page.messages { try await bob.connection.acknowledge(message) }
+            await bob.connection.close()
+            try await waitUntil { try await stack.pendingDepth(bobFirst.whisperId) == 0 }
+            try await waitUntil { await alice.events.all(.messageDelivered).count == 20 }
+        }
     }
 
     @Test func aPageWalkWhileMessagesKeepArrivingSeesEachMessageOnce() async throws {
-        let stack = try await MessagingStack.start()
-        let alice = try await stack.user(on: 0)
-        let bobFirst = try await stack.offlineUser(on: 1)
-        let before = try await alice.send(60, to: bobFirst, labelled: "before")
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bobFirst = try await stack.offlineUser(on: 1)
+            let before = try await alice.send(60, to: bobFirst, labelled: "before")
 
-        // Alice keeps sending while Bob walks the queue, 20 a page, acknowledging each.
-        let bob = try await stack.reconnect(bobFirst, on: 0)
-        let sender = Task {
-            var during: Set<String> = []
-            for index in 0..<60 {
-                let message = alice.message("during \(index)", to: bobFirst)
-                try await alice.connection.send(message)
-                during.insert(message.messageId)
+            // Alice keeps sending while Bob walks the queue, 20 a page, acknowledging each.
+            let bob = try await stack.reconnect(bobFirst, on: 0)
+            let sender = Task {
+                var during: Set<String> = []
+                for index in 0..<60 {
+                    let message = alice.message("during \(index)", to: bobFirst)
+                    try await alice.connection.send(message)
+                    during.insert(message.messageId)
+                }
+                return during
             }
-            return during
-        }
-        var walk: [String] = []
-        var cursor: String?
-        repeat {
-            let page = try await bob.connection.fetchPending(cursor: cursor, limit: 20)
-            for message in page.messages {
-                walk.append(message.messageId)
-                try await bob.connection.acknowledge(message)
-            }
-            cursor = page.nextCursor
-        } while cursor != nil
-        let during = try await sender.value
+            var walk: [String] = []
+            var cursor: String?
+            repeat {
+                let page = try await bob.connection.fetchPending(cursor: cursor, limit: 20)
+                for message in page.messages {
+                    walk.append(message.messageId)
+                    try await bob.connection.acknowledge(message)
+                }
+                cursor = page.nextCursor
+            } while cursor != nil
+            let during = try await sender.value
 
-        #expect(walk.count == Set(walk).count, "a message came twice in one walk")
-        #expect(before.isSubset(of: Set(walk)), "\(before.subtracting(walk).count) earlier messages missing from the walk")
-        #expect(Set(walk).isSubset(of: before.union(during)))
-        // The earlier messages come first, in the order they were sent.
-        let earlier = walk.filter { before.contains($0) }
-        #expect(Array(walk.prefix(earlier.count)) == earlier)
-        // Whatever the walk did not include came live; after acknowledging it too the queue is empty.
-        let missed = during.subtracting(walk)
-        try await waitUntil(timeout: .seconds(10)) {
-            let live = await bob.events.all(.messageReceived).compactMap { try? $0.payload(as: MessageReceived.self) }
-            return missed.isSubset(of: Set(live.map(\.messageId)))
+            #expect(walk.count == Set(walk).count, "a message came twice in one walk")
+            #expect(before.isSubset(of: Set(walk)), "\(before.subtracting(walk).count) earlier messages missing from the walk")
+            #expect(Set(walk).isSubset(of: before.union(during)))
+            // The earlier messages come first, in the order they were sent.
+            let earlier = walk.filter { before.contains($0) }
+            #expect(Array(walk.prefix(earlier.count)) == earlier)
+            // Whatever the walk did not include came live; after acknowledging it too the queue is empty.
+            let missed = during.subtracting(walk)
+            try await waitUntil(timeout: .seconds(10)) {
+                let live = await bob.events.all(.messageReceived).compactMap { try? $0.payload(as: MessageReceived.self) }
+                return missed.isSubset(of: Set(live.map(\.messageId)))
+            }
+            for frame in await bob.events.all(.messageReceived) {
+                let message = try #require(try frame.payload(as: MessageReceived.self))
+                if missed.contains(message.messageId) { try await bob.connection.acknowledge(message) }
+            }
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
         }
-        for frame in await bob.events.all(.messageReceived) {
-            let message = try #require(try frame.payload(as: MessageReceived.self))
-            if missed.contains(message.messageId) { try await bob.connection.acknowledge(message) }
-        }
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        try await stack.stop()
     }
 
     @Test func routingIsCountedAndTimed() async throws {

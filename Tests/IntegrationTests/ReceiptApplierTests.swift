@@ -63,17 +63,17 @@ struct ReceiptApplierTests {
     }
 
     @Test func aPageDoesNotHoldWhatTheSocketHasJustAcknowledged() async throws {
-        let stack = try await MessagingStack.start(gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 0)
-        try await Self.warmUp(alice, bob, in: stack)
-        let (first, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
-        let (second, _) = try await alice.sendAndWaitForArrival("two", to: bob)
-        try await bob.connection.acknowledge(atBob)
-        let page = try await bob.connection.fetchPending()
-        #expect(page.messages.map(\.messageId) == [second.messageId], "the first was applied before the page")
-        #expect(try await stack.messageState(first.messageId, for: bob) == "delivered")
-        try await stack.stop()
+        try await MessagingStack.start(gateway: { $0.receiptApplyMaxWait = .seconds(3_600) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await Self.warmUp(alice, bob, in: stack)
+            let (first, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            let (second, _) = try await alice.sendAndWaitForArrival("two", to: bob)
+            try await bob.connection.acknowledge(atBob)
+            let page = try await bob.connection.fetchPending()
+            #expect(page.messages.map(\.messageId) == [second.messageId], "the first was applied before the page")
+            #expect(try await stack.messageState(first.messageId, for: bob) == "delivered")
+        }
     }
 
     @Test func whatWaitsIsAppliedWhenTheGatewayStops() async throws {
@@ -84,14 +84,14 @@ struct ReceiptApplierTests {
     }
 
     @Test func withoutOtherWorkItGoesAfterItsWait() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .milliseconds(20) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        try await Self.warmUp(alice, bob, in: stack)
-        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
-        try await bob.connection.acknowledge(atBob)
-        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        try await stack.stop()
+        try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .milliseconds(20) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            try await Self.warmUp(alice, bob, in: stack)
+            let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            try await bob.connection.acknowledge(atBob)
+            try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        }
     }
 }
