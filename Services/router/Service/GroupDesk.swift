@@ -568,10 +568,10 @@ struct GroupDesk: Sendable {
     /// comes before the next `fetch_pending` page).
     private func tell(_ frame: [UInt8], to members: [String]) async throws {
         guard !members.isEmpty else { return }
-        let sockets = try await redis.pipeline(members.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        let sockets = try await PresenceStore(redis: redis).lookup(members)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for (index, member) in members.enumerated() {
-                let socket = sockets[index].string.flatMap(PresenceRecord.init(encoded:))
+                let socket = sockets[index]
                 group.addTask { try await events.keep(frame, for: member, handingTo: socket) }
             }
             try await group.waitForAll()

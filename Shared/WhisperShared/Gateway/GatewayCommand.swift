@@ -151,10 +151,7 @@ public enum SocketFanOut {
     /// identity without a live socket is not told.
     @discardableResult
     public static func deliverToLive(_ frame: [UInt8], of whisperIds: [String], on redis: RedisClient) async throws -> Int {
-        let unique = Array(Set(whisperIds))
-        guard !unique.isEmpty else { return 0 }
-        let records = try await redis.pipeline(unique.map { RedisCommand("GET", RedisKeys.presence($0)) })
-        let sockets = records.compactMap { $0.string.flatMap(PresenceRecord.init(encoded:)) }
+        let sockets = try await PresenceStore(redis: redis).lookup(Array(Set(whisperIds))).compactMap { $0 }
         try await deliver(frame, to: sockets, on: redis)
         return sockets.count
     }

@@ -33,6 +33,16 @@ public struct PresenceStore: Sendable {
         try await redis.send("GET", RedisKeys.presence(whisperId)).string.flatMap(PresenceRecord.init(encoded:))
     }
 
+    /// The live socket of each identity (nil for one without), in the order given, in
+    /// one round trip.
+    public func lookup(_ whisperIds: [String]) async throws -> [PresenceRecord?] {
+        guard !whisperIds.isEmpty else { return [] }
+        let replies = try await redis.pipeline(whisperIds.map { RedisCommand("GET", RedisKeys.presence($0)) })
+        return whisperIds.indices.map { index in
+            index < replies.count ? replies[index].string.flatMap(PresenceRecord.init(encoded:)) : nil
+        }
+    }
+
     /// Records this socket as the identity's live one; returns the one it replaced. In
     /// the same write it ends the identity's wake-up window (`RedisKeys.pushWoken`):
     /// the device answered, so the next message that finds it offline wakes it again.

@@ -133,7 +133,12 @@ struct FrameHandler: Sendable {
                     return nil
                 }
             case .identityBucket(let kind, let rule, let what):
-                guard let key = whisperId ?? connection.whisperId else { continue }
+                // Listed after `identity` (`FrameRoute.acting`); without one the frame is
+                // refused, never let past the bucket.
+                guard let key = whisperId else {
+                    await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
+                    return nil
+                }
                 if case .limited(let retry) = try await limits.limiter.take(kind, key: key, rule: rule(limits)) {
                     await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
                     return nil
@@ -301,9 +306,8 @@ struct FrameHandler: Sendable {
     /// enter the stream), then checked, stored and passed on without a router. What the
     /// router would refuse is answered the same way, and, as from a router, not counted
     /// against the socket; a frame that waited past `sendWaitMax` is refused as busy.
-    func serveSend(_ message: SendMessage, whisperId: String, _ served: FrameRoute.Served) async throws {
+    func serveSend(_ message: SendMessage, whisperId: String, by sends: SendDesk, _ served: FrameRoute.Served) async throws {
         let requestId = served.frame.requestId, connection = served.connection, arrivedAt = served.arrivedAt
-        guard let sends else { return }
         // Far too large whatever else it holds (the stored payload carries the
         // ciphertext as it is): refused before any work, as on the router path.
         if message.ciphertext.utf8.count > Limits.MAX_STORED_MESSAGE_BYTES {

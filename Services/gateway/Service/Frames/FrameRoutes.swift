@@ -38,8 +38,8 @@ extension FrameRoute {
         // MARK: Messages, receipts and the pending queue (sections 3 and 7)
         case .sendMessage:
             .acting(SendMessage.self) { handler, payload, whisperId, served in
-                if handler.sends != nil {
-                    try await handler.serveSend(payload, whisperId: whisperId, served)
+                if let sends = handler.sends {
+                    try await handler.serveSend(payload, whisperId: whisperId, by: sends, served)
                 } else {
                     try await handler.enqueueForRouter(served, whisperId: whisperId)
                 }
