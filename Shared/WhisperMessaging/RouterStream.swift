@@ -73,14 +73,14 @@ public enum RouterStream {
         }
 
         /// Adds the entry to its sender's shard after taking a token from the sender's
-        /// bucket for `kind` (`RouterStream.bucket`), unless that shard already holds
+        /// bucket of `limit` (`RouterStream.bucket`), unless that shard already holds
         /// `backlogLimit` entries (0: no limit), in one script. The bucket is charged only
         /// for an entry that is added.
-        public func add(charging rule: RateLimitRule, kind: String, backlogLimit: Int = 0, on redis: RedisClient) async throws -> Admission {
+        public func add(charging limit: Limit, rules: LimitRules, backlogLimit: Int = 0, on redis: RedisClient) async throws -> Admission {
             let shards = redis.configuration.streamShards
             let reply = try await redis.evaluate(
-                admitScript, keys: [RouterStream.key(for: whisperId, in: shards), RouterStream.bucket(kind, whisperId, in: shards)],
-                arguments: RateLimiter.arguments(rule) + [maxLength, backlogLimit] + fields
+                admitScript, keys: [RouterStream.key(for: whisperId, in: shards), RouterStream.bucket(limit, whisperId, in: shards)],
+                arguments: RateLimiter.arguments(rules[limit]) + [maxLength, backlogLimit] + fields
             )
             guard let values = reply.array, values.count == 2, let outcome = values[0].int else {
                 throw RedisError.unexpectedReply("router stream admission")
@@ -183,11 +183,12 @@ public enum RouterStream {
     /// to the same one, so they keep their order.
     public static func key(for whisperId: String, in shards: StreamShards) -> String { shards.key(key, for: whisperId) }
 
-    /// An identity's bucket for one kind of routed frame (`send`, `group`, `fetch`, ...).
+    /// An identity's bucket of one limit charged for routed frames (`send`, `group`,
+    /// `fetch`, ...: the limit's bucket name), in its shard's slot.
     /// Its hash tag is the whole key of the identity's shard, so it lives in that shard's
     /// hash slot and one script can charge it and add the entry (also under Redis Cluster).
-    public static func bucket(_ kind: String, _ whisperId: String, in shards: StreamShards) -> String {
-        "{\(key(for: whisperId, in: shards))}:\(kind):\(whisperId)"
+    public static func bucket(_ limit: Limit, _ whisperId: String, in shards: StreamShards) -> String {
+        "{\(key(for: whisperId, in: shards))}:\(limit.bucket):\(whisperId)"
     }
 
     /// KEYS: the identity's shard of the stream, its bucket. ARGV: capacity, refill per ms, stream cap,

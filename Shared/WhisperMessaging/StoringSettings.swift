@@ -2,14 +2,12 @@ import WhisperProtocol
 import WhisperShared
 
 /// Settings of the services that store one-to-one messages: routers (group copies, and
-/// `send_message` on the router path) and gateways on the direct path. They charge the
-/// same buckets and fill the same queues, so one variable sets both
-/// (`WHISPER_RATE_LIMIT_SEND_PER_PAIR`, say); a service's own older name
-/// (`ROUTER_RATE_LIMIT_SEND_PER_PAIR`, `GATEWAY_…`) is still read when the shared one is
-/// not set, and logged at start as one to rename.
+/// `send_message` on the router path) and gateways on the direct path. They fill the
+/// same queues, so one variable sets both (`WHISPER_PENDING_MAX_MESSAGES`, say); a
+/// service's own older name (`ROUTER_PENDING_MAX_MESSAGES`, `GATEWAY_…`) is still read
+/// when the shared one is not set, and logged at start as one to rename. The pair limit
+/// they both charge is `Limit.sendPerPair`, read the same way (`LimitRules`).
 public struct StoringSettings: Sendable, Equatable {
-    /// New messages from one sender to one recipient (resends are free).
-    public var sendPerPair: RateLimitRule
     /// What one recipient's pending queue may hold.
     public var pendingCapacity: PendingQueue.Capacity
     /// How long a cached identity's ban status is trusted (signing keys stay for good).
@@ -18,12 +16,10 @@ public struct StoringSettings: Sendable, Equatable {
     public var unknownIdentityTTL: Duration
 
     public static let standard = StoringSettings(
-        sendPerPair: RateLimitRule(capacity: 300, period: .seconds(60)),
         pendingCapacity: .standard, identityCacheTTL: .seconds(30), unknownIdentityTTL: .seconds(10)
     )
 
-    public init(sendPerPair: RateLimitRule, pendingCapacity: PendingQueue.Capacity, identityCacheTTL: Duration, unknownIdentityTTL: Duration) {
-        self.sendPerPair = sendPerPair
+    public init(pendingCapacity: PendingQueue.Capacity, identityCacheTTL: Duration, unknownIdentityTTL: Duration) {
         self.pendingCapacity = pendingCapacity
         self.identityCacheTTL = identityCacheTTL
         self.unknownIdentityTTL = unknownIdentityTTL
@@ -35,7 +31,6 @@ public struct StoringSettings: Sendable, Equatable {
             settings.key("whisper." + name, olderNames: [service + "." + name])
         }
         let standard = Self.standard
-        sendPerPair = settings.rateLimit(key("rate.limit.send.per.pair"), default: "300/60s")
         pendingCapacity = PendingQueue.Capacity(
             messages: settings.int(key("pending.max.messages"), default: standard.pendingCapacity.messages, range: 1...1_000_000),
             bytes: settings.int(key("pending.max.bytes"), default: standard.pendingCapacity.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))

@@ -153,7 +153,7 @@ import WhisperShared
     // MARK: - Limits at the edge
 
     @Test func aReceiptFloodIsCutAtTheGatewayAndRepeatsAreNotPassedOn() async throws {
-        try await MessagingStack.start(gateway: { $0.receiptsPerIdentity = RateLimitRule(capacity: 8, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(gateway: { $0.limits[.receiptsPerIdentity] = RateLimitRule(capacity: 8, period: .seconds(60)) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
 
@@ -185,7 +185,7 @@ import WhisperShared
     }
 
     @Test func fetchesAreChargedAtTheGatewayPerIdentity() async throws {
-        try await MessagingStack.start(gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(gateway: { $0.limits[.fetchPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
             let alice = try await stack.user(on: 0)
             _ = try await alice.connection.fetchPending()
             _ = try await alice.connection.fetchPending()
@@ -197,7 +197,7 @@ import WhisperShared
     }
 
     @Test func sessionFramesAreChargedPerIdentityOnEveryGateway() async throws {
-        try await MessagingStack.start(gateway: { $0.controlPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(gateway: { $0.limits[.controlPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
             let alice = try await stack.user(on: 0)
             try await alice.connection.updateTokens(pushToken: .set("token-1"))
             try await alice.connection.updateTokens(pushToken: .set("token-2"))
@@ -231,7 +231,7 @@ import WhisperShared
     // MARK: - Identities
 
     @Test func namingAnotherIdentityDoesNotLockItOut() async throws {
-        try await MessagingStack.start(auth: { $0.registerPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(auth: { $0.limits[.registerPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60)) }).running { stack in
             let victim = try await stack.user(on: 0)
             let attacker = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[1].port)/ws", logger: TestServers.logger)
             try await attacker.connect()

@@ -279,7 +279,7 @@ import WhisperShared
     /// and, from identities that are not the callee's direct peers, per callee; a repeat
     /// of a call already made is not charged.
     @Test func callsToOneCalleeAreLimitedPerPairAndFromStrangersTogether() async throws {
-        try await MessagingStack.start(router: { $0.strangerCallsPerCallee = RateLimitRule(capacity: 7, period: .seconds(3_600)) }).running { stack in
+        try await MessagingStack.start(router: { $0.limits[.strangerCallsPerCallee] = RateLimitRule(capacity: 7, period: .seconds(3_600)) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
             let dave = try await stack.user(on: 0)

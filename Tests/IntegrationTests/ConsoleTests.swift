@@ -159,7 +159,7 @@ import WhisperShared
         let login = try #require(Self.setCookie(form, "whisper_console_login"))
         let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
         var statuses: [HTTPResponseStatus] = []
-        for attempt in 0...Console.signInLimit.capacity {
+        for attempt in 0...Limit.consoleSignInFailures.standard.capacity {
             let wrong = "csrf=\(nonce)&token=wrong-\(attempt)"
             statuses.append(try await Self.request(.POST, "\(base)/console/login", form: wrong, cookie: login.pair).status)
         }

@@ -141,7 +141,7 @@ struct DirectSendTests {
     /// The sender's limit is charged through leases of its bucket in Redis: exact at the
     /// limit, and a new socket does not bring back what the last one leased.
     @Test func theSendersLimitHoldsAcrossLeasesAndSockets() async throws {
-        try await MessagingStack.start(routers: 0, gateway: { $0.sendPerSender = RateLimitRule("5/60s")! }).running { stack in
+        try await MessagingStack.start(routers: 0, gateway: { $0.limits[.sendPerSender] = RateLimitRule("5/60s")! }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
             for index in 0..<5 {
@@ -163,7 +163,7 @@ struct DirectSendTests {
     @Test func aSendThatWaitedTooLongIsRefusedAsBusy() async throws {
         let stack = try await MessagingStack.start(routers: 0, gateway: {
             $0.sendWaitMax = .milliseconds(100)
-            $0.refusalsPerSocket = RateLimitRule("5/60s")!
+            $0.limits[.refusalsPerSocket] = RateLimitRule("5/60s")!
         })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)

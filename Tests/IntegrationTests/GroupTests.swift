@@ -401,7 +401,7 @@ struct StaleRouter {
                     redis: redis,
                     sending: MessageSending(
                         checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: postgres),
-                        pending: PendingQueue(redis: redis), redis: redis, pairLimit: settings.sendPerPair, metrics: routing
+                        pending: PendingQueue(redis: redis), redis: redis, pairLimit: settings.limits[.sendPerPair], metrics: routing
                     ),
                     pending: PendingQueue(redis: redis), receipts: OwedFrames(redis: redis),
                     groups: GroupDesk(

@@ -267,7 +267,7 @@ import WhisperShared
     @Test func registrationIsRateLimitedPerAddress() async throws {
         let redis = try RedisProcess()
         try redis.start()
-        let stack = try await startStack(redis: RedisConfiguration(url: redis.url)!) { $0.registerPerIP = RateLimitRule("3/60s")! }
+        let stack = try await startStack(redis: RedisConfiguration(url: redis.url)!) { $0.limits[.registerPerAddress] = RateLimitRule("3/60s")! }
         let connection = try await stack.connect(0)
         for _ in 0..<3 {
             _ = try await connection.request(RegisterBegin(deviceId: Self.deviceId(), platform: .ios))

@@ -37,7 +37,7 @@ import WhisperShared
     }
 
     @Test func namesAndCountsAreBounded() async throws {
-        try await MessagingStack.start(routers: 0, gateway: { $0.liveConversationsPerIdentity = RateLimitRule(capacity: 1_000, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(routers: 0, gateway: { $0.limits[.liveConversationsPerIdentity] = RateLimitRule(capacity: 1_000, period: .seconds(60)) }).running { stack in
             let whisperer = try await stack.user(on: 0)
             await expectRefused(.invalidPayload, "empty name") { _ = try await whisperer.connection.createLiveConversation(name: "") }
             let longest = String(repeating: "é", count: Limits.MAX_LIVE_CONVERSATION_NAME_CHARS)
@@ -53,7 +53,7 @@ import WhisperShared
     }
 
     @Test func conversationFramesAreRateLimitedPerIdentity() async throws {
-        try await MessagingStack.start(routers: 0, gateway: { $0.liveConversationsPerIdentity = RateLimitRule(capacity: 3, period: .seconds(3_600)) }).running { stack in
+        try await MessagingStack.start(routers: 0, gateway: { $0.limits[.liveConversationsPerIdentity] = RateLimitRule(capacity: 3, period: .seconds(3_600)) }).running { stack in
             let whisperer = try await stack.user(on: 0)
             for _ in 0..<3 { _ = try await whisperer.connection.liveConversations() }
             await expectRefused(.rateLimited, "fourth within the hour") { _ = try await whisperer.connection.liveConversations() }

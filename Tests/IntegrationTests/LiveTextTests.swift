@@ -192,8 +192,8 @@ import WhisperShared
         let stack = try await MessagingStack.start(routers: 0, gateway: {
             $0.liveMaxListeners = 2
             $0.liveMaxSockets = 4
-            $0.livePacketsPerWhisperer = RateLimitRule(capacity: 5, period: .seconds(3_600))
-            $0.liveOffersPerConversation = RateLimitRule(capacity: 5, period: .seconds(3_600))
+            $0.limits[.livePacketsPerWhisperer] = RateLimitRule(capacity: 5, period: .seconds(3_600))
+            $0.limits[.liveOffersPerConversation] = RateLimitRule(capacity: 5, period: .seconds(3_600))
         })
         let owner = try await stack.user(on: 0)
         let conversation = try await owner.connection.createLiveConversation(name: "Limits")

@@ -187,7 +187,7 @@ import WhisperShared
 
     @Test func messagesToOneRecipientAreLimitedWithoutLosingResends() async throws {
         let stack = try await MessagingStack.start(routers: 1) {
-            $0.sendPerPair = RateLimitRule("5/60s")!
+            $0.limits[.sendPerPair] = RateLimitRule("5/60s")!
         }
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)
@@ -216,7 +216,7 @@ import WhisperShared
 
     @Test func aSenderOverItsOwnLimitIsRefusedByTheGateway() async throws {
         let stack = try await MessagingStack.start(routers: 1, gateway: {
-            $0.sendPerSender = RateLimitRule("3/60s")!
+            $0.limits[.sendPerSender] = RateLimitRule("3/60s")!
         })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)

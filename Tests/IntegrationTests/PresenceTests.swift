@@ -82,7 +82,7 @@ struct PresenceTests {
     }
 
     @Test func presenceEventsPastTheIdentitysLimitAreNotSent() async throws {
-        try await MessagingStack.start(gateway: { $0.presenceEventsPerIdentity = RateLimitRule(capacity: 2, period: .seconds(3_600)) }).running { stack in
+        try await MessagingStack.start(gateway: { $0.limits[.presenceEventsPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(3_600)) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
             _ = try await alice.sendAndWaitForArrival("hi", to: bob)

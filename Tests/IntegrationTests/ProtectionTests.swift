@@ -131,7 +131,7 @@ import WhisperShared
     }
 
     @Test func fetchesAreLimitedPerIdentity() async throws {
-        try await MessagingStack.start(routers: 1, gateway: { $0.fetchPerIdentity = RateLimitRule(capacity: 3, period: .seconds(60)) }).running { stack in
+        try await MessagingStack.start(routers: 1, gateway: { $0.limits[.fetchPerIdentity] = RateLimitRule(capacity: 3, period: .seconds(60)) }).running { stack in
             let alice = try await stack.user(on: 0)
             for _ in 0..<3 { _ = try await alice.connection.fetchPending() }
             await expectRefused(.rateLimited) { _ = try await alice.connection.fetchPending() }
@@ -142,8 +142,8 @@ import WhisperShared
 
     @Test func tokenUpdatesAndKeyLookupsAreLimitedPerIdentity() async throws {
         let stack = try await MessagingStack.start(auth: {
-            $0.updateTokensPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60))
-            $0.keyLookupPerIdentity = RateLimitRule(capacity: 2, period: .seconds(60))
+            $0.limits[.updateTokensPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60))
+            $0.limits[.keyLookupPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60))
         })
         let alice = try await stack.user(on: 0)
         let bob = try await stack.user(on: 1)

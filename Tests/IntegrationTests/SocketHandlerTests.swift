@@ -93,8 +93,8 @@ import WhisperShared
         // (16 queued / 4 left), and every frame is answered, in the order sent.
         let count = 400
         try await withGateway({
-            $0.controlPerSocket = RateLimitRule(capacity: 10_000, period: .seconds(60))
-            $0.controlPerAddress = RateLimitRule(capacity: 10_000, period: .seconds(60))
+            $0.limits[.controlPerSocket] = RateLimitRule(capacity: 10_000, period: .seconds(60))
+            $0.limits[.controlPerAddress] = RateLimitRule(capacity: 10_000, period: .seconds(60))
         }) { port in
             try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws") { socket in
                 for index in 0..<count {

@@ -30,22 +30,24 @@ import WhisperShared
             "WHISPER_UNKNOWN_IDENTITY_CACHE_SECONDS": "2",
         ])
         let expected = StoringSettings(
-            sendPerPair: RateLimitRule("7/10s")!, pendingCapacity: PendingQueue.Capacity(messages: 42, bytes: 100_000),
+            pendingCapacity: PendingQueue.Capacity(messages: 42, bytes: 100_000),
             identityCacheTTL: .seconds(5), unknownIdentityTTL: .seconds(2)
         )
         for settings in [
-            StoringSettings(sendPerPair: gateway.sendPerPair, pendingCapacity: gateway.pendingCapacity, identityCacheTTL: gateway.identityCacheTTL, unknownIdentityTTL: gateway.unknownIdentityTTL),
-            StoringSettings(sendPerPair: router.sendPerPair, pendingCapacity: router.pendingCapacity, identityCacheTTL: router.identityCacheTTL, unknownIdentityTTL: router.unknownIdentityTTL),
+            StoringSettings(pendingCapacity: gateway.pendingCapacity, identityCacheTTL: gateway.identityCacheTTL, unknownIdentityTTL: gateway.unknownIdentityTTL),
+            StoringSettings(pendingCapacity: router.pendingCapacity, identityCacheTTL: router.identityCacheTTL, unknownIdentityTTL: router.unknownIdentityTTL),
         ] {
             #expect(settings == expected)
         }
+        #expect(gateway.limits[.sendPerPair] == RateLimitRule("7/10s")!)
+        #expect(router.limits[.sendPerPair] == RateLimitRule("7/10s")!)
         #expect(older.isEmpty)
     }
 
     @Test func defaultsAreAlike() throws {
         let (gateway, router, _) = try read([:])
-        #expect(gateway.sendPerPair == router.sendPerPair)
-        #expect(gateway.sendPerPair == RateLimitRule("300/60s")!)
+        #expect(gateway.limits[.sendPerPair] == router.limits[.sendPerPair])
+        #expect(gateway.limits[.sendPerPair] == RateLimitRule("300/60s")!)
         #expect(gateway.pendingCapacity == router.pendingCapacity)
         #expect(gateway.identityCacheTTL == router.identityCacheTTL)
         #expect(gateway.unknownIdentityTTL == router.unknownIdentityTTL)
@@ -56,8 +58,8 @@ import WhisperShared
             "ROUTER_RATE_LIMIT_SEND_PER_PAIR": "9/60s",
             "GATEWAY_PENDING_MAX_MESSAGES": "11",
         ])
-        #expect(router.sendPerPair == RateLimitRule("9/60s")!)
-        #expect(gateway.sendPerPair == RateLimitRule("300/60s")!)
+        #expect(router.limits[.sendPerPair] == RateLimitRule("9/60s")!)
+        #expect(gateway.limits[.sendPerPair] == RateLimitRule("300/60s")!)
         #expect(gateway.pendingCapacity.messages == 11)
         #expect(router.pendingCapacity.messages == PendingQueue.Capacity.standard.messages)
         #expect(Set(older) == ["ROUTER_RATE_LIMIT_SEND_PER_PAIR", "GATEWAY_PENDING_MAX_MESSAGES"])
@@ -68,8 +70,8 @@ import WhisperShared
             "WHISPER_RATE_LIMIT_SEND_PER_PAIR": "50/60s",
             "ROUTER_RATE_LIMIT_SEND_PER_PAIR": "9/60s",
         ])
-        #expect(router.sendPerPair == RateLimitRule("50/60s")!)
-        #expect(gateway.sendPerPair == RateLimitRule("50/60s")!)
+        #expect(router.limits[.sendPerPair] == RateLimitRule("50/60s")!)
+        #expect(gateway.limits[.sendPerPair] == RateLimitRule("50/60s")!)
         #expect(older.isEmpty)
     }
 

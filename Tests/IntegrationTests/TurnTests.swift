@@ -29,7 +29,7 @@ import WhisperShared
         )
         if let internalPort { settings.internalHTTP.port = internalPort }
         if let urls { settings.urls = urls }
-        if let perIdentity { settings.perIdentity = perIdentity }
+        if let perIdentity { settings.limits[.turnPerIdentity] = perIdentity }
         let final = settings
         let service = try await RunningService.start { running in
             buildTurnCred(settings: final, logger: TestServers.logger, onServerRunning: running).assembly

@@ -17,6 +17,8 @@ public struct AdminSettings: ServiceSettings {
     public var tokens: [(name: String, token: String)]
     /// Mark the console's cookies `Secure` (serve the console over TLS, then set this).
     public var consoleSecureCookies: Bool
+    /// The console's limit on failed sign-ins (`Limit.consoleSignInFailures`).
+    public var limits = LimitRules()
 
     public init(common: CommonSettings, tokens: [(name: String, token: String)] = [], consoleSecureCookies: Bool = false) {
         self.common = common
@@ -37,6 +39,7 @@ public struct AdminSettings: ServiceSettings {
         }
         self.tokens = tokens
         consoleSecureCookies = settings.bool("admin.console.secure.cookies", default: false)
+        limits = LimitRules(from: settings, service: Self.serviceName)
     }
 }
 
@@ -76,7 +79,7 @@ public func buildAdmin(settings: AdminSettings, logger: Logger, onServerRunning:
         routes: { router, environment in
             AdminRoutes(
                 tokens: AdminTokens(settings.tokens), postgres: environment.postgres, redis: environment.redis,
-                consoleSecureCookies: settings.consoleSecureCookies, logger: environment.logger
+                consoleSecureCookies: settings.consoleSecureCookies, limits: settings.limits, logger: environment.logger
             ).register(on: router)
         },
         startupProblems: settings.tokens.isEmpty ? ["no admin token (ADMIN_TOKENS)"] : [],
@@ -89,6 +92,7 @@ struct AdminRoutes: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient
     let consoleSecureCookies: Bool
+    let limits: LimitRules
     let logger: Logger
 
     var auth: AdminAuth { AdminAuth(tokens: tokens) }
@@ -104,7 +108,7 @@ struct AdminRoutes: Sendable {
         stats.register(on: router)
         Console(
             auth: auth, moderation: moderation, stats: stats, sessions: ConsoleSessions(redis: redis), postgres: postgres, redis: redis,
-            limiter: RateLimiter(redis: redis), secureCookies: consoleSecureCookies, logger: logger
+            limiter: RateLimiter(redis: redis), limits: limits, secureCookies: consoleSecureCookies, logger: logger
         ).register(on: router)
         router.post("/admin/attachments/gc/run") { request, _ -> Response in
             let actor = try authenticate(request)

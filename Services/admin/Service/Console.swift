@@ -18,15 +18,16 @@ struct Console: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient
     let limiter: RateLimiter
+    /// Failed sign-in attempts, all addresses together (`Limit.consoleSignInFailures`): a
+    /// token cannot be guessed, but each attempt costs a hash per configured token and a
+    /// log line.
+    let limits: LimitRules
     /// Adds `Secure` to the cookies (behind TLS; `ADMIN_CONSOLE_SECURE_COOKIES`).
     let secureCookies: Bool
     let logger: Logger
 
     static let sessionCookie = "whisper_console"
     static let loginCookie = "whisper_console_login"
-    /// Failed sign-in attempts, all addresses together: a token cannot be guessed, but
-    /// each attempt costs a hash per configured token and a log line.
-    static let signInLimit = RateLimitRule(capacity: 60, period: .seconds(60))
 
     func cookie(_ name: String, _ value: String, maxAge: Int) -> String {
         "\(name)=\(value); Path=/console; HttpOnly; SameSite=Strict; Max-Age=\(maxAge)" + (secureCookies ? "; Secure" : "")
@@ -161,7 +162,7 @@ struct Console: Sendable {
         // are at least 32 characters, so the limit is not what stops guessing; it caps the
         // work and the log lines failed attempts cost.
         guard let token = form["token"], let operatorName = auth.tokens.name(for: token.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            if case .limited = try await limiter.take("console_sign_in_failures", key: "all", rule: Self.signInLimit) {
+            if case .limited = try await limiter.take(.consoleSignInFailures, key: "all", rules: limits) {
                 return signInPage(error: "Too many failed sign-in attempts; wait a minute.", status: .tooManyRequests)
             }
             logger.warning("console_sign_in_refused")

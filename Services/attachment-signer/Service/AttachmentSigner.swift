@@ -13,13 +13,13 @@ public struct AttachmentSignerSettings: ServiceSettings {
     public var common: CommonSettings
     public var s3: S3Settings
     /// How long a presigned upload URL works.
-    public var uploadURLTTL: Duration
+    public var uploadURLTTL: Duration = .seconds(900)
     /// How long a presigned download URL works.
-    public var downloadURLTTL: Duration
+    public var downloadURLTTL: Duration = .seconds(300)
     /// How long an attachment is kept at most (gc-worker deletes it after).
-    public var attachmentTTL: Duration
-    public var presignPerIdentity: RateLimitRule
-    public var downloadPerIdentity: RateLimitRule
+    public var attachmentTTL: Duration = .seconds(30 * 86_400)
+    /// The rate limits the signer charges (`Limit.registry`, the `attachment.signer.` ones).
+    public var limits = LimitRules()
     /// Bytes of one identity's uploads in the bucket at once (declared sizes of every
     /// upload not yet deleted, sent or not).
     public var quotaLiveBytes: Int64 = AttachmentSignerSettings.defaultQuotaLiveBytes
@@ -28,29 +28,17 @@ public struct AttachmentSignerSettings: ServiceSettings {
     public static let defaultQuotaLiveBytes: Int64 = 2 << 30
     public static let defaultQuotaUnsentBytes: Int64 = 256 << 20
 
-    public init(
-        common: CommonSettings, s3: S3Settings, uploadURLTTL: Duration = .seconds(900), downloadURLTTL: Duration = .seconds(300),
-        attachmentTTL: Duration = .seconds(30 * 86_400),
-        presignPerIdentity: RateLimitRule = RateLimitRule(capacity: 60, period: .seconds(60)),
-        downloadPerIdentity: RateLimitRule = RateLimitRule(capacity: 600, period: .seconds(60))
-    ) {
+    public init(common: CommonSettings, s3: S3Settings) {
         self.common = common
         self.s3 = s3
-        self.uploadURLTTL = uploadURLTTL
-        self.downloadURLTTL = downloadURLTTL
-        self.attachmentTTL = attachmentTTL
-        self.presignPerIdentity = presignPerIdentity
-        self.downloadPerIdentity = downloadPerIdentity
     }
 
     public init(from settings: SettingsReader) {
-        common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
-        s3 = S3Settings(from: settings)
-        uploadURLTTL = .seconds(settings.int("attachment.signer.upload.url.seconds", default: 900, range: 60...86_400))
-        downloadURLTTL = .seconds(settings.int("attachment.signer.download.url.seconds", default: 300, range: 30...86_400))
-        attachmentTTL = .seconds(settings.int("whisper.attachment.ttl.days", default: 30, range: 1...3_650) * 86_400)
-        presignPerIdentity = settings.rateLimit("attachment.signer.rate.limit.presign.per.identity", default: "60/60s")
-        downloadPerIdentity = settings.rateLimit("attachment.signer.rate.limit.download.per.identity", default: "600/60s")
+        self.init(common: CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings), s3: S3Settings(from: settings))
+        uploadURLTTL = settings.seconds("attachment.signer.upload.url.seconds", default: uploadURLTTL, range: 60...86_400)
+        downloadURLTTL = settings.seconds("attachment.signer.download.url.seconds", default: downloadURLTTL, range: 30...86_400)
+        attachmentTTL = .seconds(settings.int("whisper.attachment.ttl.days", default: Int(attachmentTTL.milliseconds / 86_400_000), range: 1...3_650) * 86_400)
+        limits = LimitRules(from: settings, service: Self.serviceName)
         let most = 1 << 50
         quotaLiveBytes = Int64(settings.int("attachment.signer.quota.live.bytes", default: Int(Self.defaultQuotaLiveBytes), range: 1...most))
         quotaUnsentBytes = Int64(settings.int("attachment.signer.quota.unsent.bytes", default: Int(Self.defaultQuotaUnsentBytes), range: 1...most))
@@ -182,7 +170,7 @@ struct AttachmentRoutes: Sendable {
             let session = try await sessions.authenticate(request)
             let body = try await request.body.collect(upTo: 4_096)
             let presign = try Self.checked(body)
-            try await limiter.charge("presign", session.whisperId, settings.presignPerIdentity)
+            try await limiter.chargeRequest(.presignPerIdentity, key: session.whisperId, rules: settings.limits)
             let now = Date()
             let objectKey = Self.objectKey(at: now)
             let over = try await ledger.record(
@@ -219,7 +207,7 @@ struct AttachmentRoutes: Sendable {
             guard Format.isObjectKey(objectKey) else {
                 throw WhisperHTTPError(.invalidPayload, "objectKey must be one issued by /attachments/presign (att/YYYY/MM/<uuid>.bin)")
             }
-            try await limiter.charge("download", session.whisperId, settings.downloadPerIdentity)
+            try await limiter.chargeRequest(.downloadPerIdentity, key: session.whisperId, rules: settings.limits)
             // Anyone who is neither its uploader nor a recipient learns nothing, not even
             // whether it exists.
             guard let record = try await ledger.find(objectKey, reader: session.whisperId), record.live, !record.rejected,

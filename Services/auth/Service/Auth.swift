@@ -24,7 +24,7 @@ public func buildAuth(
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
             let reports = ReportDesk(
-                postgres: environment.postgres, sessions: sessions, limiter: limiter, rule: settings.reportPerIdentity,
+                postgres: environment.postgres, sessions: sessions, limiter: limiter, rules: settings.limits,
                 metrics: environment.metrics, logger: environment.logger
             )
             let routes = AuthRoutes(
@@ -33,7 +33,7 @@ public func buildAuth(
             )
             routes.registerPublic(on: router)
             ContactsBackupRoutes(
-                postgres: environment.postgres, sessions: sessions, limiter: limiter, rule: settings.backupPerIdentity,
+                postgres: environment.postgres, sessions: sessions, limiter: limiter, rules: settings.limits,
                 logger: environment.logger
             ).register(on: router)
             shared.withLock { $0 = routes }

@@ -47,9 +47,7 @@ struct AuthRoutes: Sendable {
         guard let whisperId = context.parameters.get("whisperId"), Format.isWhisperID(whisperId) else {
             throw WhisperHTTPError(.invalidPayload, "whisperId must be a Whisper ID (WSP-XXXX-XXXX-XXXX)")
         }
-        if case .limited(let retry) = try await limiter.take("key_lookup", key: caller.whisperId, rule: settings.keyLookupPerIdentity) {
-            throw WhisperHTTPError(.rateLimited, "too many key lookups; retry in \(retry) ms", headers: [.retryAfter: "\(max(1, retry / 1000))"])
-        }
+        try await limiter.chargeRequest(.keyLookupPerIdentity, key: caller.whisperId, rules: settings.limits)
         guard let identity = try await identities.find(whisperId: whisperId) else {
             throw WhisperHTTPError(.notFound, "no such identity")
         }

@@ -13,7 +13,7 @@ struct ContactsBackupRoutes: Sendable {
     let postgres: PostgresClient
     let sessions: SessionStore
     let limiter: RateLimiter
-    let rule: RateLimitRule
+    let rules: LimitRules
     let logger: Logger
 
     /// The largest sealed blob (ciphertext bytes once decoded): some thousands of contacts.
@@ -64,7 +64,7 @@ struct ContactsBackupRoutes: Sendable {
 
     private func admit(_ request: Request) async throws -> SessionRecord {
         let session = try await sessions.authenticate(request)
-        try await limiter.charge("backup", session.whisperId, rule)
+        try await limiter.chargeRequest(.backupPerIdentity, key: session.whisperId, rules: rules)
         return session
     }
 

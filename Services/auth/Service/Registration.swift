@@ -137,13 +137,8 @@ struct Registration: Sendable {
               context.whisperId == nil || context.whisperId == record.whisperId else {
             throw WhisperError(.notRegistered, "no valid session for this connection; register first")
         }
-        let decision = try await limiter.takeAll([
-            ("update_tokens", "ip:\(context.remoteAddress ?? "unknown")", settings.updateTokensPerIP),
-            ("update_tokens", record.whisperId, settings.updateTokensPerIdentity),
-        ])
-        if case .limited(let retry) = decision {
-            throw WhisperError(.rateLimited, "too many token updates; retry in \(retry) ms")
-        }
+        try await limiter.charge(.updateTokensPerAddress, key: "ip:\(context.remoteAddress ?? "unknown")", rules: settings.limits)
+        try await limiter.charge(.updateTokensPerIdentity, key: record.whisperId, rules: settings.limits)
         guard try await identities.updateTokens(deviceId: record.deviceId, whisperId: record.whisperId, push: request.pushToken, voip: request.voipToken) else {
             throw WhisperError(.notRegistered, "this device is no longer registered")
         }
@@ -151,15 +146,16 @@ struct Registration: Sendable {
     }
 
     private func limitRegistration(context: ConnectionContext) async throws {
-        let decision = try await limiter.take("register", key: "ip:\(context.remoteAddress ?? "unknown")", rule: settings.registerPerIP)
-        if case .limited(let retry) = decision {
-            throw refuse(.rateLimited, "too many registration attempts; retry in \(retry) ms", outcome: "rate_limited")
+        let limit = Limit.registerPerAddress
+        if case .limited(let retry) = try await limiter.take(limit, key: "ip:\(context.remoteAddress ?? "unknown")", rules: settings.limits) {
+            throw refuse(.rateLimited, limit.refusal(retryAfterMs: retry), outcome: "rate_limited")
         }
     }
 
     private func limitIdentity(_ key: String) async throws {
-        if case .limited(let retry) = try await limiter.take("register", key: key, rule: settings.registerPerIdentity) {
-            throw refuse(.rateLimited, "too many sign-ins for this identity; retry in \(retry) ms", outcome: "rate_limited")
+        let limit = Limit.registerPerIdentity
+        if case .limited(let retry) = try await limiter.take(limit, key: key, rules: settings.limits) {
+            throw refuse(.rateLimited, limit.refusal(retryAfterMs: retry), outcome: "rate_limited")
         }
     }
 

@@ -11,7 +11,7 @@ struct ReportDesk: Sendable {
     let postgres: PostgresClient
     let sessions: SessionStore
     let limiter: RateLimiter
-    let rule: RateLimitRule
+    let rules: LimitRules
     let metrics: ServiceMetrics
     let logger: Logger
 
@@ -24,9 +24,7 @@ struct ReportDesk: Sendable {
         guard request.whisperId != reporter else {
             throw WhisperError(.invalidPayload, "whisperId: an identity cannot report itself")
         }
-        if case .limited(let retry) = try await limiter.take("report", key: reporter, rule: rule) {
-            throw WhisperError(.rateLimited, "too many reports; retry in \(retry) ms")
-        }
+        try await limiter.charge(.reportPerIdentity, key: reporter, rules: rules)
         let reportId = RandomID.uuid()
         let messageIds = request.reportedMessageIds
         let rows = try await postgres.query("""

@@ -64,14 +64,14 @@ public func buildGateway(
         receipts: receipts,
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: PresenceDesk(
-            redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.presenceEventsPerIdentity,
+            redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.limits[.presenceEventsPerIdentity],
             metrics: environment.metrics
         ),
         sends: settings.sendPath == .direct ? SendDesk(
             sending: MessageSending(
                 checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity), redis: environment.redis,
-                pairLimit: settings.sendPerPair, metrics: RoutingMetrics(metrics: environment.metrics, stream: false)
+                pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false)
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts
         ) : nil,
@@ -80,8 +80,7 @@ public func buildGateway(
             redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
             limits: LiveRelay.Limits(
                 maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets,
-                offersPerConversation: settings.liveOffersPerConversation, packetsPerWhisperer: settings.livePacketsPerWhisperer,
-                framesPerListener: settings.liveFramesPerListener
+                rules: settings.limits
             ),
             instanceID: settings.common.instanceID, logger: environment.logger
         ),
@@ -160,7 +159,7 @@ public func buildGateway(
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void = { channel, address, device in
         let connection = ClientConnection(
             channel: channel, remoteAddress: address, logger: environment.logger,
-            controlLimit: settings.controlPerSocket, refusalLimit: settings.refusalsPerSocket,
+            controlLimit: settings.limits[.controlPerSocket], refusalLimit: settings.limits[.refusalsPerSocket],
             maxUnsentBytes: settings.maxUnsentBytes, liveDevice: device
         )
         connections.add(connection)

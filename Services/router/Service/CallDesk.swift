@@ -39,10 +39,9 @@ struct CallDesk: Sendable {
         var sweepInterval: Duration
         /// How long a router that claimed a due call has to end it before another may.
         var sweepLease: Duration = .seconds(30)
-        /// New calls from one caller to one callee.
-        var perPair = RateLimitRule(capacity: 5, period: .seconds(600))
-        /// New calls to one callee from identities that are not its direct peers, together.
-        var strangersPerCallee = RateLimitRule(capacity: 20, period: .seconds(3_600))
+        /// New calls per caller and callee (`Limit.callsPerPair`), and to one callee from
+        /// identities that are not its direct peers (`Limit.strangerCallsPerCallee`).
+        var limits = LimitRules()
     }
 
     // MARK: - Frames from the parties
@@ -58,11 +57,12 @@ struct CallDesk: Sendable {
         // pair, and strangers' calls per callee, so nobody can ring, wake (VoIP push) or
         // fill another's store of missed calls without bound.
         if try await redis.send("EXISTS", RedisKeys.call(callId)).int == 0 {
-            var checks = [(action: "call_to:\(signal.to)", key: signal.from, rule: settings.perPair)]
-            if !fromPeer { checks.append((action: "stranger_calls", key: signal.to, rule: settings.strangersPerCallee)) }
-            if case .limited(let retry) = try await RateLimiter(redis: redis).takeAll(checks) {
-                throw WhisperError(.rateLimited, "too many calls to \(signal.to); retry in \(retry) ms")
+            let limiter = RateLimiter(redis: redis), pair = Limit.callsPerPair
+            // The caller's bucket for this callee: the limit's bucket name and the callee.
+            if case .limited(let retry) = try await limiter.take("\(pair.bucket):\(signal.to)", key: signal.from, rule: settings.limits[pair]) {
+                throw pair.refused(retryAfterMs: retry)
             }
+            if !fromPeer { try await limiter.charge(.strangerCallsPerCallee, key: signal.to, rules: settings.limits) }
         }
         let offer = ServerFrameCodec.encode(CallIncoming(signal))
         let socket = PresenceRecord(gateway: entry.gateway, connId: entry.connId)

@@ -20,7 +20,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 frames: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
                 settings: .init(
                     ringTimeout: settings.callRingTimeout, answeredTTL: settings.callAnsweredTTL, sweepInterval: settings.callSweepInterval,
-                    perPair: settings.callsPerPair, strangersPerCallee: settings.strangerCallsPerCallee
+                    limits: settings.limits
                 ),
                 metrics: CallMetrics(metrics: environment.metrics), logger: environment.logger
             )
@@ -30,7 +30,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 redis: environment.redis,
                 sending: MessageSending(
                     checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
-                    pending: pending, redis: environment.redis, pairLimit: settings.sendPerPair, metrics: metrics
+                    pending: pending, redis: environment.redis, pairLimit: settings.limits[.sendPerPair], metrics: metrics
                 ),
                 pending: pending,
                 receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),

@@ -6,8 +6,9 @@ public struct RouterSettings: ServiceSettings {
     public static let serviceName = "router"
     public static let defaultPort = 8082
     public var common: CommonSettings
-    /// Messages from one sender to one recipient (the gateway limits each sender's total).
-    public var sendPerPair: RateLimitRule
+    /// The rate limits the router charges (`Limit.registry`, the `router.` ones, and the
+    /// pair limit of messages it shares with gateways, `Limit.sendPerPair`).
+    public var limits = LimitRules()
     /// What one recipient's pending queue may hold (messages, and bytes of stored messages).
     public var pendingCapacity: PendingQueue.Capacity
     /// Receipts that may wait for one sender who is offline; past it the oldest go.
@@ -38,16 +39,9 @@ public struct RouterSettings: ServiceSettings {
     /// peers); past it the oldest are withdrawn. Invitations also lapse after 30 days.
     public var groupInvitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
     public static let defaultGroupInvitationsPerIdentity = 50
-    /// Calls one caller may start to one callee (each rings, and wakes an offline callee
-    /// with a VoIP push).
-    public var callsPerPair = RateLimitRule(capacity: 5, period: .seconds(600))
-    /// Calls that identities who are not the callee's direct peers may start to it, all
-    /// of them together: bounds the missed calls strangers leave in its store.
-    public var strangerCallsPerCallee = RateLimitRule(capacity: 20, period: .seconds(3_600))
 
     public init(
         common: CommonSettings,
-        sendPerPair: RateLimitRule = RateLimitRule(capacity: 300, period: .seconds(60)),
         pendingCapacity: PendingQueue.Capacity = .standard,
         receiptsWaitingMax: Int = OwedFrames.standardCapacity,
         unknownIdentityTTL: Duration = .seconds(10),
@@ -61,7 +55,6 @@ public struct RouterSettings: ServiceSettings {
         callSweepInterval: Duration = .seconds(1)
     ) {
         self.common = common
-        self.sendPerPair = sendPerPair
         self.pendingCapacity = pendingCapacity
         self.receiptsWaitingMax = receiptsWaitingMax
         self.unknownIdentityTTL = unknownIdentityTTL
@@ -78,7 +71,7 @@ public struct RouterSettings: ServiceSettings {
     public init(from settings: SettingsReader) {
         common = CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings)
         let storing = StoringSettings(from: settings, service: Self.serviceName)
-        sendPerPair = storing.sendPerPair
+        limits = LimitRules(from: settings, service: Self.serviceName, shared: [.sendPerPair])
         pendingCapacity = storing.pendingCapacity
         receiptsWaitingMax = settings.int("router.receipts.waiting.max", default: OwedFrames.standardCapacity, range: 1...1_000_000)
         unknownIdentityTTL = storing.unknownIdentityTTL
@@ -90,8 +83,6 @@ public struct RouterSettings: ServiceSettings {
         callRingTimeout = .seconds(settings.int("router.call.ring.timeout.seconds", default: 45, range: 1...600))
         callAnsweredTTL = .seconds(settings.int("router.call.answered.ttl.seconds", default: 86_400, range: 60...604_800))
         callSweepInterval = .milliseconds(settings.int("router.call.sweep.interval.ms", default: 1_000, range: 50...60_000))
-        callsPerPair = settings.rateLimit("router.call.rate.limit.per.pair", default: "5/10m")
-        strangerCallsPerCallee = settings.rateLimit("router.call.rate.limit.strangers.per.callee", default: "20/1h")
         groupInvitationsPerIdentity = settings.int(
             "router.group.invitations.per.identity", default: Self.defaultGroupInvitationsPerIdentity, range: 1...1_000
         )

@@ -29,13 +29,13 @@ public struct TurnCredSettings: ServiceSettings {
     /// that outlives it gets new credentials with an ICE restart).
     public var ttl: Duration
     public static let defaultTTLSeconds = 3_600
-    /// Credentials one identity may fetch (WebSocket and HTTP together).
-    public var perIdentity: RateLimitRule
+    /// The rate limit turn-cred charges (`Limit.turnPerIdentity`).
+    public var limits = LimitRules()
 
     public init(
         common: CommonSettings, internalToken: String, secrets: [String], urls: [String],
         internalHTTP: HTTPSettings = HTTPSettings(host: "127.0.0.1", port: TurnCredSettings.defaultInternalPort),
-        ttl: Duration = .seconds(TurnCredSettings.defaultTTLSeconds), perIdentity: RateLimitRule = RateLimitRule(capacity: 30, period: .seconds(60))
+        ttl: Duration = .seconds(TurnCredSettings.defaultTTLSeconds)
     ) {
         self.common = common
         self.internalToken = internalToken
@@ -43,7 +43,6 @@ public struct TurnCredSettings: ServiceSettings {
         self.secrets = secrets
         self.urls = urls
         self.ttl = ttl
-        self.perIdentity = perIdentity
     }
 
     public init(from settings: SettingsReader) {
@@ -63,7 +62,7 @@ public struct TurnCredSettings: ServiceSettings {
             settings.reject("turn.cred.urls", because: "\(bad) does not start with turn:, turns: or stun:")
         }
         ttl = .seconds(settings.int("turn.cred.ttl.seconds", default: Self.defaultTTLSeconds, range: 60...604_800))
-        perIdentity = settings.rateLimit("turn.cred.rate.limit.per.identity", default: "30/60s")
+        limits = LimitRules(from: settings, service: Self.serviceName)
     }
 }
 
@@ -175,9 +174,7 @@ struct TurnCredRoutes: Sendable {
     }
 
     private func issue(for whisperId: String) async throws -> TurnCredentials {
-        if case .limited(let retry) = try await limiter.take("turn", key: whisperId, rule: settings.perIdentity) {
-            throw WhisperError(.rateLimited, "too many TURN credential requests; retry in \(retry) ms")
-        }
+        try await limiter.charge(.turnPerIdentity, key: whisperId, rules: settings.limits)
         logger.debug("turn_credentials_issued", metadata: ["whisperId": "\(whisperId)"])
         return mint.credentials(for: whisperId)
     }

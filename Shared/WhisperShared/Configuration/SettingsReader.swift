@@ -118,14 +118,26 @@ public final class SettingsReader {
         return text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
-    /// A rate limit written `<count>/<period>` (`20/60s`, `10/1m`, `1000/1h`).
-    public func rateLimit(_ key: String, default defaultValue: String) -> RateLimitRule {
-        guard let rule = RateLimitRule(string(key, default: defaultValue)) else {
+    /// A rate limit written `<count>/<period>` (`20/60s`, `10/1m`, `1000/1h`); the
+    /// service's rules read theirs through `LimitRules`.
+    public func rateLimit(_ key: String, default defaultValue: RateLimitRule) -> RateLimitRule {
+        guard let text = raw(key, secret: false) else { return defaultValue }
+        guard let rule = RateLimitRule(text) else {
             reject(key, because: "must look like 20/60s (count/period with s, m or h; at most 1000000000 per 366 days)")
             // Only reached with an invalid setting, which `validate()` then reports.
-            return RateLimitRule(defaultValue) ?? RateLimitRule(capacity: 1, period: .seconds(1))
+            return defaultValue
         }
         return rule
+    }
+
+    /// A duration set in whole seconds.
+    public func seconds(_ key: String, default defaultValue: Duration, range: ClosedRange<Int>) -> Duration {
+        .seconds(int(key, default: Int(defaultValue.milliseconds / 1_000), range: range))
+    }
+
+    /// A duration set in milliseconds.
+    public func milliseconds(_ key: String, default defaultValue: Duration, range: ClosedRange<Int>) -> Duration {
+        .milliseconds(int(key, default: Int(defaultValue.milliseconds), range: range))
     }
 
     /// The key to read for a setting that was renamed: `current` when it is set (or

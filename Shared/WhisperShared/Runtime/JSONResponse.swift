@@ -15,10 +15,11 @@ public enum JSONResponse {
 }
 
 extension RateLimiter {
-    /// Takes a token for `action` of `whisperId`, or answers 429 with `Retry-After`.
-    public func charge(_ action: String, _ whisperId: String, _ rule: RateLimitRule) async throws {
-        if case .limited(let retry) = try await take(action, key: whisperId, rule: rule) {
-            throw WhisperHTTPError(.rateLimited, "too many \(action) requests; retry in \(retry) ms", headers: [.retryAfter: "\(max(1, retry / 1000))"])
+    /// Takes a token of `limit`'s bucket for `key`, or answers an HTTP request 429 with
+    /// the limit's refusal and `Retry-After`.
+    public func chargeRequest(_ limit: Limit, key: String, rules: LimitRules) async throws {
+        if case .limited(let retry) = try await take(limit, key: key, rules: rules) {
+            throw WhisperHTTPError(.rateLimited, limit.refusal(retryAfterMs: retry), headers: [.retryAfter: "\(max(1, retry / 1000))"])
         }
     }
 }

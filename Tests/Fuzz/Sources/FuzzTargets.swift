@@ -104,7 +104,7 @@ enum FuzzTarget: String, CaseIterable {
             _ = reader.double(dotted, default: 1, range: 0...1)
             _ = reader.bool(dotted, default: false)
             _ = reader.list(dotted, default: [])
-            var bucket = LocalBucket(rule: reader.rateLimit(dotted, default: "1/1s"))
+            var bucket = LocalBucket(rule: reader.rateLimit(dotted, default: RateLimitRule(capacity: 1, period: .seconds(1))))
             _ = bucket.take()
         }
         for value in variables.values {

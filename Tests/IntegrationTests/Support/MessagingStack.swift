@@ -43,7 +43,7 @@ struct MessagingStack {
         // storing (a deployment sets both alike: docs/configuration.md).
         var storing = TestServers.routerSettings(database, redis: redis)
         configure(&storing)
-        gatewaySettings.sendPerPair = storing.sendPerPair
+        gatewaySettings.limits[.sendPerPair] = storing.limits[.sendPerPair]
         gatewaySettings.pendingCapacity = storing.pendingCapacity
         gatewaySettings.identityCacheTTL = storing.identityCacheTTL
         gatewaySettings.unknownIdentityTTL = storing.unknownIdentityTTL
@@ -331,10 +331,8 @@ actor EventLog {
 extension TestServers {
     static func routerSettings(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> RouterSettings {
         let generous = RateLimitRule("100000/60s")!
-        return RouterSettings(
-            common: common(service: "router", postgres: database, redis: redis),
-            sendPerPair: generous,
-            claimAfter: .seconds(1)
-        )
+        var settings = RouterSettings(common: common(service: "router", postgres: database, redis: redis), claimAfter: .seconds(1))
+        settings.limits[.sendPerPair] = generous
+        return settings
     }
 }

@@ -239,13 +239,14 @@ extension TestServers {
     /// to the same Redis, so per-address buckets are shared. Tests of the limits
     /// themselves tighten them and use a Redis of their own.
     static func authSettings(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) -> AuthSettings {
-        let generous = RateLimitRule("100000/60s")!
-        return AuthSettings(
+        var settings = AuthSettings(
             common: common(service: "auth", postgres: database, redis: redis), internalToken: internalToken,
-            internalHTTP: HTTPSettings(host: "127.0.0.1", port: (try? freePort()) ?? 0),
-            registerPerIP: generous, registerPerIdentity: generous, updateTokensPerIdentity: generous,
-            updateTokensPerIP: generous, keyLookupPerIdentity: generous
+            internalHTTP: HTTPSettings(host: "127.0.0.1", port: (try? freePort()) ?? 0)
         )
+        for limit in [Limit.registerPerAddress, .registerPerIdentity, .updateTokensPerIdentity, .updateTokensPerAddress, .keyLookupPerIdentity] {
+            settings.limits[limit] = RateLimitRule("100000/60s")!
+        }
+        return settings
     }
 
     /// Starts auth and waits until both its ports listen (the internal one answers 404 at `/`).
@@ -276,15 +277,16 @@ extension TestServers {
 
     /// `authPort`: auth's internal port (`AuthSettings.internalHTTP`), where the frame endpoints are.
     static func gatewaySettings(_ database: PostgresSettings, authPort: Int, redis: RedisConfiguration = TestServers.redis) -> GatewaySettings {
-        GatewaySettings(
+        var settings = GatewaySettings(
             common: common(service: "gateway", postgres: database, redis: redis),
-            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken,
-            // Tests leave sockets open at the end; do not wait long for them.
-            drainTimeout: .milliseconds(300),
-            sendPerSender: RateLimitRule("100000/60s")!,
-            // Every test client comes from 127.0.0.1: per-address limits would join them all.
-            routedPerAddress: RateLimitRule("1000000/60s")!,
-            maxSocketsPerAddress: 100_000
+            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken
         )
+        // Tests leave sockets open at the end; do not wait long for them.
+        settings.drainTimeout = .milliseconds(300)
+        settings.limits[.sendPerSender] = RateLimitRule("100000/60s")!
+        // Every test client comes from 127.0.0.1: per-address limits would join them all.
+        settings.limits[.routedPerAddress] = RateLimitRule("1000000/60s")!
+        settings.maxSocketsPerAddress = 100_000
+        return settings
     }
 }

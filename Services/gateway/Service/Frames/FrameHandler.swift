@@ -55,7 +55,7 @@ struct FrameHandler: Sendable {
         }
         let route = FrameRoute.table[frame.type] ?? FrameRoute.route(for: frame.type)
         if route.isControl, !admitControl(on: connection) {
-            await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; slow down", requestId: frame.requestId, on: connection)
+            await refuse(.rateLimited, Limit.controlPerSocket.refusal(retryAfterMs: nil), requestId: frame.requestId, on: connection)
             return
         }
         do {
@@ -91,8 +91,8 @@ struct FrameHandler: Sendable {
             // Session and token frames, per identity across every gateway (one
             // identity may hold sockets on several instances in a row).
             if route.isControl, let whisperId = connection.whisperId,
-               case .limited(let retry) = try await limits.limiter.take("control", key: whisperId, rule: limits.controlPerIdentity) {
-                await refuse(.rateLimited, "too many \(frame.type.rawValue) frames; retry in \(retry) ms", requestId: frame.requestId, on: connection)
+               case .limited(let retry) = try await limits.limiter.take(.controlPerIdentity, key: whisperId, rules: limits.rules) {
+                await refuse(.rateLimited, Limit.controlPerIdentity.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
                 return false
             }
             return true
@@ -122,25 +122,20 @@ struct FrameHandler: Sendable {
                     return nil
                 }
                 whisperId = bound
-            case .address:
-                guard limits.routedPerAddress.take(connection.remoteAddress) else {
-                    await refuse(.rateLimited, "too many frames from this address; slow down", requestId: frame.requestId, on: connection)
+            case .address(let limit):
+                guard limits.take(limit, address: connection.remoteAddress) else {
+                    await refuse(.rateLimited, limit.refusal(retryAfterMs: nil), requestId: frame.requestId, on: connection)
                     return nil
                 }
-            case .groupOpsPerAddress:
-                guard limits.groupOpsPerAddress.take(connection.remoteAddress) else {
-                    await refuse(.rateLimited, "too many group changes from this address; slow down", requestId: frame.requestId, on: connection)
-                    return nil
-                }
-            case .identityBucket(let kind, let rule, let what):
+            case .identityBucket(let limit):
                 // Listed after `identity` (`FrameRoute.acting`); without one the frame is
                 // refused, never let past the bucket.
                 guard let key = whisperId else {
                     await refuse(.notRegistered, "no valid session for this connection; register first", requestId: frame.requestId, on: connection)
                     return nil
                 }
-                if case .limited(let retry) = try await limits.limiter.take(kind, key: key, rule: rule(limits)) {
-                    await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
+                if case .limited(let retry) = try await limits.limiter.take(limit, key: key, rules: limits.rules) {
+                    await refuse(.rateLimited, limit.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
                     return nil
                 }
             }
@@ -151,14 +146,14 @@ struct FrameHandler: Sendable {
     /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per
     /// socket and per address, since no other limit sees them.
     private func admitControl(on connection: ClientConnection) -> Bool {
-        connection.takeControl() && limits.controlPerAddress.take(connection.remoteAddress)
+        connection.takeControl() && limits.take(.controlPerAddress, address: connection.remoteAddress)
     }
 
     /// Answers a refused frame, unless the socket has had too many refusals (per socket
     /// or from its address): then it is closed with 4003 instead, and what it sends
     /// next is not read.
     func refuse(_ code: ErrorCode, _ message: String, requestId: String?, on connection: ClientConnection) async {
-        guard connection.takeRefusal(), limits.refusalsPerAddress.take(connection.remoteAddress) else {
+        guard connection.takeRefusal(), limits.take(.refusalsPerAddress, address: connection.remoteAddress) else {
             environment.metrics.recordError(code)
             if !connection.isClosing {
                 connection.logger.warning("socket_refusals_exceeded")
@@ -238,7 +233,7 @@ struct FrameHandler: Sendable {
     /// identity's bucket for its kind, in the script that adds it: a frame over either
     /// limit never reaches a router, and is refused like any other (a client that
     /// ignores `RATE_LIMITED` is soon closed).
-    func enqueueForRouter(_ served: FrameRoute.Served, whisperId: String) async throws {
+    func enqueueForRouter(_ served: FrameRoute.Served, whisperId: String, charging limit: Limit) async throws {
         let frame = served.frame, connection = served.connection
         let isMessage = frame.type == .sendMessage || frame.type == .groupSendMessage
         // Refused without a round trip while the stream was found full a moment ago:
@@ -264,7 +259,7 @@ struct FrameHandler: Sendable {
             requestId: frame.requestId, payload: payload, receivedAt: Clock.millisecondsNow()
         )
         guard WhisperTracing.isEnabled, isMessage else {
-            try await admit(entry, frame: frame, whisperId: whisperId, isMessage: isMessage, on: connection)
+            try await admit(entry, frame: frame, charging: limit, isMessage: isMessage, on: connection)
             return
         }
         // A message's trace begins here (docs/operations.md, "Traces").
@@ -274,25 +269,20 @@ struct FrameHandler: Sendable {
             if let message = frame.payload as? SendMessage { span.attributes["whisper.message_id"] = message.messageId }
             if let copy = frame.payload as? GroupSendMessage { span.attributes["whisper.message_id"] = copy.messageId }
             entry.traceparent = WhisperTracing.traceparent(of: span.context)
-            try await admit(entry, frame: frame, whisperId: whisperId, isMessage: isMessage, on: connection)
+            try await admit(entry, frame: frame, charging: limit, isMessage: isMessage, on: connection)
         }
     }
 
     /// Adds a checked frame to the router stream, charging its identity's bucket for its
     /// kind, unless the routers are behind.
-    private func admit(_ entry: RouterStream.Entry, frame: InboundFrame, whisperId: String, isMessage: Bool, on connection: ClientConnection) async throws {
-        guard let (kind, rule) = limits.perIdentity(frame.type) else {
-            try await environment.redis.send(entry.addCommand(in: environment.redis.configuration.streamShards))
-            return
-        }
+    private func admit(_ entry: RouterStream.Entry, frame: InboundFrame, charging limit: Limit, isMessage: Bool, on connection: ClientConnection) async throws {
         // Fetches finish work (they empty queues): they get in until twice the limit.
         let backlog = isMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
-        switch try await entry.add(charging: rule, kind: kind, backlogLimit: backlog, on: environment.redis) {
+        switch try await entry.add(charging: limit, rules: limits.rules, backlogLimit: backlog, on: environment.redis) {
         case .added:
             break
         case .limited(let retry):
-            let what = isMessage ? "messages" : kind == "group" ? "group changes" : kind == "call" ? "calls" : kind == "signal" ? "call signals" : "fetches"
-            await refuse(.rateLimited, "too many \(what); retry in \(retry) ms", requestId: frame.requestId, on: connection)
+            await refuse(.rateLimited, limit.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
             if isMessage { limits.busy.hold() }
@@ -325,8 +315,9 @@ struct FrameHandler: Sendable {
                 return
             }
         }
-        if case .limited(let retry) = try await charge(.send, bucket: RouterStream.bucket("send", whisperId, in: environment.redis.configuration.streamShards), rule: limits.sendPerSender, on: connection) {
-            await refuse(.rateLimited, "too many messages; retry in \(retry) ms", requestId: requestId, on: connection)
+        let bucket = RouterStream.bucket(.sendPerSender, whisperId, in: environment.redis.configuration.streamShards)
+        if case .limited(let retry) = try await charge(.send, bucket: bucket, limit: .sendPerSender, on: connection) {
+            await refuse(.rateLimited, Limit.sendPerSender.refusal(retryAfterMs: retry), requestId: requestId, on: connection)
             return
         }
         let receivedAt = Clock.millisecondsNow()
@@ -358,12 +349,12 @@ struct FrameHandler: Sendable {
     /// Takes a token of the socket's identity for `kind`: one leased earlier, or a new
     /// lease from the bucket in Redis (`TokenLease`).
     private func charge(
-        _ kind: TokenLease.Kind, bucket: String, rule: RateLimitRule, on connection: ClientConnection
+        _ kind: TokenLease.Kind, bucket: String, limit: Limit, on connection: ClientConnection
     ) async throws -> RateLimiter.Decision {
         let now = NIODeadline.now().uptimeNanoseconds
         if connection.spendLeased(kind, now: now) { return .allowed }
         let wanted = connection.leaseSize(kind, now: now, max: limits.leaseMax)
-        switch try await limits.limiter.lease(bucket: bucket, rule: rule, wanted: wanted) {
+        switch try await limits.limiter.lease(bucket: bucket, rule: limits.rules[limit], wanted: wanted) {
         case .granted(let granted):
             connection.leased(kind, granted: granted, now: NIODeadline.now().uptimeNanoseconds)
             return .allowed
@@ -383,9 +374,9 @@ struct FrameHandler: Sendable {
             return
         }
         if case .limited(let retry) = try await charge(
-            .receipt, bucket: PendingQueue.receiptBucket(whisperId), rule: limits.receiptsPerIdentity, on: connection
+            .receipt, bucket: PendingQueue.receiptBucket(whisperId), limit: .receiptsPerIdentity, on: connection
         ) {
-            await refuse(.rateLimited, "too many receipts; retry in \(retry) ms", requestId: requestId, on: connection)
+            await refuse(.rateLimited, Limit.receiptsPerIdentity.refusal(retryAfterMs: retry), requestId: requestId, on: connection)
             return
         }
         try await receipts.serve(receipt, from: whisperId)
@@ -475,24 +466,12 @@ struct FrameHandler: Sendable {
     }
 }
 
-/// The gateway's limits on frames, with their tables of per-address buckets (this
-/// instance's counts; the per-socket buckets live on each socket).
+/// The gateway's limits on frames: the configured rules, and the tables of per-address
+/// buckets of the address-scoped ones (this instance's counts; the per-socket buckets
+/// live on each socket).
 struct FrameLimits: Sendable {
-    let controlPerAddress: LocalBucketTable
-    let refusalsPerAddress: LocalBucketTable
-    let routedPerAddress: LocalBucketTable
-    let groupOpsPerAddress: LocalBucketTable
-    let sendPerSender: RateLimitRule
-    let groupOpsPerIdentity: RateLimitRule
-    let presenceSubscribePerIdentity: RateLimitRule
-    let liveConversationsPerIdentity: RateLimitRule
-    let pttPerIdentity: RateLimitRule
-    let pttSignalsPerIdentity: RateLimitRule
-    let callsPerIdentity: RateLimitRule
-    let callSignalsPerIdentity: RateLimitRule
-    let receiptsPerIdentity: RateLimitRule
-    let fetchPerIdentity: RateLimitRule
-    let controlPerIdentity: RateLimitRule
+    let rules: LimitRules
+    private let addressTables: [Limit: LocalBucketTable]
     let limiter: RateLimiter
     let routerBacklogMax: Int
     /// The most tokens one lease takes from an identity's bucket (`TokenLease`).
@@ -502,39 +481,21 @@ struct FrameLimits: Sendable {
     let busy = BusyHold()
 
     init(settings: GatewaySettings, redis: RedisClient, metrics: ServiceMetrics) {
+        rules = settings.limits
+        addressTables = Dictionary(uniqueKeysWithValues: Limit.registry.filter { $0.scope == .address && $0.key.hasPrefix("gateway.") }.map {
+            ($0, LocalBucketTable(rule: settings.limits[$0]))
+        })
+        limiter = RateLimiter(redis: redis)
         routerBacklogMax = settings.routerBacklogMax
         leaseMax = settings.leaseMax
         busyRetryMs = settings.busyRetryMs
         busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED \"busy\": the router stream's backlog was at its limit, or a message waited past GATEWAY_SEND_WAIT_MAX_MS.")
-        controlPerIdentity = settings.controlPerIdentity
-        limiter = RateLimiter(redis: redis)
-        controlPerAddress = LocalBucketTable(rule: settings.controlPerAddress)
-        refusalsPerAddress = LocalBucketTable(rule: settings.refusalsPerAddress)
-        routedPerAddress = LocalBucketTable(rule: settings.routedPerAddress)
-        groupOpsPerAddress = LocalBucketTable(rule: settings.groupOpsPerAddress)
-        sendPerSender = settings.sendPerSender
-        groupOpsPerIdentity = settings.groupOpsPerIdentity
-        presenceSubscribePerIdentity = settings.presenceSubscribePerIdentity
-        liveConversationsPerIdentity = settings.liveConversationsPerIdentity
-        pttPerIdentity = settings.pttPerIdentity
-        pttSignalsPerIdentity = settings.pttSignalsPerIdentity
-        callsPerIdentity = settings.callsPerIdentity
-        callSignalsPerIdentity = settings.callSignalsPerIdentity
-        receiptsPerIdentity = settings.receiptsPerIdentity
-        fetchPerIdentity = settings.fetchPerIdentity
     }
 
-    /// The bucket kind and rule charged per identity for a routed frame.
-    func perIdentity(_ type: ClientFrameType) -> (kind: String, rule: RateLimitRule)? {
-        switch type {
-        // A group copy is a message: each counts like a send_message.
-        case .sendMessage, .groupSendMessage: ("send", sendPerSender)
-        case .fetchPending: ("fetch", fetchPerIdentity)
-        case .groupCreate, .groupUpdate, .groupInvitationsList: ("group", groupOpsPerIdentity)
-        case .callInitiate: ("call", callsPerIdentity)
-        case .callAnswer, .callIceCandidate, .callEnd: ("signal", callSignalsPerIdentity)
-        default: nil
-        }
+    /// Takes a token of `address`'s bucket of `limit`, one of the gateway's
+    /// address-scoped limits; any other limit has no table here and refuses.
+    func take(_ limit: Limit, address: String) -> Bool {
+        addressTables[limit]?.take(address) ?? false
     }
 }
 

@@ -26,13 +26,11 @@ struct FrameRoute: Sendable {
         case control
         /// The socket acts for an identity (else `NOT_REGISTERED`); the handler gets it.
         case identity
-        /// The address's share of routed frames (`GATEWAY_RATE_LIMIT_ROUTED_PER_ADDRESS`).
-        case address
-        /// The address's share of group changes (`GATEWAY_RATE_LIMIT_GROUP_PER_ADDRESS`).
-        case groupOpsPerAddress
-        /// A bucket of the identity in Redis: its key's kind, its rule, and what the
-        /// refusal calls the frames ("too many <what>; retry in N ms").
-        case identityBucket(kind: String, rule: @Sendable (FrameLimits) -> RateLimitRule, what: String)
+        /// The address's share of one limit kept in this instance's memory
+        /// (`Limit.routedPerAddress`, `.groupOpsPerAddress`).
+        case address(Limit)
+        /// The identity's bucket of one limit, in Redis.
+        case identityBucket(Limit)
     }
 
     /// A frame that passed its sender and limit checks, as its handler gets it.
@@ -78,7 +76,7 @@ struct FrameRoute: Sendable {
         _: P.Type, _ gates: [Gate] = [], answersRefusals: Bool = false,
         _ serve: @escaping @Sendable (FrameHandler, P, String, Served) async throws -> Void
     ) -> FrameRoute {
-        open(P.self, .session, [.identity, .address] + gates, answersRefusals: answersRefusals) { handler, payload, served in
+        open(P.self, .session, [.identity, .address(.routedPerAddress)] + gates, answersRefusals: answersRefusals) { handler, payload, served in
             guard let whisperId = served.whisperId else { throw FrameRouteMismatch(type: P.frameType) }
             try await serve(handler, payload, whisperId, served)
         }

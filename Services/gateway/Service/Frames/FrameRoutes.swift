@@ -41,42 +41,41 @@ extension FrameRoute {
                 if let sends = handler.sends {
                     try await handler.serveSend(payload, whisperId: whisperId, by: sends, served)
                 } else {
-                    try await handler.enqueueForRouter(served, whisperId: whisperId)
+                    try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .sendPerSender)
                 }
             }
         case .deliveryReceipt:
             .acting(DeliveryReceipt.self) { handler, payload, whisperId, served in try await handler.serveReceipt(payload, whisperId: whisperId, served) }
         case .fetchPending:
-            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .fetchPerIdentity) }
 
         // MARK: Groups, through the router stream (section 6)
         case .groupCreate:
-            .acting(GroupCreate.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(GroupCreate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
         case .groupUpdate:
-            .acting(GroupUpdate.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(GroupUpdate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
         case .groupInvitationsList:
-            .acting(GroupInvitationsList.self, [.groupOpsPerAddress]) { handler, _, whisperId, served in
-                try await handler.enqueueForRouter(served, whisperId: whisperId)
+            .acting(GroupInvitationsList.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in
+                try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
             }
         case .groupSendMessage:
-            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .sendPerSender) }
 
         // MARK: Calls, through the router stream (section 9)
         case .callInitiate:
-            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callsPerIdentity) }
         case .callAnswer:
-            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
         case .callIceCandidate:
-            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
         case .callEnd:
-            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId) }
+            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
 
         // MARK: Presence and typing (section 8)
         case .typing:
             .acting(Typing.self) { handler, payload, whisperId, _ in try await handler.typing.relay(payload, from: whisperId) }
         case .presenceSubscribe:
-            .acting(PresenceSubscribe.self, [.identityBucket(kind: "presence_subscribe", rule: { $0.presenceSubscribePerIdentity }, what: "presence_subscribe frames")]) {
-                handler, payload, whisperId, served in
+            .acting(PresenceSubscribe.self, [.identityBucket(.presenceSubscribePerIdentity)]) { handler, payload, whisperId, served in
                 served.answer(try await handler.watching.subscribe(payload.whisperIds, watcher: whisperId, on: served.connection))
             }
 
@@ -119,24 +118,24 @@ extension FrameRoute {
 
         // MARK: Live text: a listener's side, for the socket's listener device
         case .liveListenOffer:
-            .open(LiveListenOffer.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+            .open(LiveListenOffer.self, .listenerDevice, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
                 served.answer(try await handler.live.listenOffer(payload, device: served.connection.liveDevice ?? "", on: served.connection))
             }
         case .liveListenRequest:
-            .open(LiveListenRequest.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+            .open(LiveListenRequest.self, .listenerDevice, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
                 served.answer(try await handler.live.listenRequest(payload, device: served.connection.liveDevice ?? "", on: served.connection))
             }
         case .liveJoining:
-            .open(LiveJoining.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+            .open(LiveJoining.self, .listenerDevice, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
                 served.answer(try await handler.live.joining(payload, device: served.connection.liveDevice ?? "", on: served.connection))
             }
         case .liveListenerPacket:
-            .open(LiveListenerPacket.self, .listenerDevice, [.address], answersRefusals: true) { handler, payload, served in
+            .open(LiveListenerPacket.self, .listenerDevice, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
                 try await handler.live.listenerPacket(payload, device: served.connection.liveDevice ?? "", on: served.connection)
             }
         case .liveDropping:
             // Either side: whichever place the socket holds, with or without a device.
-            .open(LiveDropping.self, .anyone, [.address], answersRefusals: true) { handler, payload, served in
+            .open(LiveDropping.self, .anyone, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
                 served.answer(try await handler.live.dropping(payload, on: served.connection))
             }
 
@@ -178,17 +177,14 @@ extension FrameRoute {
                 served.answer(try await handler.ptt.nearby(payload))
             }
         case .pttSignal:
-            .acting(PTTSignal.self, [.identityBucket(kind: "ptt_signal", rule: { $0.pttSignalsPerIdentity }, what: "push-to-talk frames")], answersRefusals: true) {
-                handler, payload, whisperId, _ in
+            .acting(PTTSignal.self, [.identityBucket(.pttSignalsPerIdentity)], answersRefusals: true) { handler, payload, whisperId, _ in
                 try await handler.ptt.signal(payload, sender: whisperId)
             }
         }
     }
 
-    /// A Whisperer's conversation changes, per identity (`GATEWAY_RATE_LIMIT_LIVE_CONVERSATIONS_PER_IDENTITY`).
-    private static let liveConversations = Gate.identityBucket(
-        kind: "live_conversations", rule: { $0.liveConversationsPerIdentity }, what: "conversation changes"
-    )
-    /// Push-to-talk frames but signals, per identity (`GATEWAY_RATE_LIMIT_PTT_PER_IDENTITY`).
-    private static let ptt = Gate.identityBucket(kind: "ptt", rule: { $0.pttPerIdentity }, what: "push-to-talk frames")
+    /// A Whisperer's conversation changes, per identity.
+    private static let liveConversations = Gate.identityBucket(.liveConversationsPerIdentity)
+    /// Push-to-talk frames but signals, per identity.
+    private static let ptt = Gate.identityBucket(.pttPerIdentity)
 }

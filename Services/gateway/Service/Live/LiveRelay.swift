@@ -18,9 +18,9 @@ struct LiveRelay: Sendable {
     struct Limits: Sendable {
         var maxListeners: Int
         var maxSockets: Int
-        var offersPerConversation: RateLimitRule
-        var packetsPerWhisperer: RateLimitRule
-        var framesPerListener: RateLimitRule
+        /// The rules of live text's buckets (`Limit.liveOffersPerConversation`,
+        /// `.livePacketsPerWhisperer`, `.liveFramesPerListener`).
+        var rules: LimitRules
     }
 
     /// A place as Redis has it.
@@ -47,7 +47,7 @@ struct LiveRelay: Sendable {
 
     func whisperOffer(_ offer: LiveWhisperOffer, whisperId: String, on connection: ClientConnection) async throws -> LiveAck {
         let name = try await ownedName(offer.conversationId, owner: whisperId)
-        guard registry.take(connection.id, offer.conversationId, role: .whisperer(whisperId: whisperId), rule: limits.packetsPerWhisperer) else {
+        guard registry.take(connection.id, offer.conversationId, role: .whisperer(whisperId: whisperId), rule: limits.rules[.livePacketsPerWhisperer]) else {
             throw WhisperError(.forbidden, "this socket is in \(LiveRegistry.maxPlacesPerSocket) conversations already")
         }
         try await record(connection.id, offer.conversationId, isWhisperer: true, id: whisperId, joined: false)
@@ -110,7 +110,7 @@ struct LiveRelay: Sendable {
     func packet(_ packet: LivePacket, whisperId: String, on connection: ClientConnection) async throws {
         try requireWhisperer(packet.conversationId, whisperId, on: connection)
         guard registry.spend(connection.id, packet.conversationId) else {
-            throw WhisperError(.rateLimited, "too many packets; slow down")
+            throw Limit.livePacketsPerWhisperer.refused(retryAfterMs: nil)
         }
         let targets = try await entries(packet.conversationId).filter {
             !$0.isWhisperer && $0.joined && (packet.listenerId == nil || $0.id == packet.listenerId)
@@ -138,15 +138,13 @@ struct LiveRelay: Sendable {
             knownName = name
         }
         guard found else { throw WhisperError(.notFound, "no such conversation") }
-        if case .limited(let retry) = try await limiter.take("live_offer", key: offer.conversationId, rule: limits.offersPerConversation) {
-            throw WhisperError(.rateLimited, "too many listeners are arriving at this conversation; retry in \(retry) ms")
-        }
+        try await limiter.charge(.liveOffersPerConversation, key: offer.conversationId, rules: limits.rules)
         let present = try await entries(offer.conversationId)
         let mine = present.contains { $0.gateway == instanceID && $0.connId == connection.id }
         guard mine || present.count < limits.maxSockets else {
             throw WhisperError(.forbidden, "this conversation has as many listeners as it takes")
         }
-        guard registry.take(connection.id, offer.conversationId, role: .listener(deviceId: device), rule: limits.framesPerListener) else {
+        guard registry.take(connection.id, offer.conversationId, role: .listener(deviceId: device), rule: limits.rules[.liveFramesPerListener]) else {
             throw WhisperError(.forbidden, "this socket is in \(LiveRegistry.maxPlacesPerSocket) conversations already")
         }
         try await record(connection.id, offer.conversationId, isWhisperer: false, id: device, joined: false)
@@ -345,7 +343,7 @@ struct LiveRelay: Sendable {
             throw WhisperError(.notFound, "send live_listen_offer for that conversation first")
         }
         guard registry.spend(connection.id, conversationId) else {
-            throw WhisperError(.rateLimited, "too many frames in this conversation; slow down")
+            throw Limit.liveFramesPerListener.refused(retryAfterMs: nil)
         }
     }
 }
