@@ -49,7 +49,8 @@ public func buildGateway(
         settings: PTTDesk.Settings(
             maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue, announceTTL: settings.pttAnnounceTTL
         ),
-        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), checks: MessageChecks(identities: identities),
+        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), touches: ChannelTouches(),
+        checks: MessageChecks(identities: identities),
         instanceID: settings.common.instanceID,
         logger: environment.logger
     )
@@ -156,26 +157,31 @@ public func buildGateway(
         let device = liveDevices.device(fromCookieHeaders: head.headers["cookie"])?.id
         return (address, SocketAdmission.answer(admission.admit(address, channel: channel)), device)
     }
+    // Made once and shared by every socket: a closure made per socket would copy what
+    // it captures (the frame handler and its desks) into each socket's memory.
+    let onMessage: SocketHandler.MessageHandler = { bytes, arrivedAt, connection in
+        await frames.handle(bytes, arrivedAt: arrivedAt, on: connection)
+    }
+    // Once the socket closed and what it sent was handled, it gives up its identity
+    // (presence) and then leaves the registry: a frame for it that arrives meanwhile
+    // still finds it, and nothing is left running after the socket.
+    let onClosed: SocketHandler.Farewell = { connection in
+        await frames.live.leaveAll(connection)
+        await frames.ptt.socketClosed(connection)
+        await frames.release(connection)
+        connections.remove(connection.id)
+    }
+    let controlLimit = settings.limits[.controlPerSocket], refusalLimit = settings.limits[.refusalsPerSocket]
+    let maxUnsentBytes = settings.maxUnsentBytes
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void = { channel, address, device in
         let connection = ClientConnection(
             channel: channel, remoteAddress: address, logger: environment.logger,
-            controlLimit: settings.limits[.controlPerSocket], refusalLimit: settings.limits[.refusalsPerSocket],
-            maxUnsentBytes: settings.maxUnsentBytes, liveDevice: device
+            controlLimit: controlLimit, refusalLimit: refusalLimit, maxUnsentBytes: maxUnsentBytes, liveDevice: device
         )
         connections.add(connection)
-        // Once the socket closed and what it sent was handled, it gives up its identity
-        // (presence) and then leaves the registry: a frame for it that arrives meanwhile
-        // still finds it, and nothing is left running after the socket.
-        try channel.pipeline.syncOperations.addHandler(SocketHandler(
-            connection: connection, settings: socketSettings,
-            onMessage: { bytes, arrivedAt, connection in await frames.handle(bytes, arrivedAt: arrivedAt, on: connection) },
-            onClosed: { connection in
-                await frames.live.leaveAll(connection)
-                await frames.ptt.socketClosed(connection)
-                await frames.release(connection)
-                connections.remove(connection.id)
-            }
-        ))
+        try channel.pipeline.syncOperations.addHandler(
+            SocketHandler(connection: connection, settings: socketSettings, onMessage: onMessage, onClosed: onClosed)
+        )
     }
 
     let app = Application(
@@ -211,6 +217,7 @@ public func buildGateway(
         services: refusals + environment.clientServices + [
             subscriber, receipts.settler, receipts.applier, keeper,
             FloorKeeper.periodic(desk: ptt, logger: environment.logger),
+            ChannelTouches.periodic(desk: ptt, logger: environment.logger),
             LiveKeeper.periodic(
                 registry: liveRegistry, redis: environment.redis, instanceID: settings.common.instanceID,
                 interval: .seconds(30), logger: environment.logger

@@ -433,8 +433,7 @@ struct FrameHandler: Sendable {
             connection.logger.warning("presence_update_failed", metadata: ["error": "\(error)"])
         }
         // A member connected: its push-to-talk channels have not lapsed.
-        let ptt = self.ptt
-        Task { await ptt.memberConnected(whisperId) }
+        ptt.memberConnected(whisperId)
     }
 
     /// When the socket logs out or closes: it no longer stands for its identity, its

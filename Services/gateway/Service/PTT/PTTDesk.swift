@@ -26,6 +26,8 @@ struct PTTDesk: Sendable {
     let settings: Settings
     let floorKey: Ed25519.KeyPair
     let holds: FloorHolds
+    /// Members that connected and whose channels are not marked active yet.
+    let touches: ChannelTouches
     /// The checks signed frames pass (author, timestamp, the sender's signature).
     let checks: MessageChecks
     let instanceID: String
@@ -156,20 +158,32 @@ struct PTTDesk: Sendable {
         return PTTChannels(channels: channels)
     }
 
-    /// Marks the member's channels active (at most once an hour each): a channel lapses
-    /// when none of its members has connected for `GC_WORKER_PTT_IDLE_DAYS` (gc-worker).
-    func memberConnected(_ whisperId: String) async {
-        do {
+    /// Notes that a member connected: the channels it is a member of now are marked
+    /// active with the next batch (`ChannelTouches`), not by a query of its own.
+    func memberConnected(_ whisperId: String) {
+        touches.note(whisperId, at: Clock.millisecondsNow())
+    }
+
+    /// Marks active (at most once an hour each) the channels that each member noted since
+    /// the last call belonged to when it connected: a channel lapses when none of its
+    /// members has connected for `GC_WORKER_PTT_IDLE_DAYS` (gc-worker). One statement per
+    /// 1,000 members.
+    func touchChannels() async throws {
+        let noted = touches.take()
+        for start in stride(from: 0, to: noted.count, by: 1_000) {
+            let batch = noted[start..<min(start + 1_000, noted.count)]
+            let members = batch.map(\.whisperId), times = batch.map(\.at)
             try await postgres.query(
                 """
                 UPDATE ptt_channels SET last_active_at = now()
-                WHERE channel_id IN (SELECT channel_id FROM ptt_members WHERE whisper_id = \(whisperId))
-                  AND last_active_at < now() - interval '1 hour'
+                WHERE last_active_at < now() - interval '1 hour' AND channel_id IN (
+                    SELECT m.channel_id FROM ptt_members m
+                    JOIN unnest(\(members)::text[], \(times)::bigint[]) AS t(whisper_id, connected_ms) ON m.whisper_id = t.whisper_id
+                    WHERE m.joined_at <= to_timestamp(t.connected_ms / 1000.0)
+                )
                 """,
                 logger: logger
             )
-        } catch {
-            logger.warning("ptt_touch_failed", metadata: ["error": "\(error)"])
         }
     }
 

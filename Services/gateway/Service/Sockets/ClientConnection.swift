@@ -17,7 +17,10 @@ public final class ClientConnection: Sendable {
     /// handler), in the order they are handed over. No queue or writer task in between:
     /// each hop through one would cost a task switch per frame.
     let channel: any Channel
-    let logger: Logger
+    /// The gateway's logger, shared by every socket; `logger` adds this socket's
+    /// `connId` when something is logged (kept per socket, the metadata would cost
+    /// every idle socket its own copy).
+    private let baseLogger: Logger
     /// Frames read from the socket and not handled yet (`SocketInbox`).
     let inbox: SocketInbox
     /// The listener device of the upgrade's `whisper_live_device` cookie (`LiveDevices`),
@@ -69,9 +72,14 @@ public final class ClientConnection: Sendable {
         self.inbox = SocketInbox(bounds: inbox)
         self.channel = channel
         self.remoteAddress = remoteAddress
-        var logger = logger
+        self.baseLogger = logger
+    }
+
+    /// The gateway's logger with this socket's `connId`.
+    var logger: Logger {
+        var logger = baseLogger
         logger[metadataKey: "connId"] = .string(id)
-        self.logger = logger
+        return logger
     }
 
     var whisperId: String? { binding.withLock { $0 } }

@@ -67,6 +67,10 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
         }
         let timeout = TimeAmount(handshakeTimeout)
         return channel.eventLoop.makeCompletedFuture {
+            // A channel keeps its last receive buffer for the next read, at the largest
+            // size it has needed. Starting small keeps an idle socket's at what its
+            // upgrade and sign-in took; a busy socket's grows as NIO's does.
+            try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
             let admit = self.admit
@@ -116,6 +120,10 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
             return Value(negotiated: negotiated, channel: channel)
         }
     }
+
+    /// Receive buffers of 512 bytes at first, doubled for a read that fills one and
+    /// halved after two reads of half or less (64 bytes to 64 KiB).
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
 
     func handle(value: Value, logger: Logger) async {
         do {
