@@ -132,9 +132,24 @@ var targets: [Target] = [
         // Read by path from the repository (as docs/schemas/ is), not bundled.
         exclude: ["Fixtures"]
     ),
+    // Tests of the services' own types that need no server (no Redis, Postgres or
+    // socket): they run in a second or two, before the integration suite.
+    .testTarget(
+        name: "ServiceUnitTests",
+        dependencies: [
+            "WhisperShared", "WhisperMessaging", "TestWaiting",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ] + services.map { .target(name: $0.library) },
+        path: "Tests/ServiceUnitTests"
+    ),
+    .target(name: "TestWaiting", path: "Tests/TestWaiting"),
     .testTarget(
         name: "IntegrationTests",
         dependencies: [
+            "TestWaiting",
             "WhisperShared",
             "WhisperMessaging",
             "WhisperClient",
@@ -245,6 +260,17 @@ for service in services {
         path: "Services/\(service.folder)/Main",
         linkerSettings: serviceLinkerSettings
     ))
+}
+
+// Redis scripts (`.lua`) and the listener page's files (`.html`, `.css`, `.js`) are kept
+// beside the code that uses them; the EmbedFiles build plugin (`Plugins/EmbedFiles`,
+// with its tool `embed-files`) compiles each target's into string constants
+// (`LuaSource`, `WebAssets`), so they ship inside the executables.
+targets.append(.executableTarget(name: "embed-files", path: "Tools/embed-files"))
+targets.append(.plugin(name: "EmbedFiles", capability: .buildTool(), dependencies: ["embed-files"], path: "Plugins/EmbedFiles"))
+let embeddingTargets: Set<String> = ["WhisperShared", "WhisperMessaging", "GatewayService", "RouterService", "PushSenderService"]
+for target in targets where embeddingTargets.contains(target.name) {
+    target.plugins = (target.plugins ?? []) + [.plugin(name: "EmbedFiles")]
 }
 
 let package = Package(

@@ -12,7 +12,7 @@ import WhisperShared
 /// keys of one recipient share a hash slot, so each step is one atomic script.
 public struct PendingQueue: Sendable {
     public static let ttl: Duration = .seconds(Limits.PENDING_TTL_HOURS * 3600)
-    package let redis: RedisClient
+    let redis: RedisClient
     /// How much one recipient's queue may hold; a message past either cap is refused
     /// (`StoreResult.full`) until the recipient takes some.
     public let capacity: Capacity
@@ -194,7 +194,7 @@ public struct PendingQueue: Sendable {
     }
 
     /// The total size of the bodies in the queue (kept with it, in its slot).
-    package static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
+    static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
 
     /// Bytes the recipient's queue holds, as counted.
     public func bytes(recipient: String) async throws -> Int {
@@ -205,86 +205,12 @@ public struct PendingQueue: Sendable {
         "pending:{\(recipient)}:msg:\(Format.lowercased(messageId))"
     }
 
-    /// Removes what is older than the TTL, a bounded batch per call, and takes its size
-    /// off the byte count (KEYS[1] the queue, `bytes` its count key); returns how many
-    /// messages the queue still holds. An empty queue's count is set to 0, which also
-    /// heals a count left by an earlier version.
-    static let expiryLua = """
-        local function expire_old(queue, bytes, ttl, now)
-            local old = redis.call('XRANGE', queue, '-', '(' .. tostring(now - ttl), 'COUNT', 256)
-            local freed = 0
-            for _, entry in ipairs(old) do
-                local fields = entry[2]
-                for i = 1, #fields, 2 do
-                    if fields[i] == 'body' then freed = freed + #fields[i + 1] end
-                end
-                redis.call('XDEL', queue, entry[1])
-            end
-            local length = redis.call('XLEN', queue)
-            if length == 0 then
-                redis.call('DEL', bytes)
-            elseif freed > 0 then
-                redis.call('DECRBY', bytes, freed)
-            end
-            return length
-        end
+    /// `pending-queue-expiry.lua` (its header says what it takes and answers).
+    static let expiryLua = LuaSource.pendingQueueExpiry
 
-        """
+    /// `pending-queue-store.lua` (its header says what it takes and answers).
+    static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + LuaSource.pendingQueueStore)
 
-    /// KEYS: queue, message key, presence key, the pair's bucket, byte count, the
-    /// recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
-    /// messageId, redeliver flag, the bucket's capacity and refill per ms, the queue's cap
-    /// in messages and in bytes, the peers' cap and their expiry ms; for a group copy
-    /// also KEYS[7], the recipient's groups, and ARGV 12 and 13, the groupId and the
-    /// membership version the router checked the sender against. Returns
-    /// {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
-    /// is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
-    /// redeliver flag is set and it is still pending), or {'limited', retry ms}, {'full'},
-    /// {'not_member'}, {'stale', version}, {'conflict'}. It publishes nothing.
-    /// A resend of a stored copy is answered as a duplicate even if the recipient has
-    /// left since (it was accepted before); a new copy is stored only while the
-    /// recipient's record names the group at the version checked.
-    static let storeScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
-        local known = redis.call('HGET', KEYS[2], 'from')
-        if known then
-            if known ~= ARGV[1] then return {'conflict'} end
-            local socket = false
-            if ARGV[5] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
-                socket = redis.call('GET', KEYS[3])
-            end
-            return {'duplicate', '', 0, socket}
-        end
-        if ARGV[12] then
-            local epoch = redis.call('HGET', KEYS[7], ARGV[12])
-            if not epoch then return {'not_member'} end
-            if epoch ~= ARGV[13] then return {'stale', epoch} end
-        end
-        local now = now_ms()
-        local length = expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
-        local size = #ARGV[2]
-        local held = tonumber(redis.call('GET', KEYS[5]) or '0')
-        if length >= tonumber(ARGV[8]) or held + size > tonumber(ARGV[9]) then
-            return {'full'}
-        end
-        local retry = take_token(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
-        if retry > 0 then return {'limited', retry} end
-        local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
-        redis.call('PEXPIRE', KEYS[1], ARGV[3])
-        redis.call('INCRBY', KEYS[5], size)
-        redis.call('PEXPIRE', KEYS[5], ARGV[3])
-        redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
-        redis.call('PEXPIRE', KEYS[2], ARGV[3])
-        -- Only a sender new to the set can take it past its cap.
-        if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then
-            redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[10]) + 1))
-        end
-        redis.call('PEXPIRE', KEYS[6], ARGV[11])
-        return {'stored', id, length + 1, redis.call('GET', KEYS[3])}
-        """)
-
-    /// KEYS: queue, byte count. ARGV: start (exclusive "(id" or "-"), count, ttl ms.
-    static let pageScript = RedisScript(RateLimiter.bucketLua + expiryLua + """
-        expire_old(KEYS[1], KEYS[2], tonumber(ARGV[3]), now_ms())
-        return redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', ARGV[2])
-        """)
+    /// `pending-queue-page.lua` (its header says what it takes and answers).
+    static let pageScript = RedisScript(RateLimiter.bucketLua + expiryLua + LuaSource.pendingQueuePage)
 }

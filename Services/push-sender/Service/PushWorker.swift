@@ -214,15 +214,8 @@ struct PushWorker: Service, CustomStringConvertible {
         }
     }
 
-    /// KEYS: presence, woken marker (one identity's slot). ARGV: 1 to coalesce, window ms.
-    /// Returns 1 (online), 2 (coalesced) or 0 (send).
-    static let gateScript = RedisScript("""
-        if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
-        if ARGV[1] == '1' then
-            if not redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[2]) then return 2 end
-        end
-        return 0
-        """)
+    /// `push-gate.lua` (its header says what it takes and answers).
+    static let gateScript = RedisScript(LuaSource.pushGate)
 
     // MARK: - Retries and dead letters
 
@@ -287,18 +280,8 @@ struct PushWorker: Service, CustomStringConvertible {
         )
     }
 
-    /// KEYS: retry set, push stream (one slot). ARGV: now ms, batch, stream cap.
-    static let moveDueScript = RedisScript("""
-        local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-        for _, member in ipairs(due) do
-            local ok, fields = pcall(cjson.decode, member)
-            if ok and type(fields) == 'table' and #fields % 2 == 0 and #fields > 0 then
-                redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', unpack(fields))
-            end
-            redis.call('ZREM', KEYS[1], member)
-        end
-        return #due
-        """)
+    /// `push-move-due.lua` (its header says what it takes and answers).
+    static let moveDueScript = RedisScript(LuaSource.pushMoveDue)
 
     static func encodeMember(_ fields: [String]) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: fields, options: [])) ?? Data("[]".utf8)

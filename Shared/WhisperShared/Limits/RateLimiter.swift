@@ -96,54 +96,12 @@ public struct RateLimiter: Sendable {
         return .allowed
     }
 
-    /// Lua for other scripts to include: `now_ms()` reads the server's clock once (a
-    /// script that needs the time again passes it on); `take_tokens(key, capacity, rate,
-    /// now, wanted)` takes up to `wanted` tokens from the bucket `key` (a hash of `tokens`
-    /// and `ts`, refilled continuously at `rate` per ms, up to `capacity`) and returns how
-    /// many it took (as many as it holds, at most `wanted`) and, when it took none, the
-    /// milliseconds until it has one; `take_token(key, capacity, rate, now)` takes one
-    /// and returns 0, or that wait (nothing charged).
-    public static let bucketLua = """
-        local function now_ms()
-            local t = redis.call('TIME')
-            return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
+    /// `rate-limit-buckets.lua` (its header says what it takes and answers).
+    public static let bucketLua = LuaSource.rateLimitBuckets
 
-        local function take_tokens(key, capacity, rate, now, wanted)
-            local state = redis.call('HMGET', key, 'tokens', 'ts')
-            local tokens = tonumber(state[1])
-            local ts = tonumber(state[2])
-            if tokens == nil or ts == nil then
-                tokens = capacity
-                ts = now
-            end
-            tokens = math.min(capacity, tokens + math.max(0, now - ts) * rate)
-            if tokens < 1 then return 0, math.ceil((1 - tokens) / rate) end
-            local taken = math.min(wanted, math.floor(tokens))
-            redis.call('HSET', key, 'tokens', string.format('%.6f', tokens - taken), 'ts', now)
-            redis.call('PEXPIRE', key, math.ceil(capacity / rate) + 1000)
-            return taken, 0
-        end
+    /// `rate-limit-lease.lua` (its header says what it takes and answers).
+    static let leaseScript = RedisScript(bucketLua + LuaSource.rateLimitLease)
 
-        local function take_token(key, capacity, rate, now)
-            local taken, retry = take_tokens(key, capacity, rate, now, 1)
-            if taken == 0 then return retry end
-            return 0
-        end
-
-        """
-
-    /// KEYS: the bucket. ARGV: capacity, refill per ms, tokens wanted. Returns
-    /// {granted, 0} (granted >= 1) or {0, retry after ms}.
-    static let leaseScript = RedisScript(bucketLua + """
-        local granted, retry = take_tokens(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms(), tonumber(ARGV[3]))
-        return {granted, retry}
-        """)
-
-    /// KEYS: the bucket. ARGV: capacity, refill per ms.
-    static let takeScript = RedisScript(bucketLua + """
-        local retry = take_token(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms())
-        if retry > 0 then return {0, retry} end
-        return {1, 0}
-        """)
+    /// `rate-limit-take.lua` (its header says what it takes and answers).
+    static let takeScript = RedisScript(bucketLua + LuaSource.rateLimitTake)
 }

@@ -22,11 +22,6 @@ public struct RedisScript: Sendable {
 }
 
 extension RedisScript {
-    /// Deletes KEYS[1] only while it holds ARGV[1] (a lock, a pointer someone else may have replaced).
-    public static let deleteIfEquals = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('DEL', KEYS[1])
-        end
-        return 0
-        """)
+    /// `delete-if-equals.lua` (its header says what it takes and answers).
+    public static let deleteIfEquals = RedisScript(LuaSource.deleteIfEquals)
 }

@@ -77,10 +77,6 @@ public struct PresenceStore: Sendable {
         return (reply.int ?? 0) > 0
     }
 
-    static let refreshIfOwned = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-        end
-        return 0
-        """)
+    /// `presence-refresh-if-owned.lua` (its header says what it takes and answers).
+    static let refreshIfOwned = RedisScript(LuaSource.presenceRefreshIfOwned)
 }

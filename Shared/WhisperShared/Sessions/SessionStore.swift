@@ -112,14 +112,8 @@ public struct SessionStore: Sendable {
         Array((try? JSONEncoder().encode(record)) ?? Data())
     }
 
-    /// Sets KEYS[1] to ARGV[2] only while it still holds ARGV[1].
-    static let compareAndSwap = RedisScript("""
-        if redis.call('GET', KEYS[1]) == ARGV[1] then
-            redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-            return 1
-        end
-        return 0
-        """)
+    /// `session-compare-and-swap.lua` (its header says what it takes and answers).
+    static let compareAndSwap = RedisScript(LuaSource.sessionCompareAndSwap)
 }
 
 /// base64url without padding (RFC 4648 section 5), for tokens.

@@ -129,11 +129,6 @@ actor TestDatabases {
     }
 }
 
-struct TestSetupError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
 /// A service assembly running in this process, stopped gracefully by `stop()`.
 struct RunningService: Sendable {
     let port: Int

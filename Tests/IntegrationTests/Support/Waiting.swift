@@ -2,6 +2,8 @@
 /// bounding a wait for something that should arrive. Neither decides a test's outcome by
 /// how long something took.
 
+// `waitUntil` and `TestSetupError`, shared with the server-free tests.
+@_exported import TestWaiting
 import Testing
 import WhisperClient
 import WhisperShared
@@ -29,15 +31,6 @@ func expectRefused(_ code: ErrorCode, _ what: String = "", _ body: () async thro
     }
 }
 
-/// Polls `condition` every 20 ms until it holds, or fails after `timeout`.
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if try await condition() { return }
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    throw TestSetupError("condition not met within \(timeout)")
-}
 
 /// What `operation` returns, or a `TestSetupError` when it has not returned within
 /// `timeout` (it is then cancelled).

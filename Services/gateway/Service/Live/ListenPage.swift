@@ -22,10 +22,10 @@ struct ListenPage: Sendable {
             return Response(status: .created, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body)))
         }
         router.get("/listen/assets/listener.js") { _, _ -> Response in
-            Self.asset(ListenAssets.script, type: "text/javascript; charset=utf-8")
+            Self.asset(WebAssets.listenerJs, type: "text/javascript; charset=utf-8")
         }
         router.get("/listen/assets/listener.css") { _, _ -> Response in
-            Self.asset(ListenAssets.style, type: "text/css; charset=utf-8")
+            Self.asset(WebAssets.listenerCss, type: "text/css; charset=utf-8")
         }
         router.get("/listen/:conversationId") { request, context -> Response in
             guard let id = context.parameters.get("conversationId"), Format.isUUID(id) else {
@@ -42,7 +42,7 @@ struct ListenPage: Sendable {
             if known?.current != true {
                 headers[.setCookie] = devices.setCookie(devices.issue(known?.id ?? RandomID.uuid()).cookie, secure: Self.isHTTPS(request))
             }
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: ListenAssets.page)))
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: WebAssets.listenerHtml)))
         }
     }
 

@@ -102,53 +102,12 @@ struct PresenceDesk: Sendable {
         sent.increment()
     }
 
-    /// KEYS: the watched identity's watchers, its presence. ARGV: watcher, entry value,
-    /// now (ms), the cap on watchers, the hash's expiry (ms). Makes room by dropping
-    /// expired entries when at the cap. Returns {recorded 1|0, online 1|0}.
-    static let watchScript = RedisScript("""
-        if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
-            local all = redis.call('HGETALL', KEYS[1])
-            for i = 1, #all, 2 do
-                local expires = tonumber(string.match(all[i + 1], '^(%d+)'))
-                if not expires or expires <= tonumber(ARGV[3]) then redis.call('HDEL', KEYS[1], all[i]) end
-            end
-            if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then
-                return {0, redis.call('EXISTS', KEYS[2])}
-            end
-        end
-        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-        redis.call('PEXPIRE', KEYS[1], ARGV[5])
-        return {1, redis.call('EXISTS', KEYS[2])}
-        """)
+    /// `presence-watch.lua` (its header says what it takes and answers).
+    static let watchScript = RedisScript(LuaSource.presenceWatch)
 
-    /// KEYS: the watched identity's watchers. ARGV: watcher, " <connId>". Removes the
-    /// watcher's entry only if that socket made it (a newer socket may have replaced it).
-    static let unwatchScript = RedisScript("""
-        local value = redis.call('HGET', KEYS[1], ARGV[1])
-        if value and string.sub(value, -string.len(ARGV[2])) == ARGV[2] then
-            return redis.call('HDEL', KEYS[1], ARGV[1])
-        end
-        return 0
-        """)
+    /// `presence-unwatch.lua` (its header says what it takes and answers).
+    static let unwatchScript = RedisScript(LuaSource.presenceUnwatch)
 
-    /// KEYS: the identity's watchers, its bucket of presence events. ARGV: the bucket's
-    /// capacity and refill per ms, now (ms). Returns {2} when nobody watches (nothing
-    /// charged), {0} when the bucket is empty, else {1, record, ...}: the watching socket's
-    /// presence record of every live subscription, as stored (expired ones are dropped).
-    static let announceScript = RedisScript(RateLimiter.bucketLua + """
-        local all = redis.call('HGETALL', KEYS[1])
-        if #all == 0 then return {2} end
-        local now = tonumber(ARGV[3])
-        if take_token(KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2]), now_ms()) > 0 then return {0} end
-        local out = {1}
-        for i = 1, #all, 2 do
-            local expires, record = string.match(all[i + 1], '^(%d+) (.+)$')
-            if expires and tonumber(expires) > now then
-                out[#out + 1] = record
-            else
-                redis.call('HDEL', KEYS[1], all[i])
-            end
-        end
-        return out
-        """)
+    /// `presence-announce.lua` (its header says what it takes and answers).
+    static let announceScript = RedisScript(RateLimiter.bucketLua + LuaSource.presenceAnnounce)
 }

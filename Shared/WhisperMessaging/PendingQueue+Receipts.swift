@@ -1,4 +1,3 @@
-import WhisperMessaging
 import WhisperShared
 
 /// The receipt's side of a recipient's queue (`PendingQueue`): the receipt-state rule,
@@ -80,29 +79,6 @@ extension PendingQueue {
     /// A recipient's bucket for the receipts it sends, in its own hash slot.
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
 
-    /// KEYS: queue, message key, byte count. ARGV: 1 when delivered (else read), and 1 to
-    /// only ask (`checkReceipt`: nothing is written). Returns the sender when the receipt
-    /// is to be passed on, else "". `delivered` takes the message out of the queue.
-    ///
-    /// The receipt-state rule lives here and nowhere else: a `delivered` receipt counts
-    /// while its message is pending, a `read` receipt once.
-    static let ackScript = RedisScript("""
-        local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read')
-        local from = message[1]
-        if not from then return '' end
-        local counts
-        if ARGV[1] == '1' then counts = (message[2] == 'pending') else counts = not message[5] end
-        if not counts then return '' end
-        if ARGV[2] == '1' then return from end
-        if ARGV[1] == '1' then
-            if redis.call('XDEL', KEYS[1], message[3]) == 1 and message[4] then
-                redis.call('DECRBY', KEYS[3], tonumber(message[4]))
-            end
-            if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[3]) end
-            redis.call('HSET', KEYS[2], 'state', 'delivered')
-            return from
-        end
-        redis.call('HSET', KEYS[2], 'read', '1')
-        return from
-        """)
+    /// `pending-queue-ack.lua` (its header says what it takes and answers).
+    static let ackScript = RedisScript(LuaSource.pendingQueueAck)
 }

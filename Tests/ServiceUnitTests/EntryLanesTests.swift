@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestWaiting
 import Testing
 @testable import RouterService
 import WhisperMessaging

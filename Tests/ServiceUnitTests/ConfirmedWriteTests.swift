@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
+import TestWaiting
 import Testing
 import WhisperShared
 @testable import GatewayService
