@@ -263,11 +263,10 @@ for service in services {
 }
 
 // Redis scripts (`.lua`) and the listener page's files (`.html`, `.css`, `.js`) are kept
-// beside the code that uses them; the EmbedFiles build plugin (`Plugins/EmbedFiles`,
-// with its tool `embed-files`) compiles each target's into string constants
+// beside the code that uses them; the EmbedFiles build plugin (`Plugins/EmbedFiles`, a
+// shell script run for each target) compiles each target's into string constants
 // (`LuaSource`, `WebAssets`), so they ship inside the executables.
-targets.append(.executableTarget(name: "embed-files", path: "Tools/embed-files"))
-targets.append(.plugin(name: "EmbedFiles", capability: .buildTool(), dependencies: ["embed-files"], path: "Plugins/EmbedFiles"))
+targets.append(.plugin(name: "EmbedFiles", capability: .buildTool(), path: "Plugins/EmbedFiles"))
 let embeddingTargets: Set<String> = ["WhisperShared", "WhisperMessaging", "GatewayService", "RouterService", "PushSenderService"]
 for target in targets where embeddingTargets.contains(target.name) {
     target.plugins = (target.plugins ?? []) + [.plugin(name: "EmbedFiles")]
