@@ -32,47 +32,47 @@ import WhisperShared
     @Test func paddedReactionsAreRefusedAndAFullQueueRefusesItsSenders() async throws {
         // No "busy" refusal for a frame that waited (a 345 KB frame read on a loaded
         // machine can wait past GATEWAY_SEND_WAIT_MAX_MS): this test is about its content.
-        let stack = try await MessagingStack.start(
+        try await MessagingStack.start(
             router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 50, bytes: 4_000) }, gateway: { $0.sendWaitMax = .zero }
-        )
-        let mallory = try await stack.user(on: 0)
-        let victim = try await stack.user(on: 1)
+        ).running { stack in
+            let mallory = try await stack.user(on: 0)
+            let victim = try await stack.user(on: 1)
 
-        // 64 reactions of 256 IDs each: about 345 KB in one frame, under the frame limit.
-        var padded = mallory.message("padded", to: victim)
-        padded.reactions = Self.reactions(keys: 64, idsEach: 256)
-        await expectRefused(.invalidPayload, "padded reactions") { try await mallory.connection.send(padded) }
-        // Reactions of a sensible size still pass.
-        var small = mallory.message("small reactions", to: victim)
-        small.reactions = Self.reactions(keys: 2, idsEach: 3)
-        try await mallory.connection.send(small)
+            // 64 reactions of 256 IDs each: about 345 KB in one frame, under the frame limit.
+            var padded = mallory.message("padded", to: victim)
+            padded.reactions = Self.reactions(keys: 64, idsEach: 256)
+            await expectRefused(.invalidPayload, "padded reactions") { try await mallory.connection.send(padded) }
+            // Reactions of a sensible size still pass.
+            var small = mallory.message("small reactions", to: victim)
+            small.reactions = Self.reactions(keys: 2, idsEach: 3)
+            try await mallory.connection.send(small)
 
-        // The victim never acknowledges: its queue fills up to 4,000 bytes, then refuses.
-        var accepted = 1
-        var refused = false
-        for index in 0..<40 {
-            do {
-                try await mallory.connection.send(mallory.message("flood \(index)", to: victim))
-                accepted += 1
-            } catch WhisperClientError.refused(let code, _) {
-                #expect(code == .rateLimited)
-                refused = true
-                break
+            // The victim never acknowledges: its queue fills up to 4,000 bytes, then refuses.
+            var accepted = 1
+            var refused = false
+            for index in 0..<40 {
+                do {
+                    try await mallory.connection.send(mallory.message("flood \(index)", to: victim))
+                    accepted += 1
+                } catch WhisperClientError.refused(let code, _) {
+                    #expect(code == .rateLimited)
+                    refused = true
+                    break
+                }
             }
-        }
-        #expect(refused, "the queue cap in bytes refused a sender")
-        #expect(accepted < 20)
-        let held = try await stack.withRedis { try await PendingQueue(redis: $0).bytes(recipient: victim.whisperId) }
-        #expect(held > 0 && held <= 4_000, "bytes held: \(held)")
-        #expect(try await stack.pendingDepth(victim.whisperId) == accepted)
+            #expect(refused, "the queue cap in bytes refused a sender")
+            #expect(accepted < 20)
+            let held = try await stack.withRedis { try await PendingQueue(redis: $0).bytes(recipient: victim.whisperId) }
+            #expect(held > 0 && held <= 4_000, "bytes held: \(held)")
+            #expect(try await stack.pendingDepth(victim.whisperId) == accepted)
 
-        // The recipient takes one: room for one more.
-        let first = try #require(try await victim.events(.messageReceived).first?.payload(as: MessageReceived.self))
-        try await victim.connection.acknowledge(first)
-        try await waitUntil { try await stack.pendingDepth(victim.whisperId) == accepted - 1 }
-        try await mallory.connection.send(mallory.message("after an acknowledgement", to: victim))
-        try await stillServed(stack)
-        try await stack.stop()
+            // The recipient takes one: room for one more.
+            let first = try #require(try await victim.events(.messageReceived).first?.payload(as: MessageReceived.self))
+            try await victim.connection.acknowledge(first)
+            try await waitUntil { try await stack.pendingDepth(victim.whisperId) == accepted - 1 }
+            try await mallory.connection.send(mallory.message("after an acknowledgement", to: victim))
+            try await stillServed(stack)
+        }
     }
 
     @Test func aQueueIsCappedInMessages() async throws {
@@ -313,60 +313,60 @@ import WhisperShared
     // MARK: - Connections
 
     @Test func slowHeadersAndSocketsWithoutASessionAreClosed() async throws {
-        let stack = try await MessagingStack.start(gateway: {
+        try await MessagingStack.start(gateway: {
             $0.handshakeTimeout = .seconds(1)
             $0.authenticationDeadline = .seconds(2)
-        })
-        let signedIn = try await stack.user(on: 0)
-        // Headers that never end.
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connect(host: "127.0.0.1", port: stack.gateways[0].port).get()
-        try await channel.writeAndFlush(channel.allocator.buffer(string: "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"))
-        try await waitUntil { !channel.isActive }
-        // A WebSocket that never signs in.
-        let idle = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
-        try await idle.connect()
-        try await waitUntil { await idle.closeCode != nil }
-        #expect(await idle.closeCode == .some(4004))
-        // The signed-in socket outlives both deadlines.
-        #expect(await signedIn.connection.closeCode == nil)
-        _ = try await signedIn.connection.ping()
-        try await stillServed(stack)
-        try await stack.stop()
+        }).running { stack in
+            let signedIn = try await stack.user(on: 0)
+            // Headers that never end.
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .connect(host: "127.0.0.1", port: stack.gateways[0].port).get()
+            try await channel.writeAndFlush(channel.allocator.buffer(string: "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"))
+            try await waitUntil { !channel.isActive }
+            // A WebSocket that never signs in.
+            let idle = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await idle.connect()
+            try await waitUntil { await idle.closeCode != nil }
+            #expect(await idle.closeCode == .some(4004))
+            // The signed-in socket outlives both deadlines.
+            #expect(await signedIn.connection.closeCode == nil)
+            _ = try await signedIn.connection.ping()
+            try await stillServed(stack)
+        }
     }
 
     /// Connections of any kind are capped per instance (by default by the open-file
     /// limit): one past the cap is closed on accept, those within it are untouched,
     /// and room comes back as they close. Clients cannot use up the descriptors.
     @Test func connectionsPastTheCapAreClosedOnAccept() async throws {
-        let stack = try await MessagingStack.start(gateway: {
+        try await MessagingStack.start(gateway: {
             $0.maxConnections = 4
             $0.handshakeTimeout = .seconds(60)
-        })
-        let port = stack.gateways[0].port
-        func open() async throws -> any Channel {
-            try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+        }).running { stack in
+            let port = stack.gateways[0].port
+            func open() async throws -> any Channel {
+                try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+            }
+            // Six connections against a cap of four (the stack's own HTTP client may hold
+            // one more): at least two are closed at once, and never more than four stay.
+            var held: [any Channel] = []
+            for _ in 0..<6 { held.append(try await open()) }
+            try await waitUntil { held.filter { !$0.isActive }.count >= 2 }
+            let socket = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+            await #expect(throws: (any Error).self) { try await socket.connect() }
+            let stillOpen = held.filter(\.isActive).count
+            #expect(stillOpen >= 3 && stillOpen <= 4, "connections within the cap stay open: \(stillOpen)")
+            let metrics = try await stack.metricsText(of: [stack.gateways[0]])
+            #expect(metrics.contains("whisper_gateway_connections_refused_total"))
+            for channel in held { try? await channel.close() }
+            try await waitUntil {
+                let again = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+                guard (try? await again.connect()) != nil else { return false }
+                await again.close()
+                return true
+            }
+            try await stillServed(stack)
         }
-        // Six connections against a cap of four (the stack's own HTTP client may hold
-        // one more): at least two are closed at once, and never more than four stay.
-        var held: [any Channel] = []
-        for _ in 0..<6 { held.append(try await open()) }
-        try await waitUntil { held.filter { !$0.isActive }.count >= 2 }
-        let socket = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
-        await #expect(throws: (any Error).self) { try await socket.connect() }
-        let stillOpen = held.filter(\.isActive).count
-        #expect(stillOpen >= 3 && stillOpen <= 4, "connections within the cap stay open: \(stillOpen)")
-        let metrics = try await stack.metricsText(of: [stack.gateways[0]])
-        #expect(metrics.contains("whisper_gateway_connections_refused_total"))
-        for channel in held { try? await channel.close() }
-        try await waitUntil {
-            let again = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
-            guard (try? await again.connect()) != nil else { return false }
-            await again.close()
-            return true
-        }
-        try await stillServed(stack)
-        try await stack.stop()
     }
 
     @Test func socketsPerAddressAreCapped() async throws {
@@ -407,30 +407,30 @@ import WhisperShared
     @Test func theRouterStreamHoldsNoSessionTokens() async throws {
         // No router: the entries stay in the stream as the gateways wrote them (messages
         // take the stream with GATEWAY_SEND_PATH=router, as group copies always do).
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        try await alice.connection.sendOnly(alice.message("no tokens at rest", to: bob))
-        var withReactions = alice.message("general path", to: bob)
-        withReactions.reactions = ["+1": [bob.whisperId]]
-        try await alice.connection.sendOnly(withReactions)
-        try await bob.connection.sendOnly(DeliveryReceipt(
-            sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-            status: .delivered, timestamp: Clock.millisecondsNow()
-        ))
-        try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, limit: 10))
-        // The receipt is served by the gateway and never enters the stream.
-        try await waitUntil { try await stack.routerStreamBacklog() == 3 }
-        let entries = try await stack.withRedis { try await $0.send("XRANGE", RouterStream.key, "-", "+").array ?? [] }
-        #expect(entries.count == 3)
-        for entry in entries {
-            let fields = entry.array?.last?.array?.compactMap(\.bytes) ?? []
-            let text = fields.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
-            #expect(text.contains("payload"))
-            #expect(!text.contains("sessionToken"))
-            #expect(!text.contains(alice.token) && !text.contains(bob.token))
+        try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            try await alice.connection.sendOnly(alice.message("no tokens at rest", to: bob))
+            var withReactions = alice.message("general path", to: bob)
+            withReactions.reactions = ["+1": [bob.whisperId]]
+            try await alice.connection.sendOnly(withReactions)
+            try await bob.connection.sendOnly(DeliveryReceipt(
+                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                status: .delivered, timestamp: Clock.millisecondsNow()
+            ))
+            try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, limit: 10))
+            // The receipt is served by the gateway and never enters the stream.
+            try await waitUntil { try await stack.routerStreamBacklog() == 3 }
+            let entries = try await stack.withRedis { try await $0.send("XRANGE", RouterStream.key, "-", "+").array ?? [] }
+            #expect(entries.count == 3)
+            for entry in entries {
+                let fields = entry.array?.last?.array?.compactMap(\.bytes) ?? []
+                let text = fields.map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+                #expect(text.contains("payload"))
+                #expect(!text.contains("sessionToken"))
+                #expect(!text.contains(alice.token) && !text.contains(bob.token))
+            }
         }
-        try await stack.stop()
     }
 
     /// Redis is copied to disk (the append-only file, dumps, replicas): no session token

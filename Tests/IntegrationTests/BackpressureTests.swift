@@ -15,65 +15,65 @@ struct BackpressureTests {
         // No router: whatever enters the stream stays there until one starts. Messages
         // take the stream here (GATEWAY_SEND_PATH=router); direct sends are held back by
         // their wait instead (`aSendThatWaitedTooLongIsRefusedAsBusy`).
-        let stack = try await MessagingStack.start(routers: 0, gateway: {
+        try await MessagingStack.start(routers: 0, gateway: {
             $0.routerBacklogMax = 3
             $0.sendPath = .router
-        })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let queued = (0..<3).map { alice.message("queued \($0)", to: bob) }
-        for message in queued { try await alice.connection.sendOnly(message) }
-        try await waitUntil { try await stack.routerStreamBacklog() == 3 }
+        }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let queued = (0..<3).map { alice.message("queued \($0)", to: bob) }
+            for message in queued { try await alice.connection.sendOnly(message) }
+            try await waitUntil { try await stack.routerStreamBacklog() == 3 }
 
-        // Full: refused at the gateway with a retry hint, nothing added.
-        do {
-            try await alice.connection.send(alice.message("one too many", to: bob))
-            Issue.record("a message past the backlog limit was accepted")
-        } catch WhisperClientError.refused(let code, let message) {
-            #expect(code == .rateLimited)
-            #expect(message.contains("busy") && message.contains("retry in"), "\(message)")
-        }
-        #expect(try await stack.routerStreamBacklog() == 3)
+            // Full: refused at the gateway with a retry hint, nothing added.
+            do {
+                try await alice.connection.send(alice.message("one too many", to: bob))
+                Issue.record("a message past the backlog limit was accepted")
+            } catch WhisperClientError.refused(let code, let message) {
+                #expect(code == .rateLimited)
+                #expect(message.contains("busy") && message.contains("retry in"), "\(message)")
+            }
+            #expect(try await stack.routerStreamBacklog() == 3)
 
-        // Receipts are served by the gateway and never wait for the stream: not refused.
-        for _ in 0..<2 {
-            try await bob.connection.sendOnly(DeliveryReceipt(
-                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-                status: .read, timestamp: Clock.millisecondsNow()
-            ))
-        }
-        _ = try await bob.connection.ping()
-        #expect(await bob.events.all(.error).isEmpty, "receipts are served while the stream is full")
-        #expect(try await stack.routerStreamBacklog() == 3)
+            // Receipts are served by the gateway and never wait for the stream: not refused.
+            for _ in 0..<2 {
+                try await bob.connection.sendOnly(DeliveryReceipt(
+                    sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                    status: .read, timestamp: Clock.millisecondsNow()
+                ))
+            }
+            _ = try await bob.connection.ping()
+            #expect(await bob.events.all(.error).isEmpty, "receipts are served while the stream is full")
+            #expect(try await stack.routerStreamBacklog() == 3)
 
-        // Fetches still get in, up to twice the limit.
-        for _ in 0..<3 {
-            try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, cursor: nil, limit: 1))
-        }
-        try await waitUntil { try await stack.routerStreamBacklog() == 6 }
-        await expectRefused(.rateLimited, "fetch past twice the limit") { _ = try await bob.connection.fetchPending() }
-        #expect(try await stack.routerStreamBacklog() == 6)
+            // Fetches still get in, up to twice the limit.
+            for _ in 0..<3 {
+                try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, cursor: nil, limit: 1))
+            }
+            try await waitUntil { try await stack.routerStreamBacklog() == 6 }
+            await expectRefused(.rateLimited, "fetch past twice the limit") { _ = try await bob.connection.fetchPending() }
+            #expect(try await stack.routerStreamBacklog() == 6)
 
-        // The server's state is not the client's fault: more refusals than a socket may
-        // have (20 in a minute) and the socket stays open.
-        for index in 0..<25 {
-            await expectRefused(.rateLimited, "busy \(index)") { try await alice.connection.send(alice.message("busy \(index)", to: bob)) }
-        }
-        _ = try await alice.connection.ping()
-        let busy = try await stack.metricsText(of: [stack.gateways[0]])
-        #expect(busy.contains("whisper_gateway_busy_refusals_total 26"), "one message and 25 more refused on gateway 0")
+            // The server's state is not the client's fault: more refusals than a socket may
+            // have (20 in a minute) and the socket stays open.
+            for index in 0..<25 {
+                await expectRefused(.rateLimited, "busy \(index)") { try await alice.connection.send(alice.message("busy \(index)", to: bob)) }
+            }
+            _ = try await alice.connection.ping()
+            let busy = try await stack.metricsText(of: [stack.gateways[0]])
+            #expect(busy.contains("whisper_gateway_busy_refusals_total 26"), "one message and 25 more refused on gateway 0")
 
-        // A router starts and works the backlog off: what was admitted arrives, in order,
-        // and new messages are accepted again.
-        let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
-        let router = try await RunningService.start { running in
-            buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+            // A router starts and works the backlog off: what was admitted arrives, in order,
+            // and new messages are accepted again.
+            let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
+            let router = try await RunningService.start { running in
+                buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+            }
+            let received = try await bob.events(.messageReceived, count: 3)
+            #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
+            try await waitUntil { try await stack.routerStreamBacklog() == 0 }
+            try await alice.connection.send(alice.message("room again", to: bob))
+            try await router.stop()
         }
-        let received = try await bob.events(.messageReceived, count: 3)
-        #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
-        try await waitUntil { try await stack.routerStreamBacklog() == 0 }
-        try await alice.connection.send(alice.message("room again", to: bob))
-        try await router.stop()
-        try await stack.stop()
     }
 }

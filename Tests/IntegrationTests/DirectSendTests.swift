@@ -12,54 +12,54 @@ import WhisperShared
 struct DirectSendTests {
     @Test func messagesAreStoredAndDeliveredWithoutARouter() async throws {
         // No router at all: only the gateways serve messages.
-        let stack = try await MessagingStack.start(routers: 0)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 0)     // the sender's own gateway
-        let carol = try await stack.user(on: 1)   // the other gateway
-        let dave = try await stack.offlineUser(on: 1)
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 0)     // the sender's own gateway
+            let carol = try await stack.user(on: 1)   // the other gateway
+            let dave = try await stack.offlineUser(on: 1)
 
-        let toBob = alice.message("same gateway", to: bob)
-        let toCarol = alice.message("other gateway", to: carol)
-        let toDave = alice.message("offline", to: dave)
-        #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
-        #expect(try await alice.connection.send(toCarol).messageId == toCarol.messageId)
-        #expect(try await alice.connection.send(toDave).messageId == toDave.messageId)
+            let toBob = alice.message("same gateway", to: bob)
+            let toCarol = alice.message("other gateway", to: carol)
+            let toDave = alice.message("offline", to: dave)
+            #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
+            #expect(try await alice.connection.send(toCarol).messageId == toCarol.messageId)
+            #expect(try await alice.connection.send(toDave).messageId == toDave.messageId)
 
-        // Stored before delivery, delivered live and opened by its recipient.
-        let atBob = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
-        #expect(atBob.messageId == toBob.messageId)
-        #expect(try MessageCrypto.open(atBob, by: (bob.whisperId, bob.keys), sender: alice.peerKeys) == Array("same gateway".utf8))
-        let atCarol = try #require(try await carol.events(.messageReceived).first?.payload(as: MessageReceived.self))
-        #expect(atCarol.messageId == toCarol.messageId)
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
-        #expect(try await stack.pendingDepth(carol.whisperId) == 1)
-        // Offline: stored, and a wake-up job for push-sender.
-        #expect(try await stack.pendingDepth(dave.whisperId) == 1)
-        #expect(try await stack.pushJobs().contains { $0["to"] == dave.whisperId && $0["id"] == toDave.messageId })
+            // Stored before delivery, delivered live and opened by its recipient.
+            let atBob = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
+            #expect(atBob.messageId == toBob.messageId)
+            #expect(try MessageCrypto.open(atBob, by: (bob.whisperId, bob.keys), sender: alice.peerKeys) == Array("same gateway".utf8))
+            let atCarol = try #require(try await carol.events(.messageReceived).first?.payload(as: MessageReceived.self))
+            #expect(atCarol.messageId == toCarol.messageId)
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+            #expect(try await stack.pendingDepth(carol.whisperId) == 1)
+            // Offline: stored, and a wake-up job for push-sender.
+            #expect(try await stack.pendingDepth(dave.whisperId) == 1)
+            #expect(try await stack.pushJobs().contains { $0["to"] == dave.whisperId && $0["id"] == toDave.messageId })
 
-        // A resend is answered as before and stores nothing.
-        #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
-        // Nothing went through the router stream.
-        #expect(try await stack.routerStreamBacklog() == 0)
+            // A resend is answered as before and stores nothing.
+            #expect(try await alice.connection.send(toBob).messageId == toBob.messageId)
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+            // Nothing went through the router stream.
+            #expect(try await stack.routerStreamBacklog() == 0)
 
-        // The receipts come back to the sender and empty the queues. Bob's is written to
-        // Alice's socket by the gateway they share: no pub/sub hop, and never stored
-        // (her receipt store was not even created).
-        try await bob.connection.acknowledge(atBob)
-        let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(first.messageId == toBob.messageId)
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
-        // Carol's, from the other gateway, is handed to Alice's gateway, which writes it
-        // and applies it: not stored either.
-        try await carol.connection.acknowledge(atCarol)
-        let delivered = try await alice.events(.messageDelivered, count: 2).compactMap { $0.payload(as: MessageDelivered.self)?.messageId }
-        #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-        try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
-        #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
-        try await stack.stop()
+            // The receipts come back to the sender and empty the queues. Bob's is written to
+            // Alice's socket by the gateway they share: no pub/sub hop, and never stored
+            // (her receipt store was not even created).
+            try await bob.connection.acknowledge(atBob)
+            let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(first.messageId == toBob.messageId)
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+            // Carol's, from the other gateway, is handed to Alice's gateway, which writes it
+            // and applies it: not stored either.
+            try await carol.connection.acknowledge(atCarol)
+            let delivered = try await alice.events(.messageDelivered, count: 2).compactMap { $0.payload(as: MessageDelivered.self)?.messageId }
+            #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+            try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+        }
     }
 
     /// A receipt between two sockets of one gateway is served from what that gateway
@@ -161,46 +161,46 @@ struct DirectSendTests {
     /// burst's first store waits on it and the frames behind it in the socket's queue
     /// wait far past the bound whatever the machine's speed.
     @Test func aSendThatWaitedTooLongIsRefusedAsBusy() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: {
+        try await MessagingStack.start(routers: 0, gateway: {
             $0.sendWaitMax = .milliseconds(100)
             $0.limits[.refusalsPerSocket] = RateLimitRule("5/60s")!
-        })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        // A lone message is handled as it arrives: admitted.
-        _ = try await alice.connection.send(alice.message("alone", to: bob))
-        _ = try await stack.withRedis { try await $0.send("CLIENT", "PAUSE", "1000", "WRITE") }
-        let messages = (0..<40).map { alice.message("burst \($0)", to: bob) }
-        let outcomes = await withTaskGroup(of: (String, ErrorCode?).self) { group in
-            for message in messages {
-                group.addTask {
-                    do {
-                        _ = try await alice.connection.send(message, timeout: .seconds(60))
-                        return (message.messageId, nil)
-                    } catch WhisperClientError.refused(let code, _) {
-                        return (message.messageId, code)
-                    } catch {
-                        return (message.messageId, .internalError)
+        }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            // A lone message is handled as it arrives: admitted.
+            _ = try await alice.connection.send(alice.message("alone", to: bob))
+            _ = try await stack.withRedis { try await $0.send("CLIENT", "PAUSE", "1000", "WRITE") }
+            let messages = (0..<40).map { alice.message("burst \($0)", to: bob) }
+            let outcomes = await withTaskGroup(of: (String, ErrorCode?).self) { group in
+                for message in messages {
+                    group.addTask {
+                        do {
+                            _ = try await alice.connection.send(message, timeout: .seconds(60))
+                            return (message.messageId, nil)
+                        } catch WhisperClientError.refused(let code, _) {
+                            return (message.messageId, code)
+                        } catch {
+                            return (message.messageId, .internalError)
+                        }
                     }
                 }
+                var all: [String: ErrorCode?] = [:]
+                for await (id, code) in group { all[id] = code }
+                return all
             }
-            var all: [String: ErrorCode?] = [:]
-            for await (id, code) in group { all[id] = code }
-            return all
+            let accepted = Set(outcomes.filter { $0.value == nil }.keys)
+            let busy = Set(outcomes.filter { $0.value == .rateLimited }.keys)
+            #expect(accepted.count + busy.count == messages.count, "only accepted or busy: \(outcomes.values.compactMap { $0 })")
+            // The frames queued behind the held store waited past the bound (those the gateway
+            // read only after it, having stopped reading a full queue, did not).
+            #expect(busy.count > 5, "frames queued behind a held store wait past the bound")
+            // Exactly the admitted ones were stored.
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1 + accepted.count)
+            let metrics = try await stack.metricsText(of: stack.gateways)
+            #expect(Metrics.value(in: metrics, "whisper_gateway_busy_refusals_total") == Double(busy.count))
+            // More refusals than the socket may have (5), and it is still open.
+            _ = try await alice.connection.ping()
         }
-        let accepted = Set(outcomes.filter { $0.value == nil }.keys)
-        let busy = Set(outcomes.filter { $0.value == .rateLimited }.keys)
-        #expect(accepted.count + busy.count == messages.count, "only accepted or busy: \(outcomes.values.compactMap { $0 })")
-        // The frames queued behind the held store waited past the bound (those the gateway
-        // read only after it, having stopped reading a full queue, did not).
-        #expect(busy.count > 5, "frames queued behind a held store wait past the bound")
-        // Exactly the admitted ones were stored.
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1 + accepted.count)
-        let metrics = try await stack.metricsText(of: stack.gateways)
-        #expect(Metrics.value(in: metrics, "whisper_gateway_busy_refusals_total") == Double(busy.count))
-        // More refusals than the socket may have (5), and it is still open.
-        _ = try await alice.connection.ping()
-        try await stack.stop()
     }
 }
 
@@ -256,92 +256,92 @@ struct DirectSendTests {
 
     @Test func aGatewayKilledMidFlightLosesNothing() async throws {
         // Auth, a router and two gateways in this process; the senders' gateway as a process.
-        let stack = try await MessagingStack.start(routers: 1)
-        let port = try TestServers.freePort()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/gateway")
-        process.environment = Executables.environment(stack.database).merging([
-            "PATH": "/usr/bin:/bin",
-            "WHISPER_REDIS_URL": stack.redisServer.url,
-            "WHISPER_LOG_LEVEL": "warning",
-            "WHISPER_INSTANCE_ID": "doomed-gateway",
-            "GATEWAY_HTTP_PORT": "\(port)",
-            "GATEWAY_AUTH_URL": "http://127.0.0.1:\(stack.auth.internalPort)",
-            "WHISPER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
-        ]) { _, new in new }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
-        _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }
+        try await MessagingStack.start(routers: 1).running { stack in
+            let port = try TestServers.freePort()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/gateway")
+            process.environment = Executables.environment(stack.database).merging([
+                "PATH": "/usr/bin:/bin",
+                "WHISPER_REDIS_URL": stack.redisServer.url,
+                "WHISPER_LOG_LEVEL": "warning",
+                "WHISPER_INSTANCE_ID": "doomed-gateway",
+                "GATEWAY_HTTP_PORT": "\(port)",
+                "GATEWAY_AUTH_URL": "http://127.0.0.1:\(stack.auth.internalPort)",
+                "WHISPER_RATE_LIMIT_SEND_PER_PAIR": "100000/60s",
+            ]) { _, new in new }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+            _ = try await HTTP.waitFor("http://127.0.0.1:\(port)/ready") { $0.status == 200 }
 
-        let pairs = 10
-        let perPair = 60
-        var senders: [TestUser] = []
-        var recipients: [TestUser] = []
-        for _ in 0..<pairs {
-            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-            let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
-            try await connection.connect()
-            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios, pushToken: nil, voipToken: nil)
-            senders.append(TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection)))
-            recipients.append(try await stack.user(on: 1))
-        }
-        let tally = Tally()
-        let sent = try await withThrowingTaskGroup(of: [String].self) { group in
-            for index in 0..<pairs {
-                let recipient = recipients[index]
-                var sender = senders[index]
-                group.addTask {
-                    var ids: [String] = []
-                    var onDoomedGateway = true
-                    for number in 0..<perPair {
-                        let message = sender.message("message \(number)", to: recipient)
-                        // Until accepted: the same messageId each time, on whatever socket is open.
-                        var attempts = 0
-                        while true {
-                            attempts += 1
-                            do {
-                                try await sender.connection.send(message, timeout: .seconds(2))
-                                break
-                            } catch where attempts < 30 {
-                                // The gateway is gone: on to another one, with the same session.
-                                if onDoomedGateway, await tally.killed {
-                                    sender = try await stack.reconnect(sender, on: 0)
-                                    onDoomedGateway = false
+            let pairs = 10
+            let perPair = 60
+            var senders: [TestUser] = []
+            var recipients: [TestUser] = []
+            for _ in 0..<pairs {
+                let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+                let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+                try await connection.connect()
+                let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios, pushToken: nil, voipToken: nil)
+                senders.append(TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection)))
+                recipients.append(try await stack.user(on: 1))
+            }
+            let tally = Tally()
+            let sent = try await withThrowingTaskGroup(of: [String].self) { group in
+                for index in 0..<pairs {
+                    let recipient = recipients[index]
+                    var sender = senders[index]
+                    group.addTask {
+                        var ids: [String] = []
+                        var onDoomedGateway = true
+                        for number in 0..<perPair {
+                            let message = sender.message("message \(number)", to: recipient)
+                            // Until accepted: the same messageId each time, on whatever socket is open.
+                            var attempts = 0
+                            while true {
+                                attempts += 1
+                                do {
+                                    try await sender.connection.send(message, timeout: .seconds(2))
+                                    break
+                                } catch where attempts < 30 {
+                                    // The gateway is gone: on to another one, with the same session.
+                                    if onDoomedGateway, await tally.killed {
+                                        sender = try await stack.reconnect(sender, on: 0)
+                                        onDoomedGateway = false
+                                    }
                                 }
                             }
+                            ids.append(message.messageId)
+                            if await tally.accept() == pairs * perPair / 3 {
+                                await tally.kill(process)
+                            }
                         }
-                        ids.append(message.messageId)
-                        if await tally.accept() == pairs * perPair / 3 {
-                            await tally.kill(process)
-                        }
+                        return ids
                     }
-                    return ids
                 }
+                var all: [String] = []
+                for try await ids in group { all += ids }
+                return all
             }
-            var all: [String] = []
-            for try await ids in group { all += ids }
-            return all
+            process.waitUntilExit()
+            #expect(process.terminationReason == .uncaughtSignal)
+            #expect(sent.count == pairs * perPair)
+            // Nobody acknowledged: every message is in its recipient's queue, once.
+            for (index, recipient) in recipients.enumerated() {
+                #expect(try await stack.pendingDepth(recipient.whisperId) == perPair, "recipient \(index)")
+                var ids: Set<String> = []
+                var cursor: String?
+                repeat {
+                    let page = try await recipient.connection.fetchPending(cursor: cursor, limit: 200)
+                    for message in page.messages {
+                        _ = try MessageCrypto.open(message, by: (recipient.whisperId, recipient.keys), sender: senders[index].peerKeys)
+                        ids.insert(message.messageId)
+                    }
+                    cursor = page.nextCursor
+                } while cursor != nil
+                #expect(ids.count == perPair, "recipient \(index) has \(ids.count) of \(perPair)")
+            }
         }
-        process.waitUntilExit()
-        #expect(process.terminationReason == .uncaughtSignal)
-        #expect(sent.count == pairs * perPair)
-        // Nobody acknowledged: every message is in its recipient's queue, once.
-        for (index, recipient) in recipients.enumerated() {
-            #expect(try await stack.pendingDepth(recipient.whisperId) == perPair, "recipient \(index)")
-            var ids: Set<String> = []
-            var cursor: String?
-            repeat {
-                let page = try await recipient.connection.fetchPending(cursor: cursor, limit: 200)
-                for message in page.messages {
-                    _ = try MessageCrypto.open(message, by: (recipient.whisperId, recipient.keys), sender: senders[index].peerKeys)
-                    ids.insert(message.messageId)
-                }
-                cursor = page.nextCursor
-            } while cursor != nil
-            #expect(ids.count == perPair, "recipient \(index) has \(ids.count) of \(perPair)")
-        }
-        try await stack.stop()
     }
 }

@@ -9,7 +9,7 @@ import WhisperShared
 
 /// Bad frames over a real WebSocket, with gateway and auth running on real Redis and Postgres.
 @Suite struct GatewayFrameTests {
-    struct Stack {
+    struct Stack: StartedForATest {
         let gateway: RunningService
         let auth: RunningService
         var url: String { "ws://127.0.0.1:\(gateway.port)/ws" }
@@ -51,59 +51,59 @@ import WhisperShared
     ]
 
     @Test func everyKindOfBadFrameGetsItsErrorAndTheSocketStaysOpen() async throws {
-        let stack = try await startStack()
-        try await WebSocketTest.connect(stack.url) { session in
-            for bad in Self.badFrames {
-                try await session.send(bad.frame)
-                let reply = try await session.receive()
-                let error = try #require(reply.payload(as: ErrorPayload.self), "\(bad.name): expected an error frame, got \(reply.type)")
-                #expect(error.code == bad.code, "\(bad.name)")
-                #expect(error.message == bad.message, "\(bad.name)")
-                #expect(error.requestId == bad.requestId, "\(bad.name)")
-                #expect(reply.requestId == bad.requestId, "\(bad.name)")
+        try await startStack().running { stack in
+            try await WebSocketTest.connect(stack.url) { session in
+                for bad in Self.badFrames {
+                    try await session.send(bad.frame)
+                    let reply = try await session.receive()
+                    let error = try #require(reply.payload(as: ErrorPayload.self), "\(bad.name): expected an error frame, got \(reply.type)")
+                    #expect(error.code == bad.code, "\(bad.name)")
+                    #expect(error.message == bad.message, "\(bad.name)")
+                    #expect(error.requestId == bad.requestId, "\(bad.name)")
+                    #expect(reply.requestId == bad.requestId, "\(bad.name)")
+                }
+                // Still open: a ping is answered.
+                let before = Clock.millisecondsNow()
+                try await session.send(#"{"type":"ping","requestId":"after","payload":{}}"#)
+                let pong = try await session.receive()
+                #expect(pong.requestId == "after")
+                let serverTime = try #require(pong.payload(as: Pong.self)).serverTime
+                #expect(serverTime >= before - 1_000 && serverTime <= Clock.millisecondsNow() + 1_000)
             }
-            // Still open: a ping is answered.
-            let before = Clock.millisecondsNow()
-            try await session.send(#"{"type":"ping","requestId":"after","payload":{}}"#)
-            let pong = try await session.receive()
-            #expect(pong.requestId == "after")
-            let serverTime = try #require(pong.payload(as: Pong.self)).serverTime
-            #expect(serverTime >= before - 1_000 && serverTime <= Clock.millisecondsNow() + 1_000)
+            // Each refusal was counted by code.
+            let metrics = try await HTTP.get("\(stack.gateway.baseURL)/metrics").body
+            #expect(metrics.contains(#"whisper_errors_total{code="INVALID_PAYLOAD",transport="ws"} 7"#))
+            #expect(metrics.contains(#"whisper_errors_total{code="NOT_REGISTERED",transport="ws"} 1"#))
         }
-        // Each refusal was counted by code.
-        let metrics = try await HTTP.get("\(stack.gateway.baseURL)/metrics").body
-        #expect(metrics.contains(#"whisper_errors_total{code="INVALID_PAYLOAD",transport="ws"} 7"#))
-        #expect(metrics.contains(#"whisper_errors_total{code="NOT_REGISTERED",transport="ws"} 1"#))
-        try await stack.stop()
     }
 
     @Test func aFrameOfExactlyTheLimitIsReadAndOneByteMoreClosesWith1009() async throws {
-        let stack = try await startStack()
-        let ping = #"{"type":"ping","payload":{}}"#
-        let exact = ping + String(repeating: " ", count: Limits.MAX_WS_FRAME_BYTES - ping.utf8.count)
-        try await WebSocketTest.connect(stack.url) { session in
-            try await session.send(exact)
-            #expect(try await session.receive().type == .pong)
+        try await startStack().running { stack in
+            let ping = #"{"type":"ping","payload":{}}"#
+            let exact = ping + String(repeating: " ", count: Limits.MAX_WS_FRAME_BYTES - ping.utf8.count)
+            try await WebSocketTest.connect(stack.url) { session in
+                try await session.send(exact)
+                #expect(try await session.receive().type == .pong)
+            }
+            let close = try await WebSocketTest.connect(stack.url) { session in
+                try await session.send(exact + " ")
+                // The server answers with a close frame, not an error frame.
+                while try await session.next(timeout: .seconds(5)) != nil {}
+            }
+            #expect(close?.closeCode == .messageTooLarge)
         }
-        let close = try await WebSocketTest.connect(stack.url) { session in
-            try await session.send(exact + " ")
-            // The server answers with a close frame, not an error frame.
-            while try await session.next(timeout: .seconds(5)) != nil {}
-        }
-        #expect(close?.closeCode == .messageTooLarge)
-        try await stack.stop()
     }
 
     @Test func aFragmentedMessageOverTheLimitClosesWith1009() async throws {
-        let stack = try await startStack()
-        let close = try await WebSocketTest.connect(stack.url) { session in
-            let half = ByteBuffer(repeating: UInt8(ascii: " "), count: 300_000)
-            try await session.outbound.write(.custom(WebSocketFrame(fin: false, opcode: .text, data: half)))
-            try await session.outbound.write(.custom(WebSocketFrame(fin: true, opcode: .continuation, data: half)))
-            while try await session.next(timeout: .seconds(5)) != nil {}
+        try await startStack().running { stack in
+            let close = try await WebSocketTest.connect(stack.url) { session in
+                let half = ByteBuffer(repeating: UInt8(ascii: " "), count: 300_000)
+                try await session.outbound.write(.custom(WebSocketFrame(fin: false, opcode: .text, data: half)))
+                try await session.outbound.write(.custom(WebSocketFrame(fin: true, opcode: .continuation, data: half)))
+                while try await session.next(timeout: .seconds(5)) != nil {}
+            }
+            #expect(close?.closeCode == .messageTooLarge)
         }
-        #expect(close?.closeCode == .messageTooLarge)
-        try await stack.stop()
     }
 
     @Test func drainingTellsClientsToReconnect() async throws {

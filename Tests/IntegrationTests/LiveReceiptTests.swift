@@ -86,17 +86,17 @@ struct LiveReceiptTests {
 
     @Test func aReceiptForAGatewayThatIsGoneIsStoredAndAppliedWhereItArrived() async throws {
         // Through a router, so the delivery carries no origin and the receipt is looked up.
-        let stack = try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
-        // Alice's presence names a gateway that no longer listens.
-        try await stack.withRedis { _ = try await $0.send("SET", RedisKeys.presence(alice.whisperId), "gateway-gone conn-1", "PX", 60_000) }
-        try await bob.connection.acknowledge(atBob)
-        try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
-        #expect(try await stack.storedReceipts(alice.whisperId) == 1)
-        #expect(try await Self.handedOver(in: stack) == 0)
-        try await stack.stop()
+        try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            // Alice's presence names a gateway that no longer listens.
+            try await stack.withRedis { _ = try await $0.send("SET", RedisKeys.presence(alice.whisperId), "gateway-gone conn-1", "PX", 60_000) }
+            try await bob.connection.acknowledge(atBob)
+            try await waitUntil { try await stack.messageState(message.messageId, for: bob) == "delivered" }
+            #expect(try await stack.storedReceipts(alice.whisperId) == 1)
+            #expect(try await Self.handedOver(in: stack) == 0)
+        }
     }
 
     @Test func aDeliverCarriesItsOriginWithOrWithoutATrace() throws {

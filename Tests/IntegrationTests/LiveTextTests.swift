@@ -189,70 +189,70 @@ import WhisperShared
     }
 
     @Test func limits() async throws {
-        let stack = try await MessagingStack.start(routers: 0, gateway: {
+        try await MessagingStack.start(routers: 0, gateway: {
             $0.liveMaxListeners = 2
             $0.liveMaxSockets = 4
             $0.limits[.livePacketsPerWhisperer] = RateLimitRule(capacity: 5, period: .seconds(3_600))
             $0.limits[.liveOffersPerConversation] = RateLimitRule(capacity: 5, period: .seconds(3_600))
-        })
-        let owner = try await stack.user(on: 0)
-        let conversation = try await owner.connection.createLiveConversation(name: "Limits")
-        let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
-        var listeners: [LiveHarness.Listener] = []
-        for name in ["A", "B", "C"] {
-            let listener = try await LiveHarness.listener(conversation, name: name, stack: stack, on: 1)
-            try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: name) }
-            listeners.append(listener)
+        }).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Limits")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+            var listeners: [LiveHarness.Listener] = []
+            for name in ["A", "B", "C"] {
+                let listener = try await LiveHarness.listener(conversation, name: name, stack: stack, on: 1)
+                try await whisperer.record.waitFor { $0 == .request(listenerId: listener.id, name: name) }
+                listeners.append(listener)
+            }
+            // Listeners kept per conversation.
+            try await whisperer.side.admit(listeners[0].id)
+            try await whisperer.side.admit(listeners[1].id)
+            await expectRefused(.forbidden, "a third listener kept") { try await whisperer.side.admit(listeners[2].id) }
+            // Sockets in one conversation: the Whisperer and three listeners are four.
+            await expectRefused(.forbidden, "a fifth socket") { _ = try await LiveHarness.listener(conversation, name: "D", stack: stack, on: 0) }
+            // Listen offers per conversation (5): A, B, C and the refused D so far; E takes C's place, F is one too many.
+            await listeners[2].connection.close()
+            _ = try await LiveHarness.listener(conversation, name: "E", stack: stack, on: 0)
+            await expectRefused(.rateLimited, "offers past the conversation's limit") { _ = try await LiveHarness.listener(conversation, name: "F", stack: stack, on: 0) }
+            // Packet size: checked before anything else.
+            await expectRefused(.invalidPayload, "an oversized packet") {
+                _ = try await whisperer.connection.request(LivePacket(
+                    sessionToken: owner.token, conversationId: conversation.conversationId, keyId: 1,
+                    packet: Data(count: Limits.MAX_LIVE_PACKET_BYTES + 1).base64EncodedString()
+                ))
+            }
+            // Packets per Whisperer.
+            for index in 1...5 { try await whisperer.side.type(String(repeating: "x", count: index)) }
+            try await whisperer.side.type("refused")
+            try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .rateLimited } }
+            // A socket without a listener device cannot listen.
+            let bare = WhisperConnection(url: stack.websocketURL(0), logger: TestServers.logger)
+            try await bare.connect()
+            await expectRefused(.notRegistered, "listen offer without a device") {
+                _ = try await bare.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+            }
+            // A forged cookie is no device.
+            let forged = WhisperConnection(
+                url: stack.websocketURL(0), listenerDevice: ListenerDevice(deviceId: UUID().uuidString.lowercased(), cookie: "\(UUID().uuidString.lowercased()).AAAA"),
+                logger: TestServers.logger
+            )
+            try await forged.connect()
+            await expectRefused(.notRegistered, "listen offer with a forged cookie") {
+                _ = try await forged.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+            }
+            // The conversation deleted under the Whisperer: answered as gone, not as a failure.
+            try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
+            try await whisperer.record.waitFor { $0 == .deleted }
+            await expectRefused(.notFound, "authorize in a deleted conversation") {
+                _ = try await whisperer.connection.request(LiveAuthorize(
+                    sessionToken: owner.token, conversationId: conversation.conversationId, listenerId: listeners[0].id, listenerName: "A",
+                    keyId: 1, sealedKey: Data(count: Limits.LIVE_SEALED_KEY_BYTES).base64EncodedString()
+                ))
+            }
+            await expectRefused(.notFound, "a listen offer to a deleted conversation") {
+                _ = try await LiveHarness.listener(conversation, name: "G", stack: stack, on: 0)
+            }
         }
-        // Listeners kept per conversation.
-        try await whisperer.side.admit(listeners[0].id)
-        try await whisperer.side.admit(listeners[1].id)
-        await expectRefused(.forbidden, "a third listener kept") { try await whisperer.side.admit(listeners[2].id) }
-        // Sockets in one conversation: the Whisperer and three listeners are four.
-        await expectRefused(.forbidden, "a fifth socket") { _ = try await LiveHarness.listener(conversation, name: "D", stack: stack, on: 0) }
-        // Listen offers per conversation (5): A, B, C and the refused D so far; E takes C's place, F is one too many.
-        await listeners[2].connection.close()
-        _ = try await LiveHarness.listener(conversation, name: "E", stack: stack, on: 0)
-        await expectRefused(.rateLimited, "offers past the conversation's limit") { _ = try await LiveHarness.listener(conversation, name: "F", stack: stack, on: 0) }
-        // Packet size: checked before anything else.
-        await expectRefused(.invalidPayload, "an oversized packet") {
-            _ = try await whisperer.connection.request(LivePacket(
-                sessionToken: owner.token, conversationId: conversation.conversationId, keyId: 1,
-                packet: Data(count: Limits.MAX_LIVE_PACKET_BYTES + 1).base64EncodedString()
-            ))
-        }
-        // Packets per Whisperer.
-        for index in 1...5 { try await whisperer.side.type(String(repeating: "x", count: index)) }
-        try await whisperer.side.type("refused")
-        try await waitUntil { await whisperer.record.frames(.error).contains { $0.payload(as: ErrorPayload.self)?.code == .rateLimited } }
-        // A socket without a listener device cannot listen.
-        let bare = WhisperConnection(url: stack.websocketURL(0), logger: TestServers.logger)
-        try await bare.connect()
-        await expectRefused(.notRegistered, "listen offer without a device") {
-            _ = try await bare.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
-        }
-        // A forged cookie is no device.
-        let forged = WhisperConnection(
-            url: stack.websocketURL(0), listenerDevice: ListenerDevice(deviceId: UUID().uuidString.lowercased(), cookie: "\(UUID().uuidString.lowercased()).AAAA"),
-            logger: TestServers.logger
-        )
-        try await forged.connect()
-        await expectRefused(.notRegistered, "listen offer with a forged cookie") {
-            _ = try await forged.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
-        }
-        // The conversation deleted under the Whisperer: answered as gone, not as a failure.
-        try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
-        try await whisperer.record.waitFor { $0 == .deleted }
-        await expectRefused(.notFound, "authorize in a deleted conversation") {
-            _ = try await whisperer.connection.request(LiveAuthorize(
-                sessionToken: owner.token, conversationId: conversation.conversationId, listenerId: listeners[0].id, listenerName: "A",
-                keyId: 1, sealedKey: Data(count: Limits.LIVE_SEALED_KEY_BYTES).base64EncodedString()
-            ))
-        }
-        await expectRefused(.notFound, "a listen offer to a deleted conversation") {
-            _ = try await LiveHarness.listener(conversation, name: "G", stack: stack, on: 0)
-        }
-        try await stack.stop()
     }
 }
 

@@ -104,45 +104,45 @@ import WhisperShared
     @Test func routingIsCountedAndTimed() async throws {
         // Messages through the router stream (GATEWAY_SEND_PATH=router): the routers
         // count them. DirectSendTests counts them at the gateways.
-        let stack = try await MessagingStack.start(gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let mallory = try await stack.user(on: 0)
-        for index in 0..<3 {
-            try await alice.connection.send(alice.message("counted \(index)", to: bob))
-        }
-        let frames = try await bob.events(.messageReceived, count: 3)
-        for frame in frames {
-            try await bob.connection.acknowledge(try #require(try frame.payload(as: MessageReceived.self)))
-        }
-        try await alice.events(.messageDelivered, count: 3)
-        // Refused by a router: over the size limit, a stale timestamp (against the
-        // router's clock), a forged signature.
-        try? await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
-        try? await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
-        var forged = alice.message("forged", to: bob)
-        forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
-        try? await alice.connection.send(forged)
-        // Refused by a gateway: a frame that is not JSON.
-        try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[1].port)/ws") { session in
-            try await session.send("not json")
-            _ = try await session.receive()
-        }
+        try await MessagingStack.start(gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let mallory = try await stack.user(on: 0)
+            for index in 0..<3 {
+                try await alice.connection.send(alice.message("counted \(index)", to: bob))
+            }
+            let frames = try await bob.events(.messageReceived, count: 3)
+            for frame in frames {
+                try await bob.connection.acknowledge(try #require(try frame.payload(as: MessageReceived.self)))
+            }
+            try await alice.events(.messageDelivered, count: 3)
+            // Refused by a router: over the size limit, a stale timestamp (against the
+            // router's clock), a forged signature.
+            try? await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
+            try? await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
+            var forged = alice.message("forged", to: bob)
+            forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
+            try? await alice.connection.send(forged)
+            // Refused by a gateway: a frame that is not JSON.
+            try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[1].port)/ws") { session in
+                try await session.send("not json")
+                _ = try await session.receive()
+            }
 
-        let gateways = try await stack.metricsText(of: stack.gateways)
-        let routers = try await stack.metricsText(of: stack.routers)
-        // Accept -> written to the recipient's socket, measured by the recipient's gateway.
-        #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3, "\(gateways)")
-        #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3)
-        // Receipts are served by the gateways.
-        #expect(Metrics.value(in: gateways, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 3)
-        #expect(Metrics.value(in: routers, "whisper_pending_queue_depth_count") == 3)
-        #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
-        #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
-        #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "INVALID_TIMESTAMP"]) == 1)
-        #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1)
-        #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "refused"]) == 3)
-        try await stack.stop()
+            let gateways = try await stack.metricsText(of: stack.gateways)
+            let routers = try await stack.metricsText(of: stack.routers)
+            // Accept -> written to the recipient's socket, measured by the recipient's gateway.
+            #expect(Metrics.value(in: gateways, "whisper_routing_latency_seconds_count") == 3, "\(gateways)")
+            #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "delivered"]) == 3)
+            // Receipts are served by the gateways.
+            #expect(Metrics.value(in: gateways, "whisper_gateway_receipts_total", ["outcome": "passed"]) == 3)
+            #expect(Metrics.value(in: routers, "whisper_pending_queue_depth_count") == 3)
+            #expect(Metrics.value(in: gateways, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
+            #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "INVALID_PAYLOAD"]) == 1)
+            #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "INVALID_TIMESTAMP"]) == 1)
+            #expect(Metrics.value(in: routers, "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1)
+            #expect(Metrics.value(in: routers, "whisper_messages_routed_total", ["outcome": "refused"]) == 3)
+        }
     }
 }
 

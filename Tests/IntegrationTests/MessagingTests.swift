@@ -186,74 +186,74 @@ import WhisperShared
     }
 
     @Test func messagesToOneRecipientAreLimitedWithoutLosingResends() async throws {
-        let stack = try await MessagingStack.start(routers: 1) {
+        try await MessagingStack.start(routers: 1) {
             $0.limits[.sendPerPair] = RateLimitRule("5/60s")!
+        }.running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carol = try await stack.user(on: 1)
+            var sent: [SendMessage] = []
+            for index in 0..<5 {
+                let message = alice.message("m\(index)", to: bob)
+                try await alice.connection.send(message)
+                sent.append(message)
+            }
+            do {
+                try await alice.connection.send(alice.message("one too many", to: bob))
+                Issue.record("sixth message accepted")
+            } catch WhisperClientError.refused(let code, _) {
+                #expect(code == .rateLimited)
+            }
+            #expect(try await stack.pendingDepth(bob.whisperId) == 5)
+            // A resend of an accepted message is answered as before, not refused: it costs nothing.
+            let again = try await alice.connection.send(sent[0])
+            #expect(again.messageId == sent[0].messageId)
+            // The limit is per recipient: Carol can still be written to.
+            try await alice.connection.send(alice.message("hello carol", to: carol))
+            #expect(try await stack.pendingDepth(bob.whisperId) == 5)
         }
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carol = try await stack.user(on: 1)
-        var sent: [SendMessage] = []
-        for index in 0..<5 {
-            let message = alice.message("m\(index)", to: bob)
-            try await alice.connection.send(message)
-            sent.append(message)
-        }
-        do {
-            try await alice.connection.send(alice.message("one too many", to: bob))
-            Issue.record("sixth message accepted")
-        } catch WhisperClientError.refused(let code, _) {
-            #expect(code == .rateLimited)
-        }
-        #expect(try await stack.pendingDepth(bob.whisperId) == 5)
-        // A resend of an accepted message is answered as before, not refused: it costs nothing.
-        let again = try await alice.connection.send(sent[0])
-        #expect(again.messageId == sent[0].messageId)
-        // The limit is per recipient: Carol can still be written to.
-        try await alice.connection.send(alice.message("hello carol", to: carol))
-        #expect(try await stack.pendingDepth(bob.whisperId) == 5)
-        try await stack.stop()
     }
 
     @Test func aSenderOverItsOwnLimitIsRefusedByTheGateway() async throws {
-        let stack = try await MessagingStack.start(routers: 1, gateway: {
+        try await MessagingStack.start(routers: 1, gateway: {
             $0.limits[.sendPerSender] = RateLimitRule("3/60s")!
-        })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carol = try await stack.user(on: 1)
-        try await alice.connection.send(alice.message("1", to: bob))
-        try await alice.connection.send(alice.message("2", to: carol))
-        try await alice.connection.send(alice.message("3", to: bob))
-        let streamBefore = try await stack.routerStreamLength()
-        do {
-            try await alice.connection.send(alice.message("4", to: carol))
-            Issue.record("fourth message accepted")
-        } catch WhisperClientError.refused(let code, let message) {
-            #expect(code == .rateLimited)
-            #expect(message.contains("retry in"))
+        }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carol = try await stack.user(on: 1)
+            try await alice.connection.send(alice.message("1", to: bob))
+            try await alice.connection.send(alice.message("2", to: carol))
+            try await alice.connection.send(alice.message("3", to: bob))
+            let streamBefore = try await stack.routerStreamLength()
+            do {
+                try await alice.connection.send(alice.message("4", to: carol))
+                Issue.record("fourth message accepted")
+            } catch WhisperClientError.refused(let code, let message) {
+                #expect(code == .rateLimited)
+                #expect(message.contains("retry in"))
+            }
+            // Refused at the edge: nothing entered the router stream or a queue.
+            #expect(try await stack.routerStreamLength() == streamBefore)
+            #expect(try await stack.pendingDepth(carol.whisperId) == 1)
+            // Other senders are not affected.
+            try await bob.connection.send(bob.message("fine", to: alice))
         }
-        // Refused at the edge: nothing entered the router stream or a queue.
-        #expect(try await stack.routerStreamLength() == streamBefore)
-        #expect(try await stack.pendingDepth(carol.whisperId) == 1)
-        // Other senders are not affected.
-        try await bob.connection.send(bob.message("fine", to: alice))
-        try await stack.stop()
     }
 
     @Test func acknowledgementsAreGatheredAndNoneIsLeftOut() async throws {
         // The routers' acknowledgements: messages through the stream (GATEWAY_SEND_PATH=router).
-        let stack = try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .milliseconds(300) }, gateway: { $0.sendPath = .router })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
-        for index in 0..<20 {
-            try await alice.connection.send(alice.message("m\(index)", to: bob))
+        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .milliseconds(300) }, gateway: { $0.sendPath = .router }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
+            for index in 0..<20 {
+                try await alice.connection.send(alice.message("m\(index)", to: bob))
+            }
+            _ = try await bob.events.wait(for: .messageReceived, count: 20, timeout: .seconds(10))
+            // Every entry is acknowledged (how few XACKs that takes is the benchmark's matter).
+            try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
+            #expect((try await stack.commandCalls("xack") ?? 0) >= 1)
         }
-        _ = try await bob.events.wait(for: .messageReceived, count: 20, timeout: .seconds(10))
-        // Every entry is acknowledged (how few XACKs that takes is the benchmark's matter).
-        try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
-        #expect((try await stack.commandCalls("xack") ?? 0) >= 1)
-        try await stack.stop()
     }
 
     /// Each read carries the acknowledgements of what finished before it: with the

@@ -38,30 +38,30 @@ import WhisperShared
 
     @Test func messagesReceiptsAndGroupsWorkThroughIt() async throws {
         let database = try Self.throughPgBouncer(try await TestDatabases.shared.make())
-        let stack = try await MessagingStack.start(routers: 1, database: database)
-        // Registration (auth's transactions), a message (identity look-ups), its receipt.
-        let owner = try await stack.user(on: 0)
-        let members = [try await stack.user(on: 0), try await stack.user(on: 0)]
-        let (message, received) = try await owner.sendAndWaitForArrival("through the pooler", to: members[0])
-        try await members[0].connection.acknowledge(received)
-        let receipt = try #require(try await owner.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(receipt.messageId == message.messageId)
+        try await MessagingStack.start(routers: 1, database: database).running { stack in
+            // Registration (auth's transactions), a message (identity look-ups), its receipt.
+            let owner = try await stack.user(on: 0)
+            let members = [try await stack.user(on: 0), try await stack.user(on: 0)]
+            let (message, received) = try await owner.sendAndWaitForArrival("through the pooler", to: members[0])
+            try await members[0].connection.acknowledge(received)
+            let receipt = try #require(try await owner.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(receipt.messageId == message.messageId)
 
-        // A group's creation and change are transactions with row locks (the router's).
-        try await stack.makePeers([owner] + members)
-        let created = try await owner.connection.createGroup(title: "Pooled", memberIds: [members[0].whisperId])
-        #expect(created.memberIds == [owner.whisperId, members[0].whisperId])
-        let updated = try await owner.connection.updateGroup(created.groupId, add: [members[1].whisperId], title: "Pooled, renamed")
-        #expect(updated.memberIds == [owner.whisperId, members[0].whisperId, members[1].whisperId])
-        #expect(updated.title == "Pooled, renamed")
-        let copies = owner.groupCopies("to the pooled group", groupId: created.groupId, to: members)
-        let outcomes = await owner.connection.sendGroup(copies)
-        #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
-        // members[0] has the 1:1 message first.
-        for (member, count) in zip(members, [2, 1]) {
-            let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
-            #expect(arrived.contains { $0.groupId == created.groupId })
+            // A group's creation and change are transactions with row locks (the router's).
+            try await stack.makePeers([owner] + members)
+            let created = try await owner.connection.createGroup(title: "Pooled", memberIds: [members[0].whisperId])
+            #expect(created.memberIds == [owner.whisperId, members[0].whisperId])
+            let updated = try await owner.connection.updateGroup(created.groupId, add: [members[1].whisperId], title: "Pooled, renamed")
+            #expect(updated.memberIds == [owner.whisperId, members[0].whisperId, members[1].whisperId])
+            #expect(updated.title == "Pooled, renamed")
+            let copies = owner.groupCopies("to the pooled group", groupId: created.groupId, to: members)
+            let outcomes = await owner.connection.sendGroup(copies)
+            #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
+            // members[0] has the 1:1 message first.
+            for (member, count) in zip(members, [2, 1]) {
+                let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
+                #expect(arrived.contains { $0.groupId == created.groupId })
+            }
         }
-        try await stack.stop()
     }
 }

@@ -26,38 +26,38 @@ import WhisperShared
     }
 
     @Test func bannedSendersAndRecipientsAreRefusedOnceTheIdentityCacheRefreshes() async throws {
-        let stack = try await MessagingStack.start { $0.identityCacheTTL = .milliseconds(200) }
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let carol = try await stack.user(on: 1)
-        // Both identities are in the routers' caches now.
-        try await alice.connection.send(alice.message("before the ban", to: bob))
-        try await carol.connection.send(carol.message("before the ban", to: alice))
-        _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
-            .query("INSERT INTO bans (whisper_id, reason, banned_by) VALUES ('\(alice.whisperId)', 'spam', 'test')")
-        // Each router's cache refreshes by itself within its TTL: sends are refused once
-        // it has (as sender: USER_BANNED; as recipient: FORBIDDEN), by every router.
-        func refusedFromNowOn(_ send: () async throws -> Void, _ code: ErrorCode) async throws {
-            var inARow = 0
-            try await waitUntil {
-                do {
-                    try await send()
-                    inARow = 0
-                } catch WhisperClientError.refused(let actual, _) where actual == code {
-                    inARow += 1
+        try await MessagingStack.start { $0.identityCacheTTL = .milliseconds(200) }.running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let carol = try await stack.user(on: 1)
+            // Both identities are in the routers' caches now.
+            try await alice.connection.send(alice.message("before the ban", to: bob))
+            try await carol.connection.send(carol.message("before the ban", to: alice))
+            _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
+                .query("INSERT INTO bans (whisper_id, reason, banned_by) VALUES ('\(alice.whisperId)', 'spam', 'test')")
+            // Each router's cache refreshes by itself within its TTL: sends are refused once
+            // it has (as sender: USER_BANNED; as recipient: FORBIDDEN), by every router.
+            func refusedFromNowOn(_ send: () async throws -> Void, _ code: ErrorCode) async throws {
+                var inARow = 0
+                try await waitUntil {
+                    do {
+                        try await send()
+                        inARow = 0
+                    } catch WhisperClientError.refused(let actual, _) where actual == code {
+                        inARow += 1
+                    }
+                    return inARow >= 4
                 }
-                return inARow >= 4
+            }
+            try await refusedFromNowOn({ try await alice.connection.send(alice.message("after the ban", to: bob)) }, .userBanned)
+            try await refusedFromNowOn({ try await carol.connection.send(carol.message("to a banned user", to: alice)) }, .forbidden)
+            // A ban that has expired is no ban.
+            _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
+                .query("UPDATE bans SET expires_at = now() - interval '1 second' WHERE whisper_id = '\(alice.whisperId)'")
+            try await waitUntil {
+                (try? await alice.connection.send(alice.message("ban over", to: bob))) != nil
             }
         }
-        try await refusedFromNowOn({ try await alice.connection.send(alice.message("after the ban", to: bob)) }, .userBanned)
-        try await refusedFromNowOn({ try await carol.connection.send(carol.message("to a banned user", to: alice)) }, .forbidden)
-        // A ban that has expired is no ban.
-        _ = try await IdentityTests.Stack(database: stack.database, auth: stack.auth, gateways: [])
-            .query("UPDATE bans SET expires_at = now() - interval '1 second' WHERE whisper_id = '\(alice.whisperId)'")
-        try await waitUntil {
-            (try? await alice.connection.send(alice.message("ban over", to: bob))) != nil
-        }
-        try await stack.stop()
     }
 
     @Test func attachmentsAreHeldToTheLimitOfTheirType() async throws {
@@ -141,27 +141,27 @@ import WhisperShared
     }
 
     @Test func tokenUpdatesAndKeyLookupsAreLimitedPerIdentity() async throws {
-        let stack = try await MessagingStack.start(auth: {
+        try await MessagingStack.start(auth: {
             $0.limits[.updateTokensPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60))
             $0.limits[.keyLookupPerIdentity] = RateLimitRule(capacity: 2, period: .seconds(60))
-        })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        for index in 0..<2 { try await alice.connection.updateTokens(pushToken: .set("token-\(index)")) }
-        await expectRefused(.rateLimited) { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
-        let url = "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys"
-        func lookup(as user: TestUser) async throws -> Int {
-            var request = HTTPClientRequest(url: url)
-            request.headers.add(name: "Authorization", value: "Bearer \(user.token)")
-            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
-            _ = try await response.body.collect(upTo: 1 << 16)
-            return Int(response.status.code)
+        }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            for index in 0..<2 { try await alice.connection.updateTokens(pushToken: .set("token-\(index)")) }
+            await expectRefused(.rateLimited) { try await alice.connection.updateTokens(pushToken: .set("token-3")) }
+            let url = "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys"
+            func lookup(as user: TestUser) async throws -> Int {
+                var request = HTTPClientRequest(url: url)
+                request.headers.add(name: "Authorization", value: "Bearer \(user.token)")
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                _ = try await response.body.collect(upTo: 1 << 16)
+                return Int(response.status.code)
+            }
+            #expect(try await lookup(as: alice) == 200)
+            #expect(try await lookup(as: alice) == 200)
+            #expect(try await lookup(as: alice) == 429)
+            #expect(try await lookup(as: bob) == 200, "the limit is per identity")
         }
-        #expect(try await lookup(as: alice) == 200)
-        #expect(try await lookup(as: alice) == 200)
-        #expect(try await lookup(as: alice) == 429)
-        #expect(try await lookup(as: bob) == 200, "the limit is per identity")
-        try await stack.stop()
     }
 
     @Test func authsInternalEndpointsWantTheInternalToken() async throws {

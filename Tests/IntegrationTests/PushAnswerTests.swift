@@ -85,25 +85,25 @@ import WhisperShared
     /// A dead token is removed only while it is still the device's: a token the app
     /// replaced meanwhile (`update_tokens`) stays.
     @Test func aDeadTokenIsRemovedOnlyWhileItIsStillTheDevices() async throws {
-        let stack = try await MessagingStack.start()
-        let bob = try await stack.user(on: 0, platform: .ios, pushToken: "aa11")
-        try await bob.connection.updateTokens(pushToken: .set("bb22"))
-        let client = PostgresClient(configuration: stack.database.clientConfiguration, backgroundLogger: TestServers.logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            let devices = DeviceDirectory(postgres: client, logger: TestServers.logger)
-            let staleRemoved = try await devices.removeToken("aa11", kind: .push, of: bob.whisperId)
-            #expect(!staleRemoved, "the old token is gone already")
-            let kept = try await devices.activeDevice(of: bob.whisperId)?.pushToken
-            #expect(kept == "bb22")
-            let wrongKind = try await devices.removeToken("bb22", kind: .voip, of: bob.whisperId)
-            #expect(!wrongKind, "not the VoIP token")
-            let removed = try await devices.removeToken("bb22", kind: .push, of: bob.whisperId)
-            #expect(removed)
-            let after = try await devices.activeDevice(of: bob.whisperId)
-            #expect(after != nil && after?.pushToken == nil)
-            group.cancelAll()
+        try await MessagingStack.start().running { stack in
+            let bob = try await stack.user(on: 0, platform: .ios, pushToken: "aa11")
+            try await bob.connection.updateTokens(pushToken: .set("bb22"))
+            let client = PostgresClient(configuration: stack.database.clientConfiguration, backgroundLogger: TestServers.logger)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                let devices = DeviceDirectory(postgres: client, logger: TestServers.logger)
+                let staleRemoved = try await devices.removeToken("aa11", kind: .push, of: bob.whisperId)
+                #expect(!staleRemoved, "the old token is gone already")
+                let kept = try await devices.activeDevice(of: bob.whisperId)?.pushToken
+                #expect(kept == "bb22")
+                let wrongKind = try await devices.removeToken("bb22", kind: .voip, of: bob.whisperId)
+                #expect(!wrongKind, "not the VoIP token")
+                let removed = try await devices.removeToken("bb22", kind: .push, of: bob.whisperId)
+                #expect(removed)
+                let after = try await devices.activeDevice(of: bob.whisperId)
+                #expect(after != nil && after?.pushToken == nil)
+                group.cancelAll()
+            }
         }
-        try await stack.stop()
     }
 }

@@ -14,15 +14,15 @@ import WhisperShared
     @Test func theHoldersToneIsHeardThroughTheRelayThenTheNextHoldersAfterANewGrant() async throws {
         let coturn = try CoturnProcess(secrets: [Self.secret])
         let internalPort = try TestServers.freePort()
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.turnCredURL = "http://127.0.0.1:\(internalPort)" })
-        let (turnCred, _) = try await TurnTests.startTurnCred(
-            on: stack, secrets: [Self.secret], internalPort: internalPort, urls: ["turn:127.0.0.1:\(coturn.port)?transport=udp"]
-        )
-        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
-        let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
-        try await Self.eachHolderIsHeardInTurn(alice, bob, carol, floorKey: floorKey)
-        try await turnCred.stop()
-        try await stack.stop()
+        try await MessagingStack.start(routers: 0, gateway: { $0.turnCredURL = "http://127.0.0.1:\(internalPort)" }).running { stack in
+            let (turnCred, _) = try await TurnTests.startTurnCred(
+                on: stack, secrets: [Self.secret], internalPort: internalPort, urls: ["turn:127.0.0.1:\(coturn.port)?transport=udp"]
+            )
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
+            let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
+            try await Self.eachHolderIsHeardInTurn(alice, bob, carol, floorKey: floorKey)
+            try await turnCred.stop()
+        }
     }
 
     /// The whole flow for three registered members (here, and through the deployed

@@ -118,37 +118,37 @@ import Testing
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }
         try await nodes.start()
-        let stack = try await MessagingStack.start(routers: 1, redis: nodes.configuration)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        let (message, received) = try await alice.sendAndWaitForArrival("across the cluster", to: bob)
-        try await bob.connection.acknowledge(received)
-        let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
-        #expect(receipt.messageId == message.messageId)
-        try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
+        try await MessagingStack.start(routers: 1, redis: nodes.configuration).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            let (message, received) = try await alice.sendAndWaitForArrival("across the cluster", to: bob)
+            try await bob.connection.acknowledge(received)
+            let receipt = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
+            #expect(receipt.messageId == message.messageId)
+            try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
 
-        // An offline recipient's queue, fetched later (the router serves the page).
-        let carol = try await stack.user(on: 0)
-        try await stack.makePeers([alice, bob, carol])
-        let created = try await alice.connection.createGroup(title: "Clustered", memberIds: [bob.whisperId, carol.whisperId])
-        let copies = alice.groupCopies("to the clustered group", groupId: created.groupId, to: [bob, carol])
-        let outcomes = await alice.connection.sendGroup(copies)
-        #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
-        for (member, count) in [(bob, 2), (carol, 1)] {
-            let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
-            #expect(arrived.contains { $0.groupId == created.groupId })
+            // An offline recipient's queue, fetched later (the router serves the page).
+            let carol = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob, carol])
+            let created = try await alice.connection.createGroup(title: "Clustered", memberIds: [bob.whisperId, carol.whisperId])
+            let copies = alice.groupCopies("to the clustered group", groupId: created.groupId, to: [bob, carol])
+            let outcomes = await alice.connection.sendGroup(copies)
+            #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
+            for (member, count) in [(bob, 2), (carol, 1)] {
+                let arrived = try await member.events(.messageReceived, count: count).compactMap { $0.payload(as: MessageReceived.self) }
+                #expect(arrived.contains { $0.groupId == created.groupId })
+            }
+
+            // A call across the gateways: the router's call scripts on the cluster.
+            try await CallTests.ringAnswerAndHangUp(from: alice, to: bob)
+
+            // Presence: Bob watches Alice (peers), and hears her go.
+            let snapshot = try await bob.connection.subscribePresence([alice.whisperId])
+            #expect(snapshot.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
+            await alice.connection.close()
+            let offline = try #require(try await bob.events(.presence).first?.payload(as: PresenceUpdate.self))
+            #expect(offline.whisperId == alice.whisperId && offline.status == .offline)
         }
-
-        // A call across the gateways: the router's call scripts on the cluster.
-        try await CallTests.ringAnswerAndHangUp(from: alice, to: bob)
-
-        // Presence: Bob watches Alice (peers), and hears her go.
-        let snapshot = try await bob.connection.subscribePresence([alice.whisperId])
-        #expect(snapshot.peers == [PresenceSnapshot.Peer(whisperId: alice.whisperId, status: .online)])
-        await alice.connection.close()
-        let offline = try #require(try await bob.events(.presence).first?.payload(as: PresenceUpdate.self))
-        #expect(offline.whisperId == alice.whisperId && offline.status == .offline)
-        try await stack.stop()
     }
 }
 

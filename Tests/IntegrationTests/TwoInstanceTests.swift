@@ -114,7 +114,7 @@ struct TwoInstanceTests {
                     logger: TestServers.logger, onServerRunning: running
                 ).assembly
             }
-            try await admin.running {
+            try await admin.running { _ in
                 _ = try await HTTP.waitFor("\(admin.baseURL)/ready") { $0.status == 200 }
                 let alice = try await stack.user(on: 0)
                 let carol = try await stack.user(on: 0)
@@ -256,7 +256,7 @@ struct TwoInstanceTests {
     @Test func anAttachmentQuotaSpentThroughOneSignerIsSpentForTheOther() async throws {
         let first = try await AttachmentTests.start { $0.quotaUnsentBytes = 5_000 }
         try await first.stack.running { stack in
-            try await first.service.running {
+            try await first.service.running { _ in
                 let second = try await RunningService.start { running in
                     var settings = AttachmentSignerSettings(
                         common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: first.moto.settings
@@ -264,7 +264,7 @@ struct TwoInstanceTests {
                     settings.quotaUnsentBytes = 5_000
                     return buildAttachmentSigner(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
                 }
-                try await second.running {
+                try await second.running { _ in
                     let other = AttachmentTests.Signer(stack: stack, moto: first.moto, store: first.store, service: second)
                     let alice = try await stack.user(on: 0)
                     #expect(try await AttachmentTests.presign(first, alice, size: 4_000).status == 200)

@@ -195,18 +195,6 @@ struct MessagingStack {
 
     /// Runs `body` on this stack, then stops it, also when `body` throws (a failing
     /// test leaves no services behind for the tests after it).
-    func running<T>(_ body: (MessagingStack) async throws -> T) async throws -> T {
-        let result: T
-        do {
-            result = try await body(self)
-        } catch {
-            try? await stop()
-            throw error
-        }
-        try await stop()
-        return result
-    }
-
     func stop() async throws {
         for router in routers { try await router.stop() }
         for gateway in gateways { try await gateway.stop() }

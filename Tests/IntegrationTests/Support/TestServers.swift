@@ -164,19 +164,9 @@ struct RunningService: Sendable {
         try await task.value
     }
 
-    /// Runs `body`, then stops this service, also when `body` throws.
-    func running<T>(_ body: () async throws -> T) async throws -> T {
-        let result: T
-        do {
-            result = try await body()
-        } catch {
-            try? await stop()
-            throw error
-        }
-        try await stop()
-        return result
-    }
 }
+
+extension RunningService: StartedForATest {}
 
 /// Small HTTP helpers over AsyncHTTPClient.
 enum HTTP {
