@@ -66,14 +66,14 @@ struct BackpressureTests {
             // A router starts and works the backlog off: what was admitted arrives, in order,
             // and new messages are accepted again.
             let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
-            let router = try await RunningService.start { running in
+            try await RunningService.start { running in
                 buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+            }.running { router in
+                let received = try await bob.events(.messageReceived, count: 3)
+                #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
+                try await waitUntil { try await stack.routerStreamBacklog() == 0 }
+                try await alice.connection.send(alice.message("room again", to: bob))
             }
-            let received = try await bob.events(.messageReceived, count: 3)
-            #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
-            try await waitUntil { try await stack.routerStreamBacklog() == 0 }
-            try await alice.connection.send(alice.message("room again", to: bob))
-            try await router.stop()
         }
     }
 }

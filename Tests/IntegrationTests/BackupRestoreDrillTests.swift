@@ -75,29 +75,29 @@ import WhisperShared
         try Self.run("pg_restore", ["--no-owner", "--exit-on-error", "--dbname=\(url)", dump.path])
 
         // 3. A new deployment on the restored database and an empty Redis.
-        let after = try await MessagingStack.start(routers: 1, database: database)
-        var back: [TestUser] = []
-        for (index, mnemonic) in mnemonics.enumerated() { back.append(try await register(mnemonic, on: after, gateway: (index + 1) % 2)) }
-        #expect(back.map(\.whisperId) == users.map(\.whisperId))
-        // The contacts backup opens with the phrase-derived key.
-        let fetched = try await HTTP.json(.GET, "\(after.auth.baseURL)/backup/contacts", token: back[0].token)
-        #expect(fetched.status == 200)
-        let opened = try ContactsBackup.open(
-            nonce: try #require(fetched.json["nonce"] as? String), ciphertext: try #require(fetched.json["ciphertext"] as? String), with: back[0].keys
-        )
-        #expect(opened.contacts.map(\.whisperId) == [bob.whisperId, carol.whisperId])
-        // The group is there: a message to it reaches both members.
-        let copies = MessageCrypto.makeGroupCopies(
-            Array("after the restore".utf8), groupId: group.groupId, from: (back[0].whisperId, back[0].keys),
-            to: [back[1].peerKeys, back[2].peerKeys], sessionToken: back[0].token
-        )
-        let outcomes = await back[0].connection.sendGroup(copies)
-        #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
-        for member in [back[1], back[2]] {
-            let received = try #require(try await member.events(.messageReceived).first?.payload(as: MessageReceived.self))
-            #expect(received.groupId == group.groupId)
-            #expect(String(decoding: try MessageCrypto.open(received, by: (member.whisperId, member.keys), sender: back[0].peerKeys), as: UTF8.self) == "after the restore")
+        try await MessagingStack.start(routers: 1, database: database).running { after in
+            var back: [TestUser] = []
+            for (index, mnemonic) in mnemonics.enumerated() { back.append(try await register(mnemonic, on: after, gateway: (index + 1) % 2)) }
+            #expect(back.map(\.whisperId) == users.map(\.whisperId))
+            // The contacts backup opens with the phrase-derived key.
+            let fetched = try await HTTP.json(.GET, "\(after.auth.baseURL)/backup/contacts", token: back[0].token)
+            #expect(fetched.status == 200)
+            let opened = try ContactsBackup.open(
+                nonce: try #require(fetched.json["nonce"] as? String), ciphertext: try #require(fetched.json["ciphertext"] as? String), with: back[0].keys
+            )
+            #expect(opened.contacts.map(\.whisperId) == [bob.whisperId, carol.whisperId])
+            // The group is there: a message to it reaches both members.
+            let copies = MessageCrypto.makeGroupCopies(
+                Array("after the restore".utf8), groupId: group.groupId, from: (back[0].whisperId, back[0].keys),
+                to: [back[1].peerKeys, back[2].peerKeys], sessionToken: back[0].token
+            )
+            let outcomes = await back[0].connection.sendGroup(copies)
+            #expect(outcomes.values.allSatisfy { (try? $0.get()) != nil })
+            for member in [back[1], back[2]] {
+                let received = try #require(try await member.events(.messageReceived).first?.payload(as: MessageReceived.self))
+                #expect(received.groupId == group.groupId)
+                #expect(String(decoding: try MessageCrypto.open(received, by: (member.whisperId, member.keys), sender: back[0].peerKeys), as: UTF8.self) == "after the restore")
+            }
         }
-        try await after.stop()
     }
 }

@@ -214,10 +214,10 @@ import WhisperShared
         _ = try await during.user(on: 0)
         try await during.stop()
         // After it: the old token is refused.
-        let after = try await MessagingStack.start(routers: 0, auth: { $0.internalToken = rotated })
-        #expect(try await post(rotated, to: after.auth.internalPort) == 200)
-        #expect(try await post(TestServers.internalToken, to: after.auth.internalPort) == 401)
-        try await after.stop()
+        try await MessagingStack.start(routers: 0, auth: { $0.internalToken = rotated }).running { (after) async throws -> Void in
+            #expect(try await post(rotated, to: after.auth.internalPort) == 200)
+            #expect(try await post(TestServers.internalToken, to: after.auth.internalPort) == 401)
+        }
     }
 
     @Test func theRoutersRecreateTheirGroupWhenItIsDeleted() async throws {

@@ -14,7 +14,7 @@ import WhisperShared
 @Suite(.serialized)
 struct PushTests {
     /// The two fakes, their keys, and the answers they give (changed by each test).
-    final class Providers: Sendable {
+    final class Providers: Sendable, StartedForATest {
         let keys: ProviderKeys
         let certificates: TestCertificates
         let apns: FakeHTTP2Server
@@ -102,241 +102,241 @@ struct PushTests {
     static let fcmToken = "fcm-token:APA91b" + String(repeating: "x", count: 40)
 
     @Test func offlineUsersAreWokenOnceThroughTheirProviderWithoutContent() async throws {
-        let providers = try await Providers()
-        let stack = try await MessagingStack.start()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
-        let alice = try await stack.user(on: 0)
-        let iosUser = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
-        let androidUser = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
+        try await Providers().running { providers in
+            try await MessagingStack.start().running { stack in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis)).running { sender in
+                    let alice = try await stack.user(on: 0)
+                    let iosUser = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+                    let androidUser = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
 
-        // Ten messages within the window: one wake-up each.
-        for index in 0..<10 {
-            try await alice.connection.send(alice.message("secret words \(index)", to: iosUser))
-            try await alice.connection.send(alice.message("secret words \(index)", to: androidUser))
+                    // Ten messages within the window: one wake-up each.
+                    for index in 0..<10 {
+                        try await alice.connection.send(alice.message("secret words \(index)", to: iosUser))
+                        try await alice.connection.send(alice.message("secret words \(index)", to: androidUser))
+                    }
+                    try await waitUntil { providers.apnsPushes.count >= 1 && providers.fcmPushes.count >= 1 }
+                    try await waitUntil {
+                        let idle = try await stack.pushJobs().isEmpty
+                        let metrics = try await stack.metricsText(of: [sender])
+                        return idle && metrics.contains("whisper_push_coalesced_total 18")
+                    }
+                    #expect(providers.apnsPushes.count == 1)
+                    #expect(providers.fcmPushes.count == 1)
+                    #expect(providers.rejectedTokens == 0, "every provider token the fakes saw verified")
+
+                    let apns = try #require(providers.apnsPushes.first)
+                    #expect(apns.path == "/3/device/\(Self.apnsToken)")
+                    #expect(apns.method == "POST")
+                    #expect(apns.header("apns-topic") == "app.whisper.test")
+                    #expect(apns.header("apns-push-type") == "alert")
+                    #expect(apns.header("apns-priority") == "10")
+                    #expect(apns.header("apns-collapse-id") == "whisper-pending")
+                    #expect(Int64(apns.header("apns-expiration") ?? "") ?? 0 > Clock.millisecondsNow() / 1000)
+                    let fcm = try #require(providers.fcmPushes.first)
+                    #expect(fcm.path == "/v1/projects/whisper-test/messages:send")
+                    let message = try #require(fcm.json?["message"] as? [String: Any])
+                    #expect(message["token"] as? String == Self.fcmToken)
+                    #expect(message["notification"] == nil, "data only")
+                    #expect((message["android"] as? [String: Any])?["priority"] as? String == "HIGH")
+                    #expect((message["data"] as? [String: String])?["kind"] == "message")
+                    // No content, no sender, no message ID in either.
+                    for request in [apns, fcm] {
+                        let body = String(decoding: request.body, as: UTF8.self)
+                        #expect(!body.contains("secret") && !body.contains(alice.whisperId) && !body.contains("WSP-"), "\(body)")
+                    }
+
+                    // Signing in ends the window: the next message to an offline device wakes it again.
+                    let back = try await stack.reconnect(iosUser, on: 1)
+                    _ = try await back.connection.fetchPending()
+                    await back.connection.close()
+                    try await stack.waitUntilOffline(iosUser)
+                    try await alice.connection.send(alice.message("after the window", to: iosUser))
+                    try await waitUntil { providers.apnsPushes.count == 2 }
+
+                }
+            }
         }
-        try await waitUntil { providers.apnsPushes.count >= 1 && providers.fcmPushes.count >= 1 }
-        try await waitUntil {
-            let idle = try await stack.pushJobs().isEmpty
-            let metrics = try await stack.metricsText(of: [sender])
-            return idle && metrics.contains("whisper_push_coalesced_total 18")
-        }
-        #expect(providers.apnsPushes.count == 1)
-        #expect(providers.fcmPushes.count == 1)
-        #expect(providers.rejectedTokens == 0, "every provider token the fakes saw verified")
-
-        let apns = try #require(providers.apnsPushes.first)
-        #expect(apns.path == "/3/device/\(Self.apnsToken)")
-        #expect(apns.method == "POST")
-        #expect(apns.header("apns-topic") == "app.whisper.test")
-        #expect(apns.header("apns-push-type") == "alert")
-        #expect(apns.header("apns-priority") == "10")
-        #expect(apns.header("apns-collapse-id") == "whisper-pending")
-        #expect(Int64(apns.header("apns-expiration") ?? "") ?? 0 > Clock.millisecondsNow() / 1000)
-        let fcm = try #require(providers.fcmPushes.first)
-        #expect(fcm.path == "/v1/projects/whisper-test/messages:send")
-        let message = try #require(fcm.json?["message"] as? [String: Any])
-        #expect(message["token"] as? String == Self.fcmToken)
-        #expect(message["notification"] == nil, "data only")
-        #expect((message["android"] as? [String: Any])?["priority"] as? String == "HIGH")
-        #expect((message["data"] as? [String: String])?["kind"] == "message")
-        // No content, no sender, no message ID in either.
-        for request in [apns, fcm] {
-            let body = String(decoding: request.body, as: UTF8.self)
-            #expect(!body.contains("secret") && !body.contains(alice.whisperId) && !body.contains("WSP-"), "\(body)")
-        }
-
-        // Signing in ends the window: the next message to an offline device wakes it again.
-        let back = try await stack.reconnect(iosUser, on: 1)
-        _ = try await back.connection.fetchPending()
-        await back.connection.close()
-        try await stack.waitUntilOffline(iosUser)
-        try await alice.connection.send(alice.message("after the window", to: iosUser))
-        try await waitUntil { providers.apnsPushes.count == 2 }
-
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 
     @Test func aDeadTokenIsRemovedAndNotUsedAgain() async throws {
-        let providers = try await Providers()
-        providers.answerAPNs(ProviderReply(status: 410, body: #"{"reason":"Unregistered","timestamp":1767268801500}"#))
-        let stack = try await MessagingStack.start()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
-        try await alice.connection.send(alice.message("one", to: bob))
-        try await waitUntil { try await stack.pushToken(of: bob.whisperId) == nil }
-        #expect(providers.apnsPushes.count == 1)
-        try await alice.connection.send(alice.message("two", to: bob))
-        try await waitUntil {
-            let idle = try await stack.pushJobs().isEmpty
-            let metrics = try await stack.metricsText(of: [sender])
-            return idle && metrics.contains(#"whisper_push_skipped_total{reason="no_token"} 1"#)
+        try await Providers().running { providers in
+            providers.answerAPNs(ProviderReply(status: 410, body: #"{"reason":"Unregistered","timestamp":1767268801500}"#))
+            try await MessagingStack.start().running { stack in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero }).running { sender in
+                    let alice = try await stack.user(on: 0)
+                    let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+                    try await alice.connection.send(alice.message("one", to: bob))
+                    try await waitUntil { try await stack.pushToken(of: bob.whisperId) == nil }
+                    #expect(providers.apnsPushes.count == 1)
+                    try await alice.connection.send(alice.message("two", to: bob))
+                    try await waitUntil {
+                        let idle = try await stack.pushJobs().isEmpty
+                        let metrics = try await stack.metricsText(of: [sender])
+                        return idle && metrics.contains(#"whisper_push_skipped_total{reason="no_token"} 1"#)
+                    }
+                    #expect(providers.apnsPushes.count == 1, "the removed token is not used again")
+                }
+            }
         }
-        #expect(providers.apnsPushes.count == 1, "the removed token is not used again")
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 
     @Test func rateLimitedPushesWaitForRetryAfter() async throws {
-        let providers = try await Providers()
-        providers.answerFCM(ProviderReply(status: 429, headers: [("retry-after", "2")], body: #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"}]}}"#))
-        let stack = try await MessagingStack.start()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
-        try await alice.connection.send(alice.message("one", to: bob))
-        try await waitUntil { providers.fcmPushes.count == 1 }
-        let first = ContinuousClock.now
-        providers.answerFCM(.ok)
-        try await waitUntil(timeout: .seconds(20)) { providers.fcmPushes.count == 2 }
-        #expect(ContinuousClock.now - first >= .seconds(2) - .milliseconds(50), "not before Retry-After")
-        #expect(providers.fcm.requests.filter { $0.path == "/token" }.count == 1, "the access token is kept between requests")
-        try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="fcm",outcome="delivered"} 1"#) }
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
+        try await Providers().running { providers in
+            providers.answerFCM(ProviderReply(status: 429, headers: [("retry-after", "2")], body: #"{"error":{"code":429,"status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"QUOTA_EXCEEDED"}]}}"#))
+            try await MessagingStack.start().running { stack in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis)).running { sender in
+                    let alice = try await stack.user(on: 0)
+                    let bob = try await stack.offlineUser(on: 1, platform: .android, pushToken: Self.fcmToken)
+                    try await alice.connection.send(alice.message("one", to: bob))
+                    try await waitUntil { providers.fcmPushes.count == 1 }
+                    let first = ContinuousClock.now
+                    providers.answerFCM(.ok)
+                    try await waitUntil(timeout: .seconds(20)) { providers.fcmPushes.count == 2 }
+                    #expect(ContinuousClock.now - first >= .seconds(2) - .milliseconds(50), "not before Retry-After")
+                    #expect(providers.fcm.requests.filter { $0.path == "/token" }.count == 1, "the access token is kept between requests")
+                    try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="fcm",outcome="delivered"} 1"#) }
+                }
+            }
+        }
     }
 
     @Test func anOutageEndsInTheDeadLetterStreamAndReplaySendsThem() async throws {
-        let providers = try await Providers()
-        providers.answerAPNs(ProviderReply(status: 503, body: #"{"reason":"ServiceUnavailable"}"#))
-        let stack = try await MessagingStack.start()
-        let settings = try providers.settings(stack.database, redis: stack.redis) { $0.maxAttempts = 3 }
-        let sender = try await stack.startPushSender(settings)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
-        try await alice.connection.send(alice.message("one", to: bob))
-        try await waitUntil(timeout: .seconds(20)) { try await stack.deadPushes() == 1 }
-        #expect(providers.apnsPushes.count == 3, "the bounded attempts, then the dead letter")
+        try await Providers().running { providers in
+            providers.answerAPNs(ProviderReply(status: 503, body: #"{"reason":"ServiceUnavailable"}"#))
+            try await MessagingStack.start().running { stack in
+                let settings = try providers.settings(stack.database, redis: stack.redis) { $0.maxAttempts = 3 }
+                try await stack.startPushSender(settings).running { sender in
+                    let alice = try await stack.user(on: 0)
+                    let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+                    try await alice.connection.send(alice.message("one", to: bob))
+                    try await waitUntil(timeout: .seconds(20)) { try await stack.deadPushes() == 1 }
+                    #expect(providers.apnsPushes.count == 3, "the bounded attempts, then the dead letter")
 
-        providers.answerAPNs(.ok)
-        let moved = try await ReplayDeadCommand.run(settings: settings, limit: 100, logger: TestServers.logger)
-        #expect(moved == 1)
-        try await waitUntil { providers.apnsPushes.count == 4 }
-        #expect(try await stack.deadPushes() == 0)
-        try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 1"#) }
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
+                    providers.answerAPNs(.ok)
+                    let moved = try await ReplayDeadCommand.run(settings: settings, limit: 100, logger: TestServers.logger)
+                    #expect(moved == 1)
+                    try await waitUntil { providers.apnsPushes.count == 4 }
+                    #expect(try await stack.deadPushes() == 0)
+                    try await waitUntil { (try await stack.metricsText(of: [sender])).contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 1"#) }
+                }
+            }
+        }
     }
 
     /// APNs ends connections with GOAWAY now and then: the next wake-up goes out on a
     /// new connection.
     @Test func aConnectionEndedWithGoAwayIsReplaced() async throws {
-        let providers = try await Providers()
-        providers.answerAPNs(ProviderReply(status: 200, goAway: true))
-        let stack = try await MessagingStack.start()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
-        for index in 0..<3 {
-            try await alice.connection.send(alice.message("m\(index)", to: bob))
-            try await waitUntil { providers.apnsPushes.count == index + 1 }
+        try await Providers().running { providers in
+            providers.answerAPNs(ProviderReply(status: 200, goAway: true))
+            try await MessagingStack.start().running { stack in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) { $0.coalesceWindow = .zero }).running { sender in
+                    let alice = try await stack.user(on: 0)
+                    let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+                    for index in 0..<3 {
+                        try await alice.connection.send(alice.message("m\(index)", to: bob))
+                        try await waitUntil { providers.apnsPushes.count == index + 1 }
+                    }
+                    try await waitUntil {
+                        let metrics = try await stack.metricsText(of: [sender])
+                        return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 3"#)
+                    }
+                    #expect(providers.apns.connectionCount == 3, "each GOAWAY ended its connection; a new one carried the next push")
+                    #expect(Set(providers.apnsPushes.compactMap { $0.header("authorization") }).count == 1, "one provider token, reused")
+                }
+            }
         }
-        try await waitUntil {
-            let metrics = try await stack.metricsText(of: [sender])
-            return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 3"#)
-        }
-        #expect(providers.apns.connectionCount == 3, "each GOAWAY ended its connection; a new one carried the next push")
-        #expect(Set(providers.apnsPushes.compactMap { $0.header("authorization") }).count == 1, "one provider token, reused")
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 
     /// Calls to an offline callee (real `call_initiate`s) wake it through the VoIP token
     /// and topic at once, each one: never coalesced.
     @Test func callsGoToTheVoIPTokenAndAreNeverCoalesced() async throws {
-        let providers = try await Providers()
-        let stack = try await MessagingStack.start()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
-        let voipToken = String(repeating: "cd34", count: 16)
-        let bob = try await stack.user(on: 1, platform: .ios, pushToken: Self.apnsToken, voipToken: voipToken)
-        await bob.connection.close()
-        try await stack.waitUntilOffline(bob)
-        let alice = try await stack.user(on: 0)
-        let carol = try await stack.user(on: 0)
-        let calls = [RandomID.uuid(), RandomID.uuid()]
-        // One after the other: the first is cancelled before the second rings (a callee
-        // has one line; a second call while the first rings would be busy).
-        for (caller, call) in zip([alice, carol], calls) {
-            let start = try await caller.connection.startCall(CallTests.signal(CallInitiate.self, "offer", callId: call, from: caller, to: bob))
-            guard case .ringing(let ringing) = start else { Issue.record("not ringing: \(start)"); continue }
-            #expect(ringing.via == .push)
-            try await caller.connection.signal(CallTests.signal(CallEnd.self, "", callId: call, from: caller, to: bob, reason: .hangup))
-            try await stack.withRedis { redis in
-                try await waitUntil { try await redis.send("EXISTS", RedisKeys.line(bob.whisperId)).int == 0 }
+        try await Providers().running { providers in
+            try await MessagingStack.start().running { stack in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis)).running { sender in
+                    let voipToken = String(repeating: "cd34", count: 16)
+                    let bob = try await stack.user(on: 1, platform: .ios, pushToken: Self.apnsToken, voipToken: voipToken)
+                    await bob.connection.close()
+                    try await stack.waitUntilOffline(bob)
+                    let alice = try await stack.user(on: 0)
+                    let carol = try await stack.user(on: 0)
+                    let calls = [RandomID.uuid(), RandomID.uuid()]
+                    // One after the other: the first is cancelled before the second rings (a callee
+                    // has one line; a second call while the first rings would be busy).
+                    for (caller, call) in zip([alice, carol], calls) {
+                        let start = try await caller.connection.startCall(CallTests.signal(CallInitiate.self, "offer", callId: call, from: caller, to: bob))
+                        guard case .ringing(let ringing) = start else { Issue.record("not ringing: \(start)"); continue }
+                        #expect(ringing.via == .push)
+                        try await caller.connection.signal(CallTests.signal(CallEnd.self, "", callId: call, from: caller, to: bob, reason: .hangup))
+                        try await stack.withRedis { redis in
+                            try await waitUntil { try await redis.send("EXISTS", RedisKeys.line(bob.whisperId)).int == 0 }
+                        }
+                    }
+                    try await waitUntil { providers.apnsPushes.count == 2 }
+                    // Handled at once, so in either order.
+                    let called = Set(providers.apnsPushes.compactMap { ($0.json?["whisper"] as? [String: Any])?["callId"] as? String })
+                    #expect(called == Set(calls))
+                    for request in providers.apnsPushes {
+                        #expect(request.path == "/3/device/\(voipToken)")
+                        #expect(request.header("apns-push-type") == "voip")
+                        #expect(request.header("apns-topic") == "app.whisper.test.voip")
+                        #expect(request.header("apns-collapse-id") == nil)
+                        let whisper = request.json?["whisper"] as? [String: Any]
+                        #expect(whisper?["kind"] as? String == "call")
+                    }
+                }
             }
         }
-        try await waitUntil { providers.apnsPushes.count == 2 }
-        // Handled at once, so in either order.
-        let called = Set(providers.apnsPushes.compactMap { ($0.json?["whisper"] as? [String: Any])?["callId"] as? String })
-        #expect(called == Set(calls))
-        for request in providers.apnsPushes {
-            #expect(request.path == "/3/device/\(voipToken)")
-            #expect(request.header("apns-push-type") == "voip")
-            #expect(request.header("apns-topic") == "app.whisper.test.voip")
-            #expect(request.header("apns-collapse-id") == nil)
-            let whisper = request.json?["whisper"] as? [String: Any]
-            #expect(whisper?["kind"] as? String == "call")
-        }
-        try await sender.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 
     /// A push-sender process killed with SIGKILL while its requests are in flight loses
     /// no job: another push-sender claims them and sends every wake-up.
     @Test func aKilledPushSenderLosesNoJob() async throws {
-        let providers = try await Providers()
-        providers.answerAPNs(ProviderReply(status: 200, stall: true))
-        let stack = try await MessagingStack.start()
-        let keyPath = try providers.keys.writeAPNsKey()
-        var environment = Executables.environment(stack.database)
-        environment["WHISPER_REDIS_URL"] = "redis://\(stack.redis.host):\(stack.redis.port)"
-        environment["WHISPER_INSTANCE_ID"] = "push-sender-doomed"
-        environment["PUSH_SENDER_HTTP_PORT"] = "0"
-        environment["PUSH_APNS_KEY_PATH"] = keyPath
-        environment["PUSH_APNS_KEY_ID"] = providers.keys.apnsKeyID
-        environment["PUSH_APNS_TEAM_ID"] = providers.keys.teamID
-        environment["PUSH_APNS_TOPIC"] = "app.whisper.test"
-        environment["PUSH_APNS_URL"] = providers.apns.baseURL
-        environment["PUSH_TLS_EXTRA_ROOTS"] = providers.certificates.caPath
-        environment["PUSH_COALESCE_WINDOW_SECONDS"] = "0"
-        environment["PUSH_REQUEST_TIMEOUT_SECONDS"] = "300"
-        let (doomed, output) = try Executables.launch("push-sender", environment: environment)
-        defer { if doomed.isRunning { kill(doomed.processIdentifier, SIGKILL) } }
+        try await Providers().running { providers in
+            providers.answerAPNs(ProviderReply(status: 200, stall: true))
+            try await MessagingStack.start().running { stack in
+                let keyPath = try providers.keys.writeAPNsKey()
+                var environment = Executables.environment(stack.database)
+                environment["WHISPER_REDIS_URL"] = "redis://\(stack.redis.host):\(stack.redis.port)"
+                environment["WHISPER_INSTANCE_ID"] = "push-sender-doomed"
+                environment["PUSH_SENDER_HTTP_PORT"] = "0"
+                environment["PUSH_APNS_KEY_PATH"] = keyPath
+                environment["PUSH_APNS_KEY_ID"] = providers.keys.apnsKeyID
+                environment["PUSH_APNS_TEAM_ID"] = providers.keys.teamID
+                environment["PUSH_APNS_TOPIC"] = "app.whisper.test"
+                environment["PUSH_APNS_URL"] = providers.apns.baseURL
+                environment["PUSH_TLS_EXTRA_ROOTS"] = providers.certificates.caPath
+                environment["PUSH_COALESCE_WINDOW_SECONDS"] = "0"
+                environment["PUSH_REQUEST_TIMEOUT_SECONDS"] = "300"
+                let (doomed, output) = try Executables.launch("push-sender", environment: environment)
+                defer { if doomed.isRunning { kill(doomed.processIdentifier, SIGKILL) } }
 
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
-        for index in 0..<5 { try await alice.connection.send(alice.message("m\(index)", to: bob)) }
-        // All five read and on their way (the stand-in holds them unanswered).
-        let reached = (try? await waitUntil(timeout: .seconds(30)) { providers.apnsPushes.count == 5 }) != nil
-        kill(doomed.processIdentifier, SIGKILL)
-        doomed.waitUntilExit()
-        let events = Executables.logLines(output).compactMap { line in (line["event"] as? String).map { "\($0) \(line["error"] ?? "")" } }
-        let waiting = try await stack.pushJobs().count
-        let group = try await stack.withRedis { try await $0.send("XINFO", "GROUPS", PushStream.key) }
-        try #require(reached, "the first push-sender did not reach APNs (\(providers.apns.requests.count) requests, \(waiting) jobs, \(group), redis \(environment["WHISPER_REDIS_URL"] ?? "")): \(events)")
-        #expect(try await stack.pushJobs().count == 5, "nothing was acknowledged")
+                let alice = try await stack.user(on: 0)
+                let bob = try await stack.offlineUser(on: 1, platform: .ios, pushToken: Self.apnsToken)
+                for index in 0..<5 { try await alice.connection.send(alice.message("m\(index)", to: bob)) }
+                // All five read and on their way (the stand-in holds them unanswered).
+                let reached = (try? await waitUntil(timeout: .seconds(30)) { providers.apnsPushes.count == 5 }) != nil
+                kill(doomed.processIdentifier, SIGKILL)
+                doomed.waitUntilExit()
+                let events = Executables.logLines(output).compactMap { line in (line["event"] as? String).map { "\($0) \(line["error"] ?? "")" } }
+                let waiting = try await stack.pushJobs().count
+                let group = try await stack.withRedis { try await $0.send("XINFO", "GROUPS", PushStream.key) }
+                try #require(reached, "the first push-sender did not reach APNs (\(providers.apns.requests.count) requests, \(waiting) jobs, \(group), redis \(environment["WHISPER_REDIS_URL"] ?? "")): \(events)")
+                #expect(try await stack.pushJobs().count == 5, "nothing was acknowledged")
 
-        providers.answerAPNs(.ok)
-        let rescuer = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) {
-            $0.coalesceWindow = .zero
-            $0.claimAfter = .seconds(1)
-        })
-        try await waitUntil(timeout: .seconds(20)) {
-            let metrics = try await stack.metricsText(of: [rescuer])
-            return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 5"#)
+                providers.answerAPNs(.ok)
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis) {
+                    $0.coalesceWindow = .zero
+                    $0.claimAfter = .seconds(1)
+                }).running { rescuer in
+                    try await waitUntil(timeout: .seconds(20)) {
+                        let metrics = try await stack.metricsText(of: [rescuer])
+                        return metrics.contains(#"whisper_push_sent_total{provider="apns",outcome="delivered"} 5"#)
+                    }
+                    try await waitUntil { try await stack.pushJobs().isEmpty }
+                    #expect(providers.apnsPushes.count == 10)
+                }
+            }
         }
-        try await waitUntil { try await stack.pushJobs().isEmpty }
-        #expect(providers.apnsPushes.count == 10)
-        try await rescuer.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 }
 

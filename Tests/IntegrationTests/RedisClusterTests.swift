@@ -167,21 +167,21 @@ extension ClusterMessagingTests {
         #expect(try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .banned))
         await expectRefused(.forbidden, "message to a banned identity") { _ = try await alice.connection.send(alice.message("hi", to: bob)) }
 
-        let providers = try await PushTests.Providers()
-        let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
-        let sleeper = try await stack.offlineUser(on: 1, platform: .ios, pushToken: PushTests.apnsToken)
-        for index in 0..<3 {
-            _ = try await alice.connection.send(alice.message("wake up \(index)", to: sleeper))
+        try await PushTests.Providers().running { providers in
+            let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
+            let sleeper = try await stack.offlineUser(on: 1, platform: .ios, pushToken: PushTests.apnsToken)
+            for index in 0..<3 {
+                _ = try await alice.connection.send(alice.message("wake up \(index)", to: sleeper))
+            }
+            try await waitUntil(timeout: .seconds(20)) { providers.apnsPushes.count >= 1 }
+            try await waitUntil { try await stack.pushJobs().isEmpty }
+            #expect(providers.apnsPushes.count == 1, "three messages, one wake-up")
+            let stats = try await admin.call(.GET, "/admin/stats").json["streams"] as? [String: Any]
+            #expect(stats?["shards"] as? Int == 16)
+            try await sender.stop()
+            try await admin.service.stop()
+            try await stack.stop()
         }
-        try await waitUntil(timeout: .seconds(20)) { providers.apnsPushes.count >= 1 }
-        try await waitUntil { try await stack.pushJobs().isEmpty }
-        #expect(providers.apnsPushes.count == 1, "three messages, one wake-up")
-        let stats = try await admin.call(.GET, "/admin/stats").json["streams"] as? [String: Any]
-        #expect(stats?["shards"] as? Int == 16)
-        try await sender.stop()
-        try await admin.service.stop()
-        try await stack.stop()
-        await providers.stop()
     }
 }
 

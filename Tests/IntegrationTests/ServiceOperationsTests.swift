@@ -56,26 +56,26 @@ import WhisperShared
 
     @Test func readinessWaitsForTheSchema() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
-        let service = try await RunningService.start { running in
+        try await RunningService.start { running in
             buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
-        }
-        // Not ready for the schema alone: Redis is up (once its client has connected).
-        let before = try await HTTP.waitFor("\(service.baseURL)/ready") {
-            $0.status == 503 && ($0.json?["checks"] as? [String: String])?["redis"] == "ok"
-        }
-        #expect(before.json?["status"] as? String == "not_ready")
-        let checks = before.json?["checks"] as? [String: String]
-        #expect(checks?["postgres"]?.contains("admin migrate") == true)
-        #expect(checks?["redis"] == "ok")
+        }.running { service in
+            // Not ready for the schema alone: Redis is up (once its client has connected).
+            let before = try await HTTP.waitFor("\(service.baseURL)/ready") {
+                $0.status == 503 && ($0.json?["checks"] as? [String: String])?["redis"] == "ok"
+            }
+            #expect(before.json?["status"] as? String == "not_ready")
+            let checks = before.json?["checks"] as? [String: String]
+            #expect(checks?["postgres"]?.contains("admin migrate") == true)
+            #expect(checks?["redis"] == "ok")
 
-        let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await client.run() }
-            try await Migrator().migrate(client: client, logger: TestServers.logger)
-            group.cancelAll()
+            let client = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { await client.run() }
+                try await Migrator().migrate(client: client, logger: TestServers.logger)
+                group.cancelAll()
+            }
+            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
         }
-        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        try await service.stop()
     }
 
     @Test func aRedisRestartMidRunIsSurvivedWithoutRestartingTheService() async throws {
@@ -84,28 +84,28 @@ import WhisperShared
         let database = try await TestDatabases.shared.make()
         let common = TestServers.common(service: "gateway", postgres: database, redis: RedisConfiguration(url: redis.url)!)
         let handle = LockedBox<GatewayHandle?>(nil)
-        let service = try await RunningService.start { running in
+        try await RunningService.start { running in
             let gateway = buildGateway(settings: GatewaySettings(common: common, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken), logger: TestServers.logger, onServerRunning: running)
             handle.value = gateway
             return gateway.assembly
+        }.running { service in
+            let environment = try #require(handle.value).environment
+            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+            try await environment.redis.send("SET", "survivor", "1")
+
+            redis.kill()
+            let down = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 503 }
+            #expect((down.json?["checks"] as? [String: String])?["redis"] != "ok")
+
+            try redis.start()
+            let up = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+            #expect((up.json?["checks"] as? [String: String])?["redis"] == "ok")
+            // The same client object, never restarted, works again.
+            try await environment.redis.send("SET", "survivor", "2")
+            #expect(try await environment.redis.send("GET", "survivor").string == "2")
+            let metrics = try await HTTP.get("\(service.baseURL)/metrics").body
+            #expect(metrics.contains(#"whisper_dependency_up{dependency="redis"} 1.0"#))
         }
-        let environment = try #require(handle.value).environment
-        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        try await environment.redis.send("SET", "survivor", "1")
-
-        redis.kill()
-        let down = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 503 }
-        #expect((down.json?["checks"] as? [String: String])?["redis"] != "ok")
-
-        try redis.start()
-        let up = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        #expect((up.json?["checks"] as? [String: String])?["redis"] == "ok")
-        // The same client object, never restarted, works again.
-        try await environment.redis.send("SET", "survivor", "2")
-        #expect(try await environment.redis.send("GET", "survivor").string == "2")
-        let metrics = try await HTTP.get("\(service.baseURL)/metrics").body
-        #expect(metrics.contains(#"whisper_dependency_up{dependency="redis"} 1.0"#))
-        try await service.stop()
     }
 
     func runPromtool(_ text: String) throws -> (Int32, String) {

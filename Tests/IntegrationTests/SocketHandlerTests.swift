@@ -76,16 +76,16 @@ import WhisperShared
     /// Gateway and auth on real Redis and Postgres, with `adjust` applied to the gateway's settings.
     func withGateway(_ adjust: (inout GatewaySettings) -> Void, _ body: (Int) async throws -> Void) async throws {
         let database = try await TestDatabases.shared.make()
-        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
-        var settings = TestServers.gatewaySettings(database, authPort: auth.internalPort)
-        adjust(&settings)
-        let gateway = try await RunningService.start { [settings] running in
-            buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        try await TestServers.startAuth(TestServers.authSettings(database)).running { auth in
+            var settings = TestServers.gatewaySettings(database, authPort: auth.internalPort)
+            adjust(&settings)
+            try await RunningService.start { [settings] running in
+                buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+            }.running { gateway in
+                _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+                try await body(gateway.port)
+            }
         }
-        _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
-        try await body(gateway.port)
-        try await gateway.stop()
-        try await auth.stop()
     }
 
     @Test func aBurstOfFramesIsAnsweredCompletelyAndInOrder() async throws {
