@@ -15,44 +15,44 @@ import WhisperShared
         ?? TestServers.repoRoot.appendingPathComponent(".build/test-artifacts").path
 
     @Test func anOperatorBansAReportedUserFromTheConsoleInABrowser() async throws {
-        let (stack, admin) = try await ModerationTests.start()
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "links"))
+        try await ModerationTests.start().running { moderated in
+            let (stack, admin) = (moderated.stack, moderated.admin)
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "links"))
 
-        let directory = "\(Self.artifacts)/console"
-        try? FileManager.default.removeItem(atPath: directory)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/console_flow.py").path,
-            "--base", admin.baseURL, "--token", TestServers.adminToken, "--operator", "ops-anna", "--target", bob.whisperId,
-            "--artifacts", directory, "--chromium", Self.chromium,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "console_flow.py: \(text)")
-        let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
-        #expect(summary?["steps"] as? [String] == ["sign-in", "wrong-token", "figures", "reports", "banned", "audit", "user", "lifted"])
-        // Every step left its screenshot.
-        let shots = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        #expect(shots.filter { $0.hasSuffix(".png") }.count == 8)
+            let directory = "\(Self.artifacts)/console"
+            try? FileManager.default.removeItem(atPath: directory)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [
+                MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/console_flow.py").path,
+                "--base", admin.baseURL, "--token", TestServers.adminToken, "--operator", "ops-anna", "--target", bob.whisperId,
+                "--artifacts", directory, "--chromium", Self.chromium,
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0, "console_flow.py: \(text)")
+            let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+            #expect(summary?["steps"] as? [String] == ["sign-in", "wrong-token", "figures", "reports", "banned", "audit", "user", "lifted"])
+            // Every step left its screenshot.
+            let shots = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            #expect(shots.filter { $0.hasSuffix(".png") }.count == 8)
 
-        // The ban made on the page took effect like one made through the API: bob's
-        // socket, on the other gateway, was told and closed.
-        let revoked = try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self)
-        #expect(revoked == SessionRevoked(reason: .banned))
-        try await waitUntil { await bob.connection.closeCode != nil }
-        #expect(try await admin.auditActions() == [
-            "ops-anna report.review \(try #require(try await Self.reportId(of: bob, stack: stack)))",
-            "ops-anna ban \(bob.whisperId)", "ops-anna unban \(bob.whisperId)",
-        ])
-        try await stack.stop()
-        try await admin.service.stop()
+            // The ban made on the page took effect like one made through the API: bob's
+            // socket, on the other gateway, was told and closed.
+            let revoked = try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self)
+            #expect(revoked == SessionRevoked(reason: .banned))
+            try await waitUntil { await bob.connection.closeCode != nil }
+            #expect(try await admin.auditActions() == [
+                "ops-anna report.review \(try #require(try await Self.reportId(of: bob, stack: stack)))",
+                "ops-anna ban \(bob.whisperId)", "ops-anna unban \(bob.whisperId)",
+            ])
+        }
     }
 
     /// A client that shows redirects instead of following them (kept for the process:
@@ -88,88 +88,88 @@ import WhisperShared
     }
 
     @Test func formsNeedASessionAndItsCSRFTokenAndPagesAreLockedDown() async throws {
-        let (stack, admin) = try await ModerationTests.start()
-        let bob = try await stack.user(on: 1)
-        let base = admin.baseURL
+        try await ModerationTests.start().running { moderated in
+            let (stack, admin) = (moderated.stack, moderated.admin)
+            let bob = try await stack.user(on: 1)
+            let base = admin.baseURL
 
-        // Not signed in: pages send to sign-in, forms are refused and change nothing.
-        let page = try await Self.request(.GET, "\(base)/console/bans")
-        #expect(page.status == .seeOther)
-        #expect(page.headers.first(name: "Location") == "/console/login")
-        let anonymous = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=x")
-        #expect(anonymous.status == .forbidden)
+            // Not signed in: pages send to sign-in, forms are refused and change nothing.
+            let page = try await Self.request(.GET, "\(base)/console/bans")
+            #expect(page.status == .seeOther)
+            #expect(page.headers.first(name: "Location") == "/console/login")
+            let anonymous = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=x")
+            #expect(anonymous.status == .forbidden)
 
-        // Sign-in needs the nonce of its own form.
-        let form = try await Self.request(.GET, "\(base)/console/login")
-        #expect(form.status == .ok)
-        #expect(form.headers.first(name: "Content-Security-Policy")?.contains("default-src 'none'") == true)
-        #expect(form.headers.first(name: "X-Frame-Options") == "DENY")
-        #expect(form.headers.first(name: "Cache-Control") == "no-store")
-        let login = try #require(Self.setCookie(form, "whisper_console_login"))
-        #expect(login.header.contains("HttpOnly") && login.header.contains("SameSite=Strict"))
-        let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
-        let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
-        #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=other&token=\(token)", cookie: login.pair).status == .forbidden)
-        #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=wrong", cookie: login.pair).status == .unauthorized)
-        let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
-        #expect(signedIn.status == .seeOther)
-        let session = try #require(Self.setCookie(signedIn, "whisper_console"))
-        #expect(session.header.contains("HttpOnly") && session.header.contains("SameSite=Strict") && session.header.contains("Path=/console"))
-        // The cookie's id is not what Redis keeps.
-        let id = String(session.pair.dropFirst("whisper_console=".count))
-        let keys = try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.compactMap(\.string) ?? [] }
-        #expect(keys.count == 1)
-        #expect(!keys.contains { $0.contains(id) })
+            // Sign-in needs the nonce of its own form.
+            let form = try await Self.request(.GET, "\(base)/console/login")
+            #expect(form.status == .ok)
+            #expect(form.headers.first(name: "Content-Security-Policy")?.contains("default-src 'none'") == true)
+            #expect(form.headers.first(name: "X-Frame-Options") == "DENY")
+            #expect(form.headers.first(name: "Cache-Control") == "no-store")
+            let login = try #require(Self.setCookie(form, "whisper_console_login"))
+            #expect(login.header.contains("HttpOnly") && login.header.contains("SameSite=Strict"))
+            let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
+            let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=other&token=\(token)", cookie: login.pair).status == .forbidden)
+            #expect(try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=wrong", cookie: login.pair).status == .unauthorized)
+            let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
+            #expect(signedIn.status == .seeOther)
+            let session = try #require(Self.setCookie(signedIn, "whisper_console"))
+            #expect(session.header.contains("HttpOnly") && session.header.contains("SameSite=Strict") && session.header.contains("Path=/console"))
+            // The cookie's id is not what Redis keeps.
+            let id = String(session.pair.dropFirst("whisper_console=".count))
+            let keys = try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.compactMap(\.string) ?? [] }
+            #expect(keys.count == 1)
+            #expect(!keys.contains { $0.contains(id) })
 
-        // Signed in: the page carries the CSRF token; a form without it, with another,
-        // or from another origin changes nothing.
-        let bans = try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair)
-        let html = String(buffer: try await bans.body.collect(upTo: 1 << 20))
-        let csrf = try #require(html.components(separatedBy: "name=\"csrf\" value=\"").dropFirst().first?.split(separator: "\"").first.map(String.init))
-        let ban = "whisperId=\(bob.whisperId)&reason=spam"
-        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban, cookie: session.pair).status == .forbidden)
-        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=forged", cookie: session.pair).status == .forbidden)
-        #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=\(csrf)", cookie: session.pair, origin: "http://evil.example").status == .forbidden)
-        #expect((try await admin.call(.GET, "/admin/bans").json["bans"] as? [Any])?.isEmpty == true)
-        #expect(await bob.connection.closeCode == nil)
-        // With it, the ban happens; markup in what an operator typed comes back escaped.
-        let done = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=%3Cscript%3Ex%3C%2Fscript%3E&csrf=\(csrf)", cookie: session.pair)
-        #expect(done.status == .seeOther)
-        try await waitUntil { await bob.connection.closeCode != nil }
-        let listed = String(buffer: try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair).body.collect(upTo: 1 << 20))
-        #expect(listed.contains("&lt;script&gt;x&lt;/script&gt;"))
-        #expect(!listed.contains("<script>"))
-        // A bad Whisper ID is answered on the page, with the code's status.
-        let bad = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=nope&reason=x&csrf=\(csrf)", cookie: session.pair)
-        #expect(bad.status == .badRequest)
-        // Signing out ends the session in Redis too.
-        #expect(try await Self.request(.POST, "\(base)/console/logout", form: "csrf=\(csrf)", cookie: session.pair).status == .seeOther)
-        #expect(try await Self.request(.GET, "\(base)/console", cookie: session.pair).status == .seeOther)
-        #expect(try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.count } == 0)
-        try await stack.stop()
-        try await admin.service.stop()
+            // Signed in: the page carries the CSRF token; a form without it, with another,
+            // or from another origin changes nothing.
+            let bans = try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair)
+            let html = String(buffer: try await bans.body.collect(upTo: 1 << 20))
+            let csrf = try #require(html.components(separatedBy: "name=\"csrf\" value=\"").dropFirst().first?.split(separator: "\"").first.map(String.init))
+            let ban = "whisperId=\(bob.whisperId)&reason=spam"
+            #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban, cookie: session.pair).status == .forbidden)
+            #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=forged", cookie: session.pair).status == .forbidden)
+            #expect(try await Self.request(.POST, "\(base)/console/ban", form: ban + "&csrf=\(csrf)", cookie: session.pair, origin: "http://evil.example").status == .forbidden)
+            #expect((try await admin.call(.GET, "/admin/bans").json["bans"] as? [Any])?.isEmpty == true)
+            #expect(await bob.connection.closeCode == nil)
+            // With it, the ban happens; markup in what an operator typed comes back escaped.
+            let done = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=\(bob.whisperId)&reason=%3Cscript%3Ex%3C%2Fscript%3E&csrf=\(csrf)", cookie: session.pair)
+            #expect(done.status == .seeOther)
+            try await waitUntil { await bob.connection.closeCode != nil }
+            let listed = String(buffer: try await Self.request(.GET, "\(base)/console/bans", cookie: session.pair).body.collect(upTo: 1 << 20))
+            #expect(listed.contains("&lt;script&gt;x&lt;/script&gt;"))
+            #expect(!listed.contains("<script>"))
+            // A bad Whisper ID is answered on the page, with the code's status.
+            let bad = try await Self.request(.POST, "\(base)/console/ban", form: "whisperId=nope&reason=x&csrf=\(csrf)", cookie: session.pair)
+            #expect(bad.status == .badRequest)
+            // Signing out ends the session in Redis too.
+            #expect(try await Self.request(.POST, "\(base)/console/logout", form: "csrf=\(csrf)", cookie: session.pair).status == .seeOther)
+            #expect(try await Self.request(.GET, "\(base)/console", cookie: session.pair).status == .seeOther)
+            #expect(try await stack.withRedis { try await $0.send("KEYS", "console:*").array?.count } == 0)
+        }
     }
 
     /// Item 10 of issue 34: anyone who reaches the sign-in page can spend the bucket of
     /// failed attempts, but a valid token still signs in.
     @Test func failedSignInsCannotLockOperatorsOut() async throws {
-        let (stack, admin) = try await ModerationTests.start()
-        let base = admin.baseURL
-        let form = try await Self.request(.GET, "\(base)/console/login")
-        let login = try #require(Self.setCookie(form, "whisper_console_login"))
-        let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
-        var statuses: [HTTPResponseStatus] = []
-        for attempt in 0...Limit.consoleSignInFailures.standard.capacity {
-            let wrong = "csrf=\(nonce)&token=wrong-\(attempt)"
-            statuses.append(try await Self.request(.POST, "\(base)/console/login", form: wrong, cookie: login.pair).status)
+        try await ModerationTests.start().running { moderated in
+            let (stack, admin) = (moderated.stack, moderated.admin)
+            let base = admin.baseURL
+            let form = try await Self.request(.GET, "\(base)/console/login")
+            let login = try #require(Self.setCookie(form, "whisper_console_login"))
+            let nonce = String(login.pair.dropFirst("whisper_console_login=".count))
+            var statuses: [HTTPResponseStatus] = []
+            for attempt in 0...Limit.consoleSignInFailures.standard.capacity {
+                let wrong = "csrf=\(nonce)&token=wrong-\(attempt)"
+                statuses.append(try await Self.request(.POST, "\(base)/console/login", form: wrong, cookie: login.pair).status)
+            }
+            #expect(statuses.first == .unauthorized)
+            #expect(statuses.last == .tooManyRequests)
+            let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
+            #expect(signedIn.status == .seeOther)
+            #expect(Self.setCookie(signedIn, "whisper_console") != nil)
         }
-        #expect(statuses.first == .unauthorized)
-        #expect(statuses.last == .tooManyRequests)
-        let token = TestServers.adminToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
-        let signedIn = try await Self.request(.POST, "\(base)/console/login", form: "csrf=\(nonce)&token=\(token)", cookie: login.pair)
-        #expect(signedIn.status == .seeOther)
-        #expect(Self.setCookie(signedIn, "whisper_console") != nil)
-        try await stack.stop()
-        try await admin.service.stop()
     }
 }

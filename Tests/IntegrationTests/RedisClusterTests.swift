@@ -159,28 +159,28 @@ extension ClusterMessagingTests {
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }
         try await nodes.start()
-        let (stack, admin) = try await ModerationTests.start(redis: nodes.configuration)
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.sendAndWaitForArrival("before the ban", to: bob)
-        #expect(try await admin.call(.POST, "/admin/ban", ["whisperId": bob.whisperId, "reason": "spam waves"]).status == 200)
-        #expect(try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .banned))
-        await expectRefused(.forbidden, "message to a banned identity") { _ = try await alice.connection.send(alice.message("hi", to: bob)) }
+        try await ModerationTests.start(redis: nodes.configuration).running { moderated in
+            let (stack, admin) = (moderated.stack, moderated.admin)
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            _ = try await alice.sendAndWaitForArrival("before the ban", to: bob)
+            #expect(try await admin.call(.POST, "/admin/ban", ["whisperId": bob.whisperId, "reason": "spam waves"]).status == 200)
+            #expect(try await bob.events(.sessionRevoked).first?.payload(as: SessionRevoked.self) == SessionRevoked(reason: .banned))
+            await expectRefused(.forbidden, "message to a banned identity") { _ = try await alice.connection.send(alice.message("hi", to: bob)) }
 
-        try await PushTests.Providers().running { providers in
-            let sender = try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis))
-            let sleeper = try await stack.offlineUser(on: 1, platform: .ios, pushToken: PushTests.apnsToken)
-            for index in 0..<3 {
-                _ = try await alice.connection.send(alice.message("wake up \(index)", to: sleeper))
+            try await PushTests.Providers().running { providers in
+                try await stack.startPushSender(providers.settings(stack.database, redis: stack.redis)).running { _ in
+                    let sleeper = try await stack.offlineUser(on: 1, platform: .ios, pushToken: PushTests.apnsToken)
+                    for index in 0..<3 {
+                        _ = try await alice.connection.send(alice.message("wake up \(index)", to: sleeper))
+                    }
+                    try await waitUntil(timeout: .seconds(20)) { providers.apnsPushes.count >= 1 }
+                    try await waitUntil { try await stack.pushJobs().isEmpty }
+                    #expect(providers.apnsPushes.count == 1, "three messages, one wake-up")
+                    let stats = try await admin.call(.GET, "/admin/stats").json["streams"] as? [String: Any]
+                    #expect(stats?["shards"] as? Int == 16)
+                }
             }
-            try await waitUntil(timeout: .seconds(20)) { providers.apnsPushes.count >= 1 }
-            try await waitUntil { try await stack.pushJobs().isEmpty }
-            #expect(providers.apnsPushes.count == 1, "three messages, one wake-up")
-            let stats = try await admin.call(.GET, "/admin/stats").json["streams"] as? [String: Any]
-            #expect(stats?["shards"] as? Int == 16)
-            try await sender.stop()
-            try await admin.service.stop()
-            try await stack.stop()
         }
     }
 }
