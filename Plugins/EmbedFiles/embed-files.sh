@@ -26,19 +26,18 @@ constant() { # file name
     printf '\n"""%s\n' "$delimiter"
 }
 
-section() { # kind enum-name doc files...
+section() { # lua|web enum-name doc files...: the scripts, or every other file
     kind="$1" name="$2" doc="$3"
     shift 3
     found=0
     for file in "$@"; do
-        case "$file" in *."$kind"|*.html|*.css|*.js) ;; *) continue ;; esac
-        is_lua=0
-        case "$file" in *.lua) is_lua=1 ;; esac
-        if [ "$kind" = lua ] && [ "$is_lua" = 0 ]; then continue; fi
-        if [ "$kind" != lua ] && [ "$is_lua" = 1 ]; then continue; fi
-        if [ "$found" = 0 ]; then printf '\n/// %s\nenum %s {\n' "$doc" "$name"; found=1; fi
         base="$(basename "$file")"
-        if [ "$kind" = lua ]; then stem="${base%.lua}"; else stem="$base"; fi
+        case "$kind:$base" in
+            lua:*.lua) stem="${base%.lua}" ;;
+            web:*.lua | lua:*) continue ;;
+            web:*) stem="$base" ;;
+        esac
+        if [ "$found" = 0 ]; then printf '\n/// %s\nenum %s {\n' "$doc" "$name"; found=1; fi
         constant "$file" "$(camel "$stem")"
     done
     if [ "$found" = 1 ]; then printf '}\n'; fi

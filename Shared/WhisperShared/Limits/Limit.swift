@@ -67,6 +67,13 @@ public struct Limit: Sendable, Hashable, CustomStringConvertible {
         WhisperError(.rateLimited, refusal(retryAfterMs: retryAfterMs))
     }
 
+    /// The limits of one service (their keys begin with its name: `turn.cred.` for
+    /// turn-cred), without the shared ones (`whisper.`).
+    public static func of(service: String) -> [Limit] {
+        let prefix = service.replacingOccurrences(of: "-", with: ".") + "."
+        return registry.filter { $0.key.hasPrefix(prefix) }
+    }
+
     public static func == (lhs: Limit, rhs: Limit) -> Bool { lhs.key == rhs.key }
     public func hash(into hasher: inout Hasher) { hasher.combine(key) }
 }
@@ -84,12 +91,11 @@ public struct LimitRules: Sendable, Equatable {
     /// a shared limit is also read under the service's own older name
     /// (`router.rate.limit.send.per.pair` for `whisper.rate.limit.send.per.pair`).
     public init(from settings: SettingsReader, service: String, shared: [Limit] = []) {
-        let prefix = service.replacingOccurrences(of: "-", with: ".") + "."
-        for limit in Limit.registry where limit.key.hasPrefix(prefix) {
+        for limit in Limit.of(service: service) {
             configured[limit.key] = settings.rateLimit(limit.key, default: limit.standard)
         }
         for limit in shared {
-            let older = prefix + limit.key.dropFirst("whisper.".count)
+            let older = service.replacingOccurrences(of: "-", with: ".") + "." + limit.key.dropFirst("whisper.".count)
             configured[limit.key] = settings.rateLimit(settings.key(limit.key, olderNames: [older]), default: limit.standard)
         }
     }

@@ -86,16 +86,6 @@ public struct RateLimiter: Sendable {
         return .limited(retryAfterMs: Int(values[1].int ?? 0))
     }
 
-    /// Takes a token from every bucket; limited if any refuses (later buckets are not charged).
-    public func takeAll(_ checks: [(action: String, key: String, rule: RateLimitRule)]) async throws -> Decision {
-        for check in checks {
-            if case .limited(let retry) = try await take(check.action, key: check.key, rule: check.rule) {
-                return .limited(retryAfterMs: retry)
-            }
-        }
-        return .allowed
-    }
-
     /// `rate-limit-buckets.lua` (its header says what it takes and answers).
     public static let bucketLua = LuaSource.rateLimitBuckets
 

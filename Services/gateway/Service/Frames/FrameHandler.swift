@@ -55,7 +55,7 @@ struct FrameHandler: Sendable {
         }
         let route = FrameRoute.table[frame.type] ?? FrameRoute.route(for: frame.type)
         if route.isControl, !admitControl(on: connection) {
-            await refuse(.rateLimited, Limit.controlPerSocket.refusal(retryAfterMs: nil), requestId: frame.requestId, on: connection)
+            await refuse(over: .controlPerSocket, retryAfterMs: nil, requestId: frame.requestId, on: connection)
             return
         }
         do {
@@ -92,7 +92,7 @@ struct FrameHandler: Sendable {
             // identity may hold sockets on several instances in a row).
             if route.isControl, let whisperId = connection.whisperId,
                case .limited(let retry) = try await limits.limiter.take(.controlPerIdentity, key: whisperId, rules: limits.rules) {
-                await refuse(.rateLimited, Limit.controlPerIdentity.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
+                await refuse(over: .controlPerIdentity, retryAfterMs: retry, requestId: frame.requestId, on: connection)
                 return false
             }
             return true
@@ -124,7 +124,7 @@ struct FrameHandler: Sendable {
                 whisperId = bound
             case .address(let limit):
                 guard limits.take(limit, address: connection.remoteAddress) else {
-                    await refuse(.rateLimited, limit.refusal(retryAfterMs: nil), requestId: frame.requestId, on: connection)
+                    await refuse(over: limit, retryAfterMs: nil, requestId: frame.requestId, on: connection)
                     return nil
                 }
             case .identityBucket(let limit):
@@ -135,7 +135,7 @@ struct FrameHandler: Sendable {
                     return nil
                 }
                 if case .limited(let retry) = try await limits.limiter.take(limit, key: key, rules: limits.rules) {
-                    await refuse(.rateLimited, limit.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
+                    await refuse(over: limit, retryAfterMs: retry, requestId: frame.requestId, on: connection)
                     return nil
                 }
             }
@@ -162,6 +162,12 @@ struct FrameHandler: Sendable {
             return
         }
         await reply(error: code, message, requestId: requestId, on: connection)
+    }
+
+    /// Refuses a frame over `limit` with the limit's words (`RATE_LIMITED`), counted
+    /// against the socket like any refusal.
+    func refuse(over limit: Limit, retryAfterMs: Int?, requestId: String?, on connection: ClientConnection) async {
+        await refuse(.rateLimited, limit.refusal(retryAfterMs: retryAfterMs), requestId: requestId, on: connection)
     }
 
     // MARK: - Handlers the routes share
@@ -282,7 +288,7 @@ struct FrameHandler: Sendable {
         case .added:
             break
         case .limited(let retry):
-            await refuse(.rateLimited, limit.refusal(retryAfterMs: retry), requestId: frame.requestId, on: connection)
+            await refuse(over: limit, retryAfterMs: retry, requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
             if isMessage { limits.busy.hold() }
@@ -317,7 +323,7 @@ struct FrameHandler: Sendable {
         }
         let bucket = RouterStream.bucket(.sendPerSender, whisperId, in: environment.redis.configuration.streamShards)
         if case .limited(let retry) = try await charge(.send, bucket: bucket, limit: .sendPerSender, on: connection) {
-            await refuse(.rateLimited, Limit.sendPerSender.refusal(retryAfterMs: retry), requestId: requestId, on: connection)
+            await refuse(over: .sendPerSender, retryAfterMs: retry, requestId: requestId, on: connection)
             return
         }
         let receivedAt = Clock.millisecondsNow()
@@ -376,7 +382,7 @@ struct FrameHandler: Sendable {
         if case .limited(let retry) = try await charge(
             .receipt, bucket: PendingQueue.receiptBucket(whisperId), limit: .receiptsPerIdentity, on: connection
         ) {
-            await refuse(.rateLimited, Limit.receiptsPerIdentity.refusal(retryAfterMs: retry), requestId: requestId, on: connection)
+            await refuse(over: .receiptsPerIdentity, retryAfterMs: retry, requestId: requestId, on: connection)
             return
         }
         try await receipts.serve(receipt, from: whisperId)
@@ -481,7 +487,7 @@ struct FrameLimits: Sendable {
 
     init(settings: GatewaySettings, redis: RedisClient, metrics: ServiceMetrics) {
         rules = settings.limits
-        addressTables = Dictionary(uniqueKeysWithValues: Limit.registry.filter { $0.scope == .address && $0.key.hasPrefix("gateway.") }.map {
+        addressTables = Dictionary(uniqueKeysWithValues: Limit.of(service: GatewaySettings.serviceName).filter { $0.scope == .address }.map {
             ($0, LocalBucketTable(rule: settings.limits[$0]))
         })
         limiter = RateLimiter(redis: redis)
