@@ -22,9 +22,9 @@ public enum CallCrypto {
             timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
         )
         return CallSignal<Marker>(
-            sessionToken: sessionToken, callId: callId, from: sender.whisperId, to: peer.whisperId, timestamp: timestamp,
+            sessionToken: sessionToken, .init(callId: callId, from: sender.whisperId, to: peer.whisperId, timestamp: timestamp,
             nonce: nonceText, ciphertext: ciphertextText, sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString(),
-            media: media, reason: reason
+            media: media, reason: reason)
         )
     }
 

@@ -5,17 +5,17 @@ import WhisperProtocol
 extension WhisperConnection {
     /// Creates a conversation; refused with `FORBIDDEN` past `MAX_LIVE_CONVERSATIONS`.
     public func createLiveConversation(name: String) async throws -> LiveConversation {
-        try await answer(LiveConversationCreate(sessionToken: try token(), name: name))
+        try await answer(LiveConversationCreate(sessionToken: try token(), .init(name: name)))
     }
 
     /// Renames one of this identity's conversations (`NOT_FOUND` for any other).
     public func renameLiveConversation(_ conversationId: String, to name: String) async throws -> LiveConversation {
-        try await answer(LiveConversationRename(sessionToken: try token(), conversationId: conversationId, name: name))
+        try await answer(LiveConversationRename(sessionToken: try token(), .init(conversationId: conversationId, name: name)))
     }
 
     /// Deletes one of this identity's conversations (`NOT_FOUND` for any other).
     public func deleteLiveConversation(_ conversationId: String) async throws {
-        let _: LiveConversationDeleted = try await answer(LiveConversationDelete(sessionToken: try token(), conversationId: conversationId))
+        let _: LiveConversationDeleted = try await answer(LiveConversationDelete(sessionToken: try token(), .init(conversationId: conversationId)))
     }
 
     /// This identity's conversations, newest first.

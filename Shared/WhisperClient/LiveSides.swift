@@ -45,7 +45,7 @@ public actor LiveWhisperer {
     /// Takes the Whisperer's place and offers the conversation to listeners waiting there.
     public func start() async throws {
         if keyId == 0 { keyId = 1 }
-        try await control(LiveWhisperOffer(sessionToken: try await connection.token(), conversationId: conversationId, whispererName: name))
+        try await control(LiveWhisperOffer(sessionToken: try await connection.token(), .init(conversationId: conversationId, whispererName: name)))
     }
 
     /// Handles a frame of the connection's events; nil for frames of other things.
@@ -56,7 +56,7 @@ public actor LiveWhisperer {
                 try await admit(offer.listenerId, name: known)
             } else {
                 try await control(LiveWhisperOffer(
-                    sessionToken: try await connection.token(), conversationId: conversationId, whispererName: name, listenerId: offer.listenerId
+                    sessionToken: try await connection.token(), .init(conversationId: conversationId, whispererName: name, listenerId: offer.listenerId)
                 ))
             }
             return .arrived(listenerId: offer.listenerId, known: offer.known, name: offer.name)
@@ -97,8 +97,8 @@ public actor LiveWhisperer {
         let shown = listenerName ?? names[listenerId] ?? "Listener"
         names[listenerId] = shown
         try await control(LiveAuthorize(
-            sessionToken: try await connection.token(), conversationId: conversationId, listenerId: listenerId, listenerName: shown,
-            keyId: keyId, sealedKey: try LiveCrypto.seal(key, to: publicKey, conversationId: conversationId, keyId: keyId)
+            sessionToken: try await connection.token(), .init(conversationId: conversationId, listenerId: listenerId, listenerName: shown,
+            keyId: keyId, sealedKey: try LiveCrypto.seal(key, to: publicKey, conversationId: conversationId, keyId: keyId))
         ))
         admitted.insert(listenerId)
     }
@@ -106,7 +106,7 @@ public actor LiveWhisperer {
     /// Refuses a listener, or lets one go: the server forgets it and sends it nothing
     /// more, and the others get a new key it never saw.
     public func refuse(_ listenerId: String) async throws {
-        try await control(LiveDeauthorize(sessionToken: try await connection.token(), conversationId: conversationId, listenerId: listenerId))
+        try await control(LiveDeauthorize(sessionToken: try await connection.token(), .init(conversationId: conversationId, listenerId: listenerId)))
         let wasAdmitted = admitted.remove(listenerId) != nil
         joined.remove(listenerId)
         publicKeys[listenerId] = nil
@@ -139,7 +139,7 @@ public actor LiveWhisperer {
 
     /// Leaves the conversation; listeners are told (`live_dropped`).
     public func drop() async throws {
-        try await control(LiveDropping(conversationId: conversationId))
+        try await control(LiveDropping(.init(conversationId: conversationId)))
         admitted = []
         joined = []
     }
@@ -164,7 +164,7 @@ public actor LiveWhisperer {
     public func send(_ packet: LiveTextPacket, to listenerId: String? = nil) async throws {
         let sealed = try LiveCrypto.sealPacket(packet, key: key, conversationId: conversationId, keyId: keyId, fromWhisperer: true)
         try await connection.sendOnly(LivePacket(
-            sessionToken: try await connection.token(), conversationId: conversationId, keyId: keyId, packet: sealed, listenerId: listenerId
+            sessionToken: try await connection.token(), .init(conversationId: conversationId, keyId: keyId, packet: sealed, listenerId: listenerId)
         ))
     }
 
@@ -212,7 +212,7 @@ public actor LiveListener {
     @discardableResult
     public func start() async throws -> String {
         let answer = try await connection.request(LiveListenOffer(
-            conversationId: conversationId, publicKey: privateKey.publicKey.x963Representation.base64EncodedString()
+            .init(conversationId: conversationId, publicKey: privateKey.publicKey.x963Representation.base64EncodedString())
         ))
         guard let ack = answer.payload(as: LiveAck.self), let id = ack.listenerId else {
             throw WhisperClientError.unexpectedReply(answer.type.rawValue)
@@ -231,7 +231,7 @@ public actor LiveListener {
                 try await start()
                 return nil
             }
-            _ = try await connection.request(LiveListenRequest(conversationId: conversationId, name: name))
+            _ = try await connection.request(LiveListenRequest(.init(conversationId: conversationId, name: name)))
             return .offered(conversationName: offer.conversationName, whispererName: offer.whispererName)
         }
         if let authorized = frame.payload(as: LiveAuthorized.self), authorized.conversationId == conversationId {
@@ -239,7 +239,7 @@ public actor LiveListener {
             keyId = max(keyId, authorized.keyId)
             guard !joined else { return nil }
             joined = true
-            _ = try await connection.request(LiveJoining(conversationId: conversationId))
+            _ = try await connection.request(LiveJoining(.init(conversationId: conversationId)))
             return .admitted
         }
         if let gone = frame.payload(as: LiveDeauthorized.self), gone.conversationId == conversationId {
@@ -266,11 +266,11 @@ public actor LiveListener {
     public func askForEverything() async throws {
         guard let key = keys[keyId] else { return }
         let sealed = try LiveCrypto.sealPacket(LiveTextPacket(.rereadRequest), key: key, conversationId: conversationId, keyId: keyId, fromWhisperer: false)
-        try await connection.sendOnly(LiveListenerPacket(conversationId: conversationId, keyId: keyId, packet: sealed))
+        try await connection.sendOnly(LiveListenerPacket(.init(conversationId: conversationId, keyId: keyId, packet: sealed)))
     }
 
     public func drop() async throws {
-        _ = try await connection.request(LiveDropping(conversationId: conversationId))
+        _ = try await connection.request(LiveDropping(.init(conversationId: conversationId)))
         joined = false
     }
 }

@@ -61,9 +61,9 @@ public enum MessageCrypto {
         )
         let sig = CanonicalSigning.sign(signed, with: sender.keys.signing)
         return SendMessage(
-            sessionToken: sessionToken, messageId: messageId, from: sender.whisperId, to: recipient.whisperId,
+            sessionToken: sessionToken, .init(messageId: messageId, from: sender.whisperId, to: recipient.whisperId,
             msgType: msgType, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText,
-            sig: Data(sig).base64EncodedString(), replyTo: replyTo, attachment: attachment
+            sig: Data(sig).base64EncodedString(), replyTo: replyTo, attachment: attachment)
         )
     }
 
@@ -84,12 +84,12 @@ public enum MessageCrypto {
                 messageType: ClientFrameType.groupSendMessage.rawValue, messageId: messageId, from: sender.whisperId,
                 toOrGroupId: groupId, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
             )
-            return GroupSendMessage(
-                sessionToken: sessionToken, groupId: groupId, messageId: messageId, from: sender.whisperId, to: member.whisperId,
-                msgType: msgType, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText,
-                sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString(),
+            let message = SendMessageFields(
+                messageId: messageId, from: sender.whisperId, to: member.whisperId, msgType: msgType, timestamp: timestamp,
+                nonce: nonceText, ciphertext: ciphertextText, sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString(),
                 replyTo: replyTo, attachment: attachment
             )
+            return GroupSendMessage(sessionToken: sessionToken, .init(groupId: groupId, message: message))
         }
     }
 

@@ -7,24 +7,24 @@ import WhisperProtocol
 /// grant against the server's floor key (`fetchFloorKey`).
 extension WhisperConnection {
     public func createChannel(name: String, isPublic: Bool = false) async throws -> PTTChannel {
-        try await pttAnswer(PTTChannelCreate(sessionToken: try token(), name: name, isPublic: isPublic))
+        try await pttAnswer(PTTChannelCreate(sessionToken: try token(), .init(name: name, isPublic: isPublic)))
     }
 
     public func joinChannel(code: String) async throws -> PTTChannel {
-        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), joinCode: code.uppercased()))
+        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), .init(joinCode: code.uppercased())))
     }
 
     public func joinChannel(id: String) async throws -> PTTChannel {
-        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), channelId: id))
+        try await pttAnswer(PTTChannelJoin(sessionToken: try token(), .init(channelId: id)))
     }
 
     public func leaveChannel(_ channelId: String) async throws {
-        let _: PTTMembership = try await pttAnswer(PTTChannelLeave(sessionToken: try token(), channelId: channelId))
+        let _: PTTMembership = try await pttAnswer(PTTChannelLeave(sessionToken: try token(), .init(channelId: channelId)))
     }
 
     /// Deletes a channel (its owner only); every member is told (`ptt_membership`, `deleted`).
     public func deleteChannel(_ channelId: String) async throws {
-        let _: PTTMembership = try await pttAnswer(PTTChannelDelete(sessionToken: try token(), channelId: channelId))
+        let _: PTTMembership = try await pttAnswer(PTTChannelDelete(sessionToken: try token(), .init(channelId: channelId)))
     }
 
     /// The channels this identity is a member of, newest first.
@@ -36,12 +36,12 @@ extension WhisperConnection {
     /// Asks for the floor: `granted` (with the signed grant), `queued` (with `queue`: the
     /// floor comes as a `ptt_floor` event when it is this identity's turn) or `refused`.
     public func requestTalk(_ channelId: String, queue: Bool = false) async throws -> PTTFloor {
-        try await pttAnswer(PTTTalkRequest(sessionToken: try token(), channelId: channelId, queue: queue))
+        try await pttAnswer(PTTTalkRequest(sessionToken: try token(), .init(channelId: channelId, queue: queue)))
     }
 
     /// Gives up the floor, or a place waiting for it.
     public func releaseTalk(_ channelId: String) async throws -> PTTFloor {
-        try await pttAnswer(PTTTalkRelease(sessionToken: try token(), channelId: channelId))
+        try await pttAnswer(PTTTalkRelease(sessionToken: try token(), .init(channelId: channelId)))
     }
 
     /// Keeps a public channel (this identity's) announced in `cell` (a geohash of
@@ -49,12 +49,12 @@ extension WhisperConnection {
     /// every 10 s while it should be found. Nil stops.
     @discardableResult
     public func announceChannel(_ channelId: String, in cell: String?) async throws -> PTTAnnounced {
-        try await pttAnswer(PTTAnnounce(sessionToken: try token(), channelId: channelId, cell: cell))
+        try await pttAnswer(PTTAnnounce(sessionToken: try token(), .init(channelId: channelId, cell: cell)))
     }
 
     /// Public channels announced in `cell` and the eight cells around it.
     public func nearbyChannels(in cell: String) async throws -> [PTTNearbyChannels.Channel] {
-        let answer: PTTNearbyChannels = try await pttAnswer(PTTNearby(sessionToken: try token(), cell: cell))
+        let answer: PTTNearbyChannels = try await pttAnswer(PTTNearby(sessionToken: try token(), .init(cell: cell)))
         return answer.channels
     }
 
@@ -80,20 +80,20 @@ extension WhisperConnection {
 /// member and signed (docs/protocol.md section 14, "Media signaling").
 public enum PTTSignaling {
     public static func make(
-        _ kind: PTTSignal.Kind, _ blob: [UInt8], channelId: String, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys,
+        _ kind: PTTSignalFields.Kind, _ blob: [UInt8], channelId: String, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys,
         sessionToken: String, signalId: String = RandomID.uuid(), timestamp: Int64 = Clock.millisecondsNow()
     ) -> PTTSignal {
         let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
         let box = X25519Box.seal(blob, nonce: nonce, recipientPublicKey: peer.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
         let nonceText = Data(nonce).base64EncodedString(), ciphertext = Data(box).base64EncodedString()
-        let signed = PTTSignal.signedBytes(
+        let signed = PTTSignalFields.signedBytes(
             channelId: channelId, signalId: signalId, from: sender.whisperId, to: peer.whisperId, kind: kind, timestamp: timestamp, nonce: nonceText,
             ciphertext: ciphertext
         )
         return PTTSignal(
-            sessionToken: sessionToken, channelId: channelId, signalId: signalId, from: sender.whisperId, to: peer.whisperId, kind: kind,
+            sessionToken: sessionToken, .init(channelId: channelId, signalId: signalId, from: sender.whisperId, to: peer.whisperId, kind: kind,
             timestamp: timestamp, nonce: nonceText, ciphertext: ciphertext,
-            sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString()
+            sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString())
         )
     }
 

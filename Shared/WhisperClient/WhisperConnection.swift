@@ -179,18 +179,18 @@ public actor WhisperConnection {
         pushToken: String? = nil, voipToken: String? = nil
     ) async throws -> RegisterAck {
         let version = WhisperKeys.cryptoVersion
-        let challengeFrame = try await request(RegisterBegin(cryptoVersion: version, whisperId: whisperId, deviceId: deviceId, platform: platform))
+        let challengeFrame = try await request(RegisterBegin(cryptoVersion: version, .init(whisperId: whisperId, deviceId: deviceId, platform: platform)))
         guard let challenge = challengeFrame.payload(as: RegisterChallenge.self),
               let challengeBytes = Data(base64Encoded: challenge.challenge) else {
             throw WhisperClientError.unexpectedReply(challengeFrame.type.rawValue)
         }
         // The domain-separated proof (cryptoVersion 2): the key never signs a bare challenge.
         let proof = RegisterProof(
-            cryptoVersion: version, challengeId: challenge.challengeId, deviceId: deviceId, platform: platform, whisperId: whisperId,
+            cryptoVersion: version, .init(challengeId: challenge.challengeId, deviceId: deviceId, platform: platform, whisperId: whisperId,
             encPublicKey: Data(keys.encPublicKey).base64EncodedString(),
             signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
             signature: Data(keys.proveChallenge(Array(challengeBytes), cryptoVersion: version)).base64EncodedString(),
-            pushToken: pushToken, voipToken: voipToken
+            pushToken: pushToken, voipToken: voipToken)
         )
         let ackFrame = try await request(proof)
         guard let ack = ackFrame.payload(as: RegisterAck.self) else { throw WhisperClientError.unexpectedReply(ackFrame.type.rawValue) }
@@ -219,7 +219,7 @@ public actor WhisperConnection {
 
     /// Sets, keeps or clears the device's push and VoIP tokens (after the OS rotates one).
     public func updateTokens(pushToken: TokenUpdate, voipToken: TokenUpdate = .unchanged) async throws {
-        _ = try await request(UpdateTokens(sessionToken: try token(), pushToken: pushToken, voipToken: voipToken))
+        _ = try await request(UpdateTokens(sessionToken: try token(), .init(pushToken: pushToken, voipToken: voipToken)))
     }
 
     /// Sends a message; returns when the server has stored it (`message_accepted`).
@@ -234,15 +234,15 @@ public actor WhisperConnection {
     public func acknowledge(_ message: MessageReceived, status: ReceiptStatus = .delivered) async throws {
         guard let whisperId else { throw WhisperClientError.refused(.notRegistered, "no session; register first") }
         let receipt = DeliveryReceipt(
-            protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), messageId: message.messageId,
-            from: whisperId, to: message.from, status: status, timestamp: Clock.millisecondsNow()
+            protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), .init(messageId: message.messageId,
+            from: whisperId, to: message.from, status: status, timestamp: Clock.millisecondsNow())
         )
         try await sendOnly(receipt)
     }
 
     /// One page of the pending queue.
     public func fetchPending(cursor: String? = nil, limit: Int? = nil) async throws -> PendingMessages {
-        let frame = try await request(FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), cursor: cursor, limit: limit))
+        let frame = try await request(FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: try token(), .init(cursor: cursor, limit: limit)))
         guard let page = frame.payload(as: PendingMessages.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
         return page
     }
@@ -250,7 +250,7 @@ public actor WhisperConnection {
     /// Creates a group with the given members (the caller becomes its owner). Send it
     /// again after a lost answer: the `requestId` of `request` makes a resend name the same group.
     public func createGroup(title: String, memberIds: [String]) async throws -> GroupCreated {
-        let frame = try await request(GroupCreate(sessionToken: try token(), title: title, memberIds: memberIds))
+        let frame = try await request(GroupCreate(sessionToken: try token(), .init(title: title, memberIds: memberIds)))
         guard let created = frame.payload(as: GroupCreated.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
         return created
     }
@@ -258,7 +258,7 @@ public actor WhisperConnection {
     /// Changes a group: members added or removed (owner only), the title, or leaving it
     /// (`removeMembers` with one's own ID).
     public func updateGroup(_ groupId: String, add: [String]? = nil, remove: [String]? = nil, title: String? = nil) async throws -> GroupUpdated {
-        let frame = try await request(GroupUpdate(sessionToken: try token(), groupId: groupId, addMembers: add, removeMembers: remove, title: title))
+        let frame = try await request(GroupUpdate(sessionToken: try token(), .init(groupId: groupId, addMembers: add, removeMembers: remove, title: title)))
         guard let updated = frame.payload(as: GroupUpdated.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
         return updated
     }
@@ -313,7 +313,7 @@ public actor WhisperConnection {
     /// returns their status now. `presence` events follow as they come and go. IDs that
     /// are not direct peers are left out of the answer and not watched.
     public func subscribePresence(_ whisperIds: [String]) async throws -> PresenceSnapshot {
-        let frame = try await request(PresenceSubscribe(sessionToken: try token(), whisperIds: whisperIds))
+        let frame = try await request(PresenceSubscribe(sessionToken: try token(), .init(whisperIds: whisperIds)))
         guard let snapshot = frame.payload(as: PresenceSnapshot.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
         return snapshot
     }
@@ -321,7 +321,7 @@ public actor WhisperConnection {
     /// Tells a direct peer that this user is (or stopped) typing. The server relays at
     /// most one a 2 seconds per peer and answers nothing; a call more often is harmless.
     public func sendTyping(to peer: String, isTyping: Bool) async throws {
-        try await sendOnly(Typing(sessionToken: try token(), to: peer, isTyping: isTyping))
+        try await sendOnly(Typing(sessionToken: try token(), .init(to: peer, isTyping: isTyping)))
     }
 
     /// Reports an identity to the operators (`report_user`), naming up to 20 of its
@@ -330,7 +330,7 @@ public actor WhisperConnection {
     public func report(
         _ whisperId: String, reason: ReportReason, details: String? = nil, messageIds: [String]? = nil
     ) async throws -> ReportAccepted {
-        let frame = try await request(ReportUser(sessionToken: try token(), whisperId: whisperId, reason: reason, details: details, messageIds: messageIds))
+        let frame = try await request(ReportUser(sessionToken: try token(), .init(whisperId: whisperId, reason: reason, details: details, messageIds: messageIds)))
         guard let accepted = frame.payload(as: ReportAccepted.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
         return accepted
     }

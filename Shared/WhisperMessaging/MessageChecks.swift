@@ -27,11 +27,7 @@ public struct MessageChecks: Sendable {
         try Self.checkAuthor(message.from, session: session)
         try Self.checkSize(message)
         try Self.checkTimestamp(message.timestamp, now: now)
-        let received = MessageReceived(
-            messageId: message.messageId, groupId: groupId, from: message.from, to: message.to, msgType: message.msgType,
-            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig,
-            replyTo: message.replyTo, reactions: message.reactions, attachment: message.attachment
-        )
+        let received = MessageReceived(message.fields, groupId: groupId)
         let body = received.payloadJSON
         guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
             throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")

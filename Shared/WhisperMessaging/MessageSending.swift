@@ -65,7 +65,7 @@ public struct MessageSending: Sendable {
         func accept(_ frame: [UInt8]) -> RedisCommand?
         /// Writes `frame` (`message_received`) when `socket` is on this instance: true
         /// when written, false when that socket has gone; nil when it is elsewhere.
-        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: Sender) -> Bool?
+        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: Payload<SendMessageFields>, sender: Sender) -> Bool?
         /// Work to send in the store's write, and what to do with its replies (nil: the
         /// write failed).
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void)

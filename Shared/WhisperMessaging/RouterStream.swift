@@ -125,16 +125,7 @@ public enum RouterStream {
             return writer.bytes
         case let copy as GroupSendMessage:
             var writer = FastJSONWriter(capacity: 560 + copy.ciphertext.utf8.count)
-            writer.beginObject()
-            writer.field("protocolVersion", copy.protocolVersion)
-            writer.field("cryptoVersion", copy.cryptoVersion)
-            writer.field("groupId", copy.groupId)
-            writer.field("messageId", copy.messageId)
-            writer.messageFields(
-                from: copy.from, to: copy.to, msgType: copy.msgType, timestamp: copy.timestamp, nonce: copy.nonce,
-                ciphertext: copy.ciphertext, sig: copy.sig, replyTo: copy.replyTo, reactions: copy.reactions, attachment: copy.attachment
-            )
-            writer.endObject()
+            copy.write(to: &writer, withSessionToken: false)
             return writer.bytes
         case let fetch as FetchPending:
             var writer = FastJSONWriter(capacity: 128)

@@ -128,12 +128,12 @@ import WhisperShared
         // What the Swift SDK sends must pass the server's schema too.
         let session = String(repeating: "a", count: 43)
         let payloads: [(String, [UInt8])] = [
-            ("register_begin", Self.frame(RegisterBegin(deviceId: UUID().uuidString, platform: .android))),
-            ("update_tokens", Self.frame(UpdateTokens(sessionToken: session, pushToken: .set("tok"), voipToken: .clear))),
+            ("register_begin", Self.frame(RegisterBegin(.init(deviceId: UUID().uuidString, platform: .android)))),
+            ("update_tokens", Self.frame(UpdateTokens(sessionToken: session, .init(pushToken: .set("tok"), voipToken: .clear)))),
             ("send_message", Self.frame(SendMessage(
-                sessionToken: session, messageId: UUID().uuidString, from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF",
+                sessionToken: session, .init(messageId: UUID().uuidString, from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF",
                 msgType: .text, timestamp: 1_767_268_800_000, nonce: Data(count: 24).base64EncodedString(),
-                ciphertext: Data(count: 20).base64EncodedString(), sig: Data(count: 64).base64EncodedString()))),
+                ciphertext: Data(count: 20).base64EncodedString(), sig: Data(count: 64).base64EncodedString())))),
         ]
         let verdicts = try Self.schemaVerdicts(payloads.map { ($0.0, String(decoding: $0.1, as: UTF8.self)) })
         for (name, bytes) in payloads {

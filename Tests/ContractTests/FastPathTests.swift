@@ -162,8 +162,8 @@ import WhisperShared
         var frames: [(String, String)] = []
         for round in 0..<200 {
             func text() -> String { awkward[Int(random.next() % UInt64(awkward.count))] + String(random.next() % 1000) }
-            let message = MessageReceived(
-                messageId: text(), groupId: round % 3 == 0 ? text() : nil, from: text(), to: text(),
+            let message = MessageReceived(SendMessageFields(
+                messageId: text(), from: text(), to: text(),
                 msgType: MessageType.allCases[round % MessageType.allCases.count], timestamp: Int64(random.next() % 9_007_199_254_740_991),
                 nonce: text(), ciphertext: text(), sig: text(), replyTo: round % 2 == 0 ? text() : nil,
                 reactions: round % 5 == 0 ? [text(): [text()]] : nil,
@@ -171,7 +171,7 @@ import WhisperShared
                     objectKey: text(), contentType: text(), ciphertextSize: Int64(round), fileNonce: text(),
                     fileKeyBox: FileKeyBox(nonce: text(), ciphertext: text())
                 ) : nil
-            )
+            ), groupId: round % 3 == 0 ? text() : nil)
             let bytes = ServerFrameCodec.encode(message, requestId: round % 2 == 0 ? "r-\(round)" : nil)
             let general = try ServerFrameCodec.decodeGeneral(bytes)
             #expect(general.payload(as: MessageReceived.self) == message)
@@ -179,16 +179,16 @@ import WhisperShared
             #expect(try ProtocolJSON.decoder.decode(MessageReceived.self, from: Data(message.payloadJSON)) == message)
         }
         // Frames as the server sends them, checked by the JSON Schemas.
-        let message = MessageReceived(
+        let message = MessageReceived(SendMessageFields(
             messageId: UUID().uuidString.lowercased(), from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF", msgType: .text,
             timestamp: 1_767_268_800_000, nonce: Data(count: 24).base64EncodedString(), ciphertext: Data(count: 40).base64EncodedString(),
             sig: Data(count: 64).base64EncodedString(), replyTo: UUID().uuidString.lowercased(), reactions: ["\u{1F44D}": ["WSP-AAAA-BBBB-CCCC"]]
-        )
+        ))
         frames.append(("message_received", String(decoding: ServerFrameCodec.encode(message), as: UTF8.self)))
         frames.append(("message_accepted", String(decoding: ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: "r-1"), as: UTF8.self)))
         frames.append(("message_delivered", String(decoding: ServerFrameCodec.encode(MessageDelivered(messageId: message.messageId, status: .read, timestamp: 1)), as: UTF8.self)))
         frames.append(("delivery_receipt", String(decoding: ClientFrameCodec.encode(DeliveryReceipt(
-            sessionToken: Self.session, messageId: message.messageId, from: message.to, to: message.from, status: .delivered, timestamp: 7
+            sessionToken: Self.session, .init(messageId: message.messageId, from: message.to, to: message.from, status: .delivered, timestamp: 7)
         ), requestId: "r-2"), as: UTF8.self)))
         let verdicts = try ContractTests.schemaVerdicts(frames)
         for (name, _) in frames {

@@ -133,7 +133,7 @@ import WhisperShared
             var pages = 0
             repeat {
                 let frame = try await back.connection.request(
-                    FetchPending(sessionToken: bob.token, cursor: cursor, limit: Limits.FETCH_PENDING_LIMIT_MAX)
+                    FetchPending(sessionToken: bob.token, .init(cursor: cursor, limit: Limits.FETCH_PENDING_LIMIT_MAX))
                 )
                 let page = try #require(frame.payload(as: PendingMessages.self))
                 let bodies = page.messages.map { (try? JSONEncoder().encode($0))?.count ?? 0 }.reduce(0, +)
@@ -167,8 +167,8 @@ import WhisperShared
             // Random messageIds: 3 more fit the bucket of 8, then each is refused at the edge.
             for _ in 0..<12 {
                 try await bob.connection.sendOnly(DeliveryReceipt(
-                    sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-                    status: .read, timestamp: Clock.millisecondsNow()
+                    sessionToken: bob.token, .init(messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                    status: .read, timestamp: Clock.millisecondsNow())
                 ))
             }
             try await bob.events(.error, count: 9)
@@ -237,7 +237,7 @@ import WhisperShared
             try await attacker.connect()
             let attackerKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
             for _ in 0..<6 {
-                _ = try await attacker.request(RegisterBegin(cryptoVersion: 2, whisperId: victim.whisperId, deviceId: RandomID.uuid(), platform: .ios))
+                _ = try await attacker.request(RegisterBegin(cryptoVersion: 2, .init(whisperId: victim.whisperId, deviceId: RandomID.uuid(), platform: .ios)))
             }
             for _ in 0..<3 {
                 await expectRefused(.authFailed, "the attacker's keys are not the victim's") {
@@ -293,12 +293,12 @@ import WhisperShared
             let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
             let device = RandomID.uuid()
             func attempt(claiming version: Int, signing signedVersion: Int) async throws -> ServerFrame {
-                let challenge = try #require(try await connection.request(RegisterBegin(deviceId: device, platform: .ios)).payload(as: RegisterChallenge.self))
+                let challenge = try #require(try await connection.request(RegisterBegin(.init(deviceId: device, platform: .ios))).payload(as: RegisterChallenge.self))
                 let bytes = [UInt8](try #require(Data(base64Encoded: challenge.challenge)))
                 return try await connection.request(RegisterProof(
-                    cryptoVersion: version, challengeId: challenge.challengeId, deviceId: device, platform: .ios,
+                    cryptoVersion: version, .init(challengeId: challenge.challengeId, deviceId: device, platform: .ios,
                     encPublicKey: Data(keys.encPublicKey).base64EncodedString(), signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
-                    signature: Data(keys.proveChallenge(bytes, cryptoVersion: signedVersion)).base64EncodedString()
+                    signature: Data(keys.proveChallenge(bytes, cryptoVersion: signedVersion)).base64EncodedString())
                 ))
             }
             // A bare-challenge signature is no proof under version 2, and the reverse.
@@ -415,10 +415,10 @@ import WhisperShared
             withReactions.reactions = ["+1": [bob.whisperId]]
             try await alice.connection.sendOnly(withReactions)
             try await bob.connection.sendOnly(DeliveryReceipt(
-                sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-                status: .delivered, timestamp: Clock.millisecondsNow()
+                sessionToken: bob.token, .init(messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                status: .delivered, timestamp: Clock.millisecondsNow())
             ))
-            try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, limit: 10))
+            try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, .init(limit: 10)))
             // The receipt is served by the gateway and never enters the stream.
             try await waitUntil { try await stack.routerStreamBacklog() == 3 }
             let entries = try await stack.withRedis { try await $0.send("XRANGE", RouterStream.key, "-", "+").array ?? [] }

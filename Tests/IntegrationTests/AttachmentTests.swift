@@ -24,16 +24,20 @@ import WhisperShared
     static func start(_ adjust: (inout AttachmentSignerSettings) -> Void = { _ in }) async throws -> Signer {
         let moto = try MotoProcess()
         let store = try await moto.client()
-        let stack = try await MessagingStack.start(routers: 1)
-        var settings = AttachmentSignerSettings(
-            common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: moto.settings
-        )
-        adjust(&settings)
-        let service = try await RunningService.start { running in
-            buildAttachmentSigner(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        return try await MessagingStack.start(routers: 1).then { stack in
+            var settings = AttachmentSignerSettings(
+                common: TestServers.common(service: "attachment-signer", postgres: stack.database, redis: stack.redis), s3: moto.settings
+            )
+            adjust(&settings)
+            let final = settings
+            let service = try await RunningService.start { running in
+                buildAttachmentSigner(settings: final, logger: TestServers.logger, onServerRunning: running).assembly
+            }
+            return try await service.then { service in
+                _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+                return Signer(stack: stack, moto: moto, store: store, service: service)
+            }
         }
-        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        return Signer(stack: stack, moto: moto, store: store, service: service)
     }
 
     static func call(_ method: HTTPMethod, _ url: String, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {

@@ -38,8 +38,8 @@ struct BackpressureTests {
             // Receipts are served by the gateway and never wait for the stream: not refused.
             for _ in 0..<2 {
                 try await bob.connection.sendOnly(DeliveryReceipt(
-                    sessionToken: bob.token, messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
-                    status: .read, timestamp: Clock.millisecondsNow()
+                    sessionToken: bob.token, .init(messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
+                    status: .read, timestamp: Clock.millisecondsNow())
                 ))
             }
             _ = try await bob.connection.ping()
@@ -48,7 +48,7 @@ struct BackpressureTests {
 
             // Fetches still get in, up to twice the limit.
             for _ in 0..<3 {
-                try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, cursor: nil, limit: 1))
+                try await bob.connection.sendOnly(FetchPending(sessionToken: bob.token, .init(cursor: nil, limit: 1)))
             }
             try await waitUntil { try await stack.routerStreamBacklog() == 6 }
             await expectRefused(.rateLimited, "fetch past twice the limit") { _ = try await bob.connection.fetchPending() }

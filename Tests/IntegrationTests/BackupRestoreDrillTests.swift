@@ -48,22 +48,23 @@ import WhisperShared
             return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
         }
 
-        // 1. A deployment in use.
-        let before = try await MessagingStack.start(routers: 1)
-        let database = before.database
-        var users: [TestUser] = []
-        for (index, mnemonic) in mnemonics.enumerated() { users.append(try await register(mnemonic, on: before, gateway: index % 2)) }
-        let (alice, bob, carol) = (users[0], users[1], users[2])
-        try await before.makePeers([alice, bob, carol])
-        let group = try await alice.connection.createGroup(title: "Drill", memberIds: [bob.whisperId, carol.whisperId])
-        let contacts = ContactsBackup(contacts: [
-            .init(whisperId: bob.whisperId, addedAt: 1_767_268_800_000, displayName: "Bob"),
-            .init(whisperId: carol.whisperId, addedAt: 1_767_268_900_000, displayName: "Carol", isPinned: true),
-        ])
-        let stored = try await HTTP.json(.PUT, "\(before.auth.baseURL)/backup/contacts", token: alice.token, body: try contacts.sealed(with: alice.keys))
-        #expect(stored.status == 200)
-        for user in users { await user.connection.close() }
-        try await before.stop()
+        // 1. A deployment in use, stopped at the end of its block.
+        let (database, users, group) = try await MessagingStack.start(routers: 1).running { before in
+            var users: [TestUser] = []
+            for (index, mnemonic) in mnemonics.enumerated() { users.append(try await register(mnemonic, on: before, gateway: index % 2)) }
+            let (alice, bob, carol) = (users[0], users[1], users[2])
+            try await before.makePeers([alice, bob, carol])
+            let group = try await alice.connection.createGroup(title: "Drill", memberIds: [bob.whisperId, carol.whisperId])
+            let contacts = ContactsBackup(contacts: [
+                .init(whisperId: bob.whisperId, addedAt: 1_767_268_800_000, displayName: "Bob"),
+                .init(whisperId: carol.whisperId, addedAt: 1_767_268_900_000, displayName: "Carol", isPinned: true),
+            ])
+            let stored = try await HTTP.json(.PUT, "\(before.auth.baseURL)/backup/contacts", token: alice.token, body: try contacts.sealed(with: alice.keys))
+            #expect(stored.status == 200)
+            for user in users { await user.connection.close() }
+            return (before.database, users, group)
+        }
+        let (bob, carol) = (users[1], users[2])
 
         // 2. The backup, then the disaster: the database dropped, Redis gone with the stack.
         let dump = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-drill-\(UUID().uuidString).dump")

@@ -19,7 +19,7 @@ import WhisperShared
             let (stack, admin) = (moderated.stack, moderated.admin)
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "links"))
+            _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, .init(whisperId: bob.whisperId, reason: .spam, details: "links")))
 
             let directory = "\(Self.artifacts)/console"
             try? FileManager.default.removeItem(atPath: directory)
@@ -154,7 +154,7 @@ import WhisperShared
     /// failed attempts, but a valid token still signs in.
     @Test func failedSignInsCannotLockOperatorsOut() async throws {
         try await ModerationTests.start().running { moderated in
-            let (stack, admin) = (moderated.stack, moderated.admin)
+            let admin = moderated.admin
             let base = admin.baseURL
             let form = try await Self.request(.GET, "\(base)/console/login")
             let login = try #require(Self.setCookie(form, "whisper_console_login"))

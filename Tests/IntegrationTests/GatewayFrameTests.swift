@@ -22,13 +22,16 @@ import WhisperShared
 
     func startStack() async throws -> Stack {
         let database = try await TestDatabases.shared.make()
-        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
-        let gateway = try await RunningService.start { running in
-            buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort), logger: TestServers.logger, onServerRunning: running).assembly
+        return try await TestServers.startAuth(TestServers.authSettings(database)).then { auth in
+            let gateway = try await RunningService.start { running in
+                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort), logger: TestServers.logger, onServerRunning: running).assembly
+            }
+            return try await Stack(gateway: gateway, auth: auth).then { stack in
+                _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+                _ = try await HTTP.waitFor("\(auth.baseURL)/ready") { $0.status == 200 }
+                return stack
+            }
         }
-        _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
-        _ = try await HTTP.waitFor("\(auth.baseURL)/ready") { $0.status == 200 }
-        return Stack(gateway: gateway, auth: auth)
     }
 
     static let session = String(repeating: "x", count: 43)
@@ -107,24 +110,25 @@ import WhisperShared
     }
 
     @Test func drainingTellsClientsToReconnect() async throws {
-        let stack = try await startStack()
-        let gateway = stack.gateway
-        try await WebSocketTest.connect(stack.url) { session in
-            try await session.send(#"{"type":"ping","payload":{}}"#)
-            _ = try await session.receive()
-            await gateway.group.triggerGracefulShutdown()
-            let frame = try await session.receive()
-            let reconnect = try #require(frame.payload(as: Reconnect.self))
-            #expect(reconnect.reason == "server_shutdown")
-            #expect(reconnect.retryAfterMs == 1_000)
-            // While it drains (this socket is still open) the instance is not ready and
-            // takes no new sockets.
-            #expect(try await HTTP.get("\(gateway.baseURL)/ready").status == 503)
-            await #expect(throws: (any Error).self) {
-                try await WebSocketTest.connect(stack.url) { _ in }
+        // The gateway is drained inside; the stack's stop then finds it stopped.
+        try await startStack().running { stack in
+            let gateway = stack.gateway
+            try await WebSocketTest.connect(stack.url) { session in
+                try await session.send(#"{"type":"ping","payload":{}}"#)
+                _ = try await session.receive()
+                await gateway.group.triggerGracefulShutdown()
+                let frame = try await session.receive()
+                let reconnect = try #require(frame.payload(as: Reconnect.self))
+                #expect(reconnect.reason == "server_shutdown")
+                #expect(reconnect.retryAfterMs == 1_000)
+                // While it drains (this socket is still open) the instance is not ready and
+                // takes no new sockets.
+                #expect(try await HTTP.get("\(gateway.baseURL)/ready").status == 503)
+                await #expect(throws: (any Error).self) {
+                    try await WebSocketTest.connect(stack.url) { _ in }
+                }
             }
+            try await gateway.task.value
         }
-        try await gateway.task.value
-        try await stack.auth.stop()
     }
 }

@@ -235,7 +235,7 @@ struct GroupTests {
             let owner = try await stack.user(on: 0)
             let member = try await stack.user(on: 1)
             try await stack.makePeers([owner, member])
-            let request = GroupCreate(sessionToken: owner.token, title: "Once", memberIds: [member.whisperId])
+            let request = GroupCreate(sessionToken: owner.token, .init(title: "Once", memberIds: [member.whisperId]))
             let requestId = UUID().uuidString.lowercased()
             let first = try await owner.connection.request(request, requestId: requestId)
             let second = try await owner.connection.request(request, requestId: requestId)
@@ -373,7 +373,7 @@ struct GroupCacheTests {
                 #expect(try await stale.directory.view(groupId).fromMemory)
 
                 let answer = try await owner.connection.request(
-                    GroupCreate(sessionToken: owner.token, title: "Named ahead", memberIds: [member.whisperId]), requestId: requestId
+                    GroupCreate(sessionToken: owner.token, .init(title: "Named ahead", memberIds: [member.whisperId])), requestId: requestId
                 )
                 #expect(answer.payload(as: GroupCreated.self)?.groupId == groupId)
                 let copy = try #require(owner.groupCopies("now it exists", groupId: groupId, to: [member]).first)

@@ -51,16 +51,19 @@ import WhisperShared
         var authSettings = TestServers.authSettings(database, redis: redis)
         configure(&authSettings)
         let settings = authSettings
-        let auth = try await TestServers.startAuth(settings)
-        var gateways: [RunningService] = []
-        for _ in 0..<2 {
-            let gateway = try await RunningService.start { running in
-                buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+        return try await TestServers.startAuth(settings).then { auth in
+            var gateways: [RunningService] = []
+            _ = try await StartedTogether.start { started in
+                for _ in 0..<2 {
+                    let gateway = started.add(try await RunningService.start { running in
+                        buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis), logger: TestServers.logger, onServerRunning: running).assembly
+                    })
+                    _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+                    gateways.append(gateway)
+                }
             }
-            _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
-            gateways.append(gateway)
+            return Stack(database: database, auth: auth, gateways: gateways)
         }
-        return Stack(database: database, auth: auth, gateways: gateways)
     }
 
     static func newKeys() -> (mnemonic: String, keys: WhisperKeys) {
@@ -150,15 +153,15 @@ import WhisperShared
             try await waitUntil { redis.isConnected }
 
             func challenge() async throws -> RegisterChallenge {
-                try await connection.request(RegisterBegin(deviceId: device, platform: .ios)).payload(as: RegisterChallenge.self)!
+                try await connection.request(RegisterBegin(.init(deviceId: device, platform: .ios))).payload(as: RegisterChallenge.self)!
             }
             func proof(_ challenge: RegisterChallenge, signedBy signer: WhisperKeys, over bytes: [UInt8]? = nil) -> RegisterProof {
                 let challengeBytes = bytes ?? [UInt8](Data(base64Encoded: challenge.challenge)!)
                 return RegisterProof(
-                    challengeId: challenge.challengeId, deviceId: device, platform: .ios,
+                    .init(challengeId: challenge.challengeId, deviceId: device, platform: .ios,
                     encPublicKey: Data(keys.encPublicKey).base64EncodedString(),
                     signPublicKey: Data(keys.signPublicKey).base64EncodedString(),
-                    signature: Data(signer.proveChallenge(challengeBytes, cryptoVersion: 1)).base64EncodedString()
+                    signature: Data(signer.proveChallenge(challengeBytes, cryptoVersion: 1)).base64EncodedString())
                 )
             }
 
@@ -209,7 +212,7 @@ import WhisperShared
 
             try await connection.logout()
             await expectRefused(.notRegistered, "logged-out token") {
-                _ = try await connection.request(UpdateTokens(sessionToken: refreshed.sessionToken, pushToken: .set("x")))
+                _ = try await connection.request(UpdateTokens(sessionToken: refreshed.sessionToken, .init(pushToken: .set("x"))))
             }
             let elsewhere = try await stack.connect(1)
             await expectRefused(.notRegistered, "logged-out token on another socket") {
@@ -226,7 +229,7 @@ import WhisperShared
             let bobAck = try await bob.register(keys: Self.newKeys().keys, deviceId: Self.deviceId(), platform: .ios)
             // Alice's socket presents Bob's token.
             await expectRefused(.notRegistered, "another identity's token") {
-                _ = try await alice.request(UpdateTokens(sessionToken: bobAck.sessionToken, pushToken: .set("stolen")))
+                _ = try await alice.request(UpdateTokens(sessionToken: bobAck.sessionToken, .init(pushToken: .set("stolen"))))
             }
             // A fresh socket may resume a session it was given (a reconnect).
             let reconnect = try await stack.connect(1)
@@ -270,10 +273,10 @@ import WhisperShared
         try await startStack(redis: RedisConfiguration(url: redis.url)!) { $0.limits[.registerPerAddress] = RateLimitRule("3/60s")! }.running { stack in
             let connection = try await stack.connect(0)
             for _ in 0..<3 {
-                _ = try await connection.request(RegisterBegin(deviceId: Self.deviceId(), platform: .ios))
+                _ = try await connection.request(RegisterBegin(.init(deviceId: Self.deviceId(), platform: .ios)))
             }
             await expectRefused(.rateLimited, "fourth registration from one address") {
-                _ = try await connection.request(RegisterBegin(deviceId: Self.deviceId(), platform: .ios))
+                _ = try await connection.request(RegisterBegin(.init(deviceId: Self.deviceId(), platform: .ios)))
             }
         }
     }

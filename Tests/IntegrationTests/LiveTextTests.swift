@@ -74,17 +74,17 @@ import WhisperShared
             try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
 
             // Eve was never let in: joining is refused, and her client cannot send content.
-            await expectRefused(.forbidden, "join without authorization") { _ = try await eve.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+            await expectRefused(.forbidden, "join without authorization") { _ = try await eve.connection.request(LiveJoining(.init(conversationId: conversation.conversationId))) }
             await expectRefused(.forbidden, "listener packet before joining") {
-                _ = try await eve.connection.request(LiveListenerPacket(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+                _ = try await eve.connection.request(LiveListenerPacket(.init(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString())))
             }
             // Nor act as the Whisperer: no session, or another identity's.
             await expectRefused(.notRegistered, "whisperer frame from a listener socket") {
-                _ = try await eve.connection.request(LivePacket(sessionToken: String(repeating: "A", count: 43), conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString()))
+                _ = try await eve.connection.request(LivePacket(sessionToken: String(repeating: "A", count: 43), .init(conversationId: conversation.conversationId, keyId: 1, packet: Data(count: 40).base64EncodedString())))
             }
             let stranger = try await stack.user(on: 1)
             await expectRefused(.notFound, "another identity's whisper offer") {
-                _ = try await stranger.connection.request(LiveWhisperOffer(sessionToken: stranger.token, conversationId: conversation.conversationId, whispererName: "Mallory"))
+                _ = try await stranger.connection.request(LiveWhisperOffer(sessionToken: stranger.token, .init(conversationId: conversation.conversationId, whispererName: "Mallory")))
             }
 
             try await whisperer.side.type("before")
@@ -106,9 +106,9 @@ import WhisperShared
             #expect(await ada.record.frames(.liveContent).count == adaPackets, "a deauthorized listener receives nothing more")
             #expect(await eve.record.frames(.liveContent).isEmpty, "a listener never let in receives nothing")
             // Her client cannot get back in by itself either.
-            await expectRefused(.notFound, "join after deauthorization (no place)") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
-            _ = try await ada.connection.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
-            await expectRefused(.forbidden, "join after deauthorization") { _ = try await ada.connection.request(LiveJoining(conversationId: conversation.conversationId)) }
+            await expectRefused(.notFound, "join after deauthorization (no place)") { _ = try await ada.connection.request(LiveJoining(.init(conversationId: conversation.conversationId))) }
+            _ = try await ada.connection.request(LiveListenOffer(.init(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey())))
+            await expectRefused(.forbidden, "join after deauthorization") { _ = try await ada.connection.request(LiveJoining(.init(conversationId: conversation.conversationId))) }
         }
     }
 
@@ -217,8 +217,8 @@ import WhisperShared
             // Packet size: checked before anything else.
             await expectRefused(.invalidPayload, "an oversized packet") {
                 _ = try await whisperer.connection.request(LivePacket(
-                    sessionToken: owner.token, conversationId: conversation.conversationId, keyId: 1,
-                    packet: Data(count: Limits.MAX_LIVE_PACKET_BYTES + 1).base64EncodedString()
+                    sessionToken: owner.token, .init(conversationId: conversation.conversationId, keyId: 1,
+                    packet: Data(count: Limits.MAX_LIVE_PACKET_BYTES + 1).base64EncodedString())
                 ))
             }
             // Packets per Whisperer.
@@ -229,7 +229,7 @@ import WhisperShared
             let bare = WhisperConnection(url: stack.websocketURL(0), logger: TestServers.logger)
             try await bare.connect()
             await expectRefused(.notRegistered, "listen offer without a device") {
-                _ = try await bare.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+                _ = try await bare.request(LiveListenOffer(.init(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey())))
             }
             // A forged cookie is no device.
             let forged = WhisperConnection(
@@ -238,15 +238,15 @@ import WhisperShared
             )
             try await forged.connect()
             await expectRefused(.notRegistered, "listen offer with a forged cookie") {
-                _ = try await forged.request(LiveListenOffer(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+                _ = try await forged.request(LiveListenOffer(.init(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey())))
             }
             // The conversation deleted under the Whisperer: answered as gone, not as a failure.
             try await whisperer.connection.deleteLiveConversation(conversation.conversationId)
             try await whisperer.record.waitFor { $0 == .deleted }
             await expectRefused(.notFound, "authorize in a deleted conversation") {
                 _ = try await whisperer.connection.request(LiveAuthorize(
-                    sessionToken: owner.token, conversationId: conversation.conversationId, listenerId: listeners[0].id, listenerName: "A",
-                    keyId: 1, sealedKey: Data(count: Limits.LIVE_SEALED_KEY_BYTES).base64EncodedString()
+                    sessionToken: owner.token, .init(conversationId: conversation.conversationId, listenerId: listeners[0].id, listenerName: "A",
+                    keyId: 1, sealedKey: Data(count: Limits.LIVE_SEALED_KEY_BYTES).base64EncodedString())
                 ))
             }
             await expectRefused(.notFound, "a listen offer to a deleted conversation") {

@@ -61,7 +61,7 @@ import WhisperShared
         let end = CallCrypto.make(CallEnd.self, [], callId: callId, from: (alice.whisperId, aliceKeys), to: bob.peerKeys, sessionToken: alice.token, reason: .hangup)
         try await alice.connection.signal(end)
         _ = try await bob.events(.callEnded)
-        _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "report text", messageId: sent.messageId))
+        _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, .init(whisperId: bob.whisperId, reason: .spam, details: "report text", messageId: sent.messageId)))
         let stranger = WhisperConnection(url: "ws://127.0.0.1:\(gateway.port)/ws", logger: TestServers.logger)
         try await stranger.connect()
         await stranger.resume(whisperId: alice.whisperId, sessionToken: "x" + String(alice.token.dropFirst()))

@@ -114,7 +114,7 @@ import WhisperShared
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
             let carol = try await stack.user(on: 0)
-            let (message, received) = try await alice.sendAndWaitForArrival("for bob only", to: bob)
+            let (_, received) = try await alice.sendAndWaitForArrival("for bob only", to: bob)
             // Carol claims to have received Bob's message.
             try await carol.connection.acknowledge(received)
             // Carol's next frame is handled after her receipt; Alice's ping is answered
@@ -130,8 +130,8 @@ import WhisperShared
             let started = ContinuousClock.now
             await #expect(throws: WhisperClientError.timedOut) {
                 _ = try await carol.connection.request(DeliveryReceipt(
-                    sessionToken: carol.token, messageId: received.messageId, from: carol.whisperId, to: alice.whisperId,
-                    status: .delivered, timestamp: Clock.millisecondsNow()
+                    sessionToken: carol.token, .init(messageId: received.messageId, from: carol.whisperId, to: alice.whisperId,
+                    status: .delivered, timestamp: Clock.millisecondsNow())
                 ), timeout: .milliseconds(300))
             }
             let waited = ContinuousClock.now - started

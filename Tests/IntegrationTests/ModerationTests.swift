@@ -39,17 +39,20 @@ import WhisperShared
     /// The stack with caches that would outlive any test: whatever a ban changes must
     /// reach them through the change channel, not through their expiry.
     static func start(redis: RedisConfiguration? = nil) async throws -> Moderated {
-        let stack = try await MessagingStack.start(routers: 1, router: { $0.identityCacheTTL = .seconds(3_600) }, redis: redis)
-        let admin = try await RunningService.start { running in
-            buildAdmin(
-                settings: AdminSettings(
-                    common: TestServers.common(service: "admin", postgres: stack.database, redis: stack.redis), tokens: [("ops-anna", TestServers.adminToken)]
-                ),
-                logger: TestServers.logger, onServerRunning: running
-            ).assembly
+        try await MessagingStack.start(routers: 1, router: { $0.identityCacheTTL = .seconds(3_600) }, redis: redis).then { stack in
+            let admin = try await RunningService.start { running in
+                buildAdmin(
+                    settings: AdminSettings(
+                        common: TestServers.common(service: "admin", postgres: stack.database, redis: stack.redis), tokens: [("ops-anna", TestServers.adminToken)]
+                    ),
+                    logger: TestServers.logger, onServerRunning: running
+                ).assembly
+            }
+            return try await admin.then { admin in
+                _ = try await HTTP.waitFor("\(admin.baseURL)/ready") { $0.status == 200 }
+                return Moderated(stack: stack, admin: Admin(service: admin))
+            }
         }
-        _ = try await HTTP.waitFor("\(admin.baseURL)/ready") { $0.status == 200 }
-        return Moderated(stack: stack, admin: Admin(service: admin))
     }
 
     static func keyStatus(of whisperId: String, asker: TestUser, stack: MessagingStack) async throws -> String? {
@@ -178,21 +181,21 @@ import WhisperShared
             let bob = try await stack.user(on: 1)
             let message = try await bob.sendAndWaitForArrival("buy cheap watches", to: alice)
 
-            let report = ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, details: "watches", messageId: message.sent.messageId)
+            let report = ReportUser(sessionToken: alice.token, .init(whisperId: bob.whisperId, reason: .spam, details: "watches", messageId: message.sent.messageId))
             let accepted = try #require(try await alice.connection.request(report).payload(as: ReportAccepted.self))
             #expect(Format.isUUID(accepted.reportId))
             // The same reporter again: the open report grows, no second one.
             let extra = RandomID.uuid()
-            let again = ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam, messageIds: [message.sent.messageId, extra])
+            let again = ReportUser(sessionToken: alice.token, .init(whisperId: bob.whisperId, reason: .spam, messageIds: [message.sent.messageId, extra]))
             #expect(try await alice.connection.request(again).payload(as: ReportAccepted.self)?.reportId == accepted.reportId)
-            _ = try await dave.connection.request(ReportUser(sessionToken: dave.token, whisperId: bob.whisperId, reason: .abuse))
-            _ = try await bob.connection.request(ReportUser(sessionToken: bob.token, whisperId: dave.whisperId, reason: .other, details: "retaliation"))
+            _ = try await dave.connection.request(ReportUser(sessionToken: dave.token, .init(whisperId: bob.whisperId, reason: .abuse)))
+            _ = try await bob.connection.request(ReportUser(sessionToken: bob.token, .init(whisperId: dave.whisperId, reason: .other, details: "retaliation")))
             // Refused: oneself, an unknown identity, too many messages.
-            await expectRefused(.invalidPayload, "self") { _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: alice.whisperId, reason: .spam)) }
-            await expectRefused(.notFound, "unknown") { _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: "WSP-AAAA-AAAA-AAAA", reason: .spam)) }
+            await expectRefused(.invalidPayload, "self") { _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, .init(whisperId: alice.whisperId, reason: .spam))) }
+            await expectRefused(.notFound, "unknown") { _ = try await alice.connection.request(ReportUser(sessionToken: alice.token, .init(whisperId: "WSP-AAAA-AAAA-AAAA", reason: .spam))) }
             await expectRefused(.invalidPayload, "21 messages") {
                 _ = try await alice.connection.request(ReportUser(
-                    sessionToken: alice.token, whisperId: dave.whisperId, reason: .spam, messageIds: (0...20).map { _ in RandomID.uuid() }
+                    sessionToken: alice.token, .init(whisperId: dave.whisperId, reason: .spam, messageIds: (0...20).map { _ in RandomID.uuid() })
                 ))
             }
 
@@ -234,7 +237,7 @@ import WhisperShared
             #expect(actioned.map { $0["whisperId"] as? String } == [bob.whisperId])
             #expect(try await admin.auditActions() == ["ops-anna report.review \(accepted.reportId)"])
             // A report after the first review opens a new one.
-            let later = try #require(try await alice.connection.request(ReportUser(sessionToken: alice.token, whisperId: bob.whisperId, reason: .spam)).payload(as: ReportAccepted.self))
+            let later = try #require(try await alice.connection.request(ReportUser(sessionToken: alice.token, .init(whisperId: bob.whisperId, reason: .spam))).payload(as: ReportAccepted.self))
             #expect(later.reportId != accepted.reportId)
         }
     }

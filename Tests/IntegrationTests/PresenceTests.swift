@@ -67,7 +67,7 @@ struct PresenceTests {
 
             // Alice again, on a socket that answers nothing once it has its session.
             let silent = try await SilentSocket.open(port: stack.gateways[0].port)
-            try await silent.send(ClientFrameCodec.encode(FetchPending(sessionToken: alice.token)))
+            try await silent.send(ClientFrameCodec.encode(FetchPending(sessionToken: alice.token, .init())))
             try await stack.withRedis { redis in
                 try await waitUntil { try await PresenceStore(redis: redis).lookup(alice.whisperId) != nil }
             }

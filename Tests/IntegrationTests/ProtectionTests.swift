@@ -203,16 +203,16 @@ import WhisperShared
             return Int(try await HTTPClient.shared.execute(request, timeout: .seconds(10)).status.code)
         }
         // During the rotation: both work.
-        let during = try await MessagingStack.start(routers: 0, auth: {
+        try await MessagingStack.start(routers: 0, auth: {
             $0.internalToken = rotated
             $0.previousInternalToken = TestServers.internalToken
-        })
-        #expect(try await post(rotated, to: during.auth.internalPort) == 200)
-        #expect(try await post(TestServers.internalToken, to: during.auth.internalPort) == 200)
-        #expect(try await post("some-other-token-" + String(repeating: "0", count: 24), to: during.auth.internalPort) == 401)
-        // The test gateways still present the old token: they keep working.
-        _ = try await during.user(on: 0)
-        try await during.stop()
+        }).running { (during) async throws -> Void in
+            #expect(try await post(rotated, to: during.auth.internalPort) == 200)
+            #expect(try await post(TestServers.internalToken, to: during.auth.internalPort) == 200)
+            #expect(try await post("some-other-token-" + String(repeating: "0", count: 24), to: during.auth.internalPort) == 401)
+            // The test gateways still present the old token: they keep working.
+            _ = try await during.user(on: 0)
+        }
         // After it: the old token is refused.
         try await MessagingStack.start(routers: 0, auth: { $0.internalToken = rotated }).running { (after) async throws -> Void in
             #expect(try await post(rotated, to: after.auth.internalPort) == 200)
@@ -287,7 +287,7 @@ import WhisperShared
         try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            let (message, received) = try await alice.sendAndWaitForArrival("hi", to: bob)
+            let (_, received) = try await alice.sendAndWaitForArrival("hi", to: bob)
             try await bob.connection.acknowledge(received)
             _ = try await alice.events(.messageDelivered)
             try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }

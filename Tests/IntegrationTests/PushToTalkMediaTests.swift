@@ -125,7 +125,7 @@ import WhisperShared
 
     /// Sends an SDP as a signed, sealed `ptt_signal` and returns it as the recipient
     /// opens it (signature checked).
-    static func carry(_ kind: PTTSignal.Kind, _ sdp: String, in channelId: String, from sender: TestUser, to recipient: TestUser) async throws -> String {
+    static func carry(_ kind: PTTSignalFields.Kind, _ sdp: String, in channelId: String, from sender: TestUser, to recipient: TestUser) async throws -> String {
         let signal = PTTSignaling.make(kind, Array(sdp.utf8), channelId: channelId, from: (sender.whisperId, sender.keys), to: recipient.peerKeys, sessionToken: sender.token)
         try await sender.connection.sendOnly(signal)
         var received: PTTSignalReceived?

@@ -30,7 +30,7 @@ import WhisperShared
             await expectRefused(.notFound, "an unknown code") { _ = try await dave.connection.joinChannel(code: "ZZZZZZZZ") }
             await expectRefused(.invalidPayload, "a code with a letter that is never used") { _ = try await dave.connection.joinChannel(code: "OOOOOOOO") }
             await expectRefused(.invalidPayload, "code and ID together") {
-                _ = try await dave.connection.request(PTTChannelJoin(sessionToken: dave.token, joinCode: hikers.joinCode, channelId: hikers.channelId))
+                _ = try await dave.connection.request(PTTChannelJoin(sessionToken: dave.token, .init(joinCode: hikers.joinCode, channelId: hikers.channelId)))
             }
 
             try await bob.connection.leaveChannel(hikers.channelId)

@@ -29,37 +29,40 @@ struct ReceiptApplierTests {
 
     /// Alice and Bob on one gateway whose applications wait an hour: a message from
     /// Alice that Bob has acknowledged and whose receipt Alice has, not yet applied.
-    private static func acknowledgedNotApplied() async throws
-        -> (stack: MessagingStack, alice: TestUser, bob: TestUser, message: SendMessage, atBob: MessageReceived) {
-        let stack = try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) })
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 0)
-        try await warmUp(alice, bob, in: stack)
-        let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
-        try await bob.connection.acknowledge(atBob)
-        // Given to Alice before it is applied: the receipt does not wait.
-        try await waitForReceipt(of: message.messageId, at: alice)
-        _ = try await bob.connection.ping()
-        #expect(try await stack.messageState(message.messageId, for: bob) == "pending", "waiting for other work")
-        #expect(try await stack.pendingDepth(bob.whisperId) == 1)
-        return (stack, alice, bob, message, atBob)
+    /// `body` runs with them; the stack stops after it (stopping it twice is harmless).
+    private static func acknowledgedNotApplied(
+        _ body: (_ stack: MessagingStack, _ alice: TestUser, _ bob: TestUser, _ message: SendMessage, _ atBob: MessageReceived) async throws -> Void
+    ) async throws {
+        try await MessagingStack.start(routers: 0, gateway: { $0.receiptApplyMaxWait = .seconds(3_600) }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await warmUp(alice, bob, in: stack)
+            let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            try await bob.connection.acknowledge(atBob)
+            // Given to Alice before it is applied: the receipt does not wait.
+            try await waitForReceipt(of: message.messageId, at: alice)
+            _ = try await bob.connection.ping()
+            #expect(try await stack.messageState(message.messageId, for: bob) == "pending", "waiting for other work")
+            #expect(try await stack.pendingDepth(bob.whisperId) == 1)
+            try await body(stack, alice, bob, message, atBob)
+        }
     }
 
     @Test func anApplicationGoesInTheWriteOfTheNextStore() async throws {
-        let (stack, alice, bob, message, atBob) = try await Self.acknowledgedNotApplied()
-        // A repeat meanwhile is still a repeat: not passed on again.
-        try await bob.connection.acknowledge(atBob)
-        _ = try await bob.connection.ping()
+        try await Self.acknowledgedNotApplied { stack, alice, bob, message, atBob in
+            // A repeat meanwhile is still a repeat: not passed on again.
+            try await bob.connection.acknowledge(atBob)
+            _ = try await bob.connection.ping()
 
-        // Carol's message to Dave is a store on the same gateway: it carries the application.
-        let carol = try await stack.user(on: 0)
-        let dave = try await stack.offlineUser(on: 0)
-        try await carol.connection.send(carol.message("unrelated", to: dave))
-        #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
-        _ = try await alice.connection.ping()
-        #expect(await alice.events.all(.messageDelivered).count == 2, "the warm-up's and this one's, once each")
-        try await stack.stop()
+            // Carol's message to Dave is a store on the same gateway: it carries the application.
+            let carol = try await stack.user(on: 0)
+            let dave = try await stack.offlineUser(on: 0)
+            try await carol.connection.send(carol.message("unrelated", to: dave))
+            #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+            _ = try await alice.connection.ping()
+            #expect(await alice.events.all(.messageDelivered).count == 2, "the warm-up's and this one's, once each")
+        }
     }
 
     @Test func aPageDoesNotHoldWhatTheSocketHasJustAcknowledged() async throws {
@@ -77,10 +80,11 @@ struct ReceiptApplierTests {
     }
 
     @Test func whatWaitsIsAppliedWhenTheGatewayStops() async throws {
-        let (stack, _, bob, message, _) = try await Self.acknowledgedNotApplied()
-        try await stack.stop()
-        #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
-        #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        try await Self.acknowledgedNotApplied { stack, _, bob, message, _ in
+            try await stack.stop()
+            #expect(try await stack.messageState(message.messageId, for: bob) == "delivered")
+            #expect(try await stack.pendingDepth(bob.whisperId) == 0)
+        }
     }
 
     @Test func withoutOtherWorkItGoesAfterItsWait() async throws {

@@ -29,28 +29,28 @@ import WhisperShared
     @Test func allEightServicesAnswerHealthReadyAndPromtoolCleanMetrics() async throws {
         let database = try await TestDatabases.shared.make()
         var running: [(String, RunningService)] = []
-        for (name, build) in Self.builders {
-            let common = TestServers.common(service: name, postgres: database)
-            running.append((name, try await RunningService.start { build(common, $0) }))
-        }
-        for (name, service) in running {
-            let health = try await HTTP.get("\(service.baseURL)/health")
-            #expect(health.status == 200)
-            #expect(health.json?["service"] as? String == name)
+        try await StartedTogether.start { started in
+            for (name, build) in Self.builders {
+                let common = TestServers.common(service: name, postgres: database)
+                running.append((name, started.add(try await RunningService.start { build(common, $0) })))
+            }
+        }.running { _ in
+            for (name, service) in running {
+                let health = try await HTTP.get("\(service.baseURL)/health")
+                #expect(health.status == 200)
+                #expect(health.json?["service"] as? String == name)
 
-            let ready = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-            #expect(ready.json?["status"] as? String == "ready")
-            let checks = ready.json?["checks"] as? [String: String] ?? [:]
-            #expect(checks["postgres"] == "ok" && checks["redis"] == "ok" && checks.values.allSatisfy { $0 == "ok" }, "\(name): \(checks)")
+                let ready = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+                #expect(ready.json?["status"] as? String == "ready")
+                let checks = ready.json?["checks"] as? [String: String] ?? [:]
+                #expect(checks["postgres"] == "ok" && checks["redis"] == "ok" && checks.values.allSatisfy { $0 == "ok" }, "\(name): \(checks)")
 
-            let metrics = try await HTTP.get("\(service.baseURL)/metrics")
-            #expect(metrics.status == 200)
-            #expect(metrics.body.contains("whisper_service_info{service=\"\(name)\""))
-            let (status, output) = try runPromtool(metrics.body)
-            #expect(status == 0, "promtool rejects \(name)'s metrics: \(output)")
-        }
-        for (_, service) in running {
-            try await service.stop()
+                let metrics = try await HTTP.get("\(service.baseURL)/metrics")
+                #expect(metrics.status == 200)
+                #expect(metrics.body.contains("whisper_service_info{service=\"\(name)\""))
+                let (status, output) = try runPromtool(metrics.body)
+                #expect(status == 0, "promtool rejects \(name)'s metrics: \(output)")
+            }
         }
     }
 

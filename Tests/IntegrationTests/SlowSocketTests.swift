@@ -26,49 +26,49 @@ import WhisperShared
         frameBytes: Int, batches: Int, _ configure: (inout GatewaySettings) -> Void
     ) async throws -> Int {
         let database = try await TestDatabases.shared.make()
-        let auth = try await TestServers.startAuth(TestServers.authSettings(database))
-        var configured = TestServers.gatewaySettings(database, authPort: auth.internalPort)
-        configure(&configured)
-        let settings = configured
-        var handle: GatewayHandle?
-        let gateway = try await RunningService.start { running in
-            let built = buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running)
-            handle = built
-            return built.assembly
+        return try await TestServers.startAuth(TestServers.authSettings(database)).running { auth in
+            var configured = TestServers.gatewaySettings(database, authPort: auth.internalPort)
+            configure(&configured)
+            let settings = configured
+            var handle: GatewayHandle?
+            let gateway = try await RunningService.start { running in
+                let built = buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running)
+                handle = built
+                return built.assembly
+            }
+            return try await gateway.running { gateway in
+                guard let connections = handle?.connections else { throw TestSetupError("no gateway handle") }
+                _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+
+                // A WebSocket whose client reads the upgrade answer and nothing after it, with a
+                // small receive buffer so that the server's side fills soon.
+                let socket = try await SilentSocket.open(port: gateway.port, receiveBuffer: 4_096)
+                try await waitUntil(timeout: .seconds(5)) { connections.count == 1 }
+                let connId = try #require(connections.connectionIDs().first)
+
+                // Frames for it, as routers send them: far more than its buffers and the
+                // gateway's limit of unsent frames (4,096) hold.
+                let padding = String(repeating: "x", count: frameBytes)
+                let frame = Array(#"{"type":"pong","payload":{"serverTime":1,"padding":"\#(padding)"}}"#.utf8)
+                let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame).encoded
+                let publish = RedisCommand("PUBLISH", RedisKeys.gatewayChannel(settings.common.instanceID), command)
+                let redis = RedisClient(configuration: TestServers.redis, logger: TestServers.logger)
+                let redisTask = Task { try await redis.run() }
+                defer { redisTask.cancel() }
+                try await waitUntil { redis.isConnected }
+                var handed = 0
+                for _ in 0..<batches {
+                    let replies = try await redis.pipeline(Array(repeating: publish, count: frameBytes > 100_000 ? 20 : 500))
+                    handed += replies.filter { ($0.int ?? 0) > 0 }.count
+                    if connections.count == 0 { break }
+                }
+                // The gateway dropped the socket instead of queueing the rest.
+                try await waitUntil(timeout: .seconds(10)) { connections.count == 0 }
+                #expect(connections.count == 0)
+                await socket.close()
+                return handed
+            }
         }
-        guard let connections = handle?.connections else { throw TestSetupError("no gateway handle") }
-        _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
-
-        // A WebSocket whose client reads the upgrade answer and nothing after it, with a
-        // small receive buffer so that the server's side fills soon.
-        let socket = try await SilentSocket.open(port: gateway.port, receiveBuffer: 4_096)
-        try await waitUntil(timeout: .seconds(5)) { connections.count == 1 }
-        let connId = try #require(connections.connectionIDs().first)
-
-        // Frames for it, as routers send them: far more than its buffers and the
-        // gateway's limit of unsent frames (4,096) hold.
-        let padding = String(repeating: "x", count: frameBytes)
-        let frame = Array(#"{"type":"pong","payload":{"serverTime":1,"padding":"\#(padding)"}}"#.utf8)
-        let command = GatewayCommand(kind: .deliver, connId: connId, frame: frame).encoded
-        let publish = RedisCommand("PUBLISH", RedisKeys.gatewayChannel(settings.common.instanceID), command)
-        let redis = RedisClient(configuration: TestServers.redis, logger: TestServers.logger)
-        let redisTask = Task { try await redis.run() }
-        defer { redisTask.cancel() }
-        try await waitUntil { redis.isConnected }
-        var handed = 0
-        for _ in 0..<batches {
-            let replies = try await redis.pipeline(Array(repeating: publish, count: frameBytes > 100_000 ? 20 : 500))
-            handed += replies.filter { ($0.int ?? 0) > 0 }.count
-            if connections.count == 0 { break }
-        }
-        // The gateway dropped the socket instead of queueing the rest.
-        try await waitUntil(timeout: .seconds(10)) { connections.count == 0 }
-        #expect(connections.count == 0)
-
-        await socket.close()
-        try await gateway.stop()
-        try await auth.stop()
-        return handed
     }
 }
 

@@ -14,11 +14,23 @@ import WhisperShared
 
     /// A messaging stack whose gateways forward `get_turn_credentials` to a turn-cred
     /// with `secrets`.
-    static func start(secrets: [String], perIdentity: RateLimitRule? = nil) async throws -> (MessagingStack, RunningService, TurnCredSettings) {
+    struct Stack: StartedForATest {
+        let stack: MessagingStack
+        let turnCred: RunningService
+        let settings: TurnCredSettings
+
+        func stop() async throws {
+            try await turnCred.stop()
+            try await stack.stop()
+        }
+    }
+
+    static func start(secrets: [String], perIdentity: RateLimitRule? = nil) async throws -> Stack {
         let internalPort = try TestServers.freePort()
-        let stack = try await MessagingStack.start(routers: 1, gateway: { $0.turnCredURL = "http://127.0.0.1:\(internalPort)" })
-        let service = try await startTurnCred(on: stack, secrets: secrets, internalPort: internalPort, perIdentity: perIdentity)
-        return (stack, service.0, service.1)
+        return try await MessagingStack.start(routers: 1, gateway: { $0.turnCredURL = "http://127.0.0.1:\(internalPort)" }).then { stack in
+            let (service, settings) = try await startTurnCred(on: stack, secrets: secrets, internalPort: internalPort, perIdentity: perIdentity)
+            return Stack(stack: stack, turnCred: service, settings: settings)
+        }
     }
 
     static func startTurnCred(
@@ -31,11 +43,12 @@ import WhisperShared
         if let urls { settings.urls = urls }
         if let perIdentity { settings.limits[.turnPerIdentity] = perIdentity }
         let final = settings
-        let service = try await RunningService.start { running in
+        return try await RunningService.start { running in
             buildTurnCred(settings: final, logger: TestServers.logger, onServerRunning: running).assembly
+        }.then { service in
+            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
+            return (service, final)
         }
-        _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        return (service, final)
     }
 
     static func fetch(from service: RunningService, token: String?) async throws -> (status: Int, body: [UInt8]) {
@@ -48,97 +61,94 @@ import WhisperShared
     }
 
     @Test func credentialsFromTurnCredAllocateARelayAndForgedOrExpiredOnesDoNot() async throws {
-        let (stack, turnCred, settings) = try await Self.start(secrets: [Self.secret])
-        let coturn = try CoturnProcess(secrets: [Self.secret])
-        let alice = try await stack.user(on: 0)
+        try await Self.start(secrets: [Self.secret]).running { started in
+            let (stack, turnCred, settings) = (started.stack, started.turnCred, started.settings)
+            let coturn = try CoturnProcess(secrets: [Self.secret])
+            let alice = try await stack.user(on: 0)
 
-        // Over the WebSocket, through the gateway.
-        let before = Clock.millisecondsNow() / 1000
-        let credentials = try await alice.connection.turnCredentials()
-        let parts = credentials.username.split(separator: ":", maxSplits: 1)
-        #expect(parts.count == 2 && String(parts[1]) == alice.whisperId)
-        let expiry = try #require(parts.first.flatMap { Int64($0) })
-        #expect(expiry >= before + 3_600 && expiry <= Clock.millisecondsNow() / 1000 + 3_600)
-        #expect(credentials.expiresAt == expiry * 1000)
-        #expect(credentials.ttlSeconds == 3_600)
-        #expect(credentials.urls == settings.urls)
-        #expect(try coturn.allocates(username: credentials.username, credential: credentials.credential))
+            // Over the WebSocket, through the gateway.
+            let before = Clock.millisecondsNow() / 1000
+            let credentials = try await alice.connection.turnCredentials()
+            let parts = credentials.username.split(separator: ":", maxSplits: 1)
+            #expect(parts.count == 2 && String(parts[1]) == alice.whisperId)
+            let expiry = try #require(parts.first.flatMap { Int64($0) })
+            #expect(expiry >= before + 3_600 && expiry <= Clock.millisecondsNow() / 1000 + 3_600)
+            #expect(credentials.expiresAt == expiry * 1000)
+            #expect(credentials.ttlSeconds == 3_600)
+            #expect(credentials.urls == settings.urls)
+            #expect(try coturn.allocates(username: credentials.username, credential: credentials.credential))
 
-        // Tampered: another password, or the password moved to another identity's name.
-        var forged = Array(credentials.credential)
-        forged[0] = forged[0] == "A" ? "B" : "A"
-        #expect(try !coturn.allocates(username: credentials.username, credential: String(forged)))
-        #expect(try !coturn.allocates(username: "\(expiry):WSP-ZZZZ-ZZZZ-ZZZZ", credential: credentials.credential))
-        // A later expiry with the old password (stretching a credential's life).
-        #expect(try !coturn.allocates(username: "\(expiry + 86_400):\(alice.whisperId)", credential: credentials.credential))
+            // Tampered: another password, or the password moved to another identity's name.
+            var forged = Array(credentials.credential)
+            forged[0] = forged[0] == "A" ? "B" : "A"
+            #expect(try !coturn.allocates(username: credentials.username, credential: String(forged)))
+            #expect(try !coturn.allocates(username: "\(expiry):WSP-ZZZZ-ZZZZ-ZZZZ", credential: credentials.credential))
+            // A later expiry with the old password (stretching a credential's life).
+            #expect(try !coturn.allocates(username: "\(expiry + 86_400):\(alice.whisperId)", credential: credentials.credential))
 
-        // Expired: signed with the right secret, but its time has passed.
-        let expired = TurnCredentialMint(secret: Self.secret, urls: settings.urls, ttl: .seconds(60))
-            .credentials(for: alice.whisperId, now: Clock.millisecondsNow() - 120_000)
-        #expect(try !coturn.allocates(username: expired.username, credential: expired.credential))
+            // Expired: signed with the right secret, but its time has passed.
+            let expired = TurnCredentialMint(secret: Self.secret, urls: settings.urls, ttl: .seconds(60))
+                .credentials(for: alice.whisperId, now: Clock.millisecondsNow() - 120_000)
+            #expect(try !coturn.allocates(username: expired.username, credential: expired.credential))
 
-        // Over HTTP with the session token; refused without one.
-        let reply = try await Self.fetch(from: turnCred, token: alice.token)
-        #expect(reply.status == 200)
-        let fromHTTP = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(reply.body))
-        #expect(fromHTTP.username.hasSuffix(":\(alice.whisperId)"))
-        #expect(try coturn.allocates(username: fromHTTP.username, credential: fromHTTP.credential))
-        let anonymous = try await Self.fetch(from: turnCred, token: nil)
-        #expect(anonymous.status == 401)
-        #expect(String(decoding: anonymous.body, as: UTF8.self).contains("NOT_REGISTERED"))
-        let bogus = try await Self.fetch(from: turnCred, token: "not-a-session-token")
-        #expect(bogus.status == 401)
-
-        try await turnCred.stop()
-        try await stack.stop()
+            // Over HTTP with the session token; refused without one.
+            let reply = try await Self.fetch(from: turnCred, token: alice.token)
+            #expect(reply.status == 200)
+            let fromHTTP = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(reply.body))
+            #expect(fromHTTP.username.hasSuffix(":\(alice.whisperId)"))
+            #expect(try coturn.allocates(username: fromHTTP.username, credential: fromHTTP.credential))
+            let anonymous = try await Self.fetch(from: turnCred, token: nil)
+            #expect(anonymous.status == 401)
+            #expect(String(decoding: anonymous.body, as: UTF8.self).contains("NOT_REGISTERED"))
+            let bogus = try await Self.fetch(from: turnCred, token: "not-a-session-token")
+            #expect(bogus.status == 401)
+        }
     }
 
     /// A rotation: coturn lists the new secret and the old one, turn-cred signs with the
     /// new one first. Credentials of both work while the old secret is listed; once it
     /// is dropped, only the new ones do.
     @Test func rotatedSecretsKeepEarlierCredentialsWorkingWhileListed() async throws {
-        let (stack, before, _) = try await Self.start(secrets: [Self.secret])
-        let (after, _) = try await Self.startTurnCred(on: stack, secrets: [Self.newSecret, Self.secret])
-        let alice = try await stack.user(on: 0)
+        try await Self.start(secrets: [Self.secret]).running { started in
+            let (stack, before) = (started.stack, started.turnCred)
+            try await Self.startTurnCred(on: stack, secrets: [Self.newSecret, Self.secret]).0.running { after in
+                let alice = try await stack.user(on: 0)
 
-        let old = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: before, token: alice.token).body))
-        let new = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: after, token: alice.token).body))
-        #expect(old.credential == TurnCredentialMint.password(for: old.username, secret: Self.secret))
-        #expect(new.credential == TurnCredentialMint.password(for: new.username, secret: Self.newSecret))
+                let old = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: before, token: alice.token).body))
+                let new = try ProtocolJSON.decoder.decode(TurnCredentials.self, from: Data(try await Self.fetch(from: after, token: alice.token).body))
+                #expect(old.credential == TurnCredentialMint.password(for: old.username, secret: Self.secret))
+                #expect(new.credential == TurnCredentialMint.password(for: new.username, secret: Self.newSecret))
 
-        let during = try CoturnProcess(secrets: [Self.newSecret, Self.secret])
-        #expect(try during.allocates(username: old.username, credential: old.credential))
-        #expect(try during.allocates(username: new.username, credential: new.credential))
+                let during = try CoturnProcess(secrets: [Self.newSecret, Self.secret])
+                #expect(try during.allocates(username: old.username, credential: old.credential))
+                #expect(try during.allocates(username: new.username, credential: new.credential))
 
-        let finished = try CoturnProcess(secrets: [Self.newSecret])
-        #expect(try finished.allocates(username: new.username, credential: new.credential))
-        #expect(try !finished.allocates(username: old.username, credential: old.credential))
-
-        try await after.stop()
-        try await before.stop()
-        try await stack.stop()
+                let finished = try CoturnProcess(secrets: [Self.newSecret])
+                #expect(try finished.allocates(username: new.username, credential: new.credential))
+                #expect(try !finished.allocates(username: old.username, credential: old.credential))
+            }
+        }
     }
 
     @Test func credentialsAreRateLimitedPerIdentityOverBothPaths() async throws {
-        let (stack, turnCred, _) = try await Self.start(secrets: [Self.secret], perIdentity: RateLimitRule(capacity: 2, period: .seconds(3_600)))
-        let alice = try await stack.user(on: 0)
-        let bob = try await stack.user(on: 1)
-        _ = try await alice.connection.turnCredentials()
-        #expect(try await Self.fetch(from: turnCred, token: alice.token).status == 200)
-        // The third, either way, is refused; another identity is not affected.
-        do {
+        try await Self.start(secrets: [Self.secret], perIdentity: RateLimitRule(capacity: 2, period: .seconds(3_600))).running { started in
+            let (stack, turnCred) = (started.stack, started.turnCred)
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
             _ = try await alice.connection.turnCredentials()
-            Issue.record("a third credential within the hour was issued")
-        } catch WhisperClientError.refused(let code, _) {
-            #expect(code == .rateLimited)
+            #expect(try await Self.fetch(from: turnCred, token: alice.token).status == 200)
+            // The third, either way, is refused; another identity is not affected.
+            do {
+                _ = try await alice.connection.turnCredentials()
+                Issue.record("a third credential within the hour was issued")
+            } catch WhisperClientError.refused(let code, _) {
+                #expect(code == .rateLimited)
         }
         let limited = try await Self.fetch(from: turnCred, token: alice.token)
         #expect(limited.status == 429)
         #expect(String(decoding: limited.body, as: UTF8.self).contains("RATE_LIMITED"))
         _ = try await bob.connection.turnCredentials()
-
-        try await turnCred.stop()
-        try await stack.stop()
+        }
     }
 
     @Test func mintFollowsTheRestSchemeExactly() {

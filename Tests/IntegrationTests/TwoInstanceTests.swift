@@ -213,7 +213,7 @@ struct TwoInstanceTests {
                 fromWhisperer: false
             )
             await expectRefused(.forbidden, "a packet from a listener let go") {
-                _ = try await ada.connection.request(LiveListenerPacket(conversationId: conversation.conversationId, keyId: 1, packet: sealed))
+                _ = try await ada.connection.request(LiveListenerPacket(.init(conversationId: conversation.conversationId, keyId: 1, packet: sealed)))
             }
             try await ada.record.waitFor { $0 == .removed }
         }

@@ -6,8 +6,8 @@ import WhisperShared
 @Suite struct SendQueueTests {
     func message(_ id: String = UUID().uuidString.lowercased()) -> SendMessage {
         SendMessage(
-            sessionToken: String(repeating: "t", count: 43), messageId: id, from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF",
-            msgType: .text, timestamp: 1, nonce: String(repeating: "A", count: 32), ciphertext: "AAAA", sig: String(repeating: "A", count: 86) + "=="
+            sessionToken: String(repeating: "t", count: 43), .init(messageId: id, from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF",
+            msgType: .text, timestamp: 1, nonce: String(repeating: "A", count: 32), ciphertext: "AAAA", sig: String(repeating: "A", count: 86) + "==")
         )
     }
 

@@ -187,10 +187,7 @@ import WhisperShared
         // Sealed with the conversation key, opened per message, and the other way round.
         for (sealKey, openKey) in [(aliceKey, nil), (nil, bobKey), (aliceKey, bobKey)] as [(ConversationKey?, ConversationKey?)] {
             let message = MessageCrypto.makeMessage(Array("hi bob".utf8), from: (alicePeer.whisperId, alice), to: bobPeer, sessionToken: String(repeating: "s", count: 43), key: sealKey)
-            let received = MessageReceived(
-                messageId: message.messageId, from: message.from, to: message.to, msgType: message.msgType, timestamp: message.timestamp,
-                nonce: message.nonce, ciphertext: message.ciphertext, sig: message.sig
-            )
+            let received = MessageReceived(message.fields)
             #expect(try MessageCrypto.open(received, by: (bobPeer.whisperId, bob), sender: alicePeer, key: openKey) == Array("hi bob".utf8))
             #expect(throws: MessageCryptoError.cannotDecrypt) {
                 try MessageCrypto.open(received, by: (bobPeer.whisperId, bob), sender: alicePeer, key: strangerKey)

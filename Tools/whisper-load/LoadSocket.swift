@@ -138,7 +138,7 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     }
 
     private func requestBind(context: ChannelHandlerContext) {
-        let fetch = FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, cursor: nil, limit: 1)
+        let fetch = FetchPending(protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, .init(cursor: nil, limit: 1))
         write(ClientFrameCodec.encode(fetch, requestId: bindRequestId), context: context)
     }
 
@@ -205,8 +205,8 @@ private final class LoadSocketHandler: ChannelInboundHandler {
             }
             role.stats.received(message, measure: ContinuousClock.now >= measureFrom)
             let receipt = DeliveryReceipt(
-                protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, messageId: message.messageId,
-                from: role.whisperId, to: message.from, status: .delivered, timestamp: Clock.millisecondsNow()
+                protocolVersion: 1, cryptoVersion: 1, sessionToken: role.sessionToken, .init(messageId: message.messageId,
+                from: role.whisperId, to: message.from, status: .delivered, timestamp: Clock.millisecondsNow())
             )
             write(ClientFrameCodec.encode(receipt), context: context)
         case .messageAccepted, .error:

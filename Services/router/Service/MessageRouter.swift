@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import Tracing
 import WhisperMessaging
+import WhisperProtocol
 import WhisperShared
 
 /// Serves the frames of the router stream (spec 4 and 5; ARCHITECTURE.md section 3):
@@ -35,7 +36,7 @@ struct MessageRouter: Sendable {
             case .groupSendMessage:
                 let copy = try decode(GroupSendMessage.self, entry)
                 return try await traced(entry, messageId: copy.messageId) { trace in
-                    try await send(copy.envelope, groupId: copy.groupId, entry: entry, redelivery: redelivery, traceparent: trace)
+                    try await send(copy.asMessage, groupId: copy.groupId, entry: entry, redelivery: redelivery, traceparent: trace)
                 }
             case .groupCreate:
                 try await reply(try await groups.create(try decode(GroupCreate.self, entry), entry: entry), to: entry)
@@ -170,7 +171,7 @@ struct MessageRouter: Sendable {
             GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publishing(to: entry.gateway)
         }
 
-        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
+        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: WhisperProtocol.Payload<WhisperProtocol.SendMessageFields>, sender: MessageSending.Sender) -> Bool? { nil }
 
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
 

@@ -304,7 +304,7 @@ private struct StrictPayload<P: ClientPayload>: Decodable {
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: AnyCodingKey.self)
-        let allowed = Set(P.Keys.allCases.map(\.rawValue))
+        let allowed = Set(P.fieldNames)
         if let extra = container.allKeys.first(where: { !allowed.contains($0.stringValue) }) {
             throw FieldViolation(extra.stringValue, "is not a field of \(P.frameType.rawValue)")
         }

@@ -1,14 +1,11 @@
 /// `send_message` (spec 4.1) and, with `groupId`, `group_send_message` (spec 7).
-public struct SendMessage: PrivilegedPayload, Equatable {
+public struct SendMessageFields: SessionFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, messageId, from, to, msgType, timestamp
+        case messageId, from, to, msgType, timestamp
         case nonce, ciphertext, sig, replyTo, reactions, attachment
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.sendMessage
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var messageId: String
     public var from: String
     public var to: String
@@ -22,13 +19,10 @@ public struct SendMessage: PrivilegedPayload, Equatable {
     public var attachment: AttachmentPointer?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, messageId: String, from: String, to: String,
+        messageId: String, from: String, to: String,
         msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
         replyTo: String? = nil, reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.messageId = messageId
         self.from = from
         self.to = to
@@ -44,10 +38,10 @@ public struct SendMessage: PrivilegedPayload, Equatable {
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
-        try validateEnvelope(check)
+        try validateMessage(check)
     }
 
-    func validateEnvelope(_ check: Checker) throws(FieldViolation) {
+    func validateMessage(_ check: Checker) throws(FieldViolation) {
         try check.uuid(messageId, "messageId")
         try check.whisperID(from, "from")
         try check.whisperID(to, "to")
@@ -71,81 +65,62 @@ public struct SendMessage: PrivilegedPayload, Equatable {
         }
     }
 }
+public typealias SendMessage = Payload<SendMessageFields>
 
-public struct GroupSendMessage: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, groupId, messageId, from, to, msgType, timestamp
-        case nonce, ciphertext, sig, replyTo, reactions, attachment
-    }
-    public typealias CodingKeys = Keys
+/// A group message's copy for one member: the fields of a 1:1 message (`message`,
+/// which read as this type's own) and the group it went to, side by side on the wire.
+@dynamicMemberLookup
+public struct GroupSendMessageFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case groupId }
     public static let frameType = ClientFrameType.groupSendMessage
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
+    public static var fieldNames: [String] { ["groupId"] + SendMessageFields.fieldNames }
     public var groupId: String
-    public var messageId: String
-    public var from: String
-    public var to: String
-    public var msgType: MessageType
-    public var timestamp: Int64
-    public var nonce: String
-    public var ciphertext: String
-    public var sig: String
-    public var replyTo: String?
-    public var reactions: [String: [String]]?
-    public var attachment: AttachmentPointer?
+    /// The copy as the 1:1 message to its member.
+    public var message: SendMessageFields
 
-    public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, groupId: String, messageId: String, from: String,
-        to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
-        replyTo: String? = nil, reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
-    ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(groupId: String, message: SendMessageFields) {
         self.groupId = groupId
-        self.messageId = messageId
-        self.from = from
-        self.to = to
-        self.msgType = msgType
-        self.timestamp = timestamp
-        self.nonce = nonce
-        self.ciphertext = ciphertext
-        self.sig = sig
-        self.replyTo = replyTo
-        self.reactions = reactions
-        self.attachment = attachment
+        self.message = message
     }
 
-    /// The copy as a 1:1 message to its member (the fields the two share).
-    public var envelope: SendMessage {
-        SendMessage(
-            protocolVersion: protocolVersion, cryptoVersion: cryptoVersion, sessionToken: sessionToken, messageId: messageId,
-            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
-            replyTo: replyTo, reactions: reactions, attachment: attachment
-        )
+    public subscript<Value>(dynamicMember path: WritableKeyPath<SendMessageFields, Value>) -> Value {
+        get { message[keyPath: path] }
+        set { message[keyPath: path] = newValue }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        groupId = try decoder.container(keyedBy: Keys.self).decode(String.self, forKey: .groupId)
+        message = try SendMessageFields(from: decoder)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(groupId, forKey: .groupId)
+        try message.encode(to: encoder)
     }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try check.require(Format.isGroupID(groupId), "groupId", "must be a group ID (grp-<uuid>)")
-        try check.require(msgType != .system, "msgType", "must be text, image, voice or file")
-        try SendMessage(
-            sessionToken: sessionToken, messageId: messageId, from: from, to: to, msgType: msgType, timestamp: timestamp,
-            nonce: nonce, ciphertext: ciphertext, sig: sig, replyTo: replyTo, reactions: reactions, attachment: attachment
-        ).validateEnvelope(check)
+        try check.require(message.msgType != .system, "msgType", "must be text, image, voice or file")
+        try message.validateMessage(check)
+    }
+}
+public typealias GroupSendMessage = Payload<GroupSendMessageFields>
+
+extension GroupSendMessage {
+    /// The copy as a 1:1 message to its member.
+    public var asMessage: SendMessage {
+        SendMessage(protocolVersion: protocolVersion, cryptoVersion: cryptoVersion, sessionToken: sessionToken, fields.message)
     }
 }
 
-public struct DeliveryReceipt: PrivilegedPayload, Equatable {
+public struct DeliveryReceiptFields: SessionFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, messageId, from, to, status, timestamp
+        case messageId, from, to, status, timestamp
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.deliveryReceipt
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var messageId: String
     /// The recipient sending the receipt.
     public var from: String
@@ -155,12 +130,9 @@ public struct DeliveryReceipt: PrivilegedPayload, Equatable {
     public var timestamp: Int64
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, messageId: String,
+        messageId: String,
         from: String, to: String, status: ReceiptStatus, timestamp: Int64
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.messageId = messageId
         self.from = from
         self.to = to
@@ -176,21 +148,16 @@ public struct DeliveryReceipt: PrivilegedPayload, Equatable {
         try check.timestamp(timestamp, "timestamp")
     }
 }
+public typealias DeliveryReceipt = Payload<DeliveryReceiptFields>
 
-public struct FetchPending: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, cursor, limit }
+public struct FetchPendingFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case cursor, limit }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.fetchPending
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var cursor: String?
     public var limit: Int?
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, cursor: String? = nil, limit: Int? = nil) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(cursor: String? = nil, limit: Int? = nil) {
         self.cursor = cursor
         self.limit = limit
     }
@@ -203,24 +170,19 @@ public struct FetchPending: PrivilegedPayload, Equatable {
         }
     }
 }
+public typealias FetchPending = Payload<FetchPendingFields>
 
 // MARK: - Groups
 
-public struct GroupCreate: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, title, memberIds }
+public struct GroupCreateFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case title, memberIds }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.groupCreate
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var title: String
     /// Everyone but the creator, who always becomes the owner.
     public var memberIds: [String]
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, title: String, memberIds: [String]) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(title: String, memberIds: [String]) {
         self.title = title
         self.memberIds = memberIds
     }
@@ -231,28 +193,23 @@ public struct GroupCreate: PrivilegedPayload, Equatable {
         try check.whisperIDs(memberIds, "memberIds", count: 1...(Limits.MAX_GROUP_MEMBERS - 1))
     }
 }
+public typealias GroupCreate = Payload<GroupCreateFields>
 
-public struct GroupUpdate: PrivilegedPayload, Equatable {
+public struct GroupUpdateFields: SessionFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, groupId, addMembers, removeMembers, title
+        case groupId, addMembers, removeMembers, title
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.groupUpdate
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var groupId: String
     public var addMembers: [String]?
     public var removeMembers: [String]?
     public var title: String?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, groupId: String,
+        groupId: String,
         addMembers: [String]? = nil, removeMembers: [String]? = nil, title: String? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.groupId = groupId
         self.addMembers = addMembers
         self.removeMembers = removeMembers
@@ -269,20 +226,18 @@ public struct GroupUpdate: PrivilegedPayload, Equatable {
         try check.require(changes > 0, "payload", "must change something: addMembers, removeMembers or title")
     }
 }
+public typealias GroupUpdate = Payload<GroupUpdateFields>
 
 // MARK: - Calls
 
 /// The signed call signaling frames (spec 9.1): `call_initiate`, `call_answer`,
 /// `call_ice_candidate` and `call_end` share one shape.
-public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable {
+public struct CallSignalFields<Marker: CallSignalFrame>: SessionFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, callId, from, to, timestamp, nonce, ciphertext, sig, media, reason
+        case callId, from, to, timestamp, nonce, ciphertext, sig, media, reason
     }
     public typealias CodingKeys = Keys
     public static var frameType: ClientFrameType { Marker.frameType }
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var callId: String
     public var from: String
     public var to: String
@@ -297,12 +252,9 @@ public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable 
     public var reason: CallEndReason?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, callId: String, from: String, to: String,
+        callId: String, from: String, to: String,
         timestamp: Int64, nonce: String, ciphertext: String, sig: String, media: CallMedia? = nil, reason: CallEndReason? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.callId = callId
         self.from = from
         self.to = to
@@ -331,10 +283,10 @@ public struct CallSignal<Marker: CallSignalFrame>: PrivilegedPayload, Equatable 
         try check.require(reason == nil || Marker.frameType == .callEnd, "reason", "is only allowed on call_end")
     }
 }
+public typealias CallSignal<Marker: CallSignalFrame> = Payload<CallSignalFields<Marker>>
 
-public protocol CallSignalFrame: Sendable {
-    static var frameType: ClientFrameType { get }
-}
+/// The call signaling frames, which share `CallSignal`'s shape.
+public protocol CallSignalFrame: FrameMarker {}
 
 public enum CallInitiateFrame: CallSignalFrame { public static let frameType = ClientFrameType.callInitiate }
 public enum CallAnswerFrame: CallSignalFrame { public static let frameType = ClientFrameType.callAnswer }
@@ -348,20 +300,14 @@ public typealias CallEnd = CallSignal<CallEndFrame>
 
 // MARK: - Presence, typing, reports
 
-public struct Typing: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, to, isTyping }
+public struct TypingFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case to, isTyping }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.typing
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var to: String
     public var isTyping: Bool
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, to: String, isTyping: Bool) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(to: String, isTyping: Bool) {
         self.to = to
         self.isTyping = isTyping
     }
@@ -371,21 +317,16 @@ public struct Typing: PrivilegedPayload, Equatable {
         try check.whisperID(to, "to")
     }
 }
+public typealias Typing = Payload<TypingFields>
 
-public struct PresenceSubscribe: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, whisperIds }
+public struct PresenceSubscribeFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case whisperIds }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.presenceSubscribe
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     /// The direct peers (contacts, open conversations) to watch; replaces the previous list.
     public var whisperIds: [String]
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, whisperIds: [String]) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(whisperIds: [String]) {
         self.whisperIds = whisperIds
     }
 
@@ -394,16 +335,14 @@ public struct PresenceSubscribe: PrivilegedPayload, Equatable {
         try check.whisperIDs(whisperIds, "whisperIds", count: 0...Limits.MAX_PRESENCE_PEERS)
     }
 }
+public typealias PresenceSubscribe = Payload<PresenceSubscribeFields>
 
-public struct ReportUser: PrivilegedPayload, Equatable {
+public struct ReportUserFields: SessionFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, whisperId, reason, details, messageId, messageIds
+        case whisperId, reason, details, messageId, messageIds
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.reportUser
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var whisperId: String
     public var reason: ReportReason
     public var details: String?
@@ -412,12 +351,9 @@ public struct ReportUser: PrivilegedPayload, Equatable {
     public var messageIds: [String]?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, whisperId: String,
+        whisperId: String,
         reason: ReportReason, details: String? = nil, messageId: String? = nil, messageIds: [String]? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.whisperId = whisperId
         self.reason = reason
         self.details = details
@@ -443,3 +379,4 @@ public struct ReportUser: PrivilegedPayload, Equatable {
         try check.require(reportedMessageIds.count <= Limits.MAX_REPORT_MESSAGE_IDS, "messageIds", "with messageId, must name at most \(Limits.MAX_REPORT_MESSAGE_IDS) messages")
     }
 }
+public typealias ReportUser = Payload<ReportUserFields>

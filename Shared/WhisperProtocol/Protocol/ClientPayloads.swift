@@ -1,34 +1,16 @@
-/// A payload a client sends. Each one decodes strictly: unknown keys are refused, and
-/// `validate()` applies the rules of its schema in docs/schemas/ that `Codable`'s types
-/// alone cannot express.
+/// A payload a client sends: `Payload<Fields>` for every frame but `ping`. Each one
+/// decodes strictly: keys not in `fieldNames` are refused, and `validate()` applies the
+/// rules of its schema in docs/schemas/ that `Codable`'s types alone cannot express.
 public protocol ClientPayload: Codable, Sendable {
-    associatedtype Keys: CodingKey & CaseIterable & RawRepresentable<String>
     /// The frame `type` this payload travels under.
     static var frameType: ClientFrameType { get }
+    /// Every key the payload may carry.
+    static var fieldNames: [String] { get }
     func validate() throws(FieldViolation)
     /// The session token a privileged payload carries, nil for the others. A
-    /// requirement with defaults below, so reading it from `any ClientPayload` goes
-    /// through the witness table, not a cast to `any PrivilegedPayload` per frame.
+    /// requirement, so reading it from `any ClientPayload` goes through the witness
+    /// table, not a cast per frame.
     var presentedSessionToken: String? { get }
-}
-
-extension ClientPayload {
-    public var presentedSessionToken: String? { nil }
-}
-
-/// Payloads that name the versions they were built for (spec 3.1).
-public protocol VersionedPayload: ClientPayload {
-    var protocolVersion: Int { get }
-    var cryptoVersion: Int { get }
-}
-
-/// Payloads that act for a signed-in identity and so carry its session token.
-public protocol PrivilegedPayload: VersionedPayload {
-    var sessionToken: String { get }
-}
-
-extension PrivilegedPayload {
-    public var presentedSessionToken: String? { sessionToken }
 }
 
 public enum Platform: String, Codable, Sendable, CaseIterable {
@@ -186,19 +168,15 @@ extension Format {
 
 // MARK: - Identity and sessions
 
-public struct RegisterBegin: VersionedPayload {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, whisperId, deviceId, platform }
+public struct RegisterBeginFields: DeviceFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case whisperId, deviceId, platform }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.registerBegin
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var whisperId: String?
     public var deviceId: String
     public var platform: Platform
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, whisperId: String? = nil, deviceId: String, platform: Platform) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
+    public init(whisperId: String? = nil, deviceId: String, platform: Platform) {
         self.whisperId = whisperId
         self.deviceId = deviceId
         self.platform = platform
@@ -210,16 +188,15 @@ public struct RegisterBegin: VersionedPayload {
         try check.uuid(deviceId, "deviceId")
     }
 }
+public typealias RegisterBegin = Payload<RegisterBeginFields>
 
-public struct RegisterProof: VersionedPayload {
+public struct RegisterProofFields: DeviceFields, Equatable {
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, challengeId, deviceId, platform, whisperId
+        case challengeId, deviceId, platform, whisperId
         case encPublicKey, signPublicKey, signature, pushToken, voipToken
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.registerProof
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var challengeId: String
     public var deviceId: String
     public var platform: Platform
@@ -231,12 +208,10 @@ public struct RegisterProof: VersionedPayload {
     public var voipToken: String?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, challengeId: String, deviceId: String, platform: Platform,
+        challengeId: String, deviceId: String, platform: Platform,
         whisperId: String? = nil, encPublicKey: String, signPublicKey: String, signature: String,
         pushToken: String? = nil, voipToken: String? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
         self.challengeId = challengeId
         self.deviceId = deviceId
         self.platform = platform
@@ -260,74 +235,40 @@ public struct RegisterProof: VersionedPayload {
         try check.pushToken(voipToken, "voipToken")
     }
 }
+public typealias RegisterProof = Payload<RegisterProofFields>
 
-/// `session_refresh`, `logout` and `get_turn_credentials` carry nothing but the session.
-public struct SessionOnlyPayload<Marker: SessionOnlyFrame>: PrivilegedPayload {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken }
-    public typealias CodingKeys = Keys
-    public static var frameType: ClientFrameType { Marker.frameType }
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
+public enum SessionRefreshFrame: FrameMarker { public static let frameType = ClientFrameType.sessionRefresh }
+public enum LogoutFrame: FrameMarker { public static let frameType = ClientFrameType.logout }
+public enum GetTurnCredentialsFrame: FrameMarker { public static let frameType = ClientFrameType.getTurnCredentials }
+public enum GroupInvitationsListFrame: FrameMarker { public static let frameType = ClientFrameType.groupInvitationsList }
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
-    }
-
-    /// The token is opaque (any string); whether it is live is the session check's.
-    public func validate() throws(FieldViolation) {}
-}
-
-public protocol SessionOnlyFrame: Sendable {
-    static var frameType: ClientFrameType { get }
-}
-
-public enum SessionRefreshFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.sessionRefresh }
-public enum LogoutFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.logout }
-public enum GetTurnCredentialsFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.getTurnCredentials }
-public enum GroupInvitationsListFrame: SessionOnlyFrame { public static let frameType = ClientFrameType.groupInvitationsList }
-
-public typealias SessionRefresh = SessionOnlyPayload<SessionRefreshFrame>
-public typealias Logout = SessionOnlyPayload<LogoutFrame>
-public typealias GetTurnCredentials = SessionOnlyPayload<GetTurnCredentialsFrame>
+public typealias SessionRefresh = Payload<NoFields<SessionRefreshFrame>>
+public typealias Logout = Payload<NoFields<LogoutFrame>>
+public typealias GetTurnCredentials = Payload<NoFields<GetTurnCredentialsFrame>>
 /// Asks for the open invitations to groups (`group_invitations`).
-public typealias GroupInvitationsList = SessionOnlyPayload<GroupInvitationsListFrame>
+public typealias GroupInvitationsList = Payload<NoFields<GroupInvitationsListFrame>>
 
-public struct UpdateTokens: PrivilegedPayload {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, pushToken, voipToken }
+public struct UpdateTokensFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case pushToken, voipToken }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.updateTokens
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     /// Absent: unchanged. `null`: cleared. A string: replaced.
     public var pushToken: TokenUpdate
     public var voipToken: TokenUpdate
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, pushToken: TokenUpdate = .unchanged, voipToken: TokenUpdate = .unchanged) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(pushToken: TokenUpdate = .unchanged, voipToken: TokenUpdate = .unchanged) {
         self.pushToken = pushToken
         self.voipToken = voipToken
     }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: Keys.self)
-        protocolVersion = try container.decode(Int.self, forKey: .protocolVersion)
-        cryptoVersion = try container.decode(Int.self, forKey: .cryptoVersion)
-        sessionToken = try container.decode(String.self, forKey: .sessionToken)
         pushToken = try TokenUpdate(container, .pushToken)
         voipToken = try TokenUpdate(container, .voipToken)
     }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: Keys.self)
-        try container.encode(protocolVersion, forKey: .protocolVersion)
-        try container.encode(cryptoVersion, forKey: .cryptoVersion)
-        try container.encode(sessionToken, forKey: .sessionToken)
         try pushToken.encode(into: &container, .pushToken)
         try voipToken.encode(into: &container, .voipToken)
     }
@@ -338,6 +279,7 @@ public struct UpdateTokens: PrivilegedPayload {
         if case .set(let token) = voipToken { try check.pushToken(token, "voipToken") }
     }
 }
+public typealias UpdateTokens = Payload<UpdateTokensFields>
 
 /// A change to a push token: left alone, cleared, or replaced.
 public enum TokenUpdate: Sendable, Equatable {
@@ -365,9 +307,9 @@ public enum TokenUpdate: Sendable, Equatable {
 }
 
 public struct Ping: ClientPayload {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.ping
+    public static let fieldNames = ["protocolVersion", "cryptoVersion"]
+    public var presentedSessionToken: String? { nil }
     public var protocolVersion: Int?
     public var cryptoVersion: Int?
 

@@ -13,7 +13,7 @@ public protocol HotPayload {
 
 /// The fields a message has both in `send_message` and in `message_received`, read as
 /// they come.
-private struct MessageFieldReader {
+struct MessageFieldReader {
     var messageId: String?, from: String?, to: String?, msgType: MessageType?, timestamp: Int64?
     var nonce: String?, ciphertext: String?, sig: String?, replyTo: String?
     var refused = false
@@ -39,32 +39,51 @@ private struct MessageFieldReader {
         return true
     }
 
-    /// Every required field, or nil.
-    var required: (messageId: String, from: String, to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String)? {
+    /// The message, when every required field came.
+    var message: SendMessageFields? {
         guard !refused, let messageId, let from, let to, let msgType, let timestamp, let nonce, let ciphertext, let sig else { return nil }
-        return (messageId, from, to, msgType, timestamp, nonce, ciphertext, sig)
+        return SendMessageFields(
+            messageId: messageId, from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
+            replyTo: replyTo
+        )
     }
 }
 
-extension SendMessage: HotPayload {
-    /// The common shape: no reactions or attachment objects (those take the general path).
+/// Client fields that have a fast reader and writer. `Payload` reads and writes the
+/// envelope around them.
+public protocol HotFields: PayloadFields {
+    associatedtype Reader: HotFieldsReader where Reader.Fields == Self
+    func write(fieldsTo writer: inout FastJSONWriter)
+}
+
+/// Gathers one frame's fields as they come.
+public protocol HotFieldsReader {
+    associatedtype Fields
+    init()
+    /// True when the field is one of these (read, or refused for its value).
+    mutating func read(_ field: FastJSON.Field) -> Bool
+    /// Every required field, or nil.
+    var fields: Fields? { get }
+}
+
+extension Payload: HotPayload where Fields: HotFields {
     public init?(fast object: FastJSON.Object) {
-        var message = MessageFieldReader()
+        var reader = Fields.Reader()
         var protocolVersion: Int64?, cryptoVersion: Int64?, sessionToken: String?
-        for field in object.fields where !message.read(field) {
+        for field in object.fields where !reader.read(field) {
             switch (field.key, field.value) {
             case ("protocolVersion", .integer(let value)): protocolVersion = value
             case ("cryptoVersion", .integer(let value)): cryptoVersion = value
-            case ("sessionToken", .string(let value)): sessionToken = value
+            case ("sessionToken", .string(let value)) where Fields.carriesSession: sessionToken = value
             default: return nil
             }
         }
-        guard let protocolVersion, let cryptoVersion, let sessionToken, let fields = message.required else { return nil }
-        self.init(
-            protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken,
-            messageId: fields.messageId, from: fields.from, to: fields.to, msgType: fields.msgType, timestamp: fields.timestamp,
-            nonce: fields.nonce, ciphertext: fields.ciphertext, sig: fields.sig, replyTo: message.replyTo
-        )
+        guard let protocolVersion, let cryptoVersion, (sessionToken != nil) == Fields.carriesSession,
+              let fields = reader.fields else { return nil }
+        self.protocolVersion = Int(protocolVersion)
+        self.cryptoVersion = Int(cryptoVersion)
+        self.sessionToken = sessionToken ?? ""
+        self.fields = fields
     }
 
     public func write(to writer: inout FastJSONWriter) {
@@ -76,59 +95,102 @@ extension SendMessage: HotPayload {
         writer.beginObject()
         writer.field("protocolVersion", protocolVersion)
         writer.field("cryptoVersion", cryptoVersion)
-        if withSessionToken { writer.field("sessionToken", sessionToken) }
-        writer.field("messageId", messageId)
-        writer.messageFields(
-            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
-            replyTo: replyTo, reactions: reactions, attachment: attachment
-        )
+        if withSessionToken && Fields.carriesSession { writer.field("sessionToken", sessionToken) }
+        fields.write(fieldsTo: &writer)
         writer.endObject()
     }
 }
 
-extension DeliveryReceipt: HotPayload {
-    public init?(fast object: FastJSON.Object) {
-        var protocolVersion: Int64?, cryptoVersion: Int64?, timestamp: Int64?
-        var sessionToken: String?, messageId: String?, from: String?, to: String?, status: ReceiptStatus?
-        for field in object.fields {
+extension SendMessageFields: HotFields {
+    /// The common shape: no reactions or attachment objects (those take the general path).
+    public struct Reader: HotFieldsReader {
+        var message = MessageFieldReader()
+
+        public init() {}
+
+        public mutating func read(_ field: FastJSON.Field) -> Bool {
+            message.read(field)
+        }
+
+        public var fields: SendMessageFields? { message.message }
+    }
+
+    /// Also `message_received`'s, which holds these fields.
+    public func write(fieldsTo writer: inout FastJSONWriter) {
+        writer.field("messageId", messageId)
+        writer.field("from", from)
+        writer.field("to", to)
+        writer.field("msgType", msgType.rawValue)
+        writer.field("timestamp", timestamp)
+        writer.field("nonce", nonce)
+        writer.field("ciphertext", ciphertext)
+        writer.field("sig", sig)
+        writer.field("replyTo", replyTo)
+        if let reactions { writer.field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
+        if let attachment { writer.field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
+    }
+}
+
+extension GroupSendMessageFields: HotFields {
+    public struct Reader: HotFieldsReader {
+        var groupId: String?
+        var message = MessageFieldReader()
+
+        public init() {}
+
+        public mutating func read(_ field: FastJSON.Field) -> Bool {
+            if case ("groupId", .string(let value)) = (field.key, field.value) {
+                groupId = value
+                return true
+            }
+            return message.read(field)
+        }
+
+        public var fields: GroupSendMessageFields? {
+            guard let groupId, let message = message.message else { return nil }
+            return GroupSendMessageFields(groupId: groupId, message: message)
+        }
+    }
+
+    public func write(fieldsTo writer: inout FastJSONWriter) {
+        writer.field("groupId", groupId)
+        message.write(fieldsTo: &writer)
+    }
+}
+
+extension DeliveryReceiptFields: HotFields {
+    public struct Reader: HotFieldsReader {
+        var timestamp: Int64?, messageId: String?, from: String?, to: String?, status: ReceiptStatus?
+        var refused = false
+
+        public init() {}
+
+        public mutating func read(_ field: FastJSON.Field) -> Bool {
             switch (field.key, field.value) {
-            case ("protocolVersion", .integer(let value)): protocolVersion = value
-            case ("cryptoVersion", .integer(let value)): cryptoVersion = value
             case ("timestamp", .integer(let value)): timestamp = value
-            case ("sessionToken", .string(let value)): sessionToken = value
             case ("messageId", .string(let value)): messageId = value
             case ("from", .string(let value)): from = value
             case ("to", .string(let value)): to = value
             case ("status", .string(let value)):
-                guard let value = ReceiptStatus(rawValue: value) else { return nil }
-                status = value
-            default: return nil
+                status = ReceiptStatus(rawValue: value)
+                refused = refused || status == nil
+            default: return false
             }
+            return true
         }
-        guard let protocolVersion, let cryptoVersion, let timestamp, let sessionToken, let messageId, let from, let to,
-              let status else { return nil }
-        self.init(
-            protocolVersion: Int(protocolVersion), cryptoVersion: Int(cryptoVersion), sessionToken: sessionToken,
-            messageId: messageId, from: from, to: to, status: status, timestamp: timestamp
-        )
+
+        public var fields: DeliveryReceiptFields? {
+            guard !refused, let timestamp, let messageId, let from, let to, let status else { return nil }
+            return DeliveryReceiptFields(messageId: messageId, from: from, to: to, status: status, timestamp: timestamp)
+        }
     }
 
-    public func write(to writer: inout FastJSONWriter) {
-        write(to: &writer, withSessionToken: true)
-    }
-
-    /// Without `sessionToken`: what the gateway passes on once it has checked it.
-    public func write(to writer: inout FastJSONWriter, withSessionToken: Bool) {
-        writer.beginObject()
-        writer.field("protocolVersion", protocolVersion)
-        writer.field("cryptoVersion", cryptoVersion)
-        if withSessionToken { writer.field("sessionToken", sessionToken) }
+    public func write(fieldsTo writer: inout FastJSONWriter) {
         writer.field("messageId", messageId)
         writer.field("from", from)
         writer.field("to", to)
         writer.field("status", status.rawValue)
         writer.field("timestamp", timestamp)
-        writer.endObject()
     }
 }
 
@@ -145,27 +207,20 @@ extension MessageReceived: HotPayload {
             default: return nil
             }
         }
-        guard let fields = message.required else { return nil }
-        self.init(
-            messageId: fields.messageId, groupId: groupId, from: fields.from, to: fields.to, msgType: fields.msgType,
-            timestamp: fields.timestamp, nonce: fields.nonce, ciphertext: fields.ciphertext, sig: fields.sig, replyTo: message.replyTo
-        )
+        guard let fields = message.message else { return nil }
+        self.init(fields, groupId: groupId)
     }
 
     public func write(to writer: inout FastJSONWriter) {
         writer.beginObject()
-        writer.field("messageId", messageId)
+        message.write(fieldsTo: &writer)
         writer.field("groupId", groupId)
-        writer.messageFields(
-            from: from, to: to, msgType: msgType, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext, sig: sig,
-            replyTo: replyTo, reactions: reactions, attachment: attachment
-        )
         writer.endObject()
     }
 
     /// The payload alone, as the pending queue keeps it.
     public var payloadJSON: [UInt8] {
-        var writer = FastJSONWriter(capacity: 256 + ciphertext.utf8.count)
+        var writer = FastJSONWriter(capacity: 256 + message.ciphertext.utf8.count)
         write(to: &writer)
         return writer.bytes
     }
@@ -218,25 +273,6 @@ extension MessageDelivered: HotPayload {
         writer.field("timestamp", timestamp)
         writer.field("from", from)
         writer.endObject()
-    }
-}
-
-extension FastJSONWriter {
-    /// The fields a message has on its way in (`send_message`) and out (`message_received`).
-    package mutating func messageFields(
-        from: String, to: String, msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
-        replyTo: String?, reactions: [String: [String]]?, attachment: AttachmentPointer?
-    ) {
-        field("from", from)
-        field("to", to)
-        field("msgType", msgType.rawValue)
-        field("timestamp", timestamp)
-        field("nonce", nonce)
-        field("ciphertext", ciphertext)
-        field("sig", sig)
-        field("replyTo", replyTo)
-        if let reactions { field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
-        if let attachment { field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
     }
 }
 

@@ -2,20 +2,14 @@
 /// with an ID and a name, kept by the server so that listeners can be let in to them.
 
 /// Creates a conversation owned by the session's identity.
-public struct LiveConversationCreate: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, name }
+public struct LiveConversationCreateFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case name }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveConversationCreate
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     /// Shown to listeners who ask to join (1 to 128 characters).
     public var name: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, name: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(name: String) {
         self.name = name
     }
 
@@ -23,22 +17,17 @@ public struct LiveConversationCreate: PrivilegedPayload, Equatable {
         try Checker().text(name, "name", characters: 1...Limits.MAX_LIVE_CONVERSATION_NAME_CHARS)
     }
 }
+public typealias LiveConversationCreate = Payload<LiveConversationCreateFields>
 
 /// Renames one of the session identity's conversations.
-public struct LiveConversationRename: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, name }
+public struct LiveConversationRenameFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, name }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveConversationRename
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
     public var name: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, name: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(conversationId: String, name: String) {
         self.conversationId = conversationId
         self.name = name
     }
@@ -49,21 +38,16 @@ public struct LiveConversationRename: PrivilegedPayload, Equatable {
         try check.text(name, "name", characters: 1...Limits.MAX_LIVE_CONVERSATION_NAME_CHARS)
     }
 }
+public typealias LiveConversationRename = Payload<LiveConversationRenameFields>
 
 /// Deletes one of the session identity's conversations.
-public struct LiveConversationDelete: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId }
+public struct LiveConversationDeleteFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveConversationDelete
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(conversationId: String) {
         self.conversationId = conversationId
     }
 
@@ -71,24 +55,11 @@ public struct LiveConversationDelete: PrivilegedPayload, Equatable {
         try Checker().uuid(conversationId, "conversationId")
     }
 }
+public typealias LiveConversationDelete = Payload<LiveConversationDeleteFields>
 
 /// Lists the session identity's conversations.
-public struct LiveConversationsList: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken }
-    public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.liveConversationsList
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
-
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
-    }
-
-    public func validate() throws(FieldViolation) {}
-}
+public enum LiveConversationsListFrame: FrameMarker { public static let frameType = ClientFrameType.liveConversationsList }
+public typealias LiveConversationsList = Payload<NoFields<LiveConversationsListFrame>>
 
 /// One conversation: the answer to `live_conversation_create` and `live_conversation_rename`,
 /// and an item of `live_conversations`.
@@ -131,27 +102,20 @@ public struct LiveConversationDeleted: ServerPayload, Equatable {
 
 // MARK: - Listening (docs/protocol.md section 13, "The live sequence")
 
-/// A listener's frames act for the socket's listener device (the `whisper_live_device`
-/// cookie of its upgrade), not for an identity: they carry no session token.
-public protocol LiveListenerPayload: VersionedPayload {
-    var conversationId: String { get }
-}
+// A listener's frames act for the socket's listener device (the `whisper_live_device`
+// cookie of its upgrade), not for an identity: they carry no session token.
 
 /// Step 1: a listener announces itself to a conversation's Whisperer, with the P-256
 /// public key the conversation key will be sealed to.
-public struct LiveListenOffer: LiveListenerPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, publicKey }
+public struct LiveListenOfferFields: DeviceFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, publicKey }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveListenOffer
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var conversationId: String
     /// Uncompressed P-256 point (65 bytes), base64.
     public var publicKey: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, publicKey: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
+    public init(conversationId: String, publicKey: String) {
         self.conversationId = conversationId
         self.publicKey = publicKey
     }
@@ -162,20 +126,17 @@ public struct LiveListenOffer: LiveListenerPayload, Equatable {
         try check.base64(publicKey, "publicKey", bytes: Limits.LIVE_PUBLIC_KEY_BYTES)
     }
 }
+public typealias LiveListenOffer = Payload<LiveListenOfferFields>
 
 /// Step 3: the listener asks to be let in, under a name it chose.
-public struct LiveListenRequest: LiveListenerPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, name }
+public struct LiveListenRequestFields: DeviceFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, name }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveListenRequest
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var conversationId: String
     public var name: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, name: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
+    public init(conversationId: String, name: String) {
         self.conversationId = conversationId
         self.name = name
     }
@@ -186,22 +147,19 @@ public struct LiveListenRequest: LiveListenerPayload, Equatable {
         try check.text(name, "name", characters: 1...Limits.MAX_LIVE_PERSON_NAME_CHARS)
     }
 }
+public typealias LiveListenRequest = Payload<LiveListenRequestFields>
 
 
 /// A frame that names one conversation and nothing else: joining (step 5: an authorized
 /// listener starts receiving content) and dropping (either side leaves; the socket's
 /// place in the conversation says which). One shape, two frame types (`Marker`).
-public struct LiveConversationAction<Marker: LiveConversationActionFrame>: LiveListenerPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId }
+public struct LiveConversationActionFields<Marker: LiveConversationActionFrame>: DeviceFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId }
     public typealias CodingKeys = Keys
     public static var frameType: ClientFrameType { Marker.frameType }
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var conversationId: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
+    public init(conversationId: String) {
         self.conversationId = conversationId
     }
 
@@ -209,8 +167,9 @@ public struct LiveConversationAction<Marker: LiveConversationActionFrame>: LiveL
         try Checker().uuid(conversationId, "conversationId")
     }
 }
+public typealias LiveConversationAction<Marker: LiveConversationActionFrame> = Payload<LiveConversationActionFields<Marker>>
 
-public protocol LiveConversationActionFrame: Sendable { static var frameType: ClientFrameType { get } }
+public protocol LiveConversationActionFrame: FrameMarker {}
 public enum LiveJoiningFrame: LiveConversationActionFrame { public static let frameType = ClientFrameType.liveJoining }
 public enum LiveDroppingFrame: LiveConversationActionFrame { public static let frameType = ClientFrameType.liveDropping }
 public typealias LiveJoining = LiveConversationAction<LiveJoiningFrame>
@@ -218,28 +177,25 @@ public typealias LiveDropping = LiveConversationAction<LiveDroppingFrame>
 
 /// A joined listener's packet for the Whisperer (a re-read request), sealed under the
 /// conversation key.
-public struct LiveListenerPacket: LiveListenerPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, conversationId, keyId, packet }
+public struct LiveListenerPacketFields: DeviceFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, keyId, packet }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveListenerPacket
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
     public var conversationId: String
     public var keyId: Int
     public var packet: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, conversationId: String, keyId: Int, packet: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
+    public init(conversationId: String, keyId: Int, packet: String) {
         self.conversationId = conversationId
         self.keyId = keyId
         self.packet = packet
     }
 
     public func validate() throws(FieldViolation) {
-        try LivePacket.check(conversationId: conversationId, keyId: keyId, packet: packet)
+        try LivePacketFields.check(conversationId: conversationId, keyId: keyId, packet: packet)
     }
 }
+public typealias LiveListenerPacket = Payload<LiveListenerPacketFields>
 
 
 // MARK: - Whispering
@@ -247,24 +203,18 @@ public struct LiveListenerPacket: LiveListenerPayload, Equatable {
 /// Step 2 (and the Whisperer's arrival): the Whisperer takes its place in one of its
 /// conversations and offers it to one listener (`listenerId`) or to every listener
 /// waiting there (no `listenerId`).
-public struct LiveWhisperOffer: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, whispererName, listenerId }
+public struct LiveWhisperOfferFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, whispererName, listenerId }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveWhisperOffer
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
     public var whispererName: String
     public var listenerId: String?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, whispererName: String,
+        conversationId: String, whispererName: String,
         listenerId: String? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.conversationId = conversationId
         self.whispererName = whispererName
         self.listenerId = listenerId
@@ -277,17 +227,15 @@ public struct LiveWhisperOffer: PrivilegedPayload, Equatable {
         if let listenerId { try check.uuid(listenerId, "listenerId") }
     }
 }
+public typealias LiveWhisperOffer = Payload<LiveWhisperOfferFields>
 
 /// Step 4.1: the Whisperer lets a listener in (kept, so it is recognised next time) and
 /// hands it the conversation key sealed to its public key. Sent again with a new key
 /// to every listener that stays when one is deauthorized.
-public struct LiveAuthorize: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, listenerId, listenerName, keyId, sealedKey }
+public struct LiveAuthorizeFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, listenerId, listenerName, keyId, sealedKey }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveAuthorize
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
     public var listenerId: String
     public var listenerName: String
@@ -296,12 +244,9 @@ public struct LiveAuthorize: PrivilegedPayload, Equatable {
     public var sealedKey: String
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, listenerId: String,
+        conversationId: String, listenerId: String,
         listenerName: String, keyId: Int, sealedKey: String
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.conversationId = conversationId
         self.listenerId = listenerId
         self.listenerName = listenerName
@@ -318,23 +263,18 @@ public struct LiveAuthorize: PrivilegedPayload, Equatable {
         try check.base64(sealedKey, "sealedKey", bytes: Limits.LIVE_SEALED_KEY_BYTES)
     }
 }
+public typealias LiveAuthorize = Payload<LiveAuthorizeFields>
 
 /// Step 4.2, or later: the listener is refused, or let go. It is forgotten, is sent
 /// nothing more, and the Whisperer replaces the key for the others.
-public struct LiveDeauthorize: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, listenerId }
+public struct LiveDeauthorizeFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, listenerId }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.liveDeauthorize
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
     public var listenerId: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, listenerId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(conversationId: String, listenerId: String) {
         self.conversationId = conversationId
         self.listenerId = listenerId
     }
@@ -345,16 +285,14 @@ public struct LiveDeauthorize: PrivilegedPayload, Equatable {
         try check.uuid(listenerId, "listenerId")
     }
 }
+public typealias LiveDeauthorize = Payload<LiveDeauthorizeFields>
 
 /// A content packet (`offset|text`, sealed under the conversation key) for every joined
 /// listener, or for one (`listenerId`: a re-read answered to the listener who asked).
-public struct LivePacket: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, conversationId, keyId, packet, listenerId }
+public struct LivePacketFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case conversationId, keyId, packet, listenerId }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.livePacket
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var conversationId: String
     public var keyId: Int
     /// 12-byte nonce, then the AES-GCM ciphertext and tag, base64.
@@ -362,12 +300,9 @@ public struct LivePacket: PrivilegedPayload, Equatable {
     public var listenerId: String?
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, conversationId: String, keyId: Int, packet: String,
+        conversationId: String, keyId: Int, packet: String,
         listenerId: String? = nil
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.conversationId = conversationId
         self.keyId = keyId
         self.packet = packet
@@ -392,6 +327,7 @@ public struct LivePacket: PrivilegedPayload, Equatable {
         )
     }
 }
+public typealias LivePacket = Payload<LivePacketFields>
 
 // MARK: - What the server sends
 
@@ -426,9 +362,11 @@ public struct LiveListenerOffered: ServerPayload, Equatable {
     }
 }
 
-/// To the Whisperer: a listener asks to be let in.
-public struct LiveListenerRequested: ServerPayload, Equatable {
-    public static let frameType = ServerFrameType.liveListenerRequested
+/// To the Whisperer, about one listener under the name it chose: it asks to be let in
+/// (`live_listener_requested`), or, authorized, it joined and now receives content
+/// (`live_listener_joined`). One shape, two frame types (`Marker`).
+public struct LiveListenerNamed<Marker: ServerFrameMarker>: ServerPayload, Equatable {
+    public static var frameType: ServerFrameType { Marker.frameType }
     public var conversationId: String
     public var listenerId: String
     public var name: String
@@ -440,19 +378,10 @@ public struct LiveListenerRequested: ServerPayload, Equatable {
     }
 }
 
-/// To the Whisperer: an authorized listener joined and now receives content.
-public struct LiveListenerJoined: ServerPayload, Equatable {
-    public static let frameType = ServerFrameType.liveListenerJoined
-    public var conversationId: String
-    public var listenerId: String
-    public var name: String
-
-    public init(conversationId: String, listenerId: String, name: String) {
-        self.conversationId = conversationId
-        self.listenerId = listenerId
-        self.name = name
-    }
-}
+public enum LiveListenerRequestedFrame: ServerFrameMarker { public static let frameType = ServerFrameType.liveListenerRequested }
+public enum LiveListenerJoinedFrame: ServerFrameMarker { public static let frameType = ServerFrameType.liveListenerJoined }
+public typealias LiveListenerRequested = LiveListenerNamed<LiveListenerRequestedFrame>
+public typealias LiveListenerJoined = LiveListenerNamed<LiveListenerJoinedFrame>
 
 /// To the Whisperer: a joined listener's sealed packet.
 public struct LiveFromListener: ServerPayload, Equatable {

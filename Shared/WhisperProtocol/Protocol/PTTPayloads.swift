@@ -5,21 +5,15 @@ import Foundation
 /// holds the floor; the audio goes between the members' devices.
 
 /// Creates a channel; the creator is its owner and first member.
-public struct PTTChannelCreate: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, name, isPublic }
+public struct PTTChannelCreateFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case name, isPublic }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttChannelCreate
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var name: String
     /// Whether it may be announced to people nearby (`ptt_announce`).
     public var isPublic: Bool
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, name: String, isPublic: Bool = false) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(name: String, isPublic: Bool = false) {
         self.name = name
         self.isPublic = isPublic
     }
@@ -28,22 +22,17 @@ public struct PTTChannelCreate: PrivilegedPayload, Equatable {
         try Checker().text(name, "name", characters: 1...Limits.MAX_PTT_CHANNEL_NAME_CHARS)
     }
 }
+public typealias PTTChannelCreate = Payload<PTTChannelCreateFields>
 
 /// Joins a channel by its join code or its ID (exactly one of them).
-public struct PTTChannelJoin: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, joinCode, channelId }
+public struct PTTChannelJoinFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case joinCode, channelId }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttChannelJoin
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var joinCode: String?
     public var channelId: String?
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, joinCode: String? = nil, channelId: String? = nil) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(joinCode: String? = nil, channelId: String? = nil) {
         self.joinCode = joinCode
         self.channelId = channelId
     }
@@ -55,31 +44,27 @@ public struct PTTChannelJoin: PrivilegedPayload, Equatable {
         if let channelId { try check.uuid(channelId, "channelId") }
     }
 }
+public typealias PTTChannelJoin = Payload<PTTChannelJoinFields>
 
 
 
 /// A member's frame that names one channel and nothing else: leave it, delete it (its
 /// owner only), or give up its floor. One shape, three frame types (`Marker`).
-public struct PTTChannelAction<Marker: PTTChannelActionFrame>: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId }
+public struct PTTChannelActionFields<Marker: PTTChannelActionFrame>: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case channelId }
     public typealias CodingKeys = Keys
     public static var frameType: ClientFrameType { Marker.frameType }
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var channelId: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(channelId: String) {
         self.channelId = channelId
     }
 
     public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
 }
+public typealias PTTChannelAction<Marker: PTTChannelActionFrame> = Payload<PTTChannelActionFields<Marker>>
 
-public protocol PTTChannelActionFrame: Sendable { static var frameType: ClientFrameType { get } }
+public protocol PTTChannelActionFrame: FrameMarker {}
 public enum PTTChannelLeaveFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttChannelLeave }
 public enum PTTChannelDeleteFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttChannelDelete }
 public enum PTTTalkReleaseFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttTalkRelease }
@@ -88,44 +73,25 @@ public typealias PTTChannelDelete = PTTChannelAction<PTTChannelDeleteFrame>
 public typealias PTTTalkRelease = PTTChannelAction<PTTTalkReleaseFrame>
 
 /// The channels the session's identity is a member of.
-public struct PTTChannelsList: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken }
-    public typealias CodingKeys = Keys
-    public static let frameType = ClientFrameType.pttChannelsList
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
-
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
-    }
-
-    public func validate() throws(FieldViolation) {}
-}
+public enum PTTChannelsListFrame: FrameMarker { public static let frameType = ClientFrameType.pttChannelsList }
+public typealias PTTChannelsList = Payload<NoFields<PTTChannelsListFrame>>
 
 /// Asks for the floor: granted when it is free; otherwise refused, or queued (`queue`).
-public struct PTTTalkRequest: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId, queue }
+public struct PTTTalkRequestFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case channelId, queue }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttTalkRequest
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var channelId: String
     public var queue: Bool
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String, queue: Bool = false) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(channelId: String, queue: Bool = false) {
         self.channelId = channelId
         self.queue = queue
     }
 
     public func validate() throws(FieldViolation) { try Checker().uuid(channelId, "channelId") }
 }
+public typealias PTTTalkRequest = Payload<PTTTalkRequestFields>
 
 
 /// One channel as its members see it: the answer to create and join, an item of `ptt_channels`.
@@ -225,20 +191,14 @@ public struct PTTFloor: ServerPayload, Equatable {
 
 /// The owner keeps a public channel announced in a cell (send it every 10 s; it
 /// lapses 30 s after the last), or stops (no `cell`).
-public struct PTTAnnounce: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, channelId, cell }
+public struct PTTAnnounceFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case channelId, cell }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttAnnounce
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var channelId: String
     public var cell: String?
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String, cell: String?) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(channelId: String, cell: String?) {
         self.channelId = channelId
         self.cell = cell
     }
@@ -249,21 +209,16 @@ public struct PTTAnnounce: PrivilegedPayload, Equatable {
         if let cell { try check.require(Geohash.isCell(cell), "cell", "a geohash of \(Geohash.nearbyPrecision) characters") }
     }
 }
+public typealias PTTAnnounce = Payload<PTTAnnounceFields>
 
 /// The public channels announced in a cell and the eight around it.
-public struct PTTNearby: PrivilegedPayload, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case protocolVersion, cryptoVersion, sessionToken, cell }
+public struct PTTNearbyFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case cell }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttNearby
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var cell: String
 
-    public init(protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, cell: String) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
+    public init(cell: String) {
         self.cell = cell
     }
 
@@ -271,6 +226,7 @@ public struct PTTNearby: PrivilegedPayload, Equatable {
         try Checker().require(Geohash.isCell(cell), "cell", "a geohash of \(Geohash.nearbyPrecision) characters")
     }
 }
+public typealias PTTNearby = Payload<PTTNearbyFields>
 
 /// The answer to `ptt_announce`: announced until `until` (ms), or no longer (nil).
 public struct PTTAnnounced: ServerPayload, Equatable {
@@ -312,16 +268,13 @@ public struct PTTNearbyChannels: ServerPayload, Equatable {
 /// (as call signaling is: `crypto_box` to its key) and signed by the sender over
 /// `PTTSignal.signedBytes`. The server checks both are members and the signature, and
 /// hands it to the recipient's socket; it keeps nothing.
-public struct PTTSignal: PrivilegedPayload, Equatable {
+public struct PTTSignalFields: SessionFields, Equatable {
     public enum Kind: String, Codable, Sendable { case offer, answer, candidate }
     public enum Keys: String, CodingKey, CaseIterable {
-        case protocolVersion, cryptoVersion, sessionToken, channelId, signalId, from, to, kind, timestamp, nonce, ciphertext, sig
+        case channelId, signalId, from, to, kind, timestamp, nonce, ciphertext, sig
     }
     public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttSignal
-    public var protocolVersion: Int
-    public var cryptoVersion: Int
-    public var sessionToken: String
     public var channelId: String
     public var signalId: String
     public var from: String
@@ -333,12 +286,9 @@ public struct PTTSignal: PrivilegedPayload, Equatable {
     public var sig: String
 
     public init(
-        protocolVersion: Int = 1, cryptoVersion: Int = 1, sessionToken: String, channelId: String, signalId: String, from: String, to: String,
+        channelId: String, signalId: String, from: String, to: String,
         kind: Kind, timestamp: Int64, nonce: String, ciphertext: String, sig: String
     ) {
-        self.protocolVersion = protocolVersion
-        self.cryptoVersion = cryptoVersion
-        self.sessionToken = sessionToken
         self.channelId = channelId
         self.signalId = signalId
         self.from = from
@@ -378,6 +328,7 @@ public struct PTTSignal: PrivilegedPayload, Equatable {
         Self.signedBytes(channelId: channelId, signalId: signalId, from: from, to: to, kind: kind, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext)
     }
 }
+public typealias PTTSignal = Payload<PTTSignalFields>
 
 /// A member's signal, as its recipient gets it.
 public struct PTTSignalReceived: ServerPayload, Equatable {
@@ -386,7 +337,7 @@ public struct PTTSignalReceived: ServerPayload, Equatable {
     public var signalId: String
     public var from: String
     public var to: String
-    public var kind: PTTSignal.Kind
+    public var kind: PTTSignalFields.Kind
     public var timestamp: Int64
     public var nonce: String
     public var ciphertext: String
@@ -405,6 +356,6 @@ public struct PTTSignalReceived: ServerPayload, Equatable {
     }
 
     public var signedBytes: [UInt8] {
-        PTTSignal.signedBytes(channelId: channelId, signalId: signalId, from: from, to: to, kind: kind, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext)
+        PTTSignalFields.signedBytes(channelId: channelId, signalId: signalId, from: from, to: to, kind: kind, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext)
     }
 }

@@ -108,6 +108,11 @@ public protocol ServerPayload: Codable, Sendable {
     static var frameType: ServerFrameType { get }
 }
 
+/// Names the frame type of a server payload shape that several frame types share.
+public protocol ServerFrameMarker: Sendable {
+    static var frameType: ServerFrameType { get }
+}
+
 public struct ErrorPayload: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.error
     public var code: ErrorCode
@@ -206,39 +211,34 @@ public struct MessageAccepted: ServerPayload, Equatable {
     }
 }
 
-/// A message for its recipient (spec 4.2); `groupId` is set for group messages.
+/// A message for its recipient (spec 4.2): the fields it was sent with (`message`,
+/// which read as this type's own) and, for a group message, `groupId`.
+@dynamicMemberLookup
 public struct MessageReceived: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.messageReceived
-    public var messageId: String
+    public var message: SendMessageFields
     public var groupId: String?
-    public var from: String
-    public var to: String
-    public var msgType: MessageType
-    public var timestamp: Int64
-    public var nonce: String
-    public var ciphertext: String
-    public var sig: String
-    public var replyTo: String?
-    public var reactions: [String: [String]]?
-    public var attachment: AttachmentPointer?
 
-    public init(
-        messageId: String, groupId: String? = nil, from: String, to: String, msgType: MessageType, timestamp: Int64,
-        nonce: String, ciphertext: String, sig: String, replyTo: String? = nil,
-        reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
-    ) {
-        self.messageId = messageId
+    public init(_ message: SendMessageFields, groupId: String? = nil) {
+        self.message = message
         self.groupId = groupId
-        self.from = from
-        self.to = to
-        self.msgType = msgType
-        self.timestamp = timestamp
-        self.nonce = nonce
-        self.ciphertext = ciphertext
-        self.sig = sig
-        self.replyTo = replyTo
-        self.reactions = reactions
-        self.attachment = attachment
+    }
+
+    public subscript<Value>(dynamicMember path: KeyPath<SendMessageFields, Value>) -> Value {
+        message[keyPath: path]
+    }
+
+    private enum Keys: String, CodingKey { case groupId }
+
+    public init(from decoder: any Decoder) throws {
+        message = try SendMessageFields(from: decoder)
+        groupId = try decoder.container(keyedBy: Keys.self).decodeIfPresent(String.self, forKey: .groupId)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try message.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encodeIfPresent(groupId, forKey: .groupId)
     }
 }
 
@@ -395,9 +395,8 @@ public struct CallSignalDelivery<Marker: CallDeliveryFrame>: ServerPayload, Equa
     }
 }
 
-public protocol CallDeliveryFrame: Sendable {
-    static var frameType: ServerFrameType { get }
-}
+/// The call signaling deliveries, which share `CallSignalDelivery`'s shape.
+public protocol CallDeliveryFrame: ServerFrameMarker {}
 
 public enum CallIncomingFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callIncoming }
 public enum CallAnsweredFrame: CallDeliveryFrame { public static let frameType = ServerFrameType.callAnswered }

@@ -36,38 +36,43 @@ struct MessagingStack {
         var authSettings = TestServers.authSettings(database, redis: redis)
         configureAuth(&authSettings)
         let finalAuthSettings = authSettings
-        let auth = try await TestServers.startAuth(finalAuthSettings)
-        var gateways: [RunningService] = []
-        var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
-        // Gateways store the messages they serve themselves with the routers' rules for
-        // storing (a deployment sets both alike: docs/configuration.md).
-        var storing = TestServers.routerSettings(database, redis: redis)
-        configure(&storing)
-        gatewaySettings.limits[.sendPerPair] = storing.limits[.sendPerPair]
-        gatewaySettings.pendingCapacity = storing.pendingCapacity
-        gatewaySettings.identityCacheTTL = storing.identityCacheTTL
-        gatewaySettings.unknownIdentityTTL = storing.unknownIdentityTTL
-        configureGateway(&gatewaySettings)
-        for _ in 0..<2 {
-            // Each gateway an instance of its own, with its own channel, as deployed.
-            var own = gatewaySettings
-            own.common.instanceID = "gateway-\(UUID().uuidString.prefix(8).lowercased())"
-            let settings = own
-            let gateway = try await RunningService.start { running in
-                buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+        // Whatever started is stopped again when a later step fails.
+        var gateways: [RunningService] = [], routers: [RunningService] = []
+        var startedAuth: RunningService?
+        _ = try await StartedTogether.start { started in
+            let auth = started.add(try await TestServers.startAuth(finalAuthSettings))
+            startedAuth = auth
+            var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
+            // Gateways store the messages they serve themselves with the routers' rules for
+            // storing (a deployment sets both alike: docs/configuration.md).
+            var storing = TestServers.routerSettings(database, redis: redis)
+            configure(&storing)
+            gatewaySettings.limits[.sendPerPair] = storing.limits[.sendPerPair]
+            gatewaySettings.pendingCapacity = storing.pendingCapacity
+            gatewaySettings.identityCacheTTL = storing.identityCacheTTL
+            gatewaySettings.unknownIdentityTTL = storing.unknownIdentityTTL
+            configureGateway(&gatewaySettings)
+            for _ in 0..<2 {
+                // Each gateway an instance of its own, with its own channel, as deployed.
+                var own = gatewaySettings
+                own.common.instanceID = "gateway-\(UUID().uuidString.prefix(8).lowercased())"
+                let settings = own
+                let gateway = started.add(try await RunningService.start { running in
+                    buildGateway(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+                })
+                _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
+                gateways.append(gateway)
             }
-            _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
-            gateways.append(gateway)
+            for _ in 0..<routerCount {
+                var settings = TestServers.routerSettings(database, redis: redis)
+                configure(&settings)
+                let routerSettings = settings
+                routers.append(started.add(try await RunningService.start { running in
+                    buildRouter(settings: routerSettings, logger: TestServers.logger, onServerRunning: running).assembly
+                }))
+            }
         }
-        var routers: [RunningService] = []
-        for _ in 0..<routerCount {
-            var settings = TestServers.routerSettings(database, redis: redis)
-            configure(&settings)
-            let routerSettings = settings
-            routers.append(try await RunningService.start { running in
-                buildRouter(settings: routerSettings, logger: TestServers.logger, onServerRunning: running).assembly
-            })
-        }
+        let auth = try #require(startedAuth)
         return MessagingStack(database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers)
     }
 
