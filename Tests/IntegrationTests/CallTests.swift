@@ -287,11 +287,11 @@ import WhisperShared
                 let callId = RandomID.uuid()
                 let offer = Self.signal(CallInitiate.self, "offer", callId: callId, from: caller, to: bob)
                 do {
-                    guard case .ringing = try await caller.connection.startCall(offer),
-                          case .ringing = try await caller.connection.startCall(offer) // a resend: the same call, not charged
-                    else { return .internalError }
-                    // Hung up at once, as in the attack.
+                    guard case .ringing = try await caller.connection.startCall(offer) else { return .internalError }
+                    // Hung up at once, as in the attack (and ended before the next call, so
+                    // that one does not find the callee's line busy).
                     try await caller.connection.signal(Self.signal(CallEnd.self, "", callId: callId, from: caller, to: bob, reason: .hangup))
+                    try await waitUntil { try await Self.callState(stack, callId) == "ended" }
                     return nil
                 } catch WhisperClientError.refused(let code, _) {
                     return code
@@ -307,6 +307,24 @@ import WhisperShared
             #expect(daves == [nil, nil, .rateLimited])
             let rang = Set(await bob.events.all(.callIncoming).compactMap { $0.payload(as: CallIncoming.self)?.callId })
             #expect(rang.count == 7)
+        }
+    }
+
+    /// A resent `call_initiate` of a ringing call is answered `call_ringing` but neither
+    /// rings nor wakes the callee again, and counts against the caller's calls to it.
+    @Test func aResentCallRingsAndWakesOnceAndEveryAttemptIsCharged() async throws {
+        try await MessagingStack.start().running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.offlineUser(on: 1)
+            let callId = RandomID.uuid()
+            let offer = Self.signal(CallInitiate.self, "offer", callId: callId, from: alice, to: bob)
+            for _ in 0..<5 {
+                guard case .ringing(let ringing) = try await alice.connection.startCall(offer) else { Issue.record("not ringing"); return }
+                #expect(ringing.via == .push)
+            }
+            #expect(try await stack.pushJobs().filter { $0["kind"] == "call" && $0["id"] == callId }.count == 1, "woken once")
+            // Five attempts (the pair's bound): a sixth, the same call again, is refused.
+            await expectRefused(.rateLimited, "a sixth attempt") { _ = try await alice.connection.startCall(offer) }
         }
     }
 

@@ -112,6 +112,36 @@ import WhisperShared
         }
     }
 
+    /// Authorization comes before the place: a device the Whisperer never let in that
+    /// sends `live_joining` over and over while content flows never holds a joined place,
+    /// not even for the moment of a lookup, so no content reaches it.
+    @Test func joiningWithoutAuthorizationNeverReceivesContent() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let (_, conversation, whisperer, ada) = try await LiveHarness.oneJoined(stack)
+            let eve = try await LiveHarness.listener(conversation, name: "Eve", stack: stack, on: 1)
+            try await whisperer.record.waitFor { $0 == .request(listenerId: eve.id, name: "Eve") }
+            async let typed: String = Self.typeAway(whisperer, keystrokes: 300)
+            for _ in 0..<20 {
+                await expectRefused(.forbidden, "joining uninvited") {
+                    _ = try await eve.connection.request(LiveJoining(.init(conversationId: conversation.conversationId)))
+                }
+            }
+            let last = try await typed
+            try await ada.record.waitFor { if case .text(let t) = $0 { t.live == last } else { false } }
+            #expect(await eve.record.frames(.liveContent).isEmpty, "content reached a device that was never let in")
+        }
+    }
+
+    /// Types `keystrokes` characters one at a time; what the text is at the end.
+    private static func typeAway(_ whisperer: LiveHarness.Whisperer, keystrokes: Int) async throws -> String {
+        var text = ""
+        for index in 0..<keystrokes {
+            text = index % 40 == 39 ? "" : text + "x"
+            try await whisperer.side.type(text)
+        }
+        return text
+    }
+
     @Test func aGapIsNoticedAndTheWhispererSendsEverythingAgain() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let (_, _, whisperer, ada) = try await LiveHarness.oneJoined(stack)

@@ -16,10 +16,12 @@ import WhisperShared
             #expect(Format.isUUID(hikers.channelId) && PTTJoinCode.isValid(hikers.joinCode))
             #expect(hikers.members == [alice.whisperId] && hikers.ownerId == alice.whisperId)
 
-            // By code (as read out over a radio, in any case) and by ID; the others are told.
+            // By code (as read out over a radio, in any case); the others are told. A private
+            // channel's ID lets nobody in (a public one's does: PushToTalkAccessTests).
             let joined = try await bob.connection.joinChannel(code: hikers.joinCode.lowercased())
             #expect(joined.channelId == hikers.channelId && joined.members == [alice.whisperId, bob.whisperId])
-            _ = try await carol.connection.joinChannel(id: hikers.channelId)
+            await expectRefused(.notFound, "a private channel's ID") { _ = try await carol.connection.joinChannel(id: hikers.channelId) }
+            _ = try await carol.connection.joinChannel(code: hikers.joinCode)
             try await waitUntil { await Self.memberships(alice).contains(PTTMembership(channelId: hikers.channelId, whisperId: carol.whisperId, change: .joined)) }
             try await waitUntil { await Self.memberships(bob).contains(PTTMembership(channelId: hikers.channelId, whisperId: carol.whisperId, change: .joined)) }
             #expect(try await bob.connection.channels().first?.members.count == 3)
@@ -60,7 +62,7 @@ import WhisperShared
         try await MessagingStack.start(routers: 0).running { stack in
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0), dave = try await stack.user(on: 1)
             let channel = try await alice.connection.createChannel(name: "Team")
-            for member in [bob, carol] { _ = try await member.connection.joinChannel(id: channel.channelId) }
+            for member in [bob, carol] { _ = try await member.connection.joinChannel(code: channel.joinCode) }
             let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
 
             // Free: granted, with a grant the floor key signs; everyone learns who talks.
@@ -87,9 +89,11 @@ import WhisperShared
             let carolsGrant = try #require(await Self.floors(bob).last)
             #expect(carolsGrant.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
 
-            // Carol's socket drops: the floor is taken back and goes to Bob, next in line.
+            // Carol's socket drops: the floor is taken back, which members are told as such,
+            // and goes to Bob, next in line.
             await carol.connection.close()
             try await waitUntil { await Self.holders(alice).last == bob.whisperId }
+            #expect(await Self.floors(alice).suffix(2).map(\.outcome) == [.disconnected, .granted])
             // Bob lets go with nobody waiting: the floor is free, and everyone is told.
             _ = try await bob.connection.releaseTalk(channel.channelId)
             try await waitUntil { await Self.floors(alice).last.map { $0.holder == nil && $0.outcome == .released } ?? false }
@@ -186,12 +190,20 @@ import WhisperShared
                 big.ciphertext = Data(count: Limits.MAX_CALL_SIGNAL_BYTES + 1).base64EncodedString()
                 _ = try await alice.connection.request(big)
             }
-            // A member without a socket is not reached (nothing is kept for later).
+            // A member without a socket is not reached (nothing is kept for later), and the
+            // sender is answered as for one handed over: not at all, so a signal cannot tell
+            // whether a member is online. What the socket hears after the signal (Carol's
+            // floor, asked for once the signal was handled) comes after any refusal of it.
+            let carol = try await stack.user(on: 1)
+            _ = try await carol.connection.joinChannel(code: channel.joinCode)
+            let refusalsBefore = await alice.events.all(.error).count
             await bob.connection.close()
             try await waitUntil { try await stack.withRedis { try await $0.send("GET", RedisKeys.presence(bob.whisperId)).string == nil } }
-            await expectRefused(.notFound, "to a member who is not connected") {
-                _ = try await alice.connection.request(PTTSignaling.make(.answer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token))
-            }
+            try await alice.connection.sendOnly(PTTSignaling.make(.answer, offer, channelId: channel.channelId, from: (alice.whisperId, alice.keys), to: bob.peerKeys, sessionToken: alice.token))
+            _ = try await alice.connection.ping()
+            _ = try await carol.connection.requestTalk(channel.channelId)
+            try await waitUntil { await Self.holders(alice).last == carol.whisperId }
+            #expect(await alice.events.all(.error).count == refusalsBefore, "no refusal for a member who is away")
         }
     }
 
@@ -200,7 +212,7 @@ import WhisperShared
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
             let quiet = try await alice.connection.createChannel(name: "Quiet")
             let busy = try await alice.connection.createChannel(name: "Busy")
-            _ = try await bob.connection.joinChannel(id: busy.channelId)
+            _ = try await bob.connection.joinChannel(code: busy.joinCode)
             // Both as if untouched for 40 days; then Bob (a member of Busy only) connects.
             try await stack.withPostgres { postgres in
                 try await postgres.query("UPDATE ptt_channels SET last_active_at = now() - interval '40 days'", logger: TestServers.logger)

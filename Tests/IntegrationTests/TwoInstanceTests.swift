@@ -231,7 +231,7 @@ struct TwoInstanceTests {
             #expect(try await member.connection.releaseTalk(channel.channelId).outcome == .released)
             try await member.connection.leaveChannel(channel.channelId)
             await expectRefused(.notFound, "the floor of a channel left") { _ = try await member.connection.requestTalk(channel.channelId) }
-            _ = try await member.connection.joinChannel(id: channel.channelId)
+            _ = try await member.connection.joinChannel(code: channel.joinCode)
             try await owner.connection.deleteChannel(channel.channelId)
             await expectRefused(.notFound, "the floor of a deleted channel") { _ = try await member.connection.requestTalk(channel.channelId) }
         }

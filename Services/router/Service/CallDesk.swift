@@ -46,17 +46,21 @@ struct CallDesk: Sendable {
 
     // MARK: - Frames from the parties
 
-    func initiate(_ signal: CallInitiate, entry: RouterStream.Entry) async throws -> RoutingOutcome {
+    /// `redelivery`: the stream entry is handled a second time (its router died), so a
+    /// ringing call is rung again in case the first router died before it rang; a client
+    /// that sends the same `call_initiate` again is only told the call is ringing.
+    func initiate(_ signal: CallInitiate, entry: RouterStream.Entry, redelivery: Bool = false) async throws -> RoutingOutcome {
         try await verify(signal, entry: entry)
         guard signal.to != signal.from else { throw WhisperError(.invalidPayload, "to must be another identity than from") }
         guard let callee = try await identities.lookup(signal.to) else { throw WhisperError(.notFound, "no such callee") }
         guard !callee.banned else { throw WhisperError(.forbidden, "the callee is banned") }
         let callId = signal.callId
         let fromPeer = try await areDirectPeers(signal.from, signal.to)
-        // A new call is charged before anything is stored (a repeat of one is not): per
+        // Every attempt is charged before anything is stored, a repeat of a call too: per
         // pair, and strangers' calls per callee, so nobody can ring, wake (VoIP push) or
-        // fill another's store of missed calls without bound.
-        if try await redis.send("EXISTS", RedisKeys.call(callId)).int == 0 {
+        // fill another's store of missed calls without bound. (An entry handled again
+        // after its router died is not an attempt of the caller's.)
+        if !redelivery {
             let limiter = RateLimiter(redis: redis), pair = Limit.callsPerPair
             // The caller's bucket for this callee: the limit's bucket name and the callee.
             if case .limited(let retry) = try await limiter.take("\(pair.bucket):\(signal.to)", key: signal.from, rule: settings.limits[pair]) {
@@ -74,6 +78,12 @@ struct CallDesk: Sendable {
             throw WhisperError(.invalidPayload, "the call is already answered")
         case .existing(.ended):
             throw WhisperError(.notFound, "the call has ended")
+        case .existing(.ringing) where !redelivery:
+            // The caller sent it again (a retry after a lost answer): it rings already, so
+            // the callee is neither rung nor woken again; the caller is told it rings.
+            let record = try await load(callId)
+            try await tellCaller(CallRinging(callId: callId, to: signal.to, timestamp: Clock.millisecondsNow(), via: record?.reached == true ? .socket : .push), entry)
+            return .call
         case .existing, .opened:
             break
         }
@@ -103,14 +113,18 @@ struct CallDesk: Sendable {
         }
         let deadline = Clock.millisecondsNow() &+ Int64(settings.ringTimeout.milliseconds)
         _ = try await redis.send("ZADD", RedisKeys.ringingCalls, "NX", deadline, callId)
-        let ringing = CallRinging(callId: callId, to: signal.to, timestamp: Clock.millisecondsNow(), via: reached ? .socket : .push)
-        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: ServerFrameCodec.encode(ringing, requestId: entry.requestId))
-            .publish(to: entry.gateway, on: redis)
+        try await tellCaller(CallRinging(callId: callId, to: signal.to, timestamp: Clock.millisecondsNow(), via: reached ? .socket : .push), entry)
         metrics.rang(afterMs: Clock.elapsedMilliseconds(since: entry.receivedAt))
         logger.info("call_ringing", metadata: [
             "callId": "\(callId)", "whisperId": "\(signal.from)", "via": "\(reached ? "socket" : "push")",
         ])
         return .call
+    }
+
+    /// `call_ringing` to the caller's socket, as the answer to its `call_initiate`.
+    private func tellCaller(_ ringing: CallRinging, _ entry: RouterStream.Entry) async throws {
+        try await GatewayCommand(kind: .deliver, connId: entry.connId, frame: ServerFrameCodec.encode(ringing, requestId: entry.requestId))
+            .publish(to: entry.gateway, on: redis)
     }
 
     func answer(_ signal: CallAnswer, entry: RouterStream.Entry) async throws -> RoutingOutcome {

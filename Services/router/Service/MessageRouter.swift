@@ -51,7 +51,7 @@ struct MessageRouter: Sendable {
                 metrics.routed(.group)
                 return .group
             case .callInitiate:
-                return try await counted(calls.initiate(try decode(CallInitiate.self, entry), entry: entry))
+                return try await counted(calls.initiate(try decode(CallInitiate.self, entry), entry: entry, redelivery: redelivery))
             case .callAnswer:
                 return try await counted(calls.answer(try decode(CallAnswer.self, entry), entry: entry))
             case .callIceCandidate:

@@ -169,20 +169,16 @@ struct LiveRelay: Sendable {
     func joining(_ joining: LiveJoining, device: String, on connection: ClientConnection) async throws -> LiveAck {
         let conversationId = joining.conversationId
         try requireListener(conversationId, device, on: connection)
-        registry.setJoined(connection.id, conversationId, true)
-        try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: true)
+        // Let in first, joined after: a device the Whisperer has not let in never holds a
+        // joined place, not even for the moment of a lookup, so no content reaches it.
         let rows = try await postgres.query(
             "SELECT name FROM live_listeners WHERE conversation_id = \(conversationId) AND listener_id = \(device)", logger: logger
         )
         var name: String?
         for try await row in rows.decode(String.self) { name = row }
-        guard let name else {
-            registry.setJoined(connection.id, conversationId, false)
-            if registry.place(connection.id, conversationId) != nil {
-                try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: false)
-            }
-            throw WhisperError(.forbidden, "the Whisperer has not let this listener in")
-        }
+        guard let name else { throw WhisperError(.forbidden, "the Whisperer has not let this listener in") }
+        registry.setJoined(connection.id, conversationId, true)
+        try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: true)
         try await toWhisperer(LiveListenerJoined(conversationId: conversationId, listenerId: device, name: name), conversationId: conversationId)
         return LiveAck(conversationId: conversationId)
     }

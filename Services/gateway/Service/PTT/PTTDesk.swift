@@ -78,20 +78,27 @@ struct PTTDesk: Sendable {
         }
     }
 
-    /// Joins by code or ID, under the channel's row lock (the member bound holds however
-    /// many join at once); the other members are told.
+    /// Joins by code, or by ID a public channel (or one the member is in already), under
+    /// the channel's row lock (the member bound holds however many join at once). The
+    /// other members are told of a new member; joining again changes nothing and tells
+    /// nobody.
     func join(_ request: PTTChannelJoin, member: String) async throws -> PTTChannel {
-        let channel = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
+        let (channel, isNew) = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> (PTTChannel, Bool) in
             let found = if let id = request.channelId {
-                try await connection.query("SELECT channel_id FROM ptt_channels WHERE channel_id = \(id) FOR UPDATE", logger: logger)
+                try await connection.query("SELECT channel_id, is_public FROM ptt_channels WHERE channel_id = \(id) FOR UPDATE", logger: logger)
             } else {
-                try await connection.query("SELECT channel_id FROM ptt_channels WHERE join_code = \(request.joinCode ?? "") FOR UPDATE", logger: logger)
+                try await connection.query(
+                    "SELECT channel_id, true FROM ptt_channels WHERE join_code = \(request.joinCode ?? "") FOR UPDATE", logger: logger
+                )
             }
-            var channelId: String?
-            for try await id in found.decode(String.self) { channelId = id }
-            guard let channelId else { throw WhisperError(.notFound, "no such channel") }
+            var row: (channelId: String, open: Bool)?
+            for try await (id, open) in found.decode((String, Bool).self) { row = (id, open) }
+            guard let (channelId, open) = row else { throw WhisperError(.notFound, "no such channel") }
             let members = try await Self.members(channelId, on: connection, logger: logger)
-            if !members.contains(member) {
+            let isNew = !members.contains(member)
+            // A private channel's ID does not let anyone in: only its code does.
+            guard open || !isNew else { throw WhisperError(.notFound, "no such channel") }
+            if isNew {
                 guard members.count < settings.maxMembers else {
                     throw WhisperError(.forbidden, "the channel has its \(settings.maxMembers) members")
                 }
@@ -107,18 +114,32 @@ struct PTTDesk: Sendable {
             ).first else {
                 throw WhisperError(.notFound, "no such channel")
             }
-            return channel
+            return (channel, isNew)
         }
-        try await tell(PTTMembership(channelId: channel.channelId, whisperId: member, change: .joined), to: channel.members.filter { $0 != member })
+        if isNew {
+            try await tell(PTTMembership(channelId: channel.channelId, whisperId: member, change: .joined), to: channel.members.filter { $0 != member })
+        }
         return channel
     }
 
+    /// A member leaves; the owner cannot (it deletes the channel instead), so a channel
+    /// always counts against its owner's bound of channels.
     func leave(_ request: PTTChannelLeave, member: String, on connection: ClientConnection) async throws -> PTTMembership {
         let rows = try await postgres.query(
-            "DELETE FROM ptt_members WHERE channel_id = \(request.channelId) AND whisper_id = \(member) RETURNING channel_id", logger: logger
+            """
+            WITH gone AS (
+                DELETE FROM ptt_members m WHERE m.channel_id = \(request.channelId) AND m.whisper_id = \(member)
+                AND NOT EXISTS (SELECT 1 FROM ptt_channels c WHERE c.channel_id = m.channel_id AND c.owner_id = \(member))
+                RETURNING m.channel_id
+            )
+            SELECT (SELECT count(*) FROM gone)::bigint,
+                   EXISTS (SELECT 1 FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(member))
+            """,
+            logger: logger
         )
-        var left = false
-        for try await _ in rows.decode(String.self) { left = true }
+        var left = false, owns = false
+        for try await (count, owner) in rows.decode((Int64, Bool).self) { (left, owns) = (count > 0, owner) }
+        guard !owns else { throw WhisperError(.forbidden, "the owner cannot leave its channel; it deletes it instead") }
         guard left else { throw Self.notFound }
         let gone = PTTMembership(channelId: request.channelId, whisperId: member, change: .left)
         let others = try await members(request.channelId)
@@ -199,9 +220,9 @@ struct PTTDesk: Sendable {
         let members = try await membersIfMember(signal.channelId, sender)
         guard members.contains(signal.to) else { throw WhisperError(.notFound, "\(signal.to) is not a member of that channel") }
         try await checks.verifySignature(from: sender, sig: signal.sig, over: signal.signedBytes)
-        guard try await tell(PTTSignalReceived(signal), to: [signal.to]) == 1 else {
-            throw WhisperError(.notFound, "\(signal.to) is not connected")
-        }
+        // The answer is the same whether the recipient has a socket or not (a signal to a
+        // member who is away is dropped), so signals cannot probe who is online.
+        try await tell(PTTSignalReceived(signal), to: [signal.to])
     }
 
     // MARK: - Nearby
@@ -361,8 +382,14 @@ struct PTTDesk: Sendable {
         case "free":
             try await tell(PTTFloor(channelId: channelId, outcome: outcome), to: try await members(channelId) + tellingAlso)
         case "granted" where parts.count == 5:
+            let members = try await members(channelId) + tellingAlso
+            // A floor taken back (the holder's socket closed, its time ran out) says so
+            // before it goes to the next member waiting.
+            if outcome != .released {
+                try await tell(PTTFloor(channelId: channelId, outcome: outcome), to: members)
+            }
             let floor = try await granted(channelId, holder: parts[1], grantId: parts[2], notBefore: Int64(parts[3]) ?? now, notAfter: Int64(parts[4]) ?? now, outcome: .granted)
-            try await tell(floor, to: try await members(channelId) + tellingAlso)
+            try await tell(floor, to: members)
         default:
             break
         }
