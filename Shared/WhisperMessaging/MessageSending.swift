@@ -23,6 +23,9 @@ public struct MessageSending: Sendable {
     public let redis: RedisClient
     public let pairLimit: RateLimitRule
     public let metrics: RoutingMetrics
+    /// Which senders are their recipients' direct peers (a 1:1 message from anyone else
+    /// counts against the strangers' share of the queue).
+    let peers = PeerMemory()
 
     public init(
         checks: MessageChecks, attachments: AttachmentRecipients, pending: PendingQueue, redis: RedisClient, pairLimit: RateLimitRule,
@@ -104,6 +107,9 @@ public struct MessageSending: Sendable {
         if let attachment = message.attachment {
             try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
         }
+        // A group copy is not a stranger's: both ends are members of the group (a member
+        // that is not the owner's direct peer joined by accepting an invitation).
+        let fromStranger = try await group == nil ? !peers.arePeers(message.from, message.to, on: redis) : false
         var attempts = 0
         var outcome: PendingQueue.StoreOutcome
         while true {
@@ -111,7 +117,7 @@ public struct MessageSending: Sendable {
             do {
                 outcome = try await pending.store(
                     recipient: message.to, messageId: message.messageId, sender: message.from, body: body, redeliver: redeliver,
-                    pairLimit: pairLimit, group: membership, alongside: commands
+                    pairLimit: pairLimit, fromStranger: fromStranger, group: membership, alongside: commands
                 )
             } catch {
                 returned(nil)
@@ -140,7 +146,7 @@ public struct MessageSending: Sendable {
             throw WhisperError(.forbidden, "to is not a member of this group")
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
-        case .conflict, .limited, .full:
+        case .conflict, .limited, .full, .strangersFull:
             throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
         }
         if let depth { metrics.queueDepth(depth) }

@@ -73,12 +73,12 @@ extension PendingQueue {
     }
 
     private static func applyKeys(_ recipient: String, _ messageId: String) -> [String] {
-        [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient)]
+        [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient), strangersKey(recipient)]
     }
 
     /// A recipient's bucket for the receipts it sends, in its own hash slot.
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
 
     /// `pending-queue-ack.lua` (its header says what it takes and answers).
-    static let ackScript = RedisScript(LuaSource.pendingQueueAck)
+    static let ackScript = RedisScript(expiryLua + LuaSource.pendingQueueAck)
 }

@@ -21,13 +21,30 @@ public struct PendingQueue: Sendable {
         public var messages: Int
         /// The sum of the stored `message_received` payloads.
         public var bytes: Int
+        /// The share of both (percent) that strangers together may fill: senders that are
+        /// not the recipient's direct peers (`Peers.exchanged`). The rest is kept for the
+        /// recipient's contacts, so strangers cannot silence a queue.
+        public var strangersPercent: Int
+        /// The share of both (percent) that one stranger may fill.
+        public var perStrangerPercent: Int
 
-        public init(messages: Int, bytes: Int) {
+        public init(messages: Int, bytes: Int, strangersPercent: Int = 20, perStrangerPercent: Int = 2) {
             self.messages = messages
             self.bytes = bytes
+            self.strangersPercent = strangersPercent
+            self.perStrangerPercent = perStrangerPercent
         }
 
         public static let standard = Capacity(messages: 5_000, bytes: 16 * 1_048_576)
+
+        /// What strangers together, and each stranger, may hold: messages and bytes (one
+        /// message at least, and one message of the largest size).
+        var strangers: (messages: Int, bytes: Int) { share(strangersPercent) }
+        var perStranger: (messages: Int, bytes: Int) { share(perStrangerPercent) }
+
+        private func share(_ percent: Int) -> (messages: Int, bytes: Int) {
+            (max(1, messages * percent / 100), max(Limits.MAX_STORED_MESSAGE_BYTES, bytes / 100 * percent))
+        }
     }
 
     public init(redis: RedisClient, capacity: Capacity = .standard) {
@@ -46,6 +63,9 @@ public struct PendingQueue: Sendable {
         case limited(retryAfterMs: Int)
         /// The recipient's queue is at its cap in messages or bytes: nothing was stored.
         case full
+        /// The sender is a stranger to the recipient, and strangers together, or this
+        /// one, hold their share of the queue: nothing was stored.
+        case strangersFull
         /// A group copy whose recipient is not a member of the group (any more).
         case notMember
         /// A group copy checked against a membership version that is no longer the
@@ -65,6 +85,9 @@ public struct PendingQueue: Sendable {
         case .full:
             metrics.queueFull()
             return WhisperError(.rateLimited, "the recipient's pending queue is full; retry later")
+        case .strangersFull:
+            metrics.queueFull()
+            return WhisperError(.rateLimited, "the recipient's pending queue holds all it takes from senders it has not written to; retry later")
         case .stored, .duplicate, .notMember, .stale:
             return WhisperError(.internalError, "unexpected answer from the message store")
         }
@@ -106,16 +129,21 @@ public struct PendingQueue: Sendable {
     /// after the store, whose reply leaves Redis only after its write (under
     /// `appendfsync always`, after the fsync). For a duplicate the recipient's socket is
     /// returned only when `redeliver` is set and the message is still pending.
+    /// `fromStranger`: the sender is not the recipient's direct peer, so the message
+    /// counts against the strangers' share of the queue (`Capacity.strangersPercent`).
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8], redeliver: Bool, pairLimit: RateLimitRule,
-        group: GroupCheck? = nil, alongside: [RedisCommand] = []
+        fromStranger: Bool, group: GroupCheck? = nil, alongside: [RedisCommand] = []
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
+            Self.strangersKey(recipient),
         ]
+        let strangers = capacity.strangers, perStranger = capacity.perStranger
         var arguments: [any RedisArgument] = [sender, body, Int(Self.ttl.milliseconds), messageId, redeliver ? 1 : 0]
             + RateLimiter.arguments(pairLimit) + [capacity.messages, capacity.bytes, Peers.capacity, Int(Peers.window.milliseconds)]
+            + [fromStranger ? 1 : 0, strangers.messages, strangers.bytes, perStranger.messages, perStranger.bytes]
         if let group {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
@@ -134,6 +162,8 @@ public struct PendingQueue: Sendable {
             result = .limited(retryAfterMs: Int(parts.count > 1 ? parts[1].int ?? 0 : 0))
         case "full":
             result = .full
+        case "strangers":
+            result = .strangersFull
         case "not_member":
             result = .notMember
         case "stale":
@@ -154,7 +184,7 @@ public struct PendingQueue: Sendable {
     /// while messages wait). `nextCursor` is set whenever more may follow.
     public func page(recipient: String, after cursor: String?, limit: Int, maxBytes: Int = Limits.FETCH_PENDING_MAX_BYTES) async throws -> Page {
         let reply = try await redis.evaluate(
-            Self.pageScript, keys: [RedisKeys.pending(recipient), Self.bytesKey(recipient)],
+            Self.pageScript, keys: [RedisKeys.pending(recipient), Self.bytesKey(recipient), Self.strangersKey(recipient)],
             arguments: [cursor.map { "(" + $0 } ?? "-", limit + 1, Int(Self.ttl.milliseconds)]
         )
         guard let entries = reply.array else { throw RedisError.unexpectedReply("pending page") }
@@ -195,6 +225,10 @@ public struct PendingQueue: Sendable {
 
     /// The total size of the bodies in the queue (kept with it, in its slot).
     static func bytesKey(_ recipient: String) -> String { "pending:{\(recipient)}:bytes" }
+
+    /// What strangers' messages hold of the queue (kept with it, in its slot; the fields
+    /// are in `pending-queue-expiry.lua`).
+    static func strangersKey(_ recipient: String) -> String { "pending:{\(recipient)}:strangers" }
 
     /// Bytes the recipient's queue holds, as counted.
     public func bytes(recipient: String) async throws -> Int {

@@ -31,9 +31,14 @@ public struct StoringSettings: Sendable, Equatable {
             settings.key("whisper." + name, olderNames: [service + "." + name])
         }
         let standard = Self.standard
+        let strangers = settings.int(key("pending.strangers.percent"), default: standard.pendingCapacity.strangersPercent, range: 1...100)
         pendingCapacity = PendingQueue.Capacity(
             messages: settings.int(key("pending.max.messages"), default: standard.pendingCapacity.messages, range: 1...1_000_000),
-            bytes: settings.int(key("pending.max.bytes"), default: standard.pendingCapacity.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34))
+            bytes: settings.int(key("pending.max.bytes"), default: standard.pendingCapacity.bytes, range: Limits.MAX_STORED_MESSAGE_BYTES...(1 << 34)),
+            strangersPercent: strangers,
+            perStrangerPercent: settings.int(
+                key("pending.per.stranger.percent"), default: standard.pendingCapacity.perStrangerPercent, range: 1...strangers
+            )
         )
         identityCacheTTL = .seconds(settings.int(key("identity.cache.seconds"), default: 30, range: 0...3_600))
         unknownIdentityTTL = .seconds(settings.int(key("unknown.identity.cache.seconds"), default: 10, range: 0...3_600))

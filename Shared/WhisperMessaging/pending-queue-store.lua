@@ -1,13 +1,16 @@
 -- KEYS: queue, message key, presence key, the pair's bucket, byte count, the
--- recipient's peers (all in the recipient's slot). ARGV: sender, body, ttl ms,
--- messageId, redeliver flag, the bucket's capacity and refill per ms, the queue's cap
--- in messages and in bytes, the peers' cap and their expiry ms; for a group copy
--- also KEYS[7], the recipient's groups, and ARGV 12 and 13, the groupId and the
+-- recipient's peers, its strangers hash (all in the recipient's slot). ARGV: sender,
+-- body, ttl ms, messageId, redeliver flag, the bucket's capacity and refill per ms,
+-- the queue's cap in messages and in bytes, the peers' cap and their expiry ms, 1 when
+-- the sender is a stranger to the recipient (not a direct peer), and strangers' caps:
+-- together in messages and in bytes, then each in messages and in bytes. For a group
+-- copy also KEYS[8], the recipient's groups, and ARGV 17 and 18, the groupId and the
 -- membership version the router checked the sender against. Returns
 -- {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
 -- is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
 -- redeliver flag is set and it is still pending), or {'limited', retry ms}, {'full'},
--- {'not_member'}, {'stale', version}, {'conflict'}. It publishes nothing.
+-- {'strangers'} (the strangers' share, or this stranger's, is taken), {'not_member'},
+-- {'stale', version}, {'conflict'}. It publishes nothing.
 -- A resend of a stored copy is answered as a duplicate even if the recipient has
 -- left since (it was accepted before); a new copy is stored only while the
 -- recipient's record names the group at the version checked.
@@ -22,25 +25,46 @@ if known then
     end
     return {'duplicate', '', 0, socket}
 end
-if ARGV[12] then
-    local epoch = redis.call('HGET', KEYS[7], ARGV[12])
+if ARGV[17] then
+    local epoch = redis.call('HGET', KEYS[8], ARGV[17])
     if not epoch then return {'not_member'} end
-    if epoch ~= ARGV[13] then return {'stale', epoch} end
+    if epoch ~= ARGV[18] then return {'stale', epoch} end
 end
 local now = now_ms()
-local length = expire_old(KEYS[1], KEYS[5], tonumber(ARGV[3]), now)
+local length = expire_old(KEYS[1], KEYS[5], KEYS[7], tonumber(ARGV[3]), now)
 local size = #ARGV[2]
 local held = tonumber(redis.call('GET', KEYS[5]) or '0')
 if length >= tonumber(ARGV[8]) or held + size > tonumber(ARGV[9]) then
     return {'full'}
 end
+-- Strangers together fill only their share of the queue, and each stranger a smaller
+-- one, so that what is left always takes the recipient's direct peers' messages.
+local stranger = ARGV[12] == '1'
+if stranger then
+    local counts = redis.call('HMGET', KEYS[7], 'n', 'b', 'n:' .. ARGV[1], 'b:' .. ARGV[1])
+    if tonumber(counts[1] or '0') + 1 > tonumber(ARGV[13]) or tonumber(counts[2] or '0') + size > tonumber(ARGV[14])
+        or tonumber(counts[3] or '0') + 1 > tonumber(ARGV[15]) or tonumber(counts[4] or '0') + size > tonumber(ARGV[16]) then
+        return {'strangers'}
+    end
+end
 local retry = take_token(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
 if retry > 0 then return {'limited', retry} end
-local id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
+local id
+if stranger then
+    id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2], 'st', ARGV[1])
+    redis.call('HINCRBY', KEYS[7], 'n', 1)
+    redis.call('HINCRBY', KEYS[7], 'b', size)
+    redis.call('HINCRBY', KEYS[7], 'n:' .. ARGV[1], 1)
+    redis.call('HINCRBY', KEYS[7], 'b:' .. ARGV[1], size)
+    redis.call('PEXPIRE', KEYS[7], ARGV[3])
+else
+    id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('INCRBY', KEYS[5], size)
 redis.call('PEXPIRE', KEYS[5], ARGV[3])
 redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
+if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 -- Only a sender new to the set can take it past its cap.
 if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then

@@ -79,9 +79,38 @@ import WhisperShared
         try await MessagingStack.start(router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 3, bytes: 1 << 20) }).running { stack in
             let mallory = try await stack.user(on: 0)
             let victim = try await stack.offlineUser(on: 1)
+            // A contact (a stranger gets a share of the queue only: the next test).
+            try await stack.makePeers([mallory, victim])
             _ = try await mallory.send(3, to: victim, labelled: "fill")
             await expectRefused(.rateLimited, "fourth message") { try await mallory.connection.send(mallory.message("one too many", to: victim)) }
             #expect(try await stack.pendingDepth(victim.whisperId) == 3)
+            try await stillServed(stack)
+        }
+    }
+
+    /// Strangers cannot silence an inbox: together they fill a fifth of a queue and each
+    /// one a fiftieth (here 10 and 2 of 50), and the recipient's direct peers still fill
+    /// the rest.
+    @Test func strangersFillOnlyTheirShareOfAQueueAndContactsStillGetThrough() async throws {
+        try await MessagingStack.start(router: {
+            $0.pendingCapacity = PendingQueue.Capacity(messages: 50, bytes: 1 << 20, strangersPercent: 20, perStrangerPercent: 4)
+        }).running { stack in
+            let victim = try await stack.offlineUser(on: 1)
+            let friend = try await stack.user(on: 0)
+            try await stack.makePeers([friend, victim])
+            var strangers: [TestUser] = []
+            for index in 0..<6 { strangers.append(try await stack.user(on: index % 2)) }
+            for stranger in strangers.prefix(5) { _ = try await stranger.send(2, to: victim, labelled: "spam") }
+            await expectRefused(.rateLimited, "a third from one stranger") {
+                try await strangers[0].connection.send(strangers[0].message("more", to: victim))
+            }
+            await expectRefused(.rateLimited, "an eleventh from strangers") {
+                try await strangers[5].connection.send(strangers[5].message("more", to: victim))
+            }
+            // The friend fills the rest, and only then is the queue full.
+            _ = try await friend.send(40, to: victim, labelled: "hello")
+            #expect(try await stack.pendingDepth(victim.whisperId) == 50)
+            await expectRefused(.rateLimited, "past the queue's cap") { try await friend.connection.send(friend.message("one too many", to: victim)) }
             try await stillServed(stack)
         }
     }
@@ -119,6 +148,7 @@ import WhisperShared
         try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.offlineUser(on: 1)
+            try await stack.makePeers([alice, bob])
             // About 11 KB each with their reactions: 40 of them are far over one page's budget.
             var sent: Set<String> = []
             for index in 0..<40 {

@@ -57,6 +57,8 @@ import WhisperShared
         try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)
             let bobFirst = try await stack.offlineUser(on: 1)
+            // Contacts: more than a stranger's share of a queue (100) waits for Bob.
+            try await stack.makePeers([alice, bobFirst])
             let sent = try await alice.send(120, to: bobFirst, labelled: "message")
             #expect(try await stack.pendingDepth(bobFirst.whisperId) == 120)
 

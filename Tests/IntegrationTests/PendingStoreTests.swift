@@ -15,11 +15,43 @@ import WhisperShared
     }
 
     /// A message body as a router or gateway stores it (the script reads only its size).
-    func store(_ queue: PendingQueue, to recipient: String, from sender: String) async throws -> PendingQueue.StoreOutcome {
+    func store(
+        _ queue: PendingQueue, to recipient: String, from sender: String, stranger: Bool = false, messageId: String = RandomID.uuid()
+    ) async throws -> PendingQueue.StoreOutcome {
         try await queue.store(
-            recipient: recipient, messageId: RandomID.uuid(), sender: sender, body: Array(#"{"text":"hi"}"#.utf8), redeliver: false,
-            pairLimit: RateLimitRule(capacity: 10_000, period: .seconds(1))
+            recipient: recipient, messageId: messageId, sender: sender, body: Array(#"{"text":"hi"}"#.utf8), redeliver: false,
+            pairLimit: RateLimitRule(capacity: 10_000, period: .seconds(1)), fromStranger: stranger
         )
+    }
+
+    /// Strangers together hold at most their share (20 of 100 here) and each stranger 2
+    /// (2 %); contacts then still fill the rest; a stranger's message that leaves the
+    /// queue gives its place back.
+    @Test func strangersFillOnlyTheirShareAndWhatLeavesIsGivenBack() async throws {
+        try await withQueue(capacity: PendingQueue.Capacity(messages: 100, bytes: 1_048_576)) { queue, redis in
+            let recipient = WhisperID.generate()
+            let strangers = (0..<11).map { _ in WhisperID.generate() }
+            var firstIds: [String] = []
+            for (index, stranger) in strangers.prefix(10).enumerated() {
+                for _ in 0..<2 {
+                    let id = RandomID.uuid()
+                    if index == 0 { firstIds.append(id) }
+                    #expect(try await store(queue, to: recipient, from: stranger, stranger: true, messageId: id).result.isStored)
+                }
+            }
+            #expect(try await store(queue, to: recipient, from: strangers[0], stranger: true).result == .strangersFull, "a third from one stranger")
+            #expect(try await store(queue, to: recipient, from: strangers[10], stranger: true).result == .strangersFull, "a twenty-first from strangers")
+            let contact = WhisperID.generate()
+            for _ in 0..<80 { #expect(try await store(queue, to: recipient, from: contact).result.isStored) }
+            #expect(try await store(queue, to: recipient, from: contact).result == .full)
+
+            // One of the first stranger's leaves (delivered): the queue and the strangers'
+            // count each give a place back, to that stranger or another.
+            try await queue.applyReceipts([PendingQueue.ReceiptApplication(recipient: recipient, messageId: firstIds[0], delivered: true)])
+            #expect(try await store(queue, to: recipient, from: strangers[10], stranger: true).result.isStored)
+            let together = try await redis.send("HGET", "pending:{\(recipient)}:strangers", "n").string
+            #expect(together == "20")
+        }
     }
 
     @Test func eachStoreReportsTheQueuesDepthAndTheCapRefusesTheRest() async throws {
@@ -58,5 +90,11 @@ import WhisperShared
             #expect(Set(members).isSubset(of: Set(senders)))
             #expect(members.contains(senders[Peers.capacity]), "the newest sender is kept")
         }
+    }
+}
+
+extension PendingQueue.StoreResult {
+    var isStored: Bool {
+        if case .stored = self { true } else { false }
     }
 }

@@ -45,18 +45,28 @@ struct WhisperFaults: AsyncParsableCommand {
         let ledger = Ledger()
         say("registering \(pairs * 2) identities...")
         var users: [FaultClient] = []
+        var connections: [WhisperConnection] = []
         for index in 0..<(pairs * 2) {
             let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
             let connection = WhisperConnection(url: gateways[index % gateways.count], logger: logger)
             try await connection.connect()
             let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
-            await connection.close()
+            connections.append(connection)
             users.append(FaultClient(
                 whisperId: ack.whisperId, keys: keys, token: ack.sessionToken,
                 gateways: Array(gateways[(index % gateways.count)...] + gateways[..<(index % gateways.count)]),
                 ledger: ledger, logger: logger
             ))
         }
+        // Each pair is a conversation, as between contacts: one message each way, taken
+        // and acknowledged, so that the recipient's queue takes the sender's messages
+        // beyond a stranger's share while the recipient is away.
+        for index in 0..<pairs {
+            let (a, b) = (index * 2, index * 2 + 1)
+            try await Self.hello(from: (users[a], connections[a]), to: (users[b], connections[b]))
+            try await Self.hello(from: (users[b], connections[b]), to: (users[a], connections[a]))
+        }
+        for connection in connections { await connection.close() }
         let started = Clock.millisecondsNow()
         say("sending \(rate) messages/s over \(pairs) pairs for \(duration) s (start \(started))")
         let perSender = rate / Double(pairs)
@@ -89,6 +99,18 @@ struct WhisperFaults: AsyncParsableCommand {
         let json = String(decoding: try JSONSerialization.data(withJSONObject: result, options: [.prettyPrinted, .sortedKeys]), as: UTF8.self)
         say(json)
         if let report { try json.write(toFile: report, atomically: true, encoding: .utf8) }
+    }
+
+    /// One message from `sender` to `recipient`, which takes it from its queue and
+    /// acknowledges it.
+    static func hello(from sender: (FaultClient, WhisperConnection), to recipient: (FaultClient, WhisperConnection)) async throws {
+        let message = MessageCrypto.makeMessage(
+            Array("hello".utf8), from: (sender.0.whisperId, sender.0.keys), to: await recipient.0.peer, sessionToken: sender.0.token
+        )
+        _ = try await sender.1.send(message)
+        for received in try await recipient.1.fetchPending().messages {
+            try await recipient.1.acknowledge(received)
+        }
     }
 
     /// Written at once, not buffered: scripts/faults waits for "sending".
