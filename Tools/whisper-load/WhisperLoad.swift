@@ -33,6 +33,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "Messages a sender may have waiting for message_accepted.")
     var window = 8
 
+    @Flag(help: "Leave each pair strangers. By default each pair first exchanges a message each way, as contacts have; strangers' messages are also counted against their share of the recipient's queue.")
+    var strangers = false
+
     @Flag(help: "Print latency percentiles for each second of the run.")
     var timeline = false
 
@@ -94,6 +97,11 @@ struct WhisperLoad: AsyncParsableCommand {
         for index in 0..<pairs {
             senders.append(try await Party.register(url: gateways[index % gateways.count], logger: logger))
             recipients.append(try await Party.register(url: gateways[(index + 1) % gateways.count], logger: logger))
+        }
+        if !strangers {
+            for index in 0..<pairs {
+                try await Party.introduce(senders[index], recipients[index], logger: logger)
+            }
         }
         let clock = ContinuousClock()
         let start = clock.now
@@ -334,6 +342,25 @@ struct Party: Sendable {
         let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .android)
         await connection.close()
         return Party(url: url, whisperId: ack.whisperId, keys: keys, token: ack.sessionToken)
+    }
+
+    /// Makes `a` and `b` direct peers as contacts are: a message each way, taken from
+    /// the queue and acknowledged.
+    static func introduce(_ a: Party, _ b: Party, logger: Logger) async throws {
+        var sockets: [WhisperConnection] = []
+        for party in [a, b] {
+            let connection = WhisperConnection(url: party.url, logger: logger)
+            try await connection.connect()
+            await connection.resume(whisperId: party.whisperId, sessionToken: party.token)
+            sockets.append(connection)
+        }
+        for (from, to) in [(0, 1), (1, 0)] {
+            let (sender, recipient) = from == 0 ? (a, b) : (b, a)
+            let hello = MessageCrypto.makeMessage(Array("hello".utf8), from: (sender.whisperId, sender.keys), to: recipient.peer, sessionToken: sender.token)
+            _ = try await sockets[from].send(hello)
+            for message in try await sockets[to].fetchPending().messages { try await sockets[to].acknowledge(message) }
+        }
+        for socket in sockets { await socket.close() }
     }
 
     func role(_ kind: LoadRole.Kind, stats: Stats) -> LoadRole {
