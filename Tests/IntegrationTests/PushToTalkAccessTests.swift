@@ -51,4 +51,36 @@ import WhisperShared
             #expect(try await owner.connection.channels().isEmpty)
         }
     }
+
+    /// Join codes cannot be guessed online: an identity's joins that name no channel
+    /// (here 3 an hour), and an address's (here 5), are bounded; once either is spent,
+    /// joins are refused `RATE_LIMITED` even with a right code. Right codes cost nothing.
+    @Test func wrongJoinCodesAreBoundedPerIdentityAndPerAddress() async throws {
+        try await MessagingStack.start(routers: 0, gateway: {
+            $0.limits[.pttJoinMissesPerIdentity] = RateLimitRule(capacity: 3, period: .seconds(3_600))
+            $0.limits[.pttJoinMissesPerAddress] = RateLimitRule(capacity: 5, period: .seconds(3_600))
+        }).running { stack in
+            let owner = try await stack.user(on: 0), friend = try await stack.user(on: 0)
+            let channel = try await owner.connection.createChannel(name: "Secret")
+            for _ in 0..<5 { _ = try await friend.connection.joinChannel(code: channel.joinCode) }
+
+            let mallory = try await stack.user(on: 0)
+            for guess in ["ZZZZZZZZ", "YYYYYYYY", "XXXXXXXX"] {
+                await expectRefused(.notFound, "a wrong code") { _ = try await mallory.connection.joinChannel(code: guess) }
+            }
+            await expectRefused(.rateLimited, "a guess after three misses, right or not") {
+                _ = try await mallory.connection.joinChannel(code: channel.joinCode)
+            }
+            #expect(try await owner.connection.channels().first?.members.contains(mallory.whisperId) == false)
+            // Another identity from the same address: two misses more spend the address's.
+            let sybil = try await stack.user(on: 0)
+            for guess in ["WWWWWWWW", "VVVVVVVV"] {
+                await expectRefused(.notFound, "a wrong code") { _ = try await sybil.connection.joinChannel(code: guess) }
+            }
+            let another = try await stack.user(on: 0)
+            await expectRefused(.rateLimited, "a fresh identity from a spent address") {
+                _ = try await another.connection.joinChannel(code: channel.joinCode)
+            }
+        }
+    }
 }

@@ -112,6 +112,11 @@ extension RateLimiter {
         try await take(limit.bucket, key: key, rule: rules[limit])
     }
 
+    /// Whether `limit`'s bucket for `key` holds a token, taking none.
+    public func peek(_ limit: Limit, key: String, rules: LimitRules) async throws -> Decision {
+        try await peek(limit.bucket, key: key, rule: rules[limit])
+    }
+
     /// Takes one token of `limit`'s bucket for `key`, or throws its refusal.
     public func charge(_ limit: Limit, key: String, rules: LimitRules) async throws {
         if case .limited(let retry) = try await take(limit, key: key, rules: rules) {

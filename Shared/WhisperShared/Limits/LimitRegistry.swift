@@ -42,6 +42,11 @@ extension Limit {
     public static let liveConversationsPerIdentity = Limit("gateway.rate.limit.live.conversations.per.identity", "30/60s", per: .identity, bucket: "live_conversations", counts: "conversation changes")
     /// Push-to-talk channel, floor and nearby frames per identity.
     public static let pttPerIdentity = Limit("gateway.rate.limit.ptt.per.identity", "120/60s", per: .identity, bucket: "ptt", counts: "push-to-talk frames")
+    /// `ptt_channel_join` attempts that named no channel one may join, per identity:
+    /// checked before each join, charged only when it fails (`NOT_FOUND`).
+    public static let pttJoinMissesPerIdentity = Limit("gateway.rate.limit.ptt.join.misses.per.identity", "10/1h", per: .identity, bucket: "ptt_join_miss", counts: "channel joins that named no channel")
+    /// The same per client address, this instance's count.
+    public static let pttJoinMissesPerAddress = Limit("gateway.rate.limit.ptt.join.misses.per.address", "30/1h", per: .address, bucket: "ptt_join_miss", counts: "channel joins from this address that named no channel")
     /// `ptt_signal` per identity.
     public static let pttSignalsPerIdentity = Limit("gateway.rate.limit.ptt.signal.per.identity", "600/60s", per: .identity, bucket: "ptt_signal", counts: "push-to-talk signals")
 
@@ -99,7 +104,7 @@ extension Limit {
         controlPerSocket, controlPerAddress, refusalsPerSocket, refusalsPerAddress, routedPerAddress, groupOpsPerAddress,
         sendPerSender, controlPerIdentity, receiptsPerIdentity, fetchPerIdentity, groupOpsPerIdentity,
         presenceSubscribePerIdentity, presenceEventsPerIdentity, callsPerIdentity, callSignalsPerIdentity,
-        liveConversationsPerIdentity, pttPerIdentity, pttSignalsPerIdentity,
+        liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
         liveOffersPerConversation, livePacketsPerWhisperer, liveFramesPerListener,
         sendPerPair,
         registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity,

@@ -22,6 +22,12 @@ public struct LocalBucket: Sendable {
         return true
     }
 
+    /// Whether the bucket holds a token, taking none.
+    public mutating func hasToken(now: ContinuousClock.Instant = .now) -> Bool {
+        refill(now: now)
+        return tokens >= 1
+    }
+
     /// Whether the bucket is back to full: an idle entry that can be forgotten.
     public mutating func isFull(now: ContinuousClock.Instant = .now) -> Bool {
         refill(now: now)
@@ -77,6 +83,17 @@ public final class LocalBucketTable: Sendable {
             let taken = bucket.take(now: now)
             state.buckets[key] = bucket
             return taken
+        }
+    }
+
+    /// Whether `key`'s bucket holds a token, taking none (a key without a bucket has a
+    /// full one).
+    public func hasToken(_ key: String, now: ContinuousClock.Instant = .now) -> Bool {
+        state.withLock { state in
+            guard var bucket = state.buckets[key] else { return true }
+            let has = bucket.hasToken(now: now)
+            state.buckets[key] = bucket
+            return has
         }
     }
 

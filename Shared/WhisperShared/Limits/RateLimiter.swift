@@ -52,6 +52,12 @@ public struct RateLimiter: Sendable {
         return try Self.decision(reply, "rate limit script")
     }
 
+    /// Whether the bucket of `key` for `action` holds a token, taking none.
+    public func peek(_ action: String, key: String, rule: RateLimitRule) async throws -> Decision {
+        let reply = try await redis.evaluate(Self.peekScript, keys: [RedisKeys.rateLimit(key, action)], arguments: Self.arguments(rule))
+        return try Self.decision(reply, "rate limit peek script")
+    }
+
     /// What a lease got: `granted` tokens (at least one), or nothing until `retryAfterMs`.
     public enum Lease: Sendable, Equatable {
         case granted(Int)
@@ -94,4 +100,7 @@ public struct RateLimiter: Sendable {
 
     /// `rate-limit-take.lua` (its header says what it takes and answers).
     static let takeScript = RedisScript(bucketLua + LuaSource.rateLimitTake)
+
+    /// `rate-limit-peek.lua` (its header says what it takes and answers).
+    static let peekScript = RedisScript(bucketLua + LuaSource.rateLimitPeek)
 }

@@ -502,6 +502,27 @@ struct FrameLimits: Sendable {
     func take(_ limit: Limit, address: String) -> Bool {
         addressTables[limit]?.take(address) ?? false
     }
+
+    /// Runs an attempt that names something the sender may only guess at (a join code):
+    /// refused while the identity's or the address's bucket of misses is empty; charged
+    /// to both only when `attempt` fails `NOT_FOUND`, so wrong guesses are bounded and
+    /// right ones are not. `identityLimit` is identity-scoped, `addressLimit` one of the
+    /// gateway's address-scoped limits.
+    func guessing<T>(
+        _ identityLimit: Limit, _ addressLimit: Limit, identity: String, address: String, _ attempt: () async throws -> T
+    ) async throws -> T {
+        if case .limited(let retry) = try await limiter.peek(identityLimit, key: identity, rules: rules) {
+            throw identityLimit.refused(retryAfterMs: retry)
+        }
+        guard addressTables[addressLimit]?.hasToken(address) ?? false else { throw addressLimit.refused(retryAfterMs: nil) }
+        do {
+            return try await attempt()
+        } catch let error as WhisperError where error.code == .notFound {
+            _ = addressTables[addressLimit]?.take(address)
+            _ = try await limiter.take(identityLimit, key: identity, rules: rules)
+            throw error
+        }
+    }
 }
 
 /// Remembers for a moment that the router stream was full, so that the messages that

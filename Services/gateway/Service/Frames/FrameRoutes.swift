@@ -146,7 +146,11 @@ extension FrameRoute {
             }
         case .pttChannelJoin:
             .acting(PTTChannelJoin.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.join(payload, member: whisperId))
+                // A join code is a secret that can be guessed: wrong ones are bounded.
+                let channel = try await handler.limits.guessing(
+                    .pttJoinMissesPerIdentity, .pttJoinMissesPerAddress, identity: whisperId, address: served.connection.remoteAddress
+                ) { try await handler.ptt.join(payload, member: whisperId) }
+                served.answer(channel)
             }
         case .pttChannelLeave:
             .acting(PTTChannelLeave.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
