@@ -22,6 +22,16 @@ extension WhisperConnection {
         let _: PTTMembership = try await pttAnswer(PTTChannelLeave(sessionToken: try token(), .init(channelId: channelId)))
     }
 
+    /// Removes a member (the owner only); every member is told (`ptt_membership`, `removed`).
+    public func removeMember(_ whisperId: String, from channelId: String) async throws {
+        let _: PTTMembership = try await pttAnswer(PTTChannelRemove(sessionToken: try token(), .init(channelId: channelId, whisperId: whisperId)))
+    }
+
+    /// Draws a new join code (the owner only); the old one joins nobody from then on.
+    public func rotateJoinCode(_ channelId: String) async throws -> PTTChannel {
+        try await pttAnswer(PTTChannelRotateCode(sessionToken: try token(), .init(channelId: channelId)))
+    }
+
     /// Deletes a channel (its owner only); every member is told (`ptt_membership`, `deleted`).
     public func deleteChannel(_ channelId: String) async throws {
         let _: PTTMembership = try await pttAnswer(PTTChannelDelete(sessionToken: try token(), .init(channelId: channelId)))

@@ -83,4 +83,36 @@ import WhisperShared
             }
         }
     }
+
+    /// The owner takes access back: a removed member is out (and told), and once the code
+    /// is rotated the old code lets nobody in, the removed member included.
+    @Test func theOwnerRemovesAMemberAndRotatesTheCode() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0), friend = try await stack.user(on: 1), former = try await stack.user(on: 0)
+            let channel = try await owner.connection.createChannel(name: "Team")
+            _ = try await friend.connection.joinChannel(code: channel.joinCode)
+            _ = try await former.connection.joinChannel(code: channel.joinCode)
+            #expect(try await former.connection.requestTalk(channel.channelId).outcome == .granted)
+
+            // Only the owner removes; the removed member is told, and so is everyone else.
+            await expectRefused(.notFound, "a member removes another") { try await friend.connection.removeMember(former.whisperId, from: channel.channelId) }
+            await expectRefused(.forbidden, "the owner removes itself") { try await owner.connection.removeMember(owner.whisperId, from: channel.channelId) }
+            try await owner.connection.removeMember(former.whisperId, from: channel.channelId)
+            let removed = PTTMembership(channelId: channel.channelId, whisperId: former.whisperId, change: .removed)
+            try await waitUntil { await PushToTalkTests.memberships(former).contains(removed) }
+            try await waitUntil { await PushToTalkTests.memberships(friend).contains(removed) }
+            // Its floor went with it, and it can ask for nothing more.
+            try await waitUntil { await PushToTalkTests.floors(friend).last.map { $0.holder == nil } ?? false }
+            await expectRefused(.notFound, "the removed member asks for the floor") { _ = try await former.connection.requestTalk(channel.channelId) }
+
+            // A new code: the old one lets nobody in; members are told the new one.
+            await expectRefused(.notFound, "a member rotates the code") { _ = try await friend.connection.rotateJoinCode(channel.channelId) }
+            let rotated = try await owner.connection.rotateJoinCode(channel.channelId)
+            #expect(rotated.joinCode != channel.joinCode && PTTJoinCode.isValid(rotated.joinCode))
+            #expect(rotated.members == [owner.whisperId, friend.whisperId])
+            try await waitUntil { await friend.events.all(.pttChannel).contains { $0.payload(as: PTTChannel.self)?.joinCode == rotated.joinCode } }
+            await expectRefused(.notFound, "the old code") { _ = try await former.connection.joinChannel(code: channel.joinCode) }
+            #expect(try await former.connection.joinChannel(code: rotated.joinCode).members.contains(former.whisperId))
+        }
+    }
 }

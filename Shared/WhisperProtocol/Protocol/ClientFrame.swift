@@ -40,6 +40,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case pttChannelJoin = "ptt_channel_join"
     case pttChannelLeave = "ptt_channel_leave"
     case pttChannelDelete = "ptt_channel_delete"
+    case pttChannelRemove = "ptt_channel_remove"
+    case pttChannelRotateCode = "ptt_channel_rotate_code"
     case pttChannelsList = "ptt_channels_list"
     case pttTalkRequest = "ptt_talk_request"
     case pttTalkRelease = "ptt_talk_release"
@@ -97,6 +99,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .pttChannelJoin: PTTChannelJoin.self
         case .pttChannelLeave: PTTChannelLeave.self
         case .pttChannelDelete: PTTChannelDelete.self
+        case .pttChannelRemove: PTTChannelRemove.self
+        case .pttChannelRotateCode: PTTChannelRotateCode.self
         case .pttChannelsList: PTTChannelsList.self
         case .pttTalkRequest: PTTTalkRequest.self
         case .pttTalkRelease: PTTTalkRelease.self

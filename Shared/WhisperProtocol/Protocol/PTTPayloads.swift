@@ -46,6 +46,27 @@ public struct PTTChannelJoinFields: SessionFields, Equatable {
 }
 public typealias PTTChannelJoin = Payload<PTTChannelJoinFields>
 
+/// The owner removes a member (not itself: it deletes the channel instead).
+public struct PTTChannelRemoveFields: SessionFields, Equatable {
+    public enum Keys: String, CodingKey, CaseIterable { case channelId, whisperId }
+    public typealias CodingKeys = Keys
+    public static let frameType = ClientFrameType.pttChannelRemove
+    public var channelId: String
+    public var whisperId: String
+
+    public init(channelId: String, whisperId: String) {
+        self.channelId = channelId
+        self.whisperId = whisperId
+    }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.uuid(channelId, "channelId")
+        try check.whisperID(whisperId, "whisperId")
+    }
+}
+public typealias PTTChannelRemove = Payload<PTTChannelRemoveFields>
+
 
 
 /// A member's frame that names one channel and nothing else: leave it, delete it (its
@@ -70,6 +91,9 @@ public enum PTTChannelDeleteFrame: PTTChannelActionFrame { public static let fra
 public enum PTTTalkReleaseFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttTalkRelease }
 public typealias PTTChannelLeave = PTTChannelAction<PTTChannelLeaveFrame>
 public typealias PTTChannelDelete = PTTChannelAction<PTTChannelDeleteFrame>
+/// The owner draws a new join code; the old one joins nobody from then on.
+public enum PTTChannelRotateCodeFrame: PTTChannelActionFrame { public static let frameType = ClientFrameType.pttChannelRotateCode }
+public typealias PTTChannelRotateCode = PTTChannelAction<PTTChannelRotateCodeFrame>
 public typealias PTTTalkRelease = PTTChannelAction<PTTTalkReleaseFrame>
 
 /// The channels the session's identity is a member of.
@@ -123,10 +147,11 @@ public struct PTTChannels: ServerPayload, Equatable {
     public init(channels: [PTTChannel]) { self.channels = channels }
 }
 
-/// A member joined or left (to every member), or the channel was deleted (`deleted`;
-/// to every member, and the answer to `ptt_channel_delete` and `ptt_channel_leave`).
+/// A member joined, left or was removed by the owner (to every member, the removed one
+/// too), or the channel was deleted (`deleted`; to every member); the answer to
+/// `ptt_channel_leave`, `ptt_channel_remove` and `ptt_channel_delete`.
 public struct PTTMembership: ServerPayload, Equatable {
-    public enum Change: String, Codable, Sendable { case joined, left, deleted }
+    public enum Change: String, Codable, Sendable { case joined, left, removed, deleted }
     public static let frameType = ServerFrameType.pttMembership
     public var channelId: String
     public var whisperId: String

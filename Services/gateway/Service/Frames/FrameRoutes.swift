@@ -160,6 +160,14 @@ extension FrameRoute {
             .acting(PTTChannelDelete.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
                 served.answer(try await handler.ptt.delete(payload, owner: whisperId))
             }
+        case .pttChannelRemove:
+            .acting(PTTChannelRemove.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.remove(payload, owner: whisperId))
+            }
+        case .pttChannelRotateCode:
+            .acting(PTTChannelRotateCode.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
+                served.answer(try await handler.ptt.rotateCode(payload, owner: whisperId))
+            }
         case .pttChannelsList:
             .acting(PTTChannelsList.self, [Self.ptt], answersRefusals: true) { handler, _, whisperId, served in
                 served.answer(try await handler.ptt.list(member: whisperId))

@@ -149,6 +149,61 @@ struct PTTDesk: Sendable {
         return gone
     }
 
+    /// The owner removes a member; every member is told, the removed one too, and a floor
+    /// the removed member held or waited for is given up. Anyone else, or a member that is
+    /// not there, is answered `NOT_FOUND` like a channel that does not exist.
+    func remove(_ request: PTTChannelRemove, owner: String) async throws -> PTTMembership {
+        guard request.whisperId != owner else { throw WhisperError(.forbidden, "the owner cannot remove itself; it deletes the channel instead") }
+        let rows = try await postgres.query(
+            """
+            DELETE FROM ptt_members m WHERE m.channel_id = \(request.channelId) AND m.whisper_id = \(request.whisperId)
+            AND EXISTS (SELECT 1 FROM ptt_channels c WHERE c.channel_id = m.channel_id AND c.owner_id = \(owner))
+            RETURNING m.channel_id
+            """,
+            logger: logger
+        )
+        var removed = false
+        for try await _ in rows.decode(String.self) { removed = true }
+        guard removed else { throw Self.notFound }
+        let gone = PTTMembership(channelId: request.channelId, whisperId: request.whisperId, change: .removed)
+        try await tell(gone, to: try await members(request.channelId).filter { $0 != owner } + [request.whisperId])
+        try await release(request.channelId, holder: request.whisperId, conn: "", outcome: .released, tellingAlso: [request.whisperId])
+        return gone
+    }
+
+    /// The owner draws a new join code: the old one joins nobody from then on (members
+    /// stay). The members are told the channel as it is now (`ptt_channel`, unasked).
+    func rotateCode(_ request: PTTChannelRotateCode, owner: String) async throws -> PTTChannel {
+        let channel = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
+            for _ in 0..<5 {
+                let code = PTTJoinCode.make()
+                let rows = try await connection.query(
+                    """
+                    UPDATE ptt_channels SET join_code = \(code) WHERE channel_id = \(request.channelId) AND owner_id = \(owner)
+                    AND NOT EXISTS (SELECT 1 FROM ptt_channels WHERE join_code = \(code)) RETURNING channel_id
+                    """,
+                    logger: logger
+                )
+                var updated = false
+                for try await _ in rows.decode(String.self) { updated = true }
+                if updated {
+                    guard let channel = try await Self.channels(
+                        "SELECT \(unescaped: Self.columns) FROM ptt_channels c WHERE c.channel_id = \(request.channelId)", on: connection, logger: logger
+                    ).first else { throw Self.notFound }
+                    return channel
+                }
+                // Not the owner's channel, or the code was taken (unlikely: 31^8).
+                let owned = try await Self.count(
+                    "SELECT count(*)::bigint FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner)", on: connection, logger: logger
+                )
+                guard owned == 1 else { throw Self.notFound }
+            }
+            throw WhisperError(.internalError, "no free join code was drawn; try again")
+        }
+        try await tell(channel, to: channel.members.filter { $0 != owner })
+        return channel
+    }
+
     /// Deletes a channel (its owner only); every member is told.
     func delete(_ request: PTTChannelDelete, owner: String) async throws -> PTTMembership {
         let members = try await members(request.channelId)
