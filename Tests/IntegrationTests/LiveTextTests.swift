@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Crypto
 import Foundation
 @testable import GatewayService
@@ -129,6 +130,27 @@ import WhisperShared
             let last = try await typed
             try await ada.record.waitFor { if case .text(let t) = $0 { t.live == last } else { false } }
             #expect(await eve.record.frames(.liveContent).isEmpty, "content reached a device that was never let in")
+        }
+    }
+
+    /// Listener devices are free to make and each carries a socket past the sign-in
+    /// deadline, so new ones are bounded per address (here 3): past it the endpoint says
+    /// 429 and the listen page sets no new cookie.
+    @Test func newListenerDevicesAreBoundedPerAddress() async throws {
+        try await MessagingStack.start(routers: 0, gateway: { $0.limits[.liveDevicesPerAddress] = RateLimitRule(capacity: 3, period: .seconds(3_600)) }).running { stack in
+            let url = stack.websocketURL(0)
+            for _ in 0..<3 { _ = try await ListenerDevice.issue(websocketURL: url) }
+            do {
+                _ = try await ListenerDevice.issue(websocketURL: url)
+                Issue.record("a fourth device from one address")
+            } catch WhisperAPIError.refused(let status, _, _) {
+                #expect(status == 429)
+            }
+            var request = HTTPClientRequest(url: "\(stack.gateways[0].baseURL)/listen/\(RandomID.uuid())")
+            request.method = .GET
+            let page = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            #expect(page.status == .ok)
+            #expect(page.headers["Set-Cookie"].isEmpty, "a new cookie past the bound")
         }
     }
 

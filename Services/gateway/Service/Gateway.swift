@@ -124,7 +124,10 @@ public func buildGateway(
         UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
     }
     let forwardedFor = HTTPField.Name("X-Forwarded-For")!
-    ListenPage(devices: liveDevices).register(on: router)
+    ListenPage(devices: liveDevices) { request, context in
+        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        return limits.take(.liveDevicesPerAddress, address: client)
+    }.register(on: router)
     // The key floor grants are signed with (docs/protocol.md section 14).
     let floorKeyBody = "{\"publicKey\":\"\(Data(ptt.floorKey.publicKey).base64EncodedString())\"}"
     router.get("/ptt/floor-key") { _, _ -> Response in

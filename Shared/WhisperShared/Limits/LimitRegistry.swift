@@ -56,6 +56,9 @@ extension Limit {
     public static let liveOffersPerConversation = Limit("gateway.rate.limit.live.offers.per.conversation", "30/60s", per: .conversation, bucket: "live_offer", counts: "listeners arriving at this conversation")
     /// Content packets from the Whisperer's socket in one conversation.
     public static let livePacketsPerWhisperer = Limit("gateway.rate.limit.live.packets.per.whisperer", "200/5s", per: .socket, bucket: "live_packets", counts: "packets")
+    /// New listener devices (`POST /live/devices`, or the listen page for a browser
+    /// without one) per client address, this instance's count.
+    public static let liveDevicesPerAddress = Limit("gateway.rate.limit.live.devices.per.address", "20/1h", per: .address, bucket: "live_device", counts: "new listener devices from this address")
     /// Frames of one listener's socket in one conversation after its listen offer.
     public static let liveFramesPerListener = Limit("gateway.rate.limit.live.frames.per.listener", "30/10s", per: .socket, bucket: "live_frames", counts: "frames in this conversation")
 
@@ -105,7 +108,7 @@ extension Limit {
         sendPerSender, controlPerIdentity, receiptsPerIdentity, fetchPerIdentity, groupOpsPerIdentity,
         presenceSubscribePerIdentity, presenceEventsPerIdentity, callsPerIdentity, callSignalsPerIdentity,
         liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
-        liveOffersPerConversation, livePacketsPerWhisperer, liveFramesPerListener,
+        liveOffersPerConversation, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,
         sendPerPair,
         registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity,
         backupPerIdentity, reportPerIdentity,

@@ -11,9 +11,16 @@ import WhisperShared
 /// the page: a long-lived cookie (`LiveDevices`).
 struct ListenPage: Sendable {
     let devices: LiveDevices
+    /// Whether the request's client address may have a new device
+    /// (`Limit.liveDevicesPerAddress`): devices are free to make otherwise, and each
+    /// carries a socket past the sign-in deadline.
+    let mayMakeDevice: @Sendable (Request, GatewayRequestContext) -> Bool
 
     func register(on router: Router<GatewayRequestContext>) {
-        router.post("/live/devices") { request, _ -> Response in
+        router.post("/live/devices") { request, context -> Response in
+            guard mayMakeDevice(request, context) else {
+                throw WhisperHTTPError(.rateLimited, Limit.liveDevicesPerAddress.refusal(retryAfterMs: nil))
+            }
             let (deviceId, cookie) = devices.issue()
             let body = "{\"deviceId\":\"\(deviceId)\",\"cookie\":\"\(cookie)\"}"
             var headers = Self.commonHeaders
@@ -39,8 +46,10 @@ struct ListenPage: Sendable {
             // A browser without a device gets one; one whose cookie was made under the
             // internal token being rotated out keeps its device under the new key.
             let known = devices.device(fromCookieHeaders: request.headers[values: .cookie])
-            if known?.current != true {
-                headers[.setCookie] = devices.setCookie(devices.issue(known?.id ?? RandomID.uuid()).cookie, secure: Self.isHTTPS(request))
+            if let known, !known.current {
+                headers[.setCookie] = devices.setCookie(devices.issue(known.id).cookie, secure: Self.isHTTPS(request))
+            } else if known == nil, mayMakeDevice(request, context) {
+                headers[.setCookie] = devices.setCookie(devices.issue(RandomID.uuid()).cookie, secure: Self.isHTTPS(request))
             }
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: WebAssets.listenerHtml)))
         }
