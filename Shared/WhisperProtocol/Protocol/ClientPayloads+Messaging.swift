@@ -1,10 +1,9 @@
 /// `send_message` (spec 4.1) and, with `groupId`, `group_send_message` (spec 7).
 public struct SendMessageFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case messageId, from, to, msgType, timestamp
         case nonce, ciphertext, sig, replyTo, reactions, attachment
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.sendMessage
     public var messageId: String
     public var from: String
@@ -71,7 +70,7 @@ public typealias SendMessage = Payload<SendMessageFields>
 /// which read as this type's own) and the group it went to, side by side on the wire.
 @dynamicMemberLookup
 public struct GroupSendMessageFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case groupId }
+    public enum CodingKeys: String, CodingKey, CaseIterable { case groupId }
     public static let frameType = ClientFrameType.groupSendMessage
     public static var fieldNames: [String] { ["groupId"] + SendMessageFields.fieldNames }
     public var groupId: String
@@ -89,12 +88,12 @@ public struct GroupSendMessageFields: SessionFields, Equatable {
     }
 
     public init(from decoder: any Decoder) throws {
-        groupId = try decoder.container(keyedBy: Keys.self).decode(String.self, forKey: .groupId)
+        groupId = try decoder.container(keyedBy: CodingKeys.self).decode(String.self, forKey: .groupId)
         message = try SendMessageFields(from: decoder)
     }
 
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: Keys.self)
+        var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(groupId, forKey: .groupId)
         try message.encode(to: encoder)
     }
@@ -116,10 +115,9 @@ extension GroupSendMessage {
 }
 
 public struct DeliveryReceiptFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case messageId, from, to, status, timestamp
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.deliveryReceipt
     public var messageId: String
     /// The recipient sending the receipt.
@@ -151,8 +149,7 @@ public struct DeliveryReceiptFields: SessionFields, Equatable {
 public typealias DeliveryReceipt = Payload<DeliveryReceiptFields>
 
 public struct FetchPendingFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case cursor, limit }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case cursor, limit }
     public static let frameType = ClientFrameType.fetchPending
     public var cursor: String?
     public var limit: Int?
@@ -175,8 +172,7 @@ public typealias FetchPending = Payload<FetchPendingFields>
 // MARK: - Groups
 
 public struct GroupCreateFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case title, memberIds }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case title, memberIds }
     public static let frameType = ClientFrameType.groupCreate
     public var title: String
     /// Everyone but the creator, who always becomes the owner.
@@ -196,10 +192,9 @@ public struct GroupCreateFields: SessionFields, Equatable {
 public typealias GroupCreate = Payload<GroupCreateFields>
 
 public struct GroupUpdateFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case groupId, addMembers, removeMembers, title
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.groupUpdate
     public var groupId: String
     public var addMembers: [String]?
@@ -233,10 +228,9 @@ public typealias GroupUpdate = Payload<GroupUpdateFields>
 /// The signed call signaling frames (spec 9.1): `call_initiate`, `call_answer`,
 /// `call_ice_candidate` and `call_end` share one shape.
 public struct CallSignalFields<Marker: CallSignalFrame>: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case callId, from, to, timestamp, nonce, ciphertext, sig, media, reason
     }
-    public typealias CodingKeys = Keys
     public static var frameType: ClientFrameType { Marker.frameType }
     public var callId: String
     public var from: String
@@ -301,8 +295,7 @@ public typealias CallEnd = CallSignal<CallEndFrame>
 // MARK: - Presence, typing, reports
 
 public struct TypingFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case to, isTyping }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case to, isTyping }
     public static let frameType = ClientFrameType.typing
     public var to: String
     public var isTyping: Bool
@@ -320,8 +313,7 @@ public struct TypingFields: SessionFields, Equatable {
 public typealias Typing = Payload<TypingFields>
 
 public struct PresenceSubscribeFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case whisperIds }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case whisperIds }
     public static let frameType = ClientFrameType.presenceSubscribe
     /// The direct peers (contacts, open conversations) to watch; replaces the previous list.
     public var whisperIds: [String]
@@ -338,10 +330,9 @@ public struct PresenceSubscribeFields: SessionFields, Equatable {
 public typealias PresenceSubscribe = Payload<PresenceSubscribeFields>
 
 public struct ReportUserFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case whisperId, reason, details, messageId, messageIds
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.reportUser
     public var whisperId: String
     public var reason: ReportReason

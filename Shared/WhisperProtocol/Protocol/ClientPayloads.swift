@@ -169,8 +169,7 @@ extension Format {
 // MARK: - Identity and sessions
 
 public struct RegisterBeginFields: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case whisperId, deviceId, platform }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case whisperId, deviceId, platform }
     public static let frameType = ClientFrameType.registerBegin
     public var whisperId: String?
     public var deviceId: String
@@ -191,11 +190,10 @@ public struct RegisterBeginFields: DeviceFields, Equatable {
 public typealias RegisterBegin = Payload<RegisterBeginFields>
 
 public struct RegisterProofFields: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case challengeId, deviceId, platform, whisperId
         case encPublicKey, signPublicKey, signature, pushToken, voipToken
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.registerProof
     public var challengeId: String
     public var deviceId: String
@@ -249,8 +247,7 @@ public typealias GetTurnCredentials = Payload<NoFields<GetTurnCredentialsFrame>>
 public typealias GroupInvitationsList = Payload<NoFields<GroupInvitationsListFrame>>
 
 public struct UpdateTokensFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case pushToken, voipToken }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case pushToken, voipToken }
     public static let frameType = ClientFrameType.updateTokens
     /// Absent: unchanged. `null`: cleared. A string: replaced.
     public var pushToken: TokenUpdate
@@ -262,13 +259,13 @@ public struct UpdateTokensFields: SessionFields, Equatable {
     }
 
     public init(from decoder: any Decoder) throws {
-        let container = try decoder.container(keyedBy: Keys.self)
+        let container = try decoder.container(keyedBy: CodingKeys.self)
         pushToken = try TokenUpdate(container, .pushToken)
         voipToken = try TokenUpdate(container, .voipToken)
     }
 
     public func encode(to encoder: any Encoder) throws {
-        var container = encoder.container(keyedBy: Keys.self)
+        var container = encoder.container(keyedBy: CodingKeys.self)
         try pushToken.encode(into: &container, .pushToken)
         try voipToken.encode(into: &container, .voipToken)
     }

@@ -3,8 +3,7 @@
 
 /// Creates a conversation owned by the session's identity.
 public struct LiveConversationCreateFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case name }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case name }
     public static let frameType = ClientFrameType.liveConversationCreate
     /// Shown to listeners who ask to join (1 to 128 characters).
     public var name: String
@@ -21,8 +20,7 @@ public typealias LiveConversationCreate = Payload<LiveConversationCreateFields>
 
 /// Renames one of the session identity's conversations.
 public struct LiveConversationRenameFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, name }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, name }
     public static let frameType = ClientFrameType.liveConversationRename
     public var conversationId: String
     public var name: String
@@ -42,8 +40,7 @@ public typealias LiveConversationRename = Payload<LiveConversationRenameFields>
 
 /// Deletes one of the session identity's conversations.
 public struct LiveConversationDeleteFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId }
     public static let frameType = ClientFrameType.liveConversationDelete
     public var conversationId: String
 
@@ -90,15 +87,23 @@ public struct LiveConversations: ServerPayload, Equatable {
     }
 }
 
-/// The answer to `live_conversation_delete`.
-public struct LiveConversationDeleted: ServerPayload, Equatable {
-    public static let frameType = ServerFrameType.liveConversationDeleted
+/// A frame that names one conversation and nothing else: the answer to
+/// `live_conversation_delete` (`live_conversation_deleted`), and, to a listener, that it
+/// was refused or let go and nothing more of the conversation comes (`live_deauthorized`).
+/// One shape, two frame types (`Marker`).
+public struct LiveConversationNamed<Marker: ServerFrameMarker>: ServerPayload, Equatable {
+    public static var frameType: ServerFrameType { Marker.frameType }
     public var conversationId: String
 
     public init(conversationId: String) {
         self.conversationId = conversationId
     }
 }
+
+public enum LiveConversationDeletedFrame: ServerFrameMarker { public static let frameType = ServerFrameType.liveConversationDeleted }
+public enum LiveDeauthorizedFrame: ServerFrameMarker { public static let frameType = ServerFrameType.liveDeauthorized }
+public typealias LiveConversationDeleted = LiveConversationNamed<LiveConversationDeletedFrame>
+public typealias LiveDeauthorized = LiveConversationNamed<LiveDeauthorizedFrame>
 
 // MARK: - Listening (docs/protocol.md section 13, "The live sequence")
 
@@ -108,8 +113,7 @@ public struct LiveConversationDeleted: ServerPayload, Equatable {
 /// Step 1: a listener announces itself to a conversation's Whisperer, with the P-256
 /// public key the conversation key will be sealed to.
 public struct LiveListenOfferFields: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, publicKey }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, publicKey }
     public static let frameType = ClientFrameType.liveListenOffer
     public var conversationId: String
     /// Uncompressed P-256 point (65 bytes), base64.
@@ -130,8 +134,7 @@ public typealias LiveListenOffer = Payload<LiveListenOfferFields>
 
 /// Step 3: the listener asks to be let in, under a name it chose.
 public struct LiveListenRequestFields: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, name }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, name }
     public static let frameType = ClientFrameType.liveListenRequest
     public var conversationId: String
     public var name: String
@@ -154,8 +157,7 @@ public typealias LiveListenRequest = Payload<LiveListenRequestFields>
 /// listener starts receiving content) and dropping (either side leaves; the socket's
 /// place in the conversation says which). One shape, two frame types (`Marker`).
 public struct LiveConversationActionFields<Marker: LiveConversationActionFrame>: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId }
     public static var frameType: ClientFrameType { Marker.frameType }
     public var conversationId: String
 
@@ -178,8 +180,7 @@ public typealias LiveDropping = LiveConversationAction<LiveDroppingFrame>
 /// A joined listener's packet for the Whisperer (a re-read request), sealed under the
 /// conversation key.
 public struct LiveListenerPacketFields: DeviceFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, keyId, packet }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, keyId, packet }
     public static let frameType = ClientFrameType.liveListenerPacket
     public var conversationId: String
     public var keyId: Int
@@ -204,8 +205,7 @@ public typealias LiveListenerPacket = Payload<LiveListenerPacketFields>
 /// conversations and offers it to one listener (`listenerId`) or to every listener
 /// waiting there (no `listenerId`).
 public struct LiveWhisperOfferFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, whispererName, listenerId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, whispererName, listenerId }
     public static let frameType = ClientFrameType.liveWhisperOffer
     public var conversationId: String
     public var whispererName: String
@@ -233,8 +233,7 @@ public typealias LiveWhisperOffer = Payload<LiveWhisperOfferFields>
 /// hands it the conversation key sealed to its public key. Sent again with a new key
 /// to every listener that stays when one is deauthorized.
 public struct LiveAuthorizeFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, listenerId, listenerName, keyId, sealedKey }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, listenerId, listenerName, keyId, sealedKey }
     public static let frameType = ClientFrameType.liveAuthorize
     public var conversationId: String
     public var listenerId: String
@@ -268,8 +267,7 @@ public typealias LiveAuthorize = Payload<LiveAuthorizeFields>
 /// Step 4.2, or later: the listener is refused, or let go. It is forgotten, is sent
 /// nothing more, and the Whisperer replaces the key for the others.
 public struct LiveDeauthorizeFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, listenerId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, listenerId }
     public static let frameType = ClientFrameType.liveDeauthorize
     public var conversationId: String
     public var listenerId: String
@@ -290,8 +288,7 @@ public typealias LiveDeauthorize = Payload<LiveDeauthorizeFields>
 /// A content packet (`offset|text`, sealed under the conversation key) for every joined
 /// listener, or for one (`listenerId`: a re-read answered to the listener who asked).
 public struct LivePacketFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case conversationId, keyId, packet, listenerId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case conversationId, keyId, packet, listenerId }
     public static let frameType = ClientFrameType.livePacket
     public var conversationId: String
     public var keyId: Int
@@ -431,16 +428,6 @@ public struct LiveAuthorized: ServerPayload, Equatable {
         self.conversationId = conversationId
         self.keyId = keyId
         self.sealedKey = sealedKey
-    }
-}
-
-/// To a listener: refused or let go; nothing more of the conversation comes.
-public struct LiveDeauthorized: ServerPayload, Equatable {
-    public static let frameType = ServerFrameType.liveDeauthorized
-    public var conversationId: String
-
-    public init(conversationId: String) {
-        self.conversationId = conversationId
     }
 }
 

@@ -6,8 +6,7 @@ import Foundation
 
 /// Creates a channel; the creator is its owner and first member.
 public struct PTTChannelCreateFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case name, isPublic }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case name, isPublic }
     public static let frameType = ClientFrameType.pttChannelCreate
     public var name: String
     /// Whether it may be announced to people nearby (`ptt_announce`).
@@ -26,8 +25,7 @@ public typealias PTTChannelCreate = Payload<PTTChannelCreateFields>
 
 /// Joins a channel by its join code or its ID (exactly one of them).
 public struct PTTChannelJoinFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case joinCode, channelId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case joinCode, channelId }
     public static let frameType = ClientFrameType.pttChannelJoin
     public var joinCode: String?
     public var channelId: String?
@@ -48,8 +46,7 @@ public typealias PTTChannelJoin = Payload<PTTChannelJoinFields>
 
 /// The owner removes a member (not itself: it deletes the channel instead).
 public struct PTTChannelRemoveFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case channelId, whisperId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case channelId, whisperId }
     public static let frameType = ClientFrameType.pttChannelRemove
     public var channelId: String
     public var whisperId: String
@@ -72,8 +69,7 @@ public typealias PTTChannelRemove = Payload<PTTChannelRemoveFields>
 /// A member's frame that names one channel and nothing else: leave it, delete it (its
 /// owner only), or give up its floor. One shape, three frame types (`Marker`).
 public struct PTTChannelActionFields<Marker: PTTChannelActionFrame>: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case channelId }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case channelId }
     public static var frameType: ClientFrameType { Marker.frameType }
     public var channelId: String
 
@@ -102,8 +98,7 @@ public typealias PTTChannelsList = Payload<NoFields<PTTChannelsListFrame>>
 
 /// Asks for the floor: granted when it is free; otherwise refused, or queued (`queue`).
 public struct PTTTalkRequestFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case channelId, queue }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case channelId, queue }
     public static let frameType = ClientFrameType.pttTalkRequest
     public var channelId: String
     public var queue: Bool
@@ -217,8 +212,7 @@ public struct PTTFloor: ServerPayload, Equatable {
 /// The owner keeps a public channel announced in a cell (send it every 10 s; it
 /// lapses 30 s after the last), or stops (no `cell`).
 public struct PTTAnnounceFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case channelId, cell }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case channelId, cell }
     public static let frameType = ClientFrameType.pttAnnounce
     public var channelId: String
     public var cell: String?
@@ -238,8 +232,7 @@ public typealias PTTAnnounce = Payload<PTTAnnounceFields>
 
 /// The public channels announced in a cell and the eight around it.
 public struct PTTNearbyFields: SessionFields, Equatable {
-    public enum Keys: String, CodingKey, CaseIterable { case cell }
-    public typealias CodingKeys = Keys
+    public enum CodingKeys: String, CodingKey, CaseIterable { case cell }
     public static let frameType = ClientFrameType.pttNearby
     public var cell: String
 
@@ -295,10 +288,9 @@ public struct PTTNearbyChannels: ServerPayload, Equatable {
 /// hands it to the recipient's socket; it keeps nothing.
 public struct PTTSignalFields: SessionFields, Equatable {
     public enum Kind: String, Codable, Sendable { case offer, answer, candidate }
-    public enum Keys: String, CodingKey, CaseIterable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
         case channelId, signalId, from, to, kind, timestamp, nonce, ciphertext, sig
     }
-    public typealias CodingKeys = Keys
     public static let frameType = ClientFrameType.pttSignal
     public var channelId: String
     public var signalId: String

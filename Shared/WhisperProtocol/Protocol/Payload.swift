@@ -89,21 +89,21 @@ extension Payload where Fields: SessionFields & EmptyFields {
 }
 
 /// A client frame's own fields, each decoded strictly: `Payload` refuses keys that are
-/// neither the envelope's nor listed in `Keys`, then `validate()` applies the rules of
+/// neither the envelope's nor listed in `CodingKeys`, then `validate()` applies the rules of
 /// the frame's schema in docs/schemas/ that `Codable`'s types alone cannot express.
 public protocol PayloadFields: Codable, Sendable {
-    associatedtype Keys: CodingKey & CaseIterable & RawRepresentable<String>
+    associatedtype CodingKeys: CodingKey & CaseIterable & RawRepresentable<String>
     /// The frame `type` these fields travel under.
     static var frameType: ClientFrameType { get }
     /// Whether the payload acts for a signed-in identity, and so carries its session token.
     static var carriesSession: Bool { get }
-    /// Every key of these fields: `Keys`, unless the fields hold others' fields too.
+    /// Every key of these fields: `CodingKeys`, unless the fields hold others' fields too.
     static var fieldNames: [String] { get }
     func validate() throws(FieldViolation)
 }
 
 extension PayloadFields {
-    public static var fieldNames: [String] { Keys.allCases.map(\.rawValue) }
+    public static var fieldNames: [String] { CodingKeys.allCases.map(\.rawValue) }
 }
 
 /// The fields of a frame that acts for a signed-in identity.
@@ -129,7 +129,7 @@ public protocol EmptyFields {
 /// The fields of a frame that carries nothing but its envelope: one shape, a frame type
 /// per `Marker` (`session_refresh`, `logout`, `get_turn_credentials`, and the list frames).
 public struct NoFields<Marker: FrameMarker>: SessionFields, EmptyFields, Equatable {
-    public typealias Keys = NoKeys
+    public typealias CodingKeys = NoKeys
     public static var frameType: ClientFrameType { Marker.frameType }
 
     public init() {}

@@ -375,23 +375,11 @@ public struct CallSignalDelivery<Marker: CallDeliveryFrame>: ServerPayload, Equa
     public var sig: String
     public var media: CallMedia?
 
-    public init(callId: String, from: String, to: String, timestamp: Int64, nonce: String, ciphertext: String, sig: String, media: CallMedia? = nil) {
-        self.callId = callId
-        self.from = from
-        self.to = to
-        self.timestamp = timestamp
-        self.nonce = nonce
-        self.ciphertext = ciphertext
-        self.sig = sig
-        self.media = media
-    }
-
-    /// The peer's frame as the other party receives it.
+    /// The peer's frame as the other party receives it (all but `reason`, which only
+    /// `call_end` carries).
     public init<Signal: CallSignalFrame>(_ signal: CallSignal<Signal>) {
-        self.init(
-            callId: signal.callId, from: signal.from, to: signal.to, timestamp: signal.timestamp, nonce: signal.nonce,
-            ciphertext: signal.ciphertext, sig: signal.sig, media: signal.media
-        )
+        (callId, from, to, timestamp) = (signal.callId, signal.from, signal.to, signal.timestamp)
+        (nonce, ciphertext, sig, media) = (signal.nonce, signal.ciphertext, signal.sig, signal.media)
     }
 }
 
