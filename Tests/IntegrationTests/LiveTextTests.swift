@@ -154,6 +154,55 @@ import WhisperShared
         }
     }
 
+    /// Anyone with the link can offer, but the offers are charged to each device (and
+    /// address), not to the conversation: 40 strangers' devices arriving at once do not
+    /// keep out a listener the Whisperer let in before.
+    @Test func strangersOffersDoNotKeepOutAListenerLetInBefore() async throws {
+        try await MessagingStack.start(routers: 0, gateway: {
+            $0.limits[.liveDevicesPerAddress] = RateLimitRule(capacity: 1_000, period: .seconds(3_600))
+        }).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Crowded")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+            let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
+            let ada = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 1)
+            try await whisperer.record.waitFor { $0 == .request(listenerId: ada.id, name: "Ada") }
+            try await whisperer.side.admit(ada.id)
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: ada.id, name: "Ada") }
+            await ada.connection.close()
+
+            for index in 0..<40 {
+                let stranger = WhisperConnection(
+                    url: stack.websocketURL(index % 2), listenerDevice: try await ListenerDevice.issue(websocketURL: stack.websocketURL(index % 2)),
+                    logger: TestServers.logger
+                )
+                try await stranger.connect()
+                _ = try await stranger.request(LiveListenOffer(.init(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey())))
+            }
+            let back = try await LiveHarness.listener(device: device, conversation, name: "Ada", stack: stack, on: 1)
+            try await back.record.waitFor { $0 == .admitted }
+        }
+    }
+
+    /// A listener device's socket needs no session only while it holds a place: one that
+    /// holds none at the sign-in deadline is closed (4004), so devices cannot keep idle
+    /// sockets open; one that offered stays.
+    @Test func aListenerSocketWithoutAPlaceIsClosedAtTheSignInDeadline() async throws {
+        try await MessagingStack.start(routers: 0, gateway: { $0.authenticationDeadline = .seconds(2) }).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Deadline")
+            let idle = WhisperConnection(
+                url: stack.websocketURL(1), listenerDevice: try await ListenerDevice.issue(websocketURL: stack.websocketURL(1)), logger: TestServers.logger
+            )
+            try await idle.connect()
+            let listening = try await LiveHarness.listener(conversation, name: "Ada", stack: stack, on: 1)
+            try await waitUntil(timeout: .seconds(10)) { await idle.closeCode != nil }
+            #expect(await idle.closeCode == .some(4004))
+            _ = try await listening.connection.ping()
+            #expect(await listening.connection.closeCode == nil, "a listener holding a place stays")
+        }
+    }
+
     /// Types `keystrokes` characters one at a time; what the text is at the end.
     private static func typeAway(_ whisperer: LiveHarness.Whisperer, keystrokes: Int) async throws -> String {
         var text = ""
@@ -245,7 +294,7 @@ import WhisperShared
             $0.liveMaxListeners = 2
             $0.liveMaxSockets = 4
             $0.limits[.livePacketsPerWhisperer] = RateLimitRule(capacity: 5, period: .seconds(3_600))
-            $0.limits[.liveOffersPerConversation] = RateLimitRule(capacity: 5, period: .seconds(3_600))
+            $0.limits[.liveOffersPerDevice] = RateLimitRule(capacity: 2, period: .seconds(3_600))
         }).running { stack in
             let owner = try await stack.user(on: 0)
             let conversation = try await owner.connection.createLiveConversation(name: "Limits")
@@ -260,12 +309,16 @@ import WhisperShared
             try await whisperer.side.admit(listeners[0].id)
             try await whisperer.side.admit(listeners[1].id)
             await expectRefused(.forbidden, "a third listener kept") { try await whisperer.side.admit(listeners[2].id) }
-            // Sockets in one conversation: the Whisperer and three listeners are four.
-            await expectRefused(.forbidden, "a fifth socket") { _ = try await LiveHarness.listener(conversation, name: "D", stack: stack, on: 0) }
-            // Listen offers per conversation (5): A, B, C and the refused D so far; E takes C's place, F is one too many.
-            await listeners[2].connection.close()
-            _ = try await LiveHarness.listener(conversation, name: "E", stack: stack, on: 0)
-            await expectRefused(.rateLimited, "offers past the conversation's limit") { _ = try await LiveHarness.listener(conversation, name: "F", stack: stack, on: 0) }
+            let secondId = listeners[1].id
+            try await whisperer.record.waitFor { $0 == .joined(listenerId: secondId, name: "B") }
+            // Devices the Whisperer never let in wait in at most four places (C, D, E, F);
+            // the joined listeners (A, B) do not count against them, nor they against A and B.
+            for name in ["D", "E", "F"] { _ = try await LiveHarness.listener(conversation, name: name, stack: stack, on: 0) }
+            await expectRefused(.forbidden, "a fifth device waiting") { _ = try await LiveHarness.listener(conversation, name: "G", stack: stack, on: 0) }
+            // Listen offers per device (2), whatever the conversation: A's socket offers again.
+            let offerAgain = LiveListenOffer(.init(conversationId: conversation.conversationId, publicKey: LiveHarness.publicKey()))
+            _ = try await listeners[0].connection.request(offerAgain)
+            await expectRefused(.rateLimited, "a third offer from one device") { _ = try await listeners[0].connection.request(offerAgain) }
             // Packet size: checked before anything else.
             await expectRefused(.invalidPayload, "an oversized packet") {
                 _ = try await whisperer.connection.request(LivePacket(

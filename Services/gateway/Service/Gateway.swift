@@ -147,7 +147,8 @@ public func buildGateway(
         pingInterval: TimeAmount(settings.pingInterval),
         closeTimeout: TimeAmount(settings.drainTimeout),
         authenticationDeadline: TimeAmount(settings.authenticationDeadline),
-        maxMessageBytes: Limits.MAX_WS_FRAME_BYTES
+        maxMessageBytes: Limits.MAX_WS_FRAME_BYTES,
+        holdsLivePlace: { liveRegistry.holdsAny($0.id) }
     )
     let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?) = { head, channel in
         let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)

@@ -14,6 +14,8 @@ public struct Limit: Sendable, Hashable, CustomStringConvertible {
         case address
         /// One identity, all instances together (Redis).
         case identity
+        /// One live-text listener device, all instances together (Redis).
+        case device
         /// One sender and one recipient (or caller and callee) together.
         case pair
         /// One live-text conversation.

@@ -52,8 +52,10 @@ extension Limit {
 
     // MARK: gateway: live text
 
-    /// `live_listen_offer` frames one conversation receives, all gateways.
-    public static let liveOffersPerConversation = Limit("gateway.rate.limit.live.offers.per.conversation", "30/60s", per: .conversation, bucket: "live_offer", counts: "listeners arriving at this conversation")
+    /// `live_listen_offer` frames of one listener device, all gateways.
+    public static let liveOffersPerDevice = Limit("gateway.rate.limit.live.offers.per.device", "30/60s", per: .device, bucket: "live_offer", counts: "listen offers from this device")
+    /// `live_listen_offer` frames from one client address, this instance's count.
+    public static let liveOffersPerAddress = Limit("gateway.rate.limit.live.offers.per.address", "120/60s", per: .address, bucket: "live_offer", counts: "listen offers from this address")
     /// Content packets from the Whisperer's socket in one conversation.
     public static let livePacketsPerWhisperer = Limit("gateway.rate.limit.live.packets.per.whisperer", "200/5s", per: .socket, bucket: "live_packets", counts: "packets")
     /// New listener devices (`POST /live/devices`, or the listen page for a browser
@@ -108,7 +110,7 @@ extension Limit {
         sendPerSender, controlPerIdentity, receiptsPerIdentity, fetchPerIdentity, groupOpsPerIdentity,
         presenceSubscribePerIdentity, presenceEventsPerIdentity, callsPerIdentity, callSignalsPerIdentity,
         liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
-        liveOffersPerConversation, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,
+        liveOffersPerDevice, liveOffersPerAddress, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,
         sendPerPair,
         registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity,
         backupPerIdentity, reportPerIdentity,

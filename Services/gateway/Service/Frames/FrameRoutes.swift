@@ -118,7 +118,7 @@ extension FrameRoute {
 
         // MARK: Live text: a listener's side, for the socket's listener device
         case .liveListenOffer:
-            .open(LiveListenOffer.self, .listenerDevice, [.address(.routedPerAddress)], answersRefusals: true) { handler, payload, served in
+            .open(LiveListenOffer.self, .listenerDevice, [.address(.routedPerAddress), .address(.liveOffersPerAddress)], answersRefusals: true) { handler, payload, served in
                 served.answer(try await handler.live.listenOffer(payload, device: served.connection.liveDevice ?? "", on: served.connection))
             }
         case .liveListenRequest:

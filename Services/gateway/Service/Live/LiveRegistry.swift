@@ -38,6 +38,11 @@ final class LiveRegistry: Sendable {
         }
     }
 
+    /// Whether the socket holds a place in any conversation.
+    func holdsAny(_ connId: String) -> Bool {
+        places.withLock { $0[connId] != nil }
+    }
+
     func place(_ connId: String, _ conversationId: String) -> Place? {
         places.withLock { $0[connId]?[conversationId] }
     }

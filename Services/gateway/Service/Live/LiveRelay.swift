@@ -18,7 +18,7 @@ struct LiveRelay: Sendable {
     struct Limits: Sendable {
         var maxListeners: Int
         var maxSockets: Int
-        /// The rules of live text's buckets (`Limit.liveOffersPerConversation`,
+        /// The rules of live text's buckets (`Limit.liveOffersPerDevice`,
         /// `.livePacketsPerWhisperer`, `.liveFramesPerListener`).
         var rules: LimitRules
     }
@@ -138,10 +138,17 @@ struct LiveRelay: Sendable {
             knownName = name
         }
         guard found else { throw WhisperError(.notFound, "no such conversation") }
-        try await limiter.charge(.liveOffersPerConversation, key: offer.conversationId, rules: limits.rules)
+        // Offers are charged to the device (and, at the route, to the address), not to
+        // the conversation: a stranger with the link cannot spend a real listener's.
+        try await limiter.charge(.liveOffersPerDevice, key: device, rules: limits.rules)
         let present = try await entries(offer.conversationId)
         let mine = present.contains { $0.gateway == instanceID && $0.connId == connection.id }
-        guard mine || present.count < limits.maxSockets else {
+        // The cap counts joined listeners, so devices that only offered cannot take the
+        // places of the listeners the Whisperer lets in; devices it never let in may wait
+        // in as many more places, no more.
+        let joined = present.filter { !$0.isWhisperer && $0.joined }.count
+        let waiting = present.filter { !$0.isWhisperer && !$0.joined }.count
+        guard mine || (knownName != nil ? joined : waiting) < limits.maxSockets else {
             throw WhisperError(.forbidden, "this conversation has as many listeners as it takes")
         }
         guard registry.take(connection.id, offer.conversationId, role: .listener(deviceId: device), rule: limits.rules[.liveFramesPerListener]) else {
@@ -177,6 +184,10 @@ struct LiveRelay: Sendable {
         var name: String?
         for try await row in rows.decode(String.self) { name = row }
         guard let name else { throw WhisperError(.forbidden, "the Whisperer has not let this listener in") }
+        let others = try await entries(conversationId).filter { !$0.isWhisperer && $0.joined && !($0.gateway == instanceID && $0.connId == connection.id) }
+        guard others.count < limits.maxSockets else {
+            throw WhisperError(.forbidden, "this conversation has as many listeners as it takes")
+        }
         registry.setJoined(connection.id, conversationId, true)
         try await record(connection.id, conversationId, isWhisperer: false, id: device, joined: true)
         try await toWhisperer(LiveListenerJoined(conversationId: conversationId, listenerId: device, name: name), conversationId: conversationId)

@@ -35,6 +35,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         var authenticationDeadline: TimeAmount
         /// Largest message, fragments put together.
         var maxMessageBytes: Int
+        /// Whether a listener device's socket holds a live-text place: one that does not
+        /// by the sign-in deadline is closed like a socket without a session.
+        var holdsLivePlace: @Sendable (ClientConnection) -> Bool = { _ in false }
     }
 
     /// Handles one complete message of the socket (in arrival order, one at a time),
@@ -71,9 +74,13 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             bound.value.handler.ping(context: bound.value.context)
         }
         let connection = connection
+        let holdsLivePlace = settings.holdsLivePlace
         signInDeadline = context.eventLoop.scheduleTask(in: settings.authenticationDeadline) {
-            // A listener device's socket acts without a session (live text).
-            guard connection.whisperId == nil, connection.liveDevice == nil, !connection.isClosing else { return }
+            // A listener device's socket acts without a session (live text), while it
+            // holds a place in a conversation; one that holds none is closed, so devices
+            // cannot keep sockets open for nothing.
+            guard connection.whisperId == nil, !connection.isClosing else { return }
+            if connection.liveDevice != nil, holdsLivePlace(connection) { return }
             connection.logger.info("socket_unauthenticated_timeout")
             connection.close(code: CloseCode.authenticationTimeout, reason: "no session on this socket in time")
         }
