@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import Tracing
 import WhisperMessaging
-import WhisperProtocol
 import WhisperShared
 
 /// Serves the frames of the router stream (spec 4 and 5; ARCHITECTURE.md section 3):
@@ -171,7 +170,7 @@ struct MessageRouter: Sendable {
             GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publishing(to: entry.gateway)
         }
 
-        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: WhisperProtocol.Payload<WhisperProtocol.SendMessageFields>, sender: MessageSending.Sender) -> Bool? { nil }
+        func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
 
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
 

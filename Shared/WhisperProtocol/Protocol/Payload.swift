@@ -36,11 +36,11 @@ public struct Payload<Fields: PayloadFields>: ClientPayload {
         try fields.validate()
     }
 
-    private enum Envelope: String, CodingKey {
+    private enum Envelope: String, CodingKey, CaseIterable {
         case protocolVersion, cryptoVersion, sessionToken
 
         static func names(carryingSession: Bool) -> [String] {
-            carryingSession ? ["protocolVersion", "cryptoVersion", "sessionToken"] : ["protocolVersion", "cryptoVersion"]
+            allCases.filter { carryingSession || $0 != .sessionToken }.map(\.rawValue)
         }
     }
 

@@ -54,28 +54,38 @@ struct PTTDesk: Sendable {
                 < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
                 throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first")
             }
-            // A code taken already (unlikely: 31^8) is drawn again.
-            for _ in 0..<5 {
-                let code = PTTJoinCode.make()
-                let rows = try await connection.query(
+            let code = try await Self.drawingCode { code in
+                try await Self.returnsRow(
                     """
                     INSERT INTO ptt_channels (channel_id, owner_id, name, join_code, is_public)
                     VALUES (\(id), \(owner), \(request.name), \(code), \(request.isPublic)) ON CONFLICT (join_code) DO NOTHING RETURNING channel_id
                     """,
-                    logger: logger
-                )
-                var inserted = false
-                for try await _ in rows.decode(String.self) { inserted = true }
-                guard inserted else { continue }
-                _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(id), \(owner))", logger: logger)
-                return PTTChannel(
-                    channelId: id, name: request.name, joinCode: code, ownerId: owner, isPublic: request.isPublic, members: [owner],
-                    createdAt: Clock.millisecondsNow()
+                    on: connection, logger: logger
                 )
             }
-            // Five taken codes in a row: a retry draws new ones (INTERNAL_ERROR is retried).
-            throw WhisperError(.internalError, "no free join code was drawn; try again")
+            _ = try await connection.query("INSERT INTO ptt_members (channel_id, whisper_id) VALUES (\(id), \(owner))", logger: logger)
+            return PTTChannel(
+                channelId: id, name: request.name, joinCode: code, ownerId: owner, isPublic: request.isPublic, members: [owner],
+                createdAt: Clock.millisecondsNow()
+            )
         }
+    }
+
+    /// A join code `use` could take (it answers false when the code is taken already,
+    /// unlikely: 31^8): drawn again up to five times, then `INTERNAL_ERROR`, which
+    /// clients retry.
+    private static func drawingCode(_ use: (String) async throws -> Bool) async throws -> String {
+        for _ in 0..<5 {
+            let code = PTTJoinCode.make()
+            if try await use(code) { return code }
+        }
+        throw WhisperError(.internalError, "no free join code was drawn; try again")
+    }
+
+    /// Whether `query` returned a row.
+    private static func returnsRow(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Bool {
+        for try await _ in try await connection.query(query, logger: logger) { return true }
+        return false
     }
 
     /// Joins by code, or by ID a public channel (or one the member is in already), under
@@ -175,30 +185,23 @@ struct PTTDesk: Sendable {
     /// stay). The members are told the channel as it is now (`ptt_channel`, unasked).
     func rotateCode(_ request: PTTChannelRotateCode, owner: String) async throws -> PTTChannel {
         let channel = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
-            for _ in 0..<5 {
-                let code = PTTJoinCode.make()
-                let rows = try await connection.query(
+            // Not the owner's channel: answered like one that does not exist.
+            guard try await Self.returnsRow(
+                "SELECT 1 FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner) FOR UPDATE", on: connection, logger: logger
+            ) else { throw Self.notFound }
+            _ = try await Self.drawingCode { code in
+                try await Self.returnsRow(
                     """
-                    UPDATE ptt_channels SET join_code = \(code) WHERE channel_id = \(request.channelId) AND owner_id = \(owner)
+                    UPDATE ptt_channels SET join_code = \(code) WHERE channel_id = \(request.channelId)
                     AND NOT EXISTS (SELECT 1 FROM ptt_channels WHERE join_code = \(code)) RETURNING channel_id
                     """,
-                    logger: logger
+                    on: connection, logger: logger
                 )
-                var updated = false
-                for try await _ in rows.decode(String.self) { updated = true }
-                if updated {
-                    guard let channel = try await Self.channels(
-                        "SELECT \(unescaped: Self.columns) FROM ptt_channels c WHERE c.channel_id = \(request.channelId)", on: connection, logger: logger
-                    ).first else { throw Self.notFound }
-                    return channel
-                }
-                // Not the owner's channel, or the code was taken (unlikely: 31^8).
-                let owned = try await Self.count(
-                    "SELECT count(*)::bigint FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner)", on: connection, logger: logger
-                )
-                guard owned == 1 else { throw Self.notFound }
             }
-            throw WhisperError(.internalError, "no free join code was drawn; try again")
+            guard let channel = try await Self.channels(
+                "SELECT \(unescaped: Self.columns) FROM ptt_channels c WHERE c.channel_id = \(request.channelId)", on: connection, logger: logger
+            ).first else { throw Self.notFound }
+            return channel
         }
         try await tell(channel, to: channel.members.filter { $0 != owner })
         return channel
