@@ -3,8 +3,8 @@ import Foundation
 import WhisperProtocol
 
 /// Push-to-talk channels and their floor (docs/protocol.md section 14). Media is the
-/// app's: these calls say who may talk; `PTTFloor.isValidGrant(floorKey:at:)` checks a
-/// grant against the server's floor key (`fetchFloorKey`).
+/// app's: these calls say who may talk; `PTTFloor.isValidGrant(floorKeys:at:)` checks a
+/// grant against the server's floor keys (`fetchFloorKeys`).
 extension WhisperConnection {
     public func createChannel(name: String, isPublic: Bool = false) async throws -> PTTChannel {
         try await pttAnswer(PTTChannelCreate(sessionToken: try token(), .init(name: name, isPublic: isPublic)))
@@ -68,15 +68,15 @@ extension WhisperConnection {
         return answer.channels
     }
 
-    /// The key floor grants are signed with (`GET /ptt/floor-key` on the gateway).
-    public static func fetchFloorKey(websocketURL: String, http: HTTPClient = .shared) async throws -> [UInt8] {
+    /// The keys floor grants are signed with (`GET /ptt/floor-key` on the gateway). Keep
+    /// them, and fetch them again when a grant names a key ID they do not list.
+    public static func fetchFloorKeys(websocketURL: String, http: HTTPClient = .shared) async throws -> PTTFloorKeys {
         let response = try await http.execute(HTTPClientRequest(url: ListenerDevice.origin(ofWebSocket: websocketURL) + "/ptt/floor-key"), timeout: .seconds(10))
-        let body = try await response.body.collect(upTo: 4_096)
-        struct Key: Decodable { var publicKey: String }
-        guard response.status == .ok, let key = try? JSONDecoder().decode(Key.self, from: Data(body.readableBytesView)),
-              let bytes = Data(base64Encoded: key.publicKey), bytes.count == Ed25519.publicKeyBytes
-        else { throw WhisperAPIError.unreadableResponse("no floor key at \(websocketURL)") }
-        return Array(bytes)
+        let body = try await response.body.collect(upTo: 16_384)
+        guard response.status == .ok, let keys = try? JSONDecoder().decode(PTTFloorKeys.self, from: Data(body.readableBytesView)),
+              !keys.keys.isEmpty, keys.keys.allSatisfy({ keys.publicKey($0.keyId) != nil })
+        else { throw WhisperAPIError.unreadableResponse("no floor keys at \(websocketURL)") }
+        return keys
     }
 
     private func pttAnswer<Answer: ServerPayload, Request: ClientPayload>(_ payload: Request) async throws -> Answer {

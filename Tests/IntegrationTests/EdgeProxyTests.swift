@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 @testable import GatewayService
 import NIOCore
 import Testing
@@ -28,6 +29,25 @@ import WhisperShared
             let framing = try await RawHTTP.exchange(port: edge.port, head: RawHTTP.upgradeHead(forwardedFor: "127.0.0.3"), from: "127.0.0.4")
             #expect(framing.status == 101)
             for answer in [held, other, framing] { try? await answer.channel.close().get() }
+        }
+    }
+
+    /// The listener cookie is `Secure` whenever the browser reached the edge over TLS: a
+    /// balancer that ends TLS in front of the edge says so in `X-Forwarded-Proto`, and
+    /// the edge passes that on instead of its own plain `http`.
+    @Test func theListenerCookieIsSecureWhenTheEdgeWasReachedOverTLS() async throws {
+        try await SocketHandlerTests().withGateway({ $0.common.trustedProxies = TrustedProxies("127.0.0.1/32")! }) { gatewayPort in
+            let edge = try EdgeProxy(gatewayPort: gatewayPort)
+            func cookie(forwardedProto: String?) async throws -> String {
+                var request = HTTPClientRequest(url: "http://127.0.0.1:\(edge.port)/listen/\(RandomID.uuid())")
+                if let forwardedProto { request.headers.add(name: "X-Forwarded-Proto", value: forwardedProto) }
+                let page = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                #expect(page.status == .ok)
+                return try #require(page.headers["Set-Cookie"].first)
+            }
+            #expect(try await cookie(forwardedProto: "https").hasSuffix("; Secure"))
+            #expect(try await cookie(forwardedProto: "https, http").hasSuffix("; Secure"))
+            #expect(try await !cookie(forwardedProto: nil).contains("Secure"))
         }
     }
 }

@@ -24,6 +24,40 @@ import WhisperShared
         #expect(failure["level"] as? String == "critical")
     }
 
+    /// The secrets shipped as examples (deploy/compose.env.example) start nothing: each
+    /// service refuses them by name without printing them, and a gateway needs a floor
+    /// key of its own beside the internal token.
+    @Test(arguments: ["gateway", "auth", "router", "push-sender", "attachment-signer", "turn-cred", "admin", "gc-worker"])
+    func theRepositorysExampleSecretsStopTheStart(executable: String) async throws {
+        let example = try String(contentsOf: TestServers.repoRoot.appendingPathComponent("deploy/compose.env.example"), encoding: .utf8)
+        var shipped: [String: String] = [:]
+        for line in example.split(separator: "\n") where !line.hasPrefix("#") {
+            let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2 { shipped[parts[0]] = parts[1] }
+        }
+        let token = try #require(shipped["WHISPER_INTERNAL_TOKEN"]), password = try #require(shipped["POSTGRES_PASSWORD"])
+        let (process, output) = try launch(executable, environment: [
+            "WHISPER_LOG_LEVEL": "info",
+            "WHISPER_POSTGRES_URL": "postgres://whisper:\(password)@127.0.0.1:1/whisper",
+            "WHISPER_REDIS_URL": "redis://127.0.0.1:1",
+            "WHISPER_INTERNAL_TOKEN": token,
+        ])
+        // A service that took the secrets would go on to wait for its stores: stop it.
+        try? await waitUntil(timeout: .seconds(20)) { !process.isRunning }
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 1, "\(executable) started on the example secrets")
+        let failure = try #require(logLines(output).first { $0["event"] as? String == "configuration_invalid" })
+        let error = failure["error"] as? String ?? ""
+        #expect(error.contains("WHISPER_POSTGRES_URL holds an example value"))
+        // Services that read no internal token (router, push-sender, gc-worker) do not name it.
+        if ["gateway", "auth", "turn-cred"].contains(executable) {
+            #expect(error.contains("WHISPER_INTERNAL_TOKEN holds an example value"))
+        }
+        if executable == "gateway" { #expect(error.contains("GATEWAY_FLOOR_KEYS")) }
+        #expect(!error.contains(token) && !error.contains(password))
+    }
+
     @Test func migrateRunsOnceAndTheServicesStopCleanlyOnSIGTERM() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
         let port = try TestServers.freePort()

@@ -1,8 +1,10 @@
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import HTTPTypes
 @testable import GatewayService
 import PostgresNIO
+import Synchronization
 import Testing
 import WhisperClient
 import WhisperShared
@@ -151,6 +153,39 @@ import WhisperShared
             let page = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
             #expect(page.status == .ok)
             #expect(page.headers["Set-Cookie"].isEmpty, "a new cookie past the bound")
+        }
+    }
+
+    /// A listener cookie counts only on a socket opened from the gateway's own pages:
+    /// `SameSite=Strict` sends it along from a sibling host's page too, whose upgrade
+    /// names that page in `Origin`. Such a socket is admitted but holds no device.
+    @Test func aListenerCookieCountsOnlyFromTheGatewaysOwnPages() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let url = stack.websocketURL(0)
+            let device = try await ListenerDevice.issue(websocketURL: url)
+            let offer = try ClientFrameCodec.encode(LiveListenOffer(.init(conversationId: RandomID.uuid(), publicKey: LiveHarness.publicKey())))
+            func answer(origin: String?) async throws -> ErrorCode? {
+                var headers: HTTPFields = [.cookie: "\(ListenerDevice.cookieName)=\(device.cookie)"]
+                if let origin { headers[.origin] = origin }
+                let answered = Mutex<ErrorCode?>(nil)
+                try await WebSocketTest.connect(url, headers: headers) { socket in
+                    try await socket.send(String(decoding: offer, as: UTF8.self))
+                    let frame = try await socket.receive()
+                    answered.withLock { $0 = frame.payload(as: ErrorPayload.self)?.code }
+                    try await socket.outbound.close(.normalClosure, reason: nil)
+                }
+                return answered.withLock { $0 }
+            }
+            // From its own pages (any port: cookies know none), or from a client that is
+            // no browser, the device is there: the offer reaches the conversation lookup.
+            let port = stack.gateways[0].port
+            for origin in ["http://127.0.0.1:\(port)", "https://127.0.0.1", nil] {
+                #expect(try await answer(origin: origin) == .notFound, "from \(origin ?? "no origin")")
+            }
+            // From a sibling host's page, or a sandboxed one, there is no device.
+            for origin in ["http://sibling.127.0.0.1.example:\(port)", "https://evil.example", "null"] {
+                #expect(try await answer(origin: origin) == .notRegistered, "from \(origin)")
+            }
         }
     }
 

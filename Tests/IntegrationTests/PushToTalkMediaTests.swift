@@ -19,8 +19,8 @@ import WhisperShared
                 on: stack, secrets: [Self.secret], internalPort: internalPort, urls: ["turn:127.0.0.1:\(coturn.port)?transport=udp"]
             )
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
-            let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
-            try await Self.eachHolderIsHeardInTurn(alice, bob, carol, floorKey: floorKey)
+            let floorKeys = try await WhisperConnection.fetchFloorKeys(websocketURL: stack.websocketURL(1))
+            try await Self.eachHolderIsHeardInTurn(alice, bob, carol, floorKeys: floorKeys)
             try await turnCred.stop()
         }
     }
@@ -28,7 +28,7 @@ import WhisperShared
     /// The whole flow for three registered members (here, and through the deployed
     /// topology's edge: TopologyTests): a channel, a mesh of relayed WebRTC connections
     /// signaled through the gateways, and two holders in turn, each heard by the others.
-    static func eachHolderIsHeardInTurn(_ alice: TestUser, _ bob: TestUser, _ carol: TestUser, floorKey: [UInt8]) async throws {
+    static func eachHolderIsHeardInTurn(_ alice: TestUser, _ bob: TestUser, _ carol: TestUser, floorKeys: PTTFloorKeys) async throws {
         let members = [alice, bob, carol]
         let channel = try await alice.connection.createChannel(name: "Ridge")
         for member in [bob, carol] { _ = try await member.connection.joinChannel(code: channel.joinCode) }
@@ -79,7 +79,7 @@ import WhisperShared
         let refused = try await carol.connection.requestTalk(channel.channelId)
         #expect(refused.outcome == .refused && refused.holder == alice.whisperId)
         for listener in [bob, carol] {
-            try await playWhoHoldsTheFloor(alice, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
+            try await playWhoHoldsTheFloor(alice, channel: channel.channelId, listener: listener, engine: engine(listener), floorKeys: floorKeys)
         }
         try engine(alice).send(.init(op: "transmit", frequency: 440))
         try engine(carol).send(.init(op: "transmit", frequency: 1_500))
@@ -101,7 +101,7 @@ import WhisperShared
         #expect(try await engine(carol).listen().played?.level == 0)
         #expect(try await bob.connection.requestTalk(channel.channelId).outcome == .granted)
         for listener in [alice, carol] {
-            try await playWhoHoldsTheFloor(bob, channel: channel.channelId, listener: listener, engine: engine(listener), floorKey: floorKey)
+            try await playWhoHoldsTheFloor(bob, channel: channel.channelId, listener: listener, engine: engine(listener), floorKeys: floorKeys)
         }
         try engine(bob).send(.init(op: "transmit", frequency: 1_000))
         for listener in [alice, carol] {
@@ -140,14 +140,14 @@ import WhisperShared
 
     /// What a client does on `ptt_floor`: once told `holder` was granted the floor, it
     /// checks the grant's signature and window, and only then plays the holder's audio.
-    static func playWhoHoldsTheFloor(_ holder: TestUser, channel: String, listener: TestUser, engine: MediaEngine, floorKey: [UInt8]) async throws {
+    static func playWhoHoldsTheFloor(_ holder: TestUser, channel: String, listener: TestUser, engine: MediaEngine, floorKeys: PTTFloorKeys) async throws {
         var grant: PTTFloor?
         try await waitUntil {
             grant = await PushToTalkTests.floors(listener).last { $0.channelId == channel && $0.holder == holder.whisperId }
             return grant != nil
         }
         let checked = try #require(grant)
-        try #require(checked.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+        try #require(checked.isValidGrant(floorKeys: floorKeys, at: Clock.millisecondsNow()))
         try engine.send(.init(op: "play", holder: holder.whisperId))
     }
 }

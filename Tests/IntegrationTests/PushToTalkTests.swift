@@ -63,19 +63,19 @@ import WhisperShared
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0), dave = try await stack.user(on: 1)
             let channel = try await alice.connection.createChannel(name: "Team")
             for member in [bob, carol] { _ = try await member.connection.joinChannel(code: channel.joinCode) }
-            let floorKey = try await WhisperConnection.fetchFloorKey(websocketURL: stack.websocketURL(1))
+            let floorKeys = try await WhisperConnection.fetchFloorKeys(websocketURL: stack.websocketURL(1))
 
             // Free: granted, with a grant the floor key signs; everyone learns who talks.
             let granted = try await alice.connection.requestTalk(channel.channelId)
             #expect(granted.outcome == .granted && granted.holder == alice.whisperId)
-            #expect(granted.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+            #expect(granted.isValidGrant(floorKeys: floorKeys, at: Clock.millisecondsNow()))
             try await waitUntil { await Self.holders(bob).last == alice.whisperId }
             try await waitUntil { await Self.holders(carol).last == alice.whisperId }
             // A grant for someone else, or out of its window, does not pass.
             var forged = granted
             forged.holder = bob.whisperId
-            #expect(!forged.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
-            #expect(!granted.isValidGrant(floorKey: floorKey, at: (granted.notAfter ?? 0) + 1))
+            #expect(!forged.isValidGrant(floorKeys: floorKeys, at: Clock.millisecondsNow()))
+            #expect(!granted.isValidGrant(floorKeys: floorKeys, at: (granted.notAfter ?? 0) + 1))
 
             // Taken: refused, or queued in order.
             let refused = try await bob.connection.requestTalk(channel.channelId)
@@ -87,7 +87,7 @@ import WhisperShared
             #expect(try await alice.connection.releaseTalk(channel.channelId).outcome == .released)
             try await waitUntil { await Self.holders(alice).last == carol.whisperId }
             let carolsGrant = try #require(await Self.floors(bob).last)
-            #expect(carolsGrant.isValidGrant(floorKey: floorKey, at: Clock.millisecondsNow()))
+            #expect(carolsGrant.isValidGrant(floorKeys: floorKeys, at: Clock.millisecondsNow()))
 
             // Carol's socket drops: the floor is taken back, which members are told as such,
             // and goes to Bob, next in line.
@@ -102,6 +102,31 @@ import WhisperShared
             await expectRefused(.notFound, "a stranger asks for the floor") { _ = try await dave.connection.requestTalk(channel.channelId) }
             await expectRefused(.notFound, "a stranger releases") { _ = try await dave.connection.releaseTalk(channel.channelId) }
             await expectRefused(.notFound, "a stranger leaves") { try await dave.connection.leaveChannel(channel.channelId) }
+        }
+    }
+
+    /// The floor keys are the gateways' own (`GATEWAY_FLOOR_KEYS`), not derived from any
+    /// other secret, and rotate without a gap: while a new key is listed after the one
+    /// that signs, grants name the signing key, and a client holding the keys of the next
+    /// step (the new one first, the old one still listed) accepts them; one that holds
+    /// only the new key does not.
+    @Test func theFloorKeysAreTheGatewaysOwnAndRotateWithoutAGap() async throws {
+        let old = TestServers.floorKeySeed, new = Array((0..<32).map { UInt8(255 - $0) })
+        try await MessagingStack.start(routers: 0, gateway: { $0.floorKeys = FloorKeys(seeds: [old, new]) }).running { stack in
+            let listed = try await WhisperConnection.fetchFloorKeys(websocketURL: stack.websocketURL(1))
+            #expect(listed.keys.map(\.publicKey) == [old, new].map { Data(Ed25519.KeyPair(seed: $0).publicKey).base64EncodedString() })
+            #expect(listed == FloorKeys(seeds: [old, new]).listing)
+            let alice = try await stack.user(on: 0)
+            let channel = try await alice.connection.createChannel(name: "Rotation")
+            let grant = try await alice.connection.requestTalk(channel.channelId)
+            #expect(grant.keyId == listed.keys[0].keyId)
+            #expect(grant.isValidGrant(floorKeys: listed, at: Clock.millisecondsNow()))
+            #expect(grant.isValidGrant(floorKeys: FloorKeys(seeds: [new, old]).listing, at: Clock.millisecondsNow()))
+            #expect(!grant.isValidGrant(floorKeys: FloorKeys(seeds: [new]).listing, at: Clock.millisecondsNow()))
+            // A grant naming a key that signed nothing of it does not pass either.
+            var renamed = grant
+            renamed.keyId = listed.keys[1].keyId
+            #expect(!renamed.isValidGrant(floorKeys: listed, at: Clock.millisecondsNow()))
         }
     }
 
@@ -133,6 +158,8 @@ import WhisperShared
             await expectRefused(.invalidPayload, "a finer cell than the coarse one") {
                 _ = try await bob.connection.nearbyChannels(in: Geohash.encode(latitude: 47.6097, longitude: -122.3331, precision: 7))
             }
+            // Bob is on the other gateway: the announcement reaches it over pub/sub.
+            try await waitUntil { try await !bob.connection.nearbyChannels(in: here).isEmpty }
             let found = try await bob.connection.nearbyChannels(in: here)
             #expect(found == [PTTNearbyChannels.Channel(channelId: trail.channelId, name: "Trail crew", joinCode: trail.joinCode, memberCount: 1)])
             #expect(try await bob.connection.nearbyChannels(in: nextDoor).map(\.channelId) == [trail.channelId])
@@ -140,21 +167,27 @@ import WhisperShared
             // Found over the radio or nearby: joined by its code.
             #expect(try await bob.connection.joinChannel(code: found[0].joinCode).members.count == 2)
 
-            // The owner stops sending heartbeats: it drops out, and nothing about the cell is left.
+            // The owner stops sending heartbeats: it drops out.
             try await waitUntil { try await bob.connection.nearbyChannels(in: here).isEmpty }
-            try await waitUntil {
-                try await stack.withRedis { redis in
-                    try await redis.send("EXISTS", "ptt:cell:{\(here)}", "ptt:{\(trail.channelId)}:announced").int == 0
-                }
-            }
-            // Stopped by its owner, or deleted: gone at once.
+            // Stopped by its owner, or deleted: gone on every gateway.
             try await alice.connection.announceChannel(trail.channelId, in: here)
-            #expect(try await bob.connection.nearbyChannels(in: here).count == 1)
+            try await waitUntil { try await bob.connection.nearbyChannels(in: here).count == 1 }
             try await alice.connection.announceChannel(trail.channelId, in: nil)
-            #expect(try await bob.connection.nearbyChannels(in: here).isEmpty)
+            try await waitUntil { try await bob.connection.nearbyChannels(in: here).isEmpty }
             try await alice.connection.announceChannel(trail.channelId, in: here)
+            try await waitUntil { try await bob.connection.nearbyChannels(in: here).count == 1 }
             try await alice.connection.deleteChannel(trail.channelId)
-            #expect(try await bob.connection.nearbyChannels(in: here).isEmpty)
+            try await waitUntil { try await bob.connection.nearbyChannels(in: here).isEmpty }
+
+            // Redis kept nothing of the cell: not in its keyspace, not in its append-only
+            // file (every write reaches it at once here: appendfsync always), which a
+            // replica's copy and a backup are made of.
+            let keys = try await stack.withRedis { try await $0.send("KEYS", "*").array?.compactMap(\.string) ?? [] }
+            #expect(!keys.contains { $0.contains(here) })
+            let files = FileManager.default.enumerator(at: stack.redisServer.directory, includingPropertiesForKeys: nil)?.compactMap { $0 as? URL } ?? []
+            let written = files.filter { $0.path.contains("appendonly") }.compactMap { try? Data(contentsOf: $0) }
+            #expect(!written.isEmpty, "no append-only file to look into")
+            #expect(!written.contains { String(decoding: $0, as: UTF8.self).contains(here) }, "the cell is in Redis's append-only file")
         }
     }
 

@@ -16,7 +16,7 @@ import WhisperShared
     typealias Builder = @Sendable (CommonSettings, @escaping @Sendable (Int) async -> Void) -> ServiceAssembly
 
     static let builders: [(String, Builder)] = [
-        ("gateway", { buildGateway(settings: GatewaySettings(common: $0, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("gateway", { buildGateway(settings: GatewaySettings(common: $0, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken, floorKeys: FloorKeys(seeds: [TestServers.floorKeySeed])), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("auth", { buildAuth(settings: AuthSettings(common: $0, internalToken: TestServers.internalToken, internalHTTP: HTTPSettings(host: "127.0.0.1", port: 0)), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("router", { buildRouter(settings: RouterSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("push-sender", { buildPushSender(settings: PushSenderSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
@@ -85,7 +85,7 @@ import WhisperShared
         let common = TestServers.common(service: "gateway", postgres: database, redis: RedisConfiguration(url: redis.url)!)
         let handle = LockedBox<GatewayHandle?>(nil)
         try await RunningService.start { running in
-            let gateway = buildGateway(settings: GatewaySettings(common: common, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken), logger: TestServers.logger, onServerRunning: running)
+            let gateway = buildGateway(settings: GatewaySettings(common: common, authURL: "http://127.0.0.1:1", internalToken: TestServers.internalToken, floorKeys: FloorKeys(seeds: [TestServers.floorKeySeed])), logger: TestServers.logger, onServerRunning: running)
             handle.value = gateway
             return gateway.assembly
         }.running { service in

@@ -7,7 +7,8 @@ import WhisperMessaging
 import WhisperShared
 
 /// Carries out what other services ask of this instance's sockets (`GatewayCommand`s
-/// on `gateway:<instance>`): revoke a session, close a superseded socket, deliver a frame.
+/// on `gateway:<instance>`): revoke a session, close a superseded socket, deliver a frame;
+/// and what every gateway hears (identity changes, channels announced nearby).
 /// Nothing here waits, so it runs as the subscriber's message handler, on the event
 /// loop that read the message.
 struct ControlChannel: Sendable {
@@ -21,13 +22,16 @@ struct ControlChannel: Sendable {
     let latency: DurationHistogram
     /// Live-text places of this instance's sockets: what a `live` command may write.
     let live: LiveRegistry
+    /// Push-to-talk channels announced nearby (`ptt:nearby`).
+    let nearby: NearbyBoard
     let logger: Logger
 
     init(
         connections: ConnectionRegistry, receipts: ReceiptDesk, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
-        live: LiveRegistry, logger: Logger
+        live: LiveRegistry, nearby: NearbyBoard, logger: Logger
     ) {
         self.live = live
+        self.nearby = nearby
         self.receipts = receipts
         self.connections = connections
         self.identities = identities
@@ -39,6 +43,10 @@ struct ControlChannel: Sendable {
     func handle(_ message: RedisPubSubMessage) {
         if message.channel == IdentityChange.channel {
             handle(identityChange: message.payload)
+            return
+        }
+        if message.channel == NearbyBoard.channel {
+            nearby.apply(message.payload)
             return
         }
         guard let command = GatewayCommand.decode(message.payload) else {

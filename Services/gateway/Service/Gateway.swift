@@ -39,9 +39,10 @@ public func buildGateway(
     )
     let liveRegistry = LiveRegistry()
     let liveDevices = LiveDevices(internalToken: settings.internalToken, previousToken: settings.previousInternalToken)
+    let nearbyBoard = NearbyBoard(ttl: settings.pttAnnounceTTL)
     let control = ControlChannel(
         connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
-        live: liveRegistry, logger: environment.logger
+        live: liveRegistry, nearby: nearbyBoard, logger: environment.logger
     )
     let limits = FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     let ptt = PTTDesk(
@@ -49,7 +50,7 @@ public func buildGateway(
         settings: PTTDesk.Settings(
             maxMembers: settings.pttMaxMembers, maxTalk: settings.pttMaxTalk, maxQueue: settings.pttMaxQueue, announceTTL: settings.pttAnnounceTTL
         ),
-        floorKey: PTTDesk.floorKey(internalToken: settings.internalToken), holds: FloorHolds(), touches: ChannelTouches(),
+        floorKeys: settings.floorKeys, nearbyBoard: nearbyBoard, holds: FloorHolds(), touches: ChannelTouches(),
         checks: MessageChecks(identities: identities),
         instanceID: settings.common.instanceID,
         logger: environment.logger
@@ -99,7 +100,7 @@ public func buildGateway(
     let admission = SocketAdmission(maxTotal: socketLimit, maxPerAddress: settings.maxSocketsPerAddress)
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
-        channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel],
+        channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel, NearbyBoard.channel],
         logger: environment.logger,
         onMessage: control.handle,
         // Changes published while the subscription was down were missed.
@@ -128,12 +129,12 @@ public func buildGateway(
         let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
         return limits.take(.liveDevicesPerAddress, address: client)
     }.register(on: router)
-    // The key floor grants are signed with (docs/protocol.md section 14).
-    let floorKeyBody = "{\"publicKey\":\"\(Data(ptt.floorKey.publicKey).base64EncodedString())\"}"
+    // The keys floor grants are signed with (docs/protocol.md section 14).
+    let floorKeyBody = ByteBuffer(bytes: (try? JSONEncoder().encode(settings.floorKeys.listing)) ?? Data())
     router.get("/ptt/floor-key") { _, _ -> Response in
         Response(
             status: .ok, headers: [.contentType: "application/json", .cacheControl: "max-age=300"],
-            body: .init(byteBuffer: ByteBuffer(string: floorKeyBody))
+            body: .init(byteBuffer: floorKeyBody)
         )
     }
     router.get("/ws") { request, context -> Response in
@@ -156,9 +157,8 @@ public func buildGateway(
             return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"), nil)
         }
         if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal, nil) }
-        // A listener device (live text) comes with its cookie; the cookie is SameSite=Strict,
-        // so another site's page cannot open a socket as that device.
-        let device = liveDevices.device(fromCookieHeaders: head.headers["cookie"])?.id
+        // A listener device (live text) comes with its cookie, from the gateway's own pages.
+        let device = liveDevices.device(ofUpgrade: head.headers["origin"], host: head.headers["host"].first, cookieHeaders: head.headers["cookie"])
         return (address, SocketAdmission.answer(admission.admit(address, channel: channel)), device)
     }
     // Made once and shared by every socket: a closure made per socket would copy what

@@ -15,6 +15,9 @@ public struct GatewaySettings: ServiceSettings {
     /// The token being rotated out (`WHISPER_INTERNAL_TOKEN_PREVIOUS`): listener-device
     /// cookies made under it are still accepted, and renewed by the listener page.
     public var previousInternalToken: String?
+    /// The keys push-to-talk floor grants are signed with (`GATEWAY_FLOOR_KEYS`): held
+    /// by gateways only, derived from nothing else.
+    public var floorKeys: FloorKeys
     /// The rate limits the gateway charges (`Limit.registry`, the `gateway.` ones), and
     /// the pair limit it shares with the routers for the messages it stores itself.
     public var limits = LimitRules()
@@ -101,17 +104,21 @@ public struct GatewaySettings: ServiceSettings {
         case direct, router
     }
 
-    public init(common: CommonSettings, authURL: String, internalToken: String) {
+    public init(common: CommonSettings, authURL: String, internalToken: String, floorKeys: FloorKeys) {
         self.common = common
         self.authURL = authURL
         self.internalToken = internalToken
+        self.floorKeys = floorKeys
     }
 
     public init(from settings: SettingsReader) {
         self.init(
             common: CommonSettings(service: Self.serviceName, defaultPort: Self.defaultPort, from: settings),
             authURL: settings.string("gateway.auth.url", default: "http://127.0.0.1:8091"),
-            internalToken: settings.requiredString("whisper.internal.token", secret: true)
+            internalToken: settings.requiredString("whisper.internal.token", secret: true),
+            // Without keys the settings are invalid and the gateway does not start
+            // (`validate()`); the stand-in only completes the value.
+            floorKeys: settings.floorKeys() ?? FloorKeys(seeds: [Array(repeating: 0, count: Ed25519.seedBytes)])
         )
         if !(authURL.hasPrefix("http://") || authURL.hasPrefix("https://")) {
             settings.reject("gateway.auth.url", because: "must be an http:// or https:// URL")

@@ -161,8 +161,9 @@ public struct PTTMembership: ServerPayload, Equatable {
 
 /// Who holds the floor, to every member whenever it changes, and the answer to
 /// `ptt_talk_request` and `ptt_talk_release` (`outcome` says what became of the ask).
-/// A held floor comes with the server's grant: its Ed25519 signature (the key at
-/// `GET /ptt/floor-key`) over `PTTFloor.signedBytes`, so receivers can check whose audio to play.
+/// A held floor comes with the server's grant: its Ed25519 signature over
+/// `PTTFloor.signedBytes` by the floor key `keyId` names (`GET /ptt/floor-key`,
+/// `PTTFloorKeys`), so receivers can check whose audio to play.
 public struct PTTFloor: ServerPayload, Equatable {
     public enum Outcome: String, Codable, Sendable { case granted, queued, refused, released, timeout, disconnected, changed }
     public static let frameType = ServerFrameType.pttFloor
@@ -174,13 +175,15 @@ public struct PTTFloor: ServerPayload, Equatable {
     /// ms since 1970: the grant holds from `notBefore` to `notAfter`.
     public var notBefore: Int64?
     public var notAfter: Int64?
+    /// The floor key that signed the grant (an ID listed by `GET /ptt/floor-key`).
+    public var keyId: String?
     public var signature: String?
     /// For `queued`: the place in the queue (1 first).
     public var position: Int?
 
     public init(
         channelId: String, outcome: Outcome, holder: String? = nil, grantId: String? = nil, notBefore: Int64? = nil, notAfter: Int64? = nil,
-        signature: String? = nil, position: Int? = nil
+        keyId: String? = nil, signature: String? = nil, position: Int? = nil
     ) {
         self.channelId = channelId
         self.outcome = outcome
@@ -188,6 +191,7 @@ public struct PTTFloor: ServerPayload, Equatable {
         self.grantId = grantId
         self.notBefore = notBefore
         self.notAfter = notAfter
+        self.keyId = keyId
         self.signature = signature
         self.position = position
     }
@@ -197,13 +201,46 @@ public struct PTTFloor: ServerPayload, Equatable {
         Array("whisper-ptt-floor-v1|\(channelId)|\(holder)|\(grantId)|\(notBefore)|\(notAfter)".utf8)
     }
 
-    /// True when the grant is signed by `floorKey` and `holder` may be heard at `time` (ms).
-    public func isValidGrant(floorKey: [UInt8], at time: Int64) -> Bool {
-        guard let holder, let grantId, let notBefore, let notAfter, let signature, let bytes = Data(base64Encoded: signature).map(Array.init) else { return false }
+    /// True when the grant is signed by the key of `floorKeys` its `keyId` names and
+    /// `holder` may be heard at `time` (ms). A key ID not listed is not valid: fetch the
+    /// keys again (a rotation may have added it) and check once more.
+    public func isValidGrant(floorKeys: PTTFloorKeys, at time: Int64) -> Bool {
+        guard let holder, let grantId, let notBefore, let notAfter, let keyId, let floorKey = floorKeys.publicKey(keyId),
+              let signature, let bytes = Data(base64Encoded: signature).map(Array.init) else { return false }
         return notBefore <= time && time < notAfter && Ed25519.verify(
             signature: bytes, message: Self.signedBytes(channelId: channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter),
             publicKey: floorKey
         )
+    }
+}
+
+/// The answer of `GET /ptt/floor-key`: the keys floor grants may be signed with, the one
+/// gateways sign with first. An operator rotates them without a gap (docs/operations.md,
+/// "Rotating secrets"), so a grant names its key by `keyId`.
+public struct PTTFloorKeys: Codable, Equatable, Sendable {
+    public struct Key: Codable, Equatable, Sendable {
+        /// The first 8 bytes of the public key's SHA-256, in hex.
+        public var keyId: String
+        /// The Ed25519 public key, base64.
+        public var publicKey: String
+
+        public init(keyId: String, publicKey: String) {
+            self.keyId = keyId
+            self.publicKey = publicKey
+        }
+    }
+
+    public var keys: [Key]
+
+    public init(keys: [Key]) {
+        self.keys = keys
+    }
+
+    /// The public key listed under `keyId`, or nil.
+    public func publicKey(_ keyId: String) -> [UInt8]? {
+        guard let key = keys.first(where: { $0.keyId == keyId }), let bytes = Data(base64Encoded: key.publicKey),
+              bytes.count == Ed25519.publicKeyBytes else { return nil }
+        return Array(bytes)
     }
 }
 

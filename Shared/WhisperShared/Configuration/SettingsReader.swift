@@ -60,9 +60,17 @@ public final class SettingsReader {
         return name
     }
 
+    /// What marks every secret in the repository's examples (deploy/compose.env.example);
+    /// a secret setting that holds it is refused, so no deployment runs on a token that
+    /// anyone can read (scripts/check-deploy checks that each example secret carries it).
+    public static let exampleSecretMarker = "change-me"
+
     private func raw(_ key: String, secret: Bool) -> String? {
         guard let value = reader.string(forKey: ConfigKey(key), isSecret: secret) else { return nil }
         let trimmed = value.trimmingCharacters(in: .whitespaces)
+        if secret, trimmed.lowercased().contains(Self.exampleSecretMarker) {
+            invalid.append("\(Self.variableName(key)) holds an example value shipped in the repository; make a secret (openssl rand -base64 32)")
+        }
         return trimmed.isEmpty ? nil : trimmed
     }
 

@@ -42,6 +42,7 @@ enum Executables {
             "WHISPER_POSTGRES_URL": "postgres://\(database.username)@\(database.host):\(database.port)/\(database.database)",
             "WHISPER_REDIS_URL": TestServers.redisURL,
             "WHISPER_INTERNAL_TOKEN": TestServers.internalToken,
+            "GATEWAY_FLOOR_KEYS": Data(TestServers.floorKeySeed).base64EncodedString(),
         ]
     }
 

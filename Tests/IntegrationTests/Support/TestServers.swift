@@ -31,6 +31,8 @@ enum TestServers {
 
     /// The internal token test gateways and services share.
     static let internalToken = "test-internal-token-" + String(repeating: "0", count: 24)
+    /// The floor key test gateways sign grants with (`GATEWAY_FLOOR_KEYS`).
+    static let floorKeySeed = Array((0..<32).map { UInt8($0 &* 7 &+ 3) })
     static let adminToken = "test-admin-token-" + String(repeating: "a", count: 32)
 
     static var redis: RedisConfiguration {
@@ -264,7 +266,7 @@ extension TestServers {
     static func gatewaySettings(_ database: PostgresSettings, authPort: Int, redis: RedisConfiguration = TestServers.redis) -> GatewaySettings {
         var settings = GatewaySettings(
             common: common(service: "gateway", postgres: database, redis: redis),
-            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken
+            authURL: "http://127.0.0.1:\(authPort)", internalToken: internalToken, floorKeys: FloorKeys(seeds: [floorKeySeed])
         )
         // Tests leave sockets open at the end; do not wait long for them.
         settings.drainTimeout = .milliseconds(300)

@@ -64,8 +64,12 @@ struct ListenPage: Sendable {
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
     }
 
-    /// Whether the browser asked over HTTPS (through an edge that says so).
+    /// Whether the browser asked over HTTPS: the first proxy in front says so in
+    /// `X-Forwarded-Proto` (the edge passes on what a TLS balancer in front of it set,
+    /// or its own scheme). Believing a client here is safe: the header only makes its
+    /// own cookie `Secure`.
     static func isHTTPS(_ request: Request) -> Bool {
-        request.headers[HTTPField.Name("X-Forwarded-Proto")!]?.lowercased() == "https"
+        let proto = request.headers[HTTPField.Name("X-Forwarded-Proto")!] ?? ""
+        return proto.split(separator: ",").first?.trimmingCharacters(in: .whitespaces).lowercased() == "https"
     }
 }

@@ -56,8 +56,39 @@ struct LiveDevices: Sendable {
         return nil
     }
 
+    /// The device of a WebSocket upgrade: its cookie counts only from the gateway's own
+    /// pages. `SameSite=Strict` still sends the cookie with an upgrade from a page of a
+    /// sibling host (same site, another origin), and a browser always names the page in
+    /// `Origin` (`http(s)://host[:port]`, or `null`), so a web page's upgrade must come
+    /// from the host it was sent to (`Host`, which the edge passes on); ports aside, as
+    /// cookies know no ports. Clients that are not browsers send no `Origin` or a
+    /// `ws(s)://` one, and act for nobody but themselves. From another page the socket is
+    /// admitted without a device: a web client the operator allows
+    /// (`GATEWAY_ALLOWED_ORIGINS`) still connects, but cannot listen as the browser's device.
+    /// An upgrade that names several origins must come from the host in each.
+    func device(ofUpgrade origins: [String], host: String?, cookieHeaders: [String]) -> String? {
+        if origins.contains(where: { Self.isWebPage($0) && !Self.names(origin: $0, host: host) }) { return nil }
+        return device(fromCookieHeaders: cookieHeaders)?.id
+    }
+
+    static func isWebPage(_ origin: String) -> Bool {
+        let lowered = origin.lowercased()
+        return !(lowered.hasPrefix("ws://") || lowered.hasPrefix("wss://"))
+    }
+
+    /// Whether `origin` (`scheme://host[:port]`) is a page of `host` (`host[:port]`).
+    static func names(origin: String, host: String?) -> Bool {
+        guard let host, let separator = origin.range(of: "://") else { return false }
+        func name(_ authority: Substring) -> Substring {
+            if authority.hasPrefix("["), let end = authority.firstIndex(of: "]") { return authority[...end] }
+            return authority.prefix { $0 != ":" }
+        }
+        let named = name(origin[separator.upperBound...])
+        return !named.isEmpty && named.lowercased() == name(Substring(host)).lowercased()
+    }
+
     /// The `Set-Cookie` value that gives a browser its device. `secure` when the page
-    /// was asked for over HTTPS (the edge says so in `X-Forwarded-Proto`).
+    /// was asked for over HTTPS (`isHTTPS`).
     func setCookie(_ value: String, secure: Bool) -> String {
         "\(Self.cookieName)=\(value); Max-Age=\(Self.maxAgeSeconds); Path=/; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "")
     }

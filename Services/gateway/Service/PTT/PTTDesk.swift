@@ -24,7 +24,9 @@ struct PTTDesk: Sendable {
     let redis: RedisClient
     let postgres: PostgresClient
     let settings: Settings
-    let floorKey: Ed25519.KeyPair
+    let floorKeys: FloorKeys
+    /// The channels announced nearby, as this gateway heard them.
+    let nearbyBoard: NearbyBoard
     let holds: FloorHolds
     /// Members that connected and whose channels are not marked active yet.
     let touches: ChannelTouches
@@ -33,13 +35,6 @@ struct PTTDesk: Sendable {
     let instanceID: String
     let logger: Logger
 
-    /// The floor key: an Ed25519 key every gateway derives from the internal token.
-    static func floorKey(internalToken: String) -> Ed25519.KeyPair {
-        let seed = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: SymmetricKey(data: Array(internalToken.utf8)), info: Array("whisper ptt floor key v1".utf8), outputByteCount: 32
-        )
-        return Ed25519.KeyPair(seed: seed.withUnsafeBytes { Array($0) })
-    }
 
     static let columns = "c.channel_id, c.name, c.join_code, c.owner_id, c.is_public, (extract(epoch FROM c.created_at) * 1000)::bigint"
     static let notFound = WhisperError(.notFound, "no such channel of yours")
@@ -217,7 +212,7 @@ struct PTTDesk: Sendable {
         for try await _ in rows.decode(String.self) { deleted = true }
         guard deleted else { throw Self.notFound }
         _ = try await redis.pipeline([RedisCommand("DEL", Self.floorKey(request.channelId)), RedisCommand("DEL", Self.queueKey(request.channelId))])
-        try await unannounce(request.channelId)
+        try await post(request.channelId, cell: nil, until: 0)
         let gone = PTTMembership(channelId: request.channelId, whisperId: owner, change: .deleted)
         try await tell(gone, to: members.filter { $0 != owner })
         return gone
@@ -285,15 +280,8 @@ struct PTTDesk: Sendable {
 
     // MARK: - Nearby
 
-    /// The channels announced in one cell, scored by when their announcement lapses (ms).
-    static func cellKey(_ cell: String) -> String { "ptt:cell:{\(cell)}" }
-    /// The cell a channel is announced in, while it is.
-    static func announcedKey(_ channelId: String) -> String { "ptt:{\(channelId)}:announced" }
-    /// Channels one cell lists at most (the most recently renewed).
-    static let maxPerCell = 50
-
-    /// Announces a public channel in a cell (its owner only), or stops. Nothing about
-    /// the cell outlives the announcement: both keys lapse with it.
+    /// Announces a public channel in a cell (its owner only), or stops. The cell goes to
+    /// every gateway's memory (`NearbyBoard`), never into Redis's keyspace.
     func announce(_ request: PTTAnnounce, owner: String) async throws -> PTTAnnounced {
         let rows = try await postgres.query(
             "SELECT is_public FROM ptt_channels WHERE channel_id = \(request.channelId) AND owner_id = \(owner)", logger: logger
@@ -302,37 +290,21 @@ struct PTTDesk: Sendable {
         for try await value in rows.decode(Bool.self) { isPublic = value }
         guard let isPublic else { throw Self.notFound }
         guard isPublic else { throw WhisperError(.forbidden, "only a public channel is announced to people nearby") }
-        try await unannounce(request.channelId, unless: request.cell)
-        guard let cell = request.cell else { return PTTAnnounced(channelId: request.channelId, until: nil) }
-        let now = Clock.millisecondsNow()
-        let until = now + Int64(settings.announceTTL.milliseconds)
-        let ttl = String(Int64(settings.announceTTL.milliseconds))
-        _ = try await redis.pipeline([
-            RedisCommand("ZREMRANGEBYSCORE", Self.cellKey(cell), "-inf", String(now)),
-            RedisCommand("ZADD", Self.cellKey(cell), String(until), request.channelId),
-            RedisCommand("PEXPIRE", Self.cellKey(cell), ttl),
-            RedisCommand("SET", Self.announcedKey(request.channelId), cell, "PX", ttl),
-        ])
-        return PTTAnnounced(channelId: request.channelId, until: until)
+        let until = request.cell == nil ? 0 : Clock.millisecondsNow() + Int64(settings.announceTTL.milliseconds)
+        try await post(request.channelId, cell: request.cell, until: until)
+        return PTTAnnounced(channelId: request.channelId, until: request.cell == nil ? nil : until)
     }
 
-    /// Takes a channel out of the cell it is announced in (unless it is `cell`).
-    private func unannounce(_ channelId: String, unless cell: String? = nil) async throws {
-        guard let previous = try await redis.send("GET", Self.announcedKey(channelId)).string, previous != cell else { return }
-        _ = try await redis.pipeline([RedisCommand("ZREM", Self.cellKey(previous), channelId), RedisCommand("DEL", Self.announcedKey(channelId))])
+    /// Puts the announcement on this gateway's board at once (so the owner's next
+    /// `ptt_nearby` here sees it) and tells every gateway.
+    private func post(_ channelId: String, cell: String?, until: Int64) async throws {
+        nearbyBoard.record(channelId, cell: cell, until: until)
+        _ = try await redis.send("PUBLISH", NearbyBoard.channel, NearbyBoard.encode(channelId: channelId, cell: cell, until: until))
     }
 
     /// The public channels announced in the cell and the eight around it.
     func nearby(_ request: PTTNearby) async throws -> PTTNearbyChannels {
-        let now = String(Clock.millisecondsNow())
-        let cells = Geohash.withNeighbours(request.cell)
-        let replies = try await redis.pipeline(cells.map {
-            RedisCommand("ZREVRANGEBYSCORE", Self.cellKey($0), "+inf", "(\(now)", "LIMIT", "0", String(Self.maxPerCell))
-        })
-        var ids: [String] = []
-        for reply in replies {
-            for id in reply.array?.compactMap(\.string) ?? [] where Format.isUUID(id) && !ids.contains(id) { ids.append(id) }
-        }
+        let ids = nearbyBoard.channels(in: Geohash.withNeighbours(request.cell))
         guard !ids.isEmpty else { return PTTNearbyChannels(channels: []) }
         let rows = try await postgres.query(
             """
@@ -460,10 +432,10 @@ struct PTTDesk: Sendable {
     }
 
     private func signed(_ channelId: String, holder: String, grantId: String, notBefore: Int64, notAfter: Int64, outcome: PTTFloor.Outcome) -> PTTFloor {
-        let signature = floorKey.sign(PTTFloor.signedBytes(channelId: channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter))
+        let signature = floorKeys.signing.sign(PTTFloor.signedBytes(channelId: channelId, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter))
         return PTTFloor(
             channelId: channelId, outcome: outcome, holder: holder, grantId: grantId, notBefore: notBefore, notAfter: notAfter,
-            signature: Data(signature).base64EncodedString()
+            keyId: floorKeys.signingId, signature: Data(signature).base64EncodedString()
         )
     }
 

@@ -1,0 +1,49 @@
+import Crypto
+import Foundation
+import WhisperShared
+
+/// The Ed25519 keys push-to-talk floor grants are signed with (`GATEWAY_FLOOR_KEYS`):
+/// random seeds that only gateways hold, unrelated to any other secret. The first one
+/// signs; every one is listed at `GET /ptt/floor-key`, so an operator rotates without a
+/// gap behind a balancer (docs/operations.md, "Rotating secrets"): add the new key last,
+/// move it first, then drop the old one.
+public struct FloorKeys: Sendable, RedactedDescription {
+    /// The key that signs, and its ID (named by every grant).
+    let signing: Ed25519.KeyPair
+    public let signingId: String
+    /// What `GET /ptt/floor-key` answers, made once.
+    public let listing: PTTFloorKeys
+
+    /// `seeds`: 32-byte Ed25519 seeds, the signing one first (at least one).
+    public init(seeds: [[UInt8]]) {
+        precondition(!seeds.isEmpty, "at least one floor key")
+        let pairs = seeds.map(Ed25519.KeyPair.init(seed:))
+        signing = pairs[0]
+        signingId = Self.keyId(pairs[0].publicKey)
+        listing = PTTFloorKeys(keys: pairs.map { PTTFloorKeys.Key(keyId: Self.keyId($0.publicKey), publicKey: Data($0.publicKey).base64EncodedString()) })
+    }
+
+    /// A key's ID: the first 8 bytes of its public key's SHA-256, in hex.
+    static func keyId(_ publicKey: [UInt8]) -> String {
+        SHA256.hash(data: publicKey).prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+extension SettingsReader {
+    /// `GATEWAY_FLOOR_KEYS`: base64 32-byte seeds (`openssl rand -base64 32`), comma
+    /// separated, the signing one first; required.
+    func floorKeys() -> FloorKeys? {
+        let key = "gateway.floor.keys"
+        let texts = list(key, default: [], secret: true)
+        guard !texts.isEmpty else {
+            _ = requiredString(key, secret: true)
+            return nil
+        }
+        let seeds = texts.compactMap { Data(base64Encoded: $0).map(Array.init) }.filter { $0.count == Ed25519.seedBytes }
+        guard seeds.count == texts.count else {
+            reject(key, because: "must be base64 32-byte seeds, comma separated (make one with: openssl rand -base64 32)")
+            return nil
+        }
+        return FloorKeys(seeds: seeds)
+    }
+}
