@@ -4,7 +4,9 @@ import WhisperShared
 /// receipts (`message_delivered`) for the messages it sent, `group_created` and
 /// `group_updated` of groups it is in, and missed calls (`call_ended`). Receipts are
 /// the most of them, and the rest is said of them below; the others are kept the same
-/// way. (Named `ReceiptQueue` until issue 35; the key keeps its name.)
+/// way. Group events are kept apart (`OwedStore.groupEvents`, a bound of their own),
+/// so a peer that changes groups often cannot push receipts out. (Named `ReceiptQueue`
+/// until issue 35; the key keeps its name.)
 ///
 /// Receipts on their way to the message's sender are stored before they are handed
 /// over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
@@ -23,16 +25,17 @@ import WhisperShared
 public struct OwedFrames: Sendable {
     let redis: RedisClient
     public let capacity: Int
+    public let store: OwedStore
     public static let standardCapacity = 10_000
+    /// Group events one identity may be owed: each carries the group's whole state, so
+    /// the newest say all the older ones did.
+    public static let standardGroupEventsCapacity = 1_000
 
-    public init(redis: RedisClient, capacity: Int = OwedFrames.standardCapacity) {
+    public init(redis: RedisClient, capacity: Int = OwedFrames.standardCapacity, store: OwedStore = .receipts) {
         self.redis = redis
         self.capacity = capacity
+        self.store = store
     }
-
-    /// A stream; the name differs from the list (`receipts:{id}`) earlier versions kept,
-    /// so one left from before an upgrade is no type error (it expires within 72 h).
-    public static func key(_ whisperId: String) -> String { "receipts:{\(whisperId)}:waiting" }
 
     /// Stores `frame` for `owner` and, when `socket` is given, then hands it to that
     /// socket's gateway as a `GatewayCommand` (kind `receipt`, built here in Swift: the
@@ -42,11 +45,11 @@ public struct OwedFrames: Sendable {
     @discardableResult
     public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> String {
         let reply = try await redis.evaluate(
-            Self.keepScript, keys: [Self.key(owner)], arguments: [frame, Int(PendingQueue.ttl.milliseconds), capacity]
+            Self.keepScript, keys: [store.key(owner)], arguments: [frame, Int(PendingQueue.ttl.milliseconds), capacity]
         )
         guard let id = reply.string, !id.isEmpty else { throw RedisError.unexpectedReply("receipt keep") }
         if let socket {
-            let command = GatewayCommand(kind: .receipt, connId: socket.connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id))
+            let command = GatewayCommand(kind: .receipt, connId: socket.connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id, store: store))
             _ = try await command.publish(to: socket.gateway, on: redis)
         }
         return id
@@ -55,12 +58,12 @@ public struct OwedFrames: Sendable {
     /// Publishes up to `limit` stored receipts of `owner`, oldest first, to `connId` on
     /// `gateway`, each as a command that settles it there once written.
     public func handOver(for owner: String, to gateway: String, connId: String, limit: Int = 500) async throws {
-        let reply = try await redis.send("XRANGE", Self.key(owner), "-", "+", "COUNT", limit)
+        let reply = try await redis.send("XRANGE", store.key(owner), "-", "+", "COUNT", limit)
         var commands: [RedisCommand] = []
         for entry in reply.array ?? [] {
             guard let parts = entry.array, parts.count == 2, let id = parts[0].string, let fields = parts[1].array,
                   fields.count == 2, let frame = fields[1].bytes else { continue }
-            let command = GatewayCommand(kind: .receipt, connId: connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id))
+            let command = GatewayCommand(kind: .receipt, connId: connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id, store: store))
             commands.append(command.publishing(to: gateway))
         }
         if !commands.isEmpty {
@@ -68,17 +71,17 @@ public struct OwedFrames: Sendable {
         }
     }
 
-    /// Removes receipts a socket has taken.
+    /// Removes owed frames a socket has taken, from whichever store each is in.
     public func settle(_ receipts: [StoredReceipt]) async throws {
-        var byOwner: [String: [String]] = [:]
-        for receipt in receipts { byOwner[receipt.owner, default: []].append(receipt.entryId) }
-        guard !byOwner.isEmpty else { return }
-        _ = try await redis.pipeline(byOwner.map { owner, ids in RedisCommand("XDEL", [Self.key(owner)] + ids) })
+        var byStream: [String: [String]] = [:]
+        for receipt in receipts { byStream[receipt.store.key(receipt.owner), default: []].append(receipt.entryId) }
+        guard !byStream.isEmpty else { return }
+        _ = try await redis.pipeline(byStream.map { key, ids in RedisCommand("XDEL", [key] + ids) })
     }
 
-    /// Receipts stored for `owner` and not yet taken.
+    /// Frames of this store kept for `owner` and not yet taken.
     public func count(for owner: String) async throws -> Int {
-        Int(try await redis.send("XLEN", Self.key(owner)).int ?? 0)
+        Int(try await redis.send("XLEN", store.key(owner)).int ?? 0)
     }
 
     /// `owed-frames-keep.lua` (its header says what it takes and answers).

@@ -142,6 +142,37 @@ import WhisperShared
         }
     }
 
+    /// Group events wait in a store of their own: a direct peer that changes a group
+    /// over and over while one is away drops only older group events (each says the
+    /// whole group), never the receipts of the messages one sent.
+    @Test func aPeersGroupChangesNeverPushReceiptsOut() async throws {
+        try await MessagingStack.start(routers: 1, router: { $0.receiptsWaitingMax = 10; $0.groupEventsWaitingMax = 5 }, gateway: { $0.receiptsWaitingMax = 10 }).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 1)
+            try await stack.makePeers([alice, bob])
+            _ = try await alice.send(3, to: bob, labelled: "read while away")
+            let received = try await bob.events(.messageReceived, count: 3)
+            await alice.connection.close()
+            try await stack.waitUntilOffline(alice)
+            for frame in received { try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self))) }
+            try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 3 }
+            // Bob, a direct peer, makes a group with Alice and renames it 20 times.
+            let group = try await bob.connection.createGroup(title: "Title 0", memberIds: [alice.whisperId])
+            for index in 1...20 { _ = try await bob.connection.updateGroup(group.groupId, title: "Title \(index)") }
+            try await waitUntil { try await stack.storedGroupEvents(alice.whisperId) == 5 }
+            #expect(try await stack.storedReceipts(alice.whisperId) == 3)
+
+            // Back: every receipt, and the newest group events, the last one saying it all.
+            let back = try await stack.reconnect(alice, on: 0)
+            _ = try await back.connection.fetchPending()
+            let receipts = try await back.events(.messageDelivered, count: 3)
+            #expect(receipts.count == 3)
+            let events = try await back.events(.groupUpdated, count: 5)
+            #expect(events.last?.payload(as: GroupUpdated.self)?.title == "Title 20")
+            try await stillServed(stack)
+        }
+    }
+
     // MARK: - Pages and slow readers
 
     @Test func pagesStopAtTheirByteBudget() async throws {

@@ -50,7 +50,7 @@ struct DirectSendTests {
             let first = try #require(try await alice.events(.messageDelivered).first?.payload(as: MessageDelivered.self))
             #expect(first.messageId == toBob.messageId)
             try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
-            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedStore.receipts.key(alice.whisperId)).int } == 0)
             // Carol's, from the other gateway, is handed to Alice's gateway, which writes it
             // and applies it: not stored either.
             try await carol.connection.acknowledge(atCarol)
@@ -58,7 +58,7 @@ struct DirectSendTests {
             #expect(Set(delivered) == [toBob.messageId, toCarol.messageId])
             try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }
             try await waitUntil { try await stack.pendingDepth(carol.whisperId) == 0 }
-            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedStore.receipts.key(alice.whisperId)).int } == 0)
         }
     }
 

@@ -9,10 +9,11 @@ import WhisperShared
 /// group is an invitation: nothing stored for the victim, bounded per victim, a member
 /// only by accepting.
 @Suite struct GroupInvitationTests {
-    /// Frames waiting in the identity's store of receipts, and the groups it belongs to.
+    /// Frames waiting in the identity's stores of owed frames, and the groups it belongs to.
     static func stored(for user: TestUser, on stack: MessagingStack) async throws -> (receipts: Int64, groups: Int64) {
         try await stack.withRedis { redis in
-            let receipts = try await redis.send("XLEN", OwedFrames.key(user.whisperId)).int ?? -1
+            var receipts: Int64 = 0
+            for store in OwedStore.allCases { receipts += try await redis.send("XLEN", store.key(user.whisperId)).int ?? -1 }
             let groups = try await redis.send("HLEN", RedisKeys.groups(user.whisperId)).int ?? -1
             return (receipts, groups)
         }

@@ -38,7 +38,7 @@ struct LiveReceiptTests {
             // Bob's gateway knew each message's origin from its delivery: no look-up.
             #expect(Metrics.value(in: try await stack.metricsText(of: [stack.gateways[1]]), "whisper_gateway_receipts_known_total") == 3)
             // Nothing was stored for Alice: her receipt store was not even created.
-            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 0)
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedStore.receipts.key(alice.whisperId)).int } == 0)
             #expect(await alice.events.all(.messageDelivered).count == 3)
         }
     }
@@ -79,7 +79,7 @@ struct LiveReceiptTests {
             try await waitUntil {
                 await alice.events.all(.messageDelivered).contains { $0.payload(as: MessageDelivered.self)?.messageId == message.messageId }
             }
-            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedFrames.key(alice.whisperId)).int } == 1, "it was stored")
+            #expect(try await stack.withRedis { try await $0.send("EXISTS", OwedStore.receipts.key(alice.whisperId)).int } == 1, "it was stored")
             try await waitUntil { try await stack.storedReceipts(alice.whisperId) == 0 }
         }
     }

@@ -98,7 +98,7 @@ import WhisperShared
             let old = Clock.millisecondsNow() - Int64(PendingQueue.ttl.milliseconds) - 60_000
             let stale = ServerFrameCodec.encode(MessageDelivered(messageId: RandomID.uuid(), status: .delivered, timestamp: old, from: bob.whisperId))
             try await stack.withRedis { redis in
-                _ = try await redis.send("XADD", OwedFrames.key(aliceFirst.whisperId), "\(old)-0", "f", stale)
+                _ = try await redis.send("XADD", OwedStore.receipts.key(aliceFirst.whisperId), "\(old)-0", "f", stale)
             }
             try await bob.connection.acknowledge(received)
             try await waitUntil { try await stack.storedReceipts(aliceFirst.whisperId) == 1 }

@@ -182,8 +182,10 @@ struct MessageRouter: Sendable {
 
     private func fetch(_ request: FetchPending, entry: RouterStream.Entry) async throws -> RoutingOutcome {
         // Charged at the gateway, per identity and per address, as the entry was added.
-        // Receipts that waited for this sender go first (each settled once written).
+        // Receipts that waited for this sender go first, then group events (each settled
+        // once written).
         try await receipts.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
+        try await groups.events.handOver(for: entry.whisperId, to: entry.gateway, connId: entry.connId)
         // A call ringing for this identity (the fetch that follows a VoIP push), once
         // per walk through the queue.
         if request.cursor == nil {

@@ -38,7 +38,7 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                     postgres: environment.postgres, redis: environment.redis,
                     directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
                     identities: identities,
-                    events: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
+                    events: OwedFrames(redis: environment.redis, capacity: settings.groupEventsWaitingMax, store: .groupEvents),
                     invitationsPerIdentity: settings.groupInvitationsPerIdentity,
                     logger: environment.logger
                 ),

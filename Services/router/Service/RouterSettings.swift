@@ -39,6 +39,9 @@ public struct RouterSettings: ServiceSettings {
     /// peers); past it the oldest are withdrawn. Invitations also lapse after 30 days.
     public var groupInvitationsPerIdentity = RouterSettings.defaultGroupInvitationsPerIdentity
     public static let defaultGroupInvitationsPerIdentity = 50
+    /// Group events (`group_created`, `group_updated`) that wait for one offline member,
+    /// in a store of their own; past it the oldest are dropped.
+    public var groupEventsWaitingMax = OwedFrames.standardGroupEventsCapacity
 
     public init(
         common: CommonSettings,
@@ -86,5 +89,6 @@ public struct RouterSettings: ServiceSettings {
         groupInvitationsPerIdentity = settings.int(
             "router.group.invitations.per.identity", default: Self.defaultGroupInvitationsPerIdentity, range: 1...1_000
         )
+        groupEventsWaitingMax = settings.int("router.group.events.waiting.max", default: groupEventsWaitingMax, range: 1...1_000_000)
     }
 }

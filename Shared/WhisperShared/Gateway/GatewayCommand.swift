@@ -63,7 +63,7 @@ public struct GatewayCommand: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        let detail = stored.map { "\($0.owner) \($0.entryId)" } ?? live?.detail ?? liveRoute?.detail ?? reason?.rawValue
+        let detail = stored?.detail ?? live?.detail ?? liveRoute?.detail ?? reason?.rawValue
             ?? Self.deliverDetail(traceparent: traceparent, origin: origin)
         var bytes = Array("\(kind.rawValue)\n\(connId)\n\(detail)\n\(acceptedAt.map(String.init) ?? "")\n".utf8)
         if let frame { bytes += frame }
@@ -213,20 +213,45 @@ public struct DeliveryOrigin: Sendable, Equatable {
     }
 }
 
-/// Where a receipt waits in `receipts:{owner}` until its owner's socket has taken it.
+/// The stores of frames owed to an identity (`OwedFrames`), each a stream with a bound
+/// of its own, so one kind never pushes another out.
+public enum OwedStore: String, Sendable, CaseIterable {
+    /// `message_delivered` receipts for the messages the owner sent, and missed calls.
+    case receipts
+    /// `group_created` and `group_updated` of the groups the owner is in.
+    case groupEvents = "groups"
+
+    /// The stream's key.
+    public func key(_ owner: String) -> String {
+        switch self {
+        case .receipts: "receipts:{\(owner)}:waiting"
+        case .groupEvents: "owed:{\(owner)}:groups"
+        }
+    }
+}
+
+/// Where an owed frame waits (`OwedStore`) until its owner's socket has taken it.
+/// Wire detail: `<owner> <entryId>`, then the store's name unless it is `receipts`.
 public struct StoredReceipt: Sendable, Equatable, Hashable {
     public var owner: String
     public var entryId: String
+    public var store: OwedStore
 
-    public init(owner: String, entryId: String) {
+    public init(owner: String, entryId: String, store: OwedStore = .receipts) {
         self.owner = owner
         self.entryId = entryId
+        self.store = store
+    }
+
+    var detail: String {
+        store == .receipts ? "\(owner) \(entryId)" : "\(owner) \(entryId) \(store.rawValue)"
     }
 
     init?(detail: String) {
         let parts = detail.split(separator: " ")
-        guard parts.count == 2 else { return nil }
-        self.init(owner: String(parts[0]), entryId: String(parts[1]))
+        guard parts.count == 2 || parts.count == 3 else { return nil }
+        guard let store = parts.count == 3 ? OwedStore(rawValue: String(parts[2])) : .receipts else { return nil }
+        self.init(owner: String(parts[0]), entryId: String(parts[1]), store: store)
     }
 }
 

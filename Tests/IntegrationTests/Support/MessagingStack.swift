@@ -129,6 +129,10 @@ struct MessagingStack {
         try await withRedis { try await OwedFrames(redis: $0).count(for: whisperId) }
     }
 
+    func storedGroupEvents(_ whisperId: String) async throws -> Int {
+        try await withRedis { try await OwedFrames(redis: $0, store: .groupEvents).count(for: whisperId) }
+    }
+
     /// Entries ever added to the router stream, every shard (`entries-added` of `XINFO
     /// STREAM`): handled entries are deleted, so its length says only what waits.
     func routerStreamLength() async throws -> Int {
