@@ -112,7 +112,24 @@ import WhisperShared
             #expect(rotated.members == [owner.whisperId, friend.whisperId])
             try await waitUntil { await friend.events.all(.pttChannel).contains { $0.payload(as: PTTChannel.self)?.joinCode == rotated.joinCode } }
             await expectRefused(.notFound, "the old code") { _ = try await former.connection.joinChannel(code: channel.joinCode) }
-            #expect(try await former.connection.joinChannel(code: rotated.joinCode).members.contains(former.whisperId))
+            // Removed for good: not even the new code lets the removed member back in.
+            await expectRefused(.forbidden, "the removed member with the new code") { _ = try await former.connection.joinChannel(code: rotated.joinCode) }
+            let newcomer = try await stack.user(on: 1)
+            #expect(try await newcomer.connection.joinChannel(code: rotated.joinCode).members.contains(newcomer.whisperId))
+        }
+    }
+
+    /// A public channel's ID and code are known to everyone nearby: a member its owner
+    /// removed joins it no more by either, while anyone else still can.
+    @Test func aRemovedMemberJoinsAPublicChannelNoMore() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0), pest = try await stack.user(on: 1), passerby = try await stack.user(on: 1)
+            let channel = try await owner.connection.createChannel(name: "Open air", isPublic: true)
+            _ = try await pest.connection.joinChannel(id: channel.channelId)
+            try await owner.connection.removeMember(pest.whisperId, from: channel.channelId)
+            await expectRefused(.forbidden, "rejoining by ID") { _ = try await pest.connection.joinChannel(id: channel.channelId) }
+            await expectRefused(.forbidden, "rejoining by code") { _ = try await pest.connection.joinChannel(code: channel.joinCode) }
+            #expect(try await passerby.connection.joinChannel(id: channel.channelId).members == [owner.whisperId, passerby.whisperId])
         }
     }
 }

@@ -237,6 +237,18 @@ public enum Migrations {
             """,
             "CREATE INDEX ptt_members_member_idx ON ptt_members (whisper_id)",
         ]),
+        // Members an owner removed from a push-to-talk channel: they join it no more, by
+        // its ID (a public channel's) or by any code, while the channel lasts.
+        Migration(version: 9, name: "ptt_removed", statements: [
+            """
+            CREATE TABLE ptt_removed (
+                channel_id text NOT NULL REFERENCES ptt_channels (channel_id) ON DELETE CASCADE,
+                whisper_id text NOT NULL REFERENCES users (whisper_id) ON DELETE CASCADE,
+                removed_at timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (channel_id, whisper_id)
+            )
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -104,6 +104,9 @@ struct PTTDesk: Sendable {
             // A private channel's ID does not let anyone in: only its code does.
             guard open || !isNew else { throw WhisperError(.notFound, "no such channel") }
             if isNew {
+                guard try await !Self.returnsRow(
+                    "SELECT 1 FROM ptt_removed WHERE channel_id = \(channelId) AND whisper_id = \(member)", on: connection, logger: logger
+                ) else { throw WhisperError(.forbidden, "the owner removed you from this channel") }
                 guard members.count < settings.maxMembers else {
                     throw WhisperError(.forbidden, "the channel has its \(settings.maxMembers) members")
                 }
@@ -154,16 +157,23 @@ struct PTTDesk: Sendable {
         return gone
     }
 
-    /// The owner removes a member; every member is told, the removed one too, and a floor
-    /// the removed member held or waited for is given up. Anyone else, or a member that is
+    /// The owner removes a member, for good: it joins the channel no more, by ID or by any
+    /// code. Every member is told, the removed one too, and a floor the removed member
+    /// held or waited for is given up. Anyone else, or a member that is
     /// not there, is answered `NOT_FOUND` like a channel that does not exist.
     func remove(_ request: PTTChannelRemove, owner: String) async throws -> PTTMembership {
         guard request.whisperId != owner else { throw WhisperError(.forbidden, "the owner cannot remove itself; it deletes the channel instead") }
+        // Removed for good: the member joins this channel no more, by ID or by any code.
         let rows = try await postgres.query(
             """
-            DELETE FROM ptt_members m WHERE m.channel_id = \(request.channelId) AND m.whisper_id = \(request.whisperId)
-            AND EXISTS (SELECT 1 FROM ptt_channels c WHERE c.channel_id = m.channel_id AND c.owner_id = \(owner))
-            RETURNING m.channel_id
+            WITH gone AS (
+                DELETE FROM ptt_members m WHERE m.channel_id = \(request.channelId) AND m.whisper_id = \(request.whisperId)
+                AND EXISTS (SELECT 1 FROM ptt_channels c WHERE c.channel_id = m.channel_id AND c.owner_id = \(owner))
+                RETURNING m.channel_id, m.whisper_id
+            ), barred AS (
+                INSERT INTO ptt_removed (channel_id, whisper_id) SELECT channel_id, whisper_id FROM gone ON CONFLICT DO NOTHING
+            )
+            SELECT channel_id FROM gone
             """,
             logger: logger
         )
