@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes docs/test-vectors/ with implementations independent of the Swift SDK
 (Python's hashlib, the `cryptography` package and PyNaCl for crypto_secretbox:
-`pip install cryptography pynacl`), so that every client, the Swift SDK included, is
-checked against something other than itself.
+`pip install cryptography pynacl`; the VRF in plain Python integers, below), so that
+every client, the Swift SDK included, is checked against something other than itself.
 
   scripts/gen-test-vectors.py BIP39_VECTORS_JSON
 
@@ -98,6 +98,117 @@ def rfc8032():
             assert published[case["name"]] == (case["publicKey"], case["signature"]), case["name"]
     write("ed25519-rfc8032.json", {
         "description": "Ed25519 (RFC 8032 section 7.1): the 32-byte secret key is the seed; signatures are deterministic.",
+        "cases": cases,
+    })
+
+
+# ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381, suite 0x03) on affine edwards25519
+# points, in Python integers: slow, short, and sharing nothing with libsodium.
+ED_P = 2 ** 255 - 19
+ED_L = 2 ** 252 + 27742317777372353535851937790883648493
+ED_D = -121665 * pow(121666, ED_P - 2, ED_P) % ED_P
+ED_SQRT_M1 = pow(2, (ED_P - 1) // 4, ED_P)
+
+
+def ed_decode(data):
+    """RFC 8032 5.1.3: a point of the curve from 32 bytes, or None."""
+    y = int.from_bytes(data, "little") & ((1 << 255) - 1)
+    sign = data[31] >> 7
+    if y >= ED_P:
+        return None
+    x2 = (y * y - 1) * pow(ED_D * y * y + 1, ED_P - 2, ED_P) % ED_P
+    if x2 == 0:
+        return None if sign else (0, y)
+    x = pow(x2, (ED_P + 3) // 8, ED_P)
+    if (x * x - x2) % ED_P:
+        x = x * ED_SQRT_M1 % ED_P
+    if (x * x - x2) % ED_P:
+        return None
+    if x & 1 != sign:
+        x = ED_P - x
+    return (x, y)
+
+
+def ed_encode(point):
+    x, y = point
+    return (y | ((x & 1) << 255)).to_bytes(32, "little")
+
+
+def ed_add(a, b):
+    (x1, y1), (x2, y2) = a, b
+    t = ED_D * x1 * x2 * y1 * y2 % ED_P
+    x3 = (x1 * y2 + x2 * y1) * pow(1 + t, ED_P - 2, ED_P) % ED_P
+    y3 = (y1 * y2 + x1 * x2) * pow(1 - t, ED_P - 2, ED_P) % ED_P
+    return (x3, y3)
+
+
+def ed_mul(k, point):
+    result, addend = (0, 1), point
+    while k:
+        if k & 1:
+            result = ed_add(result, addend)
+        addend = ed_add(addend, addend)
+        k >>= 1
+    return result
+
+
+ED_B = ed_decode((4 * pow(5, ED_P - 2, ED_P) % ED_P).to_bytes(32, "little"))
+
+
+def vrf_prove(seed, alpha):
+    """Returns (public key, pi, beta) for a 32-byte seed and the bytes alpha."""
+    digest = hashlib.sha512(seed).digest()
+    x = int.from_bytes(digest[:32], "little")
+    x &= (1 << 254) - 8
+    x |= 1 << 254
+    pk = ed_encode(ed_mul(x, ED_B))
+    h = None
+    for ctr in range(256):
+        candidate = ed_decode(hashlib.sha512(b"\x03\x01" + pk + alpha + bytes([ctr, 0])).digest()[:32])
+        if candidate is not None:
+            h = ed_mul(8, candidate)
+            if h != (0, 1):
+                break
+    gamma = ed_mul(x, h)
+    k = int.from_bytes(hashlib.sha512(digest[32:] + ed_encode(h)).digest(), "little") % ED_L
+    points = [pk, ed_encode(h), ed_encode(gamma), ed_encode(ed_mul(k, ED_B)), ed_encode(ed_mul(k, h))]
+    c = hashlib.sha512(b"\x03\x02" + b"".join(points) + b"\x00").digest()[:16]
+    s = (k + int.from_bytes(c, "little") * x) % ED_L
+    pi = ed_encode(gamma) + c + s.to_bytes(32, "little")
+    beta = hashlib.sha512(b"\x03\x03" + ed_encode(ed_mul(8, gamma)) + b"\x00").digest()
+    return pk, pi, beta
+
+
+def rfc9381():
+    cases = [
+        {"name": "RFC 9381 B.3 example 16", "secretKey": "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60", "alpha": ""},
+        {"name": "RFC 9381 B.3 example 17", "secretKey": "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb", "alpha": "72"},
+        {"name": "RFC 9381 B.3 example 18", "secretKey": "c5aa8df43f9f837bedb7442f31dcb7b166d38535076f094b85ce3a2e0b4458f7", "alpha": "af82"},
+    ]
+    published = {
+        "RFC 9381 B.3 example 16": (
+            "8657106690b5526245a92b003bb079ccd1a92130477671f6fc01ad16f26f723f26f8a57ccaed74ee1b190bed1f479d97"
+            "27d2d0f9b005a6e456a35d4fb0daab1268a1b0db10836d9826a528ca76567805",
+            "90cf1df3b703cce59e2a35b925d411164068269d7b2d29f3301c03dd757876ff66b71dda49d2de59d03450451af02679"
+            "8e8f81cd2e333de5cdf4f3e140fdd8ae"),
+        "RFC 9381 B.3 example 17": (
+            "f3141cd382dc42909d19ec5110469e4feae18300e94f304590abdced48aed5933bf0864a62558b3ed7f2fea45c92a465"
+            "301b3bbf5e3e54ddf2d935be3b67926da3ef39226bbc355bdc9850112c8f4b02",
+            "eb4440665d3891d668e7e0fcaf587f1b4bd7fbfe99d0eb2211ccec90496310eb5e33821bc613efb94db5e5b54c70a848"
+            "a0bef4553a41befc57663b56373a5031"),
+        "RFC 9381 B.3 example 18": (
+            "9bc0f79119cc5604bf02d23b4caede71393cedfbb191434dd016d30177ccbf8096bb474e53895c362d8628ee9f9ea3c0"
+            "e52c7a5c691b6c18c9979866568add7a2d41b00b05081ed0f58ee5e31b3a970e",
+            "645427e5d00c62a23fb703732fa5d892940935942101e456ecca7bb217c61c452118fec1219202a0edcf038bb6373241"
+            "578be7217ba85a2687f7a0310b2df19f"),
+    }
+    for case in cases:
+        pk, pi, beta = vrf_prove(bytes.fromhex(case["secretKey"]), bytes.fromhex(case["alpha"]))
+        case["publicKey"], case["pi"], case["beta"] = pk.hex(), pi.hex(), beta.hex()
+        assert published[case["name"]] == (case["pi"], case["beta"]), case["name"]
+    write("vrf-ecvrf-edwards25519-sha512-tai.json", {
+        "description": "ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381 appendix B.3): the secret key is an Ed25519 seed; "
+                       "pi is Gamma (32 bytes), c (16) and s (32); beta is the 64-byte output.",
         "cases": cases,
     })
 
@@ -226,6 +337,7 @@ def main():
     bip39(sys.argv[1])
     rfc5869()
     rfc8032()
+    rfc9381()
     chain()
     contacts_backup()
 

@@ -80,6 +80,32 @@ import WhisperShared
         }
     }
 
+    /// The key directory's VRF against RFC 9381's vectors: the same proof and output, a
+    /// proof that verifies, and none that verifies once any byte of it, or the input,
+    /// changes.
+    @Test func vrfRFC9381Vectors() throws {
+        let cases = try Self.load("vrf-ecvrf-edwards25519-sha512-tai.json")["cases"] as! [[String: String]]
+        #expect(cases.count == 3)
+        for vector in cases {
+            let name = vector["name"]!
+            let keys = VRF.KeyPair(seed: Self.hex(vector["secretKey"]!))
+            let alpha = Self.hex(vector["alpha"]!)
+            #expect(keys.publicKey.hexString == vector["publicKey"]!, "\(name)")
+            let proof = keys.prove(alpha)
+            #expect(proof.hexString == vector["pi"]!, "\(name)")
+            #expect(VRF.verify(publicKey: keys.publicKey, alpha: alpha, proof: proof)?.hexString == vector["beta"]!, "\(name)")
+            #expect(VRF.output(ofProof: proof)?.hexString == vector["beta"]!, "\(name)")
+            for index in proof.indices {
+                var flipped = proof
+                flipped[index] ^= 0x01
+                #expect(VRF.verify(publicKey: keys.publicKey, alpha: alpha, proof: flipped) == nil, "\(name): byte \(index) flipped")
+            }
+            #expect(VRF.verify(publicKey: keys.publicKey, alpha: alpha + [0], proof: proof) == nil, "\(name): another input")
+            let other = VRF.KeyPair(seed: [UInt8](repeating: 7, count: 32))
+            #expect(VRF.verify(publicKey: other.publicKey, alpha: alpha, proof: proof) == nil, "\(name): another key")
+        }
+    }
+
     @Test func whisperChainFromMnemonicToSignature() throws {
         let chain = try Self.load("whisper-chain.json")
         let identities = chain["identities"] as! [[String: String]]

@@ -1,0 +1,130 @@
+import Crypto
+
+/// The append-only log of the key directory's epochs: a Merkle tree as Certificate
+/// Transparency has it (RFC 9162 section 2.1), whose leaves are the epochs' heads in
+/// order. A client that holds one tree head checks that a newer one extends it (a
+/// consistency proof) and that an epoch is in it (an inclusion proof); nothing in the
+/// log can be changed or taken out without both failing.
+///
+/// Hashes are SHA-256; a leaf is `SHA-256(0x00 ‖ data)`, an inner node
+/// `SHA-256(0x01 ‖ left ‖ right)`, and the tree of n leaves splits at the largest power
+/// of two below n.
+public enum LogTree {
+    public typealias Hash = [UInt8]
+    public static let hashBytes = 32
+
+    public static func leafHash(_ data: [UInt8]) -> Hash {
+        Array(SHA256.hash(data: [0x00] + data))
+    }
+
+    static func nodeHash(_ left: Hash, _ right: Hash) -> Hash {
+        Array(SHA256.hash(data: [0x01] + left + right))
+    }
+
+    /// The root of the leaves (their hashes), `MTH(D[n])`; the empty tree's is SHA-256 of nothing.
+    public static func root(_ leaves: ArraySlice<Hash>) -> Hash {
+        switch leaves.count {
+        case 0: return Array(SHA256.hash(data: [UInt8]()))
+        case 1: return leaves[leaves.startIndex]
+        default:
+            let k = split(leaves.count)
+            return nodeHash(root(leaves.prefix(k)), root(leaves.dropFirst(k)))
+        }
+    }
+
+    public static func root(_ leaves: [Hash]) -> Hash { root(leaves[...]) }
+
+    /// The largest power of two below `n` (n ≥ 2).
+    static func split(_ n: Int) -> Int {
+        var k = 1
+        while k << 1 < n { k <<= 1 }
+        return k
+    }
+
+    // MARK: - Proofs, as the log makes them
+
+    /// `PATH(m, D[n])`: the hashes that lead from leaf `index` to the root.
+    public static func inclusionProof(_ index: Int, _ leaves: ArraySlice<Hash>) -> [Hash] {
+        guard leaves.count > 1 else { return [] }
+        let k = split(leaves.count)
+        return index < k
+            ? inclusionProof(index, leaves.prefix(k)) + [root(leaves.dropFirst(k))]
+            : inclusionProof(index - k, leaves.dropFirst(k)) + [root(leaves.prefix(k))]
+    }
+
+    /// `PROOF(m, D[n])`: the hashes that show the tree of the first `size` leaves is a
+    /// prefix of the tree of all of them.
+    public static func consistencyProof(_ size: Int, _ leaves: ArraySlice<Hash>) -> [Hash] {
+        guard size > 0, size < leaves.count else { return [] }
+        return subproof(size, leaves, whole: true)
+    }
+
+    private static func subproof(_ m: Int, _ leaves: ArraySlice<Hash>, whole: Bool) -> [Hash] {
+        if m == leaves.count { return whole ? [] : [root(leaves)] }
+        let k = split(leaves.count)
+        return m <= k
+            ? subproof(m, leaves.prefix(k), whole: whole) + [root(leaves.dropFirst(k))]
+            : subproof(m - k, leaves.dropFirst(k), whole: false) + [root(leaves.prefix(k))]
+    }
+
+    // MARK: - Checks, as a client makes them (RFC 9162 2.1.3.2 and 2.1.4.2)
+
+    /// Whether `proof` shows the leaf `leaf` (its hash) at `index` in the tree of `size`
+    /// leaves whose root is `root`.
+    public static func verifyInclusion(leaf: Hash, index: Int, size: Int, proof: [Hash], root: Hash) -> Bool {
+        guard index >= 0, index < size, proof.allSatisfy({ $0.count == hashBytes }) else { return false }
+        var fn = index, sn = size - 1
+        var r = leaf
+        for p in proof {
+            guard sn > 0 else { return false }
+            if fn & 1 == 1 || fn == sn {
+                r = nodeHash(p, r)
+                if fn & 1 == 0 {
+                    while fn & 1 == 0 && fn != 0 {
+                        fn >>= 1
+                        sn >>= 1
+                    }
+                }
+            } else {
+                r = nodeHash(r, p)
+            }
+            fn >>= 1
+            sn >>= 1
+        }
+        return sn == 0 && r == root
+    }
+
+    /// Whether `proof` shows the tree of `oldSize` leaves with root `oldRoot` is a prefix
+    /// of the tree of `newSize` leaves with root `newRoot`.
+    public static func verifyConsistency(oldSize: Int, newSize: Int, oldRoot: Hash, newRoot: Hash, proof: [Hash]) -> Bool {
+        guard oldSize > 0, oldSize <= newSize, proof.allSatisfy({ $0.count == hashBytes }) else { return false }
+        if oldSize == newSize { return proof.isEmpty && oldRoot == newRoot }
+        guard !proof.isEmpty else { return false }
+        // A first tree that is a whole subtree is its own first hash.
+        let path = oldSize & (oldSize - 1) == 0 ? [oldRoot] + proof : proof
+        var fn = oldSize - 1, sn = newSize - 1
+        while fn & 1 == 1 {
+            fn >>= 1
+            sn >>= 1
+        }
+        var fr = path[0], sr = path[0]
+        for c in path.dropFirst() {
+            guard sn > 0 else { return false }
+            if fn & 1 == 1 || fn == sn {
+                fr = nodeHash(c, fr)
+                sr = nodeHash(c, sr)
+                if fn & 1 == 0 {
+                    while fn & 1 == 0 && fn != 0 {
+                        fn >>= 1
+                        sn >>= 1
+                    }
+                }
+            } else {
+                sr = nodeHash(sr, c)
+            }
+            fn >>= 1
+            sn >>= 1
+        }
+        return sn == 0 && fr == oldRoot && sr == newRoot
+    }
+}
