@@ -11,6 +11,7 @@ import WhisperShared
         "WHISPER_POSTGRES_URL": "postgres://whisper@127.0.0.1:5432/whisper",
         "WHISPER_REDIS_URL": "redis://127.0.0.1:6379",
         "WHISPER_INTERNAL_TOKEN": String(repeating: "t", count: 40),
+        "GATEWAY_FLOOR_KEYS": "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
     ]
 
     private func read(_ extra: [String: String]) throws -> (GatewaySettings, RouterSettings, [String]) {
