@@ -79,12 +79,7 @@ public enum LogTree {
             guard sn > 0 else { return false }
             if fn & 1 == 1 || fn == sn {
                 r = nodeHash(p, r)
-                if fn & 1 == 0 {
-                    while fn & 1 == 0 && fn != 0 {
-                        fn >>= 1
-                        sn >>= 1
-                    }
-                }
+                climbPastLeftChildren(&fn, &sn)
             } else {
                 r = nodeHash(r, p)
             }
@@ -92,6 +87,15 @@ public enum LogTree {
             sn >>= 1
         }
         return sn == 0 && r == root
+    }
+
+    /// The RFC's "right-shift both until LSB(fn) is set or fn is 0": past the levels
+    /// where the node is a left child with no right sibling in the tree.
+    private static func climbPastLeftChildren(_ fn: inout Int, _ sn: inout Int) {
+        while fn & 1 == 0 && fn != 0 {
+            fn >>= 1
+            sn >>= 1
+        }
     }
 
     /// Whether `proof` shows the tree of `oldSize` leaves with root `oldRoot` is a prefix
@@ -113,12 +117,7 @@ public enum LogTree {
             if fn & 1 == 1 || fn == sn {
                 fr = nodeHash(c, fr)
                 sr = nodeHash(c, sr)
-                if fn & 1 == 0 {
-                    while fn & 1 == 0 && fn != 0 {
-                        fn >>= 1
-                        sn >>= 1
-                    }
-                }
+                climbPastLeftChildren(&fn, &sn)
             } else {
                 sr = nodeHash(sr, c)
             }

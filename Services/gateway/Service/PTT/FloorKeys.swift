@@ -25,7 +25,7 @@ public struct FloorKeys: Sendable, RedactedDescription {
 
     /// A key's ID: the first 8 bytes of its public key's SHA-256, in hex.
     static func keyId(_ publicKey: [UInt8]) -> String {
-        SHA256.hash(data: publicKey).prefix(8).map { String(format: "%02x", $0) }.joined()
+        Array(SHA256.hash(data: publicKey).prefix(8)).hexString
     }
 }
 
