@@ -1,3 +1,4 @@
+import Crypto
 import CSodium
 
 /// The libsodium primitives Whisper uses (crypto version 1): Ed25519 signatures,
@@ -56,6 +57,12 @@ public enum Ed25519 {
             _ = crypto_sign_detached(&signature, nil, message, UInt64(message.count), secretKey)
             return signature
         }
+    }
+
+    /// A public key's ID, as keys listed for rotation are named (floor keys, the key
+    /// directory's signing keys): the first 8 bytes of its SHA-256, in hex.
+    public static func keyId(_ publicKey: [UInt8]) -> String {
+        Array(SHA256.hash(data: publicKey).prefix(8)).hexString
     }
 
     /// True when `signature` is `publicKey`'s signature over `message`. Malformed

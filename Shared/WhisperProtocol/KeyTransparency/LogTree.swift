@@ -126,4 +126,73 @@ public enum LogTree {
         }
         return sn == 0 && fr == oldRoot && sr == newRoot
     }
+
+    // MARK: - From stored subtrees
+
+    /// A perfect subtree of the log: leaves `index << level ..< (index + 1) << level`.
+    /// A log that grows stores each one's root as it completes (two per leaf on average)
+    /// and makes every root and proof from O(log n) of them.
+    public struct Subtree: Hashable, Sendable {
+        public let level: Int
+        public let index: Int
+
+        public init(level: Int, index: Int) {
+            self.level = level
+            self.index = index
+        }
+    }
+
+    /// The root of leaves `range` (a range the RFC's recursion reaches from `0..<n`),
+    /// from the roots of perfect subtrees.
+    public static func root(of range: Range<Int>, subtree: (Subtree) throws -> Hash) rethrows -> Hash {
+        let count = range.count
+        if count == 0 { return root([Hash]()) }
+        if count & (count - 1) == 0, range.lowerBound % count == 0 {
+            let level = count.trailingZeroBitCount
+            return try subtree(Subtree(level: level, index: range.lowerBound >> level))
+        }
+        let k = split(count)
+        return nodeHash(
+            try root(of: range.lowerBound..<range.lowerBound + k, subtree: subtree),
+            try root(of: range.lowerBound + k..<range.upperBound, subtree: subtree)
+        )
+    }
+
+    /// `PROOF(m, D[n])` from the roots of perfect subtrees.
+    public static func consistencyProof(from m: Int, to n: Int, subtree: (Subtree) throws -> Hash) rethrows -> [Hash] {
+        guard m > 0, m < n else { return [] }
+        return try subproof(m, 0..<n, whole: true, subtree: subtree)
+    }
+
+    private static func subproof(_ m: Int, _ range: Range<Int>, whole: Bool, subtree: (Subtree) throws -> Hash) rethrows -> [Hash] {
+        if m == range.count { return whole ? [] : [try root(of: range, subtree: subtree)] }
+        let k = split(range.count)
+        let (left, right) = (range.lowerBound..<range.lowerBound + k, range.lowerBound + k..<range.upperBound)
+        return m <= k
+            ? try subproof(m, left, whole: whole, subtree: subtree) + [root(of: right, subtree: subtree)]
+            : try subproof(m - k, right, whole: false, subtree: subtree) + [root(of: left, subtree: subtree)]
+    }
+
+    /// The perfect subtrees that `compute` reads (run once with placeholders, to know what
+    /// to fetch before running it for real).
+    public static func subtreesRead(by compute: ((Subtree) -> Hash) -> Void) -> Set<Subtree> {
+        var read: Set<Subtree> = []
+        compute { read.insert($0); return [UInt8](repeating: 0, count: hashBytes) }
+        return read
+    }
+
+    /// The perfect subtrees that leaf `index` (its hash `leaf`) completes, with their roots;
+    /// `subtree` gives the stored ones to their left.
+    public static func completedSubtrees(byLeaf leaf: Hash, at index: Int, subtree: (Subtree) throws -> Hash) rethrows -> [Subtree: Hash] {
+        var completed = [Subtree(level: 0, index: index): leaf]
+        var hash = leaf
+        var level = 0, position = index
+        while position & 1 == 1 {
+            hash = nodeHash(try subtree(Subtree(level: level, index: position - 1)), hash)
+            level += 1
+            position >>= 1
+            completed[Subtree(level: level, index: position)] = hash
+        }
+        return completed
+    }
 }

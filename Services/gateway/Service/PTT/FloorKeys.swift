@@ -19,13 +19,8 @@ public struct FloorKeys: Sendable, RedactedDescription {
         precondition(!seeds.isEmpty, "at least one floor key")
         let pairs = seeds.map(Ed25519.KeyPair.init(seed:))
         signing = pairs[0]
-        signingId = Self.keyId(pairs[0].publicKey)
-        listing = PTTFloorKeys(keys: pairs.map { PTTFloorKeys.Key(keyId: Self.keyId($0.publicKey), publicKey: Data($0.publicKey).base64EncodedString()) })
-    }
-
-    /// A key's ID: the first 8 bytes of its public key's SHA-256, in hex.
-    static func keyId(_ publicKey: [UInt8]) -> String {
-        Array(SHA256.hash(data: publicKey).prefix(8)).hexString
+        signingId = Ed25519.keyId(pairs[0].publicKey)
+        listing = PTTFloorKeys(keys: pairs.map { PTTFloorKeys.Key(keyId: Ed25519.keyId($0.publicKey), publicKey: Data($0.publicKey).base64EncodedString()) })
     }
 }
 

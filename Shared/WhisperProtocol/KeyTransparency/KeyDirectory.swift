@@ -1,0 +1,315 @@
+import Crypto
+import Foundation
+
+/// The key directory's rules that both sides apply: how a Whisper ID becomes a label,
+/// what a leaf's value commits to, what an epoch's head signs and adds to the log, and
+/// the checks a client makes of a lookup's proof (docs/key-transparency.md).
+public enum KeyDirectory {
+    /// The VRF input for a Whisper ID: its UTF-8 bytes after a fixed prefix.
+    public static func vrfInput(_ whisperId: String) -> [UInt8] {
+        Array("whisper-kt-label-v1\n\(whisperId)".utf8)
+    }
+
+    /// The tree label: the first 32 bytes of the VRF output.
+    public static func label(vrfOutput: [UInt8]) -> [UInt8] {
+        Array(vrfOutput.prefix(PrefixTree.labelBytes))
+    }
+
+    /// What an identity's entry says: its public keys, or that it was deleted.
+    public enum KeyState: Sendable, Equatable {
+        case active(encPublicKey: [UInt8], signPublicKey: [UInt8])
+        case deleted
+
+        /// `0x01 ‖ encPublicKey ‖ signPublicKey`, or `0x02` alone.
+        public var encoded: [UInt8] {
+            switch self {
+            case .active(let enc, let sign): [0x01] + enc + sign
+            case .deleted: [0x02]
+            }
+        }
+    }
+
+    /// A leaf's value: `HMAC-SHA-256(key: opening, "whisper-kt-commit-v1\n" ‖ whisperId ‖ "\n" ‖ state)`.
+    /// The opening is 32 random bytes kept by the directory and given with each lookup
+    /// of that ID, so the value says nothing to anyone without it.
+    public static func commitment(opening: [UInt8], whisperId: String, state: KeyState) -> [UInt8] {
+        let message = Array("whisper-kt-commit-v1\n\(whisperId)\n".utf8) + state.encoded
+        return Array(HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: opening)))
+    }
+
+    static func bigEndian(_ value: Int64) -> [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) }
+    }
+}
+
+/// The signed head of one epoch: the log of epochs up to and including it (its size is
+/// the epoch number) and this epoch's prefix tree root.
+public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
+    public var epoch: Int64
+    /// RFC 9162 root of the log's `epoch` leaves, base64.
+    public var logRoot: String
+    /// This epoch's prefix tree root, base64.
+    public var prefixRoot: String
+    /// When the epoch was published (ms since 1970).
+    public var publishedAt: Int64
+    /// The signing key's ID (``Ed25519/keyId(_:)``).
+    public var keyId: String
+    /// Ed25519 over ``signedBytes``, base64.
+    public var signature: String
+
+    public init(epoch: Int64, logRoot: [UInt8], prefixRoot: [UInt8], publishedAt: Int64, keyId: String, signature: [UInt8]) {
+        self.epoch = epoch
+        self.logRoot = Data(logRoot).base64EncodedString()
+        self.prefixRoot = Data(prefixRoot).base64EncodedString()
+        self.publishedAt = publishedAt
+        self.keyId = keyId
+        self.signature = Data(signature).base64EncodedString()
+    }
+
+    public var logRootBytes: [UInt8]? { Self.bytes(logRoot, 32) }
+    public var prefixRootBytes: [UInt8]? { Self.bytes(prefixRoot, 32) }
+
+    /// `"whisper-kt-head-v1\n" ‖ epoch (8 bytes, big-endian) ‖ logRoot ‖ prefixRoot ‖ publishedAt (8 bytes)`.
+    public static func signedBytes(epoch: Int64, logRoot: [UInt8], prefixRoot: [UInt8], publishedAt: Int64) -> [UInt8] {
+        Array("whisper-kt-head-v1\n".utf8) + KeyDirectory.bigEndian(epoch) + logRoot + prefixRoot + KeyDirectory.bigEndian(publishedAt)
+    }
+
+    /// The log leaf an epoch adds: `"whisper-kt-epoch-v1\n" ‖ epoch ‖ prefixRoot ‖ publishedAt`
+    /// (the log leaf's hash is RFC 9162's `SHA-256(0x00 ‖ these bytes)`).
+    public static func logLeaf(epoch: Int64, prefixRoot: [UInt8], publishedAt: Int64) -> [UInt8] {
+        Array("whisper-kt-epoch-v1\n".utf8) + KeyDirectory.bigEndian(epoch) + prefixRoot + KeyDirectory.bigEndian(publishedAt)
+    }
+
+    /// Whether one of `keys` signed this head.
+    public func isSigned(by keys: DirectoryKeys) -> Bool {
+        guard epoch > 0, let logRoot = logRootBytes, let prefixRoot = prefixRootBytes,
+              let signature = Self.bytes(self.signature, 64), let key = keys.signingKey(keyId) else { return false }
+        return Ed25519.verify(
+            signature: signature, message: Self.signedBytes(epoch: epoch, logRoot: logRoot, prefixRoot: prefixRoot, publishedAt: publishedAt),
+            publicKey: key
+        )
+    }
+
+    static func bytes(_ base64: String, _ count: Int) -> [UInt8]? {
+        guard let data = Data(base64Encoded: base64), data.count == count else { return nil }
+        return Array(data)
+    }
+}
+
+/// The directory's public keys (`GET /kt/keys`): its VRF key, fixed for the directory's
+/// life, and the keys heads may be signed with (the signing one first; older ones stay
+/// listed so that heads they signed still check).
+public struct DirectoryKeys: Codable, Sendable, Equatable {
+    public struct SigningKey: Codable, Sendable, Equatable {
+        public var keyId: String
+        public var publicKey: String
+
+        public init(keyId: String, publicKey: String) {
+            self.keyId = keyId
+            self.publicKey = publicKey
+        }
+    }
+
+    public var vrfPublicKey: String
+    public var signingKeys: [SigningKey]
+
+    public init(vrfPublicKey: [UInt8], signingKeys: [[UInt8]]) {
+        self.vrfPublicKey = Data(vrfPublicKey).base64EncodedString()
+        self.signingKeys = signingKeys.map { SigningKey(keyId: Ed25519.keyId($0), publicKey: Data($0).base64EncodedString()) }
+    }
+
+    public var vrfPublicKeyBytes: [UInt8]? { DirectoryHead.bytes(vrfPublicKey, VRF.publicKeyBytes) }
+
+    /// The listed key with this ID, when its ID is the key's own.
+    public func signingKey(_ keyId: String) -> [UInt8]? {
+        guard let listed = signingKeys.first(where: { $0.keyId == keyId }),
+              let key = DirectoryHead.bytes(listed.publicKey, Ed25519.publicKeyBytes), Ed25519.keyId(key) == keyId else { return nil }
+        return key
+    }
+}
+
+/// The transparency part of a key lookup: the head, the ID's label proof, the opening
+/// of its commitment, the prefix tree path, and the log's growth since the head the
+/// client said it holds.
+public struct KeyProof: Codable, Sendable, Equatable {
+    public var head: DirectoryHead
+    /// The VRF proof for the ID (80 bytes, base64); its output's first 32 bytes are the label.
+    public var vrfProof: String
+    /// The commitment's opening (32 bytes, base64).
+    public var opening: String
+    /// The prefix tree siblings from the root down (base64, 32 bytes each); the path ends
+    /// at the ID's own leaf.
+    public var siblings: [String]
+    /// The log consistency proof from the epoch the client asked from (`since`) to `head`.
+    public var consistency: Consistency?
+
+    public struct Consistency: Codable, Sendable, Equatable {
+        public var fromEpoch: Int64
+        public var hashes: [String]
+
+        public init(fromEpoch: Int64, hashes: [[UInt8]]) {
+            self.fromEpoch = fromEpoch
+            self.hashes = hashes.map { Data($0).base64EncodedString() }
+        }
+    }
+
+    public init(head: DirectoryHead, vrfProof: [UInt8], opening: [UInt8], siblings: [[UInt8]], consistency: Consistency?) {
+        self.head = head
+        self.vrfProof = Data(vrfProof).base64EncodedString()
+        self.opening = Data(opening).base64EncodedString()
+        self.siblings = siblings.map { Data($0).base64EncodedString() }
+        self.consistency = consistency
+    }
+}
+
+/// Why a directory proof was refused.
+public enum KeyTransparencyError: Error, Equatable, Sendable {
+    /// The head is not signed by a listed directory key.
+    case badHeadSignature
+    /// The VRF proof does not hold for this ID under the directory's VRF key.
+    case badLabelProof
+    /// The keys and opening do not give the value the tree holds, or the path does not
+    /// lead to the head's root.
+    case badInclusionProof
+    /// The head is older than one already held (a rollback).
+    case rollback(held: Int64, offered: Int64)
+    /// The head does not extend the one held: another log for the same epochs (a split view).
+    case notAnExtension(held: Int64, offered: Int64)
+    /// The owner's own entry holds keys the owner did not register.
+    case keysNotMine
+    /// The owner's own entry says it was deleted.
+    case entryDeleted
+    /// The ID is not in the directory yet (newly registered: it is in the next epoch).
+    case notYetPublished
+    /// A field of the proof is not what the format says.
+    case malformed(String)
+}
+
+extension KeyProof {
+    /// Checks this proof for `whisperId` holding `state`, given the directory's keys and the
+    /// head the client held (nil for none: the first head is taken as it is). Returns the
+    /// head to hold from now on.
+    public func verify(whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys, held: DirectoryHead?) throws(KeyTransparencyError) -> DirectoryHead {
+        guard head.isSigned(by: keys) else { throw .badHeadSignature }
+        guard let vrfKey = keys.vrfPublicKeyBytes, let proof = DirectoryHead.bytes(vrfProof, VRF.proofBytes),
+              let output = VRF.verify(publicKey: vrfKey, alpha: KeyDirectory.vrfInput(whisperId), proof: proof) else { throw .badLabelProof }
+        guard let opening = DirectoryHead.bytes(opening, 32), siblings.count <= PrefixTree.labelBytes * 8 else { throw .malformed("opening or path") }
+        var path: [PrefixTree.Hash] = []
+        for sibling in siblings {
+            guard let hash = DirectoryHead.bytes(sibling, 32) else { throw .malformed("sibling") }
+            path.append(hash)
+        }
+        let value = KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
+        let label = KeyDirectory.label(vrfOutput: output)
+        guard let root = head.prefixRootBytes,
+              (try? PrefixTree.verify(label: label, proof: PrefixTree.Proof(siblings: path, end: .found(value: value)), root: root)) == value
+        else { throw .badInclusionProof }
+        try DirectoryHead.checkExtends(head, held: held, consistency: consistency)
+        return head
+    }
+}
+
+extension DirectoryHead {
+    /// Checks that `offered` is `held` or grows from it (`consistency` proving it when it
+    /// is newer). Equal epochs must be equal heads.
+    public static func checkExtends(_ offered: DirectoryHead, held: DirectoryHead?, consistency: KeyProof.Consistency?) throws(KeyTransparencyError) {
+        guard let held else { return }
+        if offered.epoch < held.epoch { throw .rollback(held: held.epoch, offered: offered.epoch) }
+        if offered.epoch == held.epoch {
+            guard offered.logRoot == held.logRoot, offered.prefixRoot == held.prefixRoot, offered.publishedAt == held.publishedAt else {
+                throw .notAnExtension(held: held.epoch, offered: offered.epoch)
+            }
+            return
+        }
+        guard let consistency, consistency.fromEpoch == held.epoch, let oldRoot = held.logRootBytes, let newRoot = offered.logRootBytes
+        else { throw .notAnExtension(held: held.epoch, offered: offered.epoch) }
+        var hashes: [LogTree.Hash] = []
+        for hash in consistency.hashes {
+            guard let bytes = bytes(hash, 32) else { throw .malformed("consistency hash") }
+            hashes.append(bytes)
+        }
+        guard LogTree.verifyConsistency(oldSize: Int(held.epoch), newSize: Int(offered.epoch), oldRoot: oldRoot, newRoot: newRoot, proof: hashes) else {
+            throw .notAnExtension(held: held.epoch, offered: offered.epoch)
+        }
+    }
+}
+
+/// One epoch as the audit endpoint serves it (`GET /kt/epochs/{epoch}`): its head, its
+/// changes, and the update proof that the new prefix tree is the old one with exactly
+/// these changes.
+public struct EpochUpdate: Codable, Sendable, Equatable {
+    public struct Leaf: Codable, Sendable, Equatable {
+        public var label: String
+        public var value: String
+    }
+
+    public struct Subtree: Codable, Sendable, Equatable {
+        /// The position's stored key (``PrefixTree/Position/key``), base64.
+        public var position: String
+        public var hash: String
+    }
+
+    public var head: DirectoryHead
+    /// The labels set this epoch, with their new values (base64).
+    public var changes: [Leaf]
+    /// The leaves the changes' paths ended at in the previous epoch's tree.
+    public var oldLeaves: [Leaf]
+    /// The previous tree's untouched subtrees beside those paths.
+    public var witness: [Subtree]
+
+    public init(head: DirectoryHead, changes: [PrefixTree.Entry], oldLeaves: [PrefixTree.Entry], witness: [PrefixTree.Position: PrefixTree.Hash]) {
+        self.head = head
+        self.changes = changes.map(Self.leaf)
+        self.oldLeaves = oldLeaves.map(Self.leaf)
+        self.witness = witness.map { Subtree(position: Data($0.key.key).base64EncodedString(), hash: Data($0.value).base64EncodedString()) }
+            .sorted { $0.position < $1.position }
+    }
+
+    static func leaf(_ entry: PrefixTree.Entry) -> Leaf {
+        Leaf(label: Data(entry.label).base64EncodedString(), value: Data(entry.value).base64EncodedString())
+    }
+
+    /// What an auditor learns from checking this epoch against the previous prefix root.
+    public struct Checked: Sendable, Equatable {
+        /// Labels that were already present and got a new value.
+        public var changedLabels: [[UInt8]]
+        /// Labels new in this epoch.
+        public var addedLabels: [[UInt8]]
+    }
+
+    /// Checks that the previous tree (root `previousRoot`) with these changes is this
+    /// epoch's tree: nothing else added, changed or taken out.
+    public func verify(previousRoot: [UInt8]) throws(KeyTransparencyError) -> Checked {
+        func entries(_ leaves: [Leaf]) throws(KeyTransparencyError) -> [PrefixTree.Entry] {
+            var result: [PrefixTree.Entry] = []
+            for leaf in leaves {
+                guard let label = DirectoryHead.bytes(leaf.label, 32), let value = DirectoryHead.bytes(leaf.value, 32) else { throw .malformed("leaf") }
+                result.append(PrefixTree.Entry(label: label, value: value))
+            }
+            return result
+        }
+        let changes = try entries(self.changes), old = try entries(oldLeaves)
+        var subtrees: [PrefixTree.Position: PrefixTree.Hash] = [:]
+        for subtree in witness {
+            guard let key = Data(base64Encoded: subtree.position).map(Array.init), let position = PrefixTree.Position(key: key),
+                  let hash = DirectoryHead.bytes(subtree.hash, 32), subtrees.updateValue(hash, forKey: position) == nil else { throw .malformed("witness") }
+        }
+        guard !changes.isEmpty, Set(changes.map(\.label)).count == changes.count, let newRoot = head.prefixRootBytes else { throw .malformed("changes") }
+        var after = Dictionary(uniqueKeysWithValues: old.map { ($0.label, $0.value) })
+        let existing = Set(after.keys)
+        for change in changes { after[change.label] = change.value }
+        do {
+            guard try PrefixTree.root(entries: old, witness: subtrees) == previousRoot,
+                  try PrefixTree.root(entries: after.map { PrefixTree.Entry(label: $0.key, value: $0.value) }, witness: subtrees) == newRoot
+            else { throw KeyTransparencyError.badInclusionProof }
+        } catch let error as KeyTransparencyError {
+            throw error
+        } catch {
+            throw .malformed("update proof")
+        }
+        return Checked(
+            changedLabels: changes.filter { existing.contains($0.label) }.map(\.label),
+            addedLabels: changes.filter { !existing.contains($0.label) }.map(\.label)
+        )
+    }
+}
