@@ -231,6 +231,16 @@ targets.append(.executableTarget(
     path: "Tools/whisper-faults"
 ))
 
+// An outside auditor of the key directory: on the SDK alone.
+targets.append(.executableTarget(
+    name: "whisper-audit",
+    dependencies: [
+        "WhisperClient", "WhisperProtocol",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+    ],
+    path: "Tools/whisper-audit"
+))
+
 // Drives the decoders with libFuzzer (scripts/fuzz builds it with -sanitize=fuzzer);
 // an ordinary build replays the checked-in corpus (Tests/Fuzz/corpus).
 targets.append(.target(name: "CFuzzerDriver", path: "Tests/Fuzz/CFuzzerDriver"))

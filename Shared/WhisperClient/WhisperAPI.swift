@@ -79,11 +79,14 @@ public struct PresignedUpload: Codable, Sendable, Equatable {
     public var headers: [String: String]
 }
 
-/// A peer's keys as `GET /users/{id}/keys` returns them, with the identity's standing.
+/// A peer's keys as `GET /users/{id}/keys` returns them, with the identity's standing,
+/// checked against the key directory.
 public struct KeyLookup: Sendable, Equatable {
     public var keys: PeerKeys
     /// `active` or `banned` (a banned identity's messages are refused).
     public var status: String
+    /// The directory head the keys were proven in (now held by the ``DirectoryView``).
+    public var head: DirectoryHead
 }
 
 /// The HTTP half of the client: key lookup, contacts backup, attachments (presign,
@@ -94,29 +97,104 @@ public struct KeyLookup: Sendable, Equatable {
 /// error, not an allocation.
 public struct WhisperAPI: Sendable {
     public let endpoints: WhisperEndpoints
+    /// The key directory as this client holds it: every key lookup is checked against it.
+    public let directory: DirectoryView
+    /// How long a lookup of an identity not yet in the directory (registered since the
+    /// last epoch) waits for it before ``KeyTransparencyError/notYetPublished``.
+    public var directoryWait: Duration = .seconds(10)
     private let http: HTTPClient
     private let timeout: TimeAmount
 
-    /// `http` defaults to AsyncHTTPClient's shared client.
-    public init(endpoints: WhisperEndpoints, http: HTTPClient = .shared, timeout: Duration = .seconds(30)) {
+    /// `http` defaults to AsyncHTTPClient's shared client; `directory`, to one that takes
+    /// the directory's keys from the server at first use.
+    public init(endpoints: WhisperEndpoints, http: HTTPClient = .shared, timeout: Duration = .seconds(30), directory: DirectoryView = DirectoryView()) {
         self.endpoints = endpoints
         self.http = http
         self.timeout = .nanoseconds(timeout.nanoseconds)
+        self.directory = directory
     }
 
     // MARK: - Keys
 
-    /// A peer's public keys (`GET /users/{whisperId}/keys`). Check a typed ID first with
-    /// `WhisperID.isValid` (its checksum): the server answers 400 for a malformed one.
+    /// A peer's public keys (`GET /users/{whisperId}/keys`), proven by the key directory
+    /// (docs/key-transparency.md): throws a ``KeyTransparencyError`` when the proof fails
+    /// or the head does not extend the one ``directory`` holds. An identity registered
+    /// since the last epoch is waited for (up to ``directoryWait``). Check a typed ID
+    /// first with `WhisperID.isValid` (its checksum): the server answers 400 for a
+    /// malformed one.
     public func keys(of whisperId: String, sessionToken: String) async throws -> KeyLookup {
-        struct Body: Decodable { var whisperId: String; var encPublicKey: String; var signPublicKey: String; var status: String }
-        let body: Body = try await call(.GET, endpoints.auth, "/users/\(whisperId)/keys", token: sessionToken, limit: 4_096)
-        guard body.whisperId == whisperId,
-              let enc = Data(base64Encoded: body.encPublicKey), enc.count == 32,
-              let sign = Data(base64Encoded: body.signPublicKey), sign.count == 32 else {
-            throw WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")
+        struct Body: Decodable {
+            var whisperId: String; var encPublicKey: String; var signPublicKey: String; var status: String
+            var proof: KeyProof?
         }
-        return KeyLookup(keys: PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign)), status: body.status)
+        let keys = try await directoryKeys()
+        let deadline = ContinuousClock.now + directoryWait
+        var pause = Duration.milliseconds(200)
+        while true {
+            let since = await directory.head.map { "?since=\($0.epoch)" } ?? ""
+            let body: Body = try await call(.GET, endpoints.auth, "/users/\(whisperId)/keys\(since)", token: sessionToken, limit: 65_536)
+            guard body.whisperId == whisperId,
+                  let enc = Data(base64Encoded: body.encPublicKey), enc.count == 32,
+                  let sign = Data(base64Encoded: body.signPublicKey), sign.count == 32 else {
+                throw WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")
+            }
+            guard let proof = body.proof else {
+                guard ContinuousClock.now + pause < deadline else { throw KeyTransparencyError.notYetPublished }
+                try await Task.sleep(for: pause)
+                pause = min(pause * 2, .seconds(2))
+                continue
+            }
+            let peer = PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign))
+            let head = try await directory.accept(
+                proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys
+            )
+            return KeyLookup(keys: peer, status: body.status, head: head)
+        }
+    }
+
+    /// Checks the owner's own entry: looks `whisperId` up like any peer and throws
+    /// ``KeyTransparencyError/keysNotMine`` when the directory holds keys other than
+    /// `keys` (someone was given keys the owner did not register). Run it on connect and
+    /// periodically (``monitorOwnEntry(whisperId:keys:sessionToken:every:)``).
+    @discardableResult
+    public func checkOwnEntry(whisperId: String, keys: WhisperKeys, sessionToken: String) async throws -> DirectoryHead {
+        let lookup: KeyLookup
+        do {
+            lookup = try await self.keys(of: whisperId, sessionToken: sessionToken)
+        } catch KeyTransparencyError.badInclusionProof {
+            // The proof holds for other keys than those served: the entry is not ours.
+            throw KeyTransparencyError.keysNotMine
+        }
+        guard lookup.keys.encPublicKey == keys.encPublicKey, lookup.keys.signPublicKey == keys.signPublicKey else {
+            throw KeyTransparencyError.keysNotMine
+        }
+        return lookup.head
+    }
+
+    /// The directory's public keys: the ones ``directory`` holds, else `GET /kt/keys`.
+    public func directoryKeys() async throws -> DirectoryKeys {
+        try await directory.directoryKeys { try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384) }
+    }
+
+    /// The directory's newest head, with the log's consistency proof from epoch `since`
+    /// (`GET /kt/head`).
+    public func newestHead(since: Int64?) async throws -> (DirectoryHead, KeyProof.Consistency?) {
+        struct Body: Decodable { var head: DirectoryHead; var consistency: KeyProof.Consistency? }
+        let body: Body = try await call(.GET, endpoints.auth, "/kt/head" + (since.map { "?since=\($0)" } ?? ""), token: nil, limit: 65_536)
+        return (body.head, body.consistency)
+    }
+
+    /// Checks a head someone else holds (a peer's) against this client's: both must be
+    /// on the directory's one log (``DirectoryView/compare(with:keys:newest:)``).
+    public func compareHead(_ other: DirectoryHead) async throws {
+        let keys = try await directoryKeys()
+        try await directory.compare(with: other, keys: keys) { try await newestHead(since: $0) }
+    }
+
+    /// One epoch's head, changes and update proof (`GET /kt/epochs/{epoch}`), as an
+    /// auditor reads them.
+    public func epochUpdate(_ epoch: Int64) async throws -> EpochUpdate {
+        try await call(.GET, endpoints.auth, "/kt/epochs/\(epoch)", token: nil, limit: 256 << 20)
     }
 
     // MARK: - Contacts backup (spec 14)
@@ -214,17 +292,17 @@ public struct WhisperAPI: Sendable {
     private struct Empty: Encodable {}
 
     private func call<Reply: Decodable>(
-        _ method: HTTPMethod, _ base: String, _ path: String, token: String, limit: Int
+        _ method: HTTPMethod, _ base: String, _ path: String, token: String?, limit: Int
     ) async throws -> Reply {
         try await call(method, base, path, token: token, body: Optional<Empty>.none, limit: limit)
     }
 
     private func call<Body: Encodable, Reply: Decodable>(
-        _ method: HTTPMethod, _ base: String, _ path: String, token: String, body: Body?, limit: Int
+        _ method: HTTPMethod, _ base: String, _ path: String, token: String?, body: Body?, limit: Int
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: base + path)
         request.method = method
-        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.headers.add(name: "Accept", value: "application/json")
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")

@@ -163,9 +163,12 @@ import WhisperShared
         defer { server.cancel() }
         let base = "http://127.0.0.1:\(port)"
         _ = try await HTTP.waitFor("\(base)/none") { $0.status == 404 }
-        let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: "ws://127.0.0.1:\(port)/ws", auth: base, attachments: base, turn: base))
+        let api = WhisperAPI(
+            endpoints: WhisperEndpoints(websocket: "ws://127.0.0.1:\(port)/ws", auth: base, attachments: base, turn: base),
+            directory: DirectoryView(keys: TestServers.directorySigner.publicKeys)
+        )
 
-        await #expect(throws: WhisperAPIError.unreadableResponse("/users/\(someone)/keys: body over 4096 bytes")) {
+        await #expect(throws: WhisperAPIError.unreadableResponse("/users/\(someone)/keys: body over 65536 bytes")) {
             _ = try await api.keys(of: someone, sessionToken: "t")
         }
         await #expect(throws: WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")) {

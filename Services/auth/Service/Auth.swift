@@ -28,7 +28,8 @@ public func buildAuth(
                 metrics: environment.metrics, logger: environment.logger
             )
             let routes = AuthRoutes(
-                registration: registration, reports: reports, sessions: sessions, identities: identities, limiter: limiter,
+                registration: registration, reports: reports, sessions: sessions, identities: identities,
+                directory: DirectoryStore(postgres: environment.postgres, logger: environment.logger), limiter: limiter,
                 settings: settings, metrics: environment.metrics, logger: environment.logger
             )
             routes.registerPublic(on: router)

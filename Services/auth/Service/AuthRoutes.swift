@@ -10,6 +10,7 @@ struct AuthRoutes: Sendable {
     let reports: ReportDesk
     let sessions: SessionStore
     let identities: IdentityRepository
+    let directory: DirectoryStore
     let limiter: RateLimiter
     let settings: AuthSettings
     let metrics: ServiceMetrics
@@ -19,6 +20,24 @@ struct AuthRoutes: Sendable {
     func registerPublic(on router: Router<BasicRequestContext>) {
         router.get("/users/:whisperId/keys") { request, context in
             try await keys(request, context)
+        }
+        // The key directory's audit endpoint (docs/key-transparency.md): public, read-only.
+        router.get("/kt/keys") { _, _ -> Response in
+            guard let keys = try await directory.keys() else { throw WhisperHTTPError(.notFound, "the key directory has not started") }
+            return try JSONResponse.make(encoding: keys, cacheControl: "public, max-age=300")
+        }
+        router.get("/kt/head") { request, _ -> Response in
+            let since = try Self.epoch(request.uri.queryParameters.get("since"), name: "since")
+            guard let head = try await directory.head() else { throw WhisperHTTPError(.notFound, "no epoch published yet") }
+            return try JSONResponse.make(encoding: HeadAnswer(head: head, consistency: try await consistency(since: since, head: head)), cacheControl: "no-cache")
+        }
+        router.get("/kt/epochs/:epoch") { _, context -> Response in
+            guard let epoch = try Self.epoch(context.parameters.get("epoch"), name: "epoch") else {
+                throw WhisperHTTPError(.invalidPayload, "epoch must be a positive integer")
+            }
+            guard let update = try await directory.update(epoch: epoch) else { throw WhisperHTTPError(.notFound, "no such epoch") }
+            // A published epoch never changes.
+            return JSONResponse.raw(update, cacheControl: "public, max-age=31536000, immutable")
         }
     }
 
@@ -51,17 +70,47 @@ struct AuthRoutes: Sendable {
         guard let identity = try await identities.find(whisperId: whisperId) else {
             throw WhisperHTTPError(.notFound, "no such identity")
         }
-        let body: [String: String] = [
-            "whisperId": identity.whisperId,
-            "encPublicKey": Data(identity.encPublicKey).base64EncodedString(),
-            "signPublicKey": Data(identity.signPublicKey).base64EncodedString(),
-            "status": identity.banned ? "banned" : "active",
-        ]
-        var headers = HTTPFields()
-        headers[.contentType] = "application/json"
-        headers[.cacheControl] = "private, max-age=300"
-        let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
-        return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        let since = try Self.epoch(request.uri.queryParameters.get("since"), name: "since")
+        var answer = KeysAnswer(
+            whisperId: identity.whisperId, encPublicKey: Data(identity.encPublicKey).base64EncodedString(),
+            signPublicKey: Data(identity.signPublicKey).base64EncodedString(), status: identity.banned ? "banned" : "active"
+        )
+        switch try await directory.lookup(whisperId: whisperId, since: since) {
+        case .proven(let proof): answer.proof = proof
+        case .waiting: answer.waiting = true
+        }
+        return try JSONResponse.make(encoding: answer, cacheControl: "private, no-cache")
+    }
+
+    /// What `GET /users/{id}/keys` answers: the keys, and the directory's proof of them
+    /// (or `waiting` while the identity is not in an epoch yet).
+    struct KeysAnswer: Encodable {
+        var whisperId: String
+        var encPublicKey: String
+        var signPublicKey: String
+        var status: String
+        var proof: KeyProof?
+        var waiting: Bool?
+    }
+
+    /// What `GET /kt/head` answers.
+    struct HeadAnswer: Encodable {
+        var head: DirectoryHead
+        var consistency: KeyProof.Consistency?
+    }
+
+    private func consistency(since: Int64?, head: DirectoryHead) async throws -> KeyProof.Consistency? {
+        guard let since, since < head.epoch else { return nil }
+        return KeyProof.Consistency(fromEpoch: since, hashes: try await directory.consistency(from: since, to: head.epoch))
+    }
+
+    /// An epoch number from a query or path: nil when absent, 400 when not a positive integer.
+    static func epoch(_ text: String?, name: String) throws -> Int64? {
+        guard let text else { return nil }
+        guard text.count <= 18, text.allSatisfy(\.isASCII), let epoch = Int64(text), epoch > 0 else {
+            throw WhisperHTTPError(.invalidPayload, "\(name) must be a positive integer (an epoch)")
+        }
+        return epoch
     }
 
     private func authenticate(_ request: Request) async throws -> SessionRecord {

@@ -28,11 +28,22 @@ public struct GCWorkerSettings: ServiceSettings {
     public static let defaultUnsentHours = 24
     /// A push-to-talk channel none of whose members has connected for this long lapses.
     public var pttIdleDays = 30
+    /// The key directory's signer keys (`GC_KT_VRF_KEY`, `GC_KT_SIGNING_KEYS`): only
+    /// gc-workers hold them.
+    public var directorySigner: DirectorySigner
+    /// Time between the directory's epochs when identities wait (docs/key-transparency.md).
+    public var directoryInterval: Duration = .milliseconds(GCWorkerSettings.defaultDirectoryIntervalMilliseconds)
+    public static let defaultDirectoryIntervalMilliseconds = 2_000
+    /// Entries one epoch takes at most.
+    public var directoryBatch = 5_000
+    /// An epoch is published at least this often, changes or not.
+    public var directoryHeadMaxAge: Duration = .seconds(3_600)
 
     public init(
-        common: CommonSettings, s3: S3Settings, interval: Duration = .seconds(600), batchSize: Int = 200,
+        common: CommonSettings, s3: S3Settings, directorySigner: DirectorySigner, interval: Duration = .seconds(600), batchSize: Int = 200,
         recipientGrace: Duration = .seconds(600), pendingCensusInterval: Duration = .seconds(60)
     ) {
+        self.directorySigner = directorySigner
         self.pendingCensusInterval = pendingCensusInterval
         self.common = common
         self.s3 = s3
@@ -50,6 +61,16 @@ public struct GCWorkerSettings: ServiceSettings {
         pendingCensusInterval = .seconds(settings.int("gc.worker.pending.census.seconds", default: 60, range: 5...3_600))
         unsentLifetime = .seconds(settings.int("gc.worker.unsent.upload.hours", default: Self.defaultUnsentHours, range: 1...720) * 3_600)
         pttIdleDays = settings.int("gc.worker.ptt.idle.days", default: 30, range: 1...3_650)
+        let vrf = settings.requiredSeeds("gc.kt.vrf.key")
+        let signing = settings.requiredSeeds("gc.kt.signing.keys")
+        if let vrf, vrf.count != 1 { settings.reject("gc.kt.vrf.key", because: "must be one key (the directory's VRF key never changes)") }
+        // With either missing the settings are invalid and the service does not start.
+        directorySigner = DirectorySigner(vrfSeed: vrf?.first ?? [UInt8](repeating: 0, count: 32), signingSeeds: signing ?? [[UInt8](repeating: 0, count: 32)])
+        directoryInterval = settings.milliseconds(
+            "gc.kt.interval.ms", default: .milliseconds(Self.defaultDirectoryIntervalMilliseconds), range: 100...60_000
+        )
+        directoryBatch = settings.int("gc.kt.batch", default: 5_000, range: 1...100_000)
+        directoryHeadMaxAge = settings.seconds("gc.kt.head.max.age.seconds", default: .seconds(3_600), range: 10...86_400)
     }
 }
 
@@ -67,6 +88,13 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                 metrics: GCMetrics(metrics: environment.metrics), logger: environment.logger
             ), redis: environment.redis, interval: settings.interval, logger: environment.logger),
              PendingCensusLoop(redis: environment.redis, interval: settings.pendingCensusInterval, metrics: environment.metrics, logger: environment.logger),
+             DirectoryLoop.periodic(
+                publisher: DirectoryPublisher(
+                    postgres: environment.postgres, signer: settings.directorySigner, batchSize: settings.directoryBatch,
+                    headMaxAge: settings.directoryHeadMaxAge, logger: environment.logger
+                ),
+                interval: settings.directoryInterval, logger: environment.logger
+             ),
              IdleChannelsLoop.periodic(
                 channels: IdleChannels(postgres: environment.postgres, idleDays: settings.pttIdleDays, logger: environment.logger),
                 interval: settings.interval, logger: environment.logger

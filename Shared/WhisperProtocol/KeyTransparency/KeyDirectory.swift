@@ -191,6 +191,7 @@ extension KeyProof {
     /// head to hold from now on.
     public func verify(whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys, held: DirectoryHead?) throws(KeyTransparencyError) -> DirectoryHead {
         guard head.isSigned(by: keys) else { throw .badHeadSignature }
+        try DirectoryHead.checkExtends(head, held: held, consistency: consistency)
         guard let vrfKey = keys.vrfPublicKeyBytes, let proof = DirectoryHead.bytes(vrfProof, VRF.proofBytes),
               let output = VRF.verify(publicKey: vrfKey, alpha: KeyDirectory.vrfInput(whisperId), proof: proof) else { throw .badLabelProof }
         guard let opening = DirectoryHead.bytes(opening, 32), siblings.count <= PrefixTree.labelBytes * 8 else { throw .malformed("opening or path") }
@@ -204,7 +205,6 @@ extension KeyProof {
         guard let root = head.prefixRootBytes,
               (try? PrefixTree.verify(label: label, proof: PrefixTree.Proof(siblings: path, end: .found(value: value)), root: root)) == value
         else { throw .badInclusionProof }
-        try DirectoryHead.checkExtends(head, held: held, consistency: consistency)
         return head
     }
 }
@@ -294,7 +294,7 @@ public struct EpochUpdate: Codable, Sendable, Equatable {
             guard let key = Data(base64Encoded: subtree.position).map(Array.init), let position = PrefixTree.Position(key: key),
                   let hash = DirectoryHead.bytes(subtree.hash, 32), subtrees.updateValue(hash, forKey: position) == nil else { throw .malformed("witness") }
         }
-        guard !changes.isEmpty, Set(changes.map(\.label)).count == changes.count, let newRoot = head.prefixRootBytes else { throw .malformed("changes") }
+        guard Set(changes.map(\.label)).count == changes.count, let newRoot = head.prefixRootBytes else { throw .malformed("changes") }
         var after = Dictionary(uniqueKeysWithValues: old.map { ($0.label, $0.value) })
         let existing = Set(after.keys)
         for change in changes { after[change.label] = change.value }

@@ -17,7 +17,8 @@ public enum LogTree {
         Array(SHA256.hash(data: [0x00] + data))
     }
 
-    static func nodeHash(_ left: Hash, _ right: Hash) -> Hash {
+    /// An inner node's hash.
+    public static func nodeHash(_ left: Hash, _ right: Hash) -> Hash {
         Array(SHA256.hash(data: [0x01] + left + right))
     }
 

@@ -126,6 +126,22 @@ public final class SettingsReader {
         return text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
+    /// Required 32-byte keys written base64 (`openssl rand -base64 32`), comma separated,
+    /// at least one; nil (the setting noted as invalid) when missing or malformed.
+    public func requiredSeeds(_ key: String) -> [[UInt8]]? {
+        let texts = list(key, default: [], secret: true)
+        guard !texts.isEmpty else {
+            _ = requiredString(key, secret: true)
+            return nil
+        }
+        let seeds = texts.compactMap { Data(base64Encoded: $0).map(Array.init) }.filter { $0.count == 32 }
+        guard seeds.count == texts.count else {
+            reject(key, because: "must be base64 32-byte keys, comma separated (make one with: openssl rand -base64 32)")
+            return nil
+        }
+        return seeds
+    }
+
     /// A rate limit written `<count>/<period>` (`20/60s`, `10/1m`, `1000/1h`); the
     /// service's rules read theirs through `LimitRules`.
     public func rateLimit(_ key: String, default defaultValue: RateLimitRule) -> RateLimitRule {

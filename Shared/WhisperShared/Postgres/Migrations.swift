@@ -249,6 +249,67 @@ public enum Migrations {
             )
             """,
         ]),
+        // The key directory (docs/key-transparency.md). `users.kt_epoch` is the epoch that
+        // last published the identity's entry: NULL while it waits for the next one.
+        Migration(version: 10, name: "key_directory", statements: [
+            "ALTER TABLE users ADD COLUMN kt_epoch bigint",
+            "CREATE INDEX users_kt_waiting ON users (created_at) WHERE kt_epoch IS NULL",
+            // One row per identity ever published: its label, the label's VRF proof, and the
+            // opening of its current commitment. Kept when the identity is deleted (its
+            // entry then says so).
+            """
+            CREATE TABLE kt_leaves (
+                whisper_id text PRIMARY KEY,
+                label      bytea NOT NULL UNIQUE CHECK (octet_length(label) = 32),
+                vrf_proof  bytea NOT NULL CHECK (octet_length(vrf_proof) = 80),
+                opening    bytea NOT NULL CHECK (octet_length(opening) = 32),
+                epoch      bigint NOT NULL
+            )
+            """,
+            // The newest epoch's prefix tree, one row per node by position; a leaf's row
+            // carries its label and value.
+            """
+            CREATE TABLE kt_nodes (
+                position   bytea PRIMARY KEY,
+                hash       bytea NOT NULL CHECK (octet_length(hash) = 32),
+                leaf_label bytea CHECK (octet_length(leaf_label) = 32),
+                leaf_value bytea CHECK (octet_length(leaf_value) = 32)
+            )
+            """,
+            // The log of epochs: the root of every perfect subtree, as it completes.
+            """
+            CREATE TABLE kt_log (
+                level smallint NOT NULL,
+                index bigint NOT NULL,
+                hash  bytea NOT NULL CHECK (octet_length(hash) = 32),
+                PRIMARY KEY (level, index)
+            )
+            """,
+            // Every epoch's signed head, the depth of its tree, and its update proof.
+            """
+            CREATE TABLE kt_epochs (
+                epoch        bigint PRIMARY KEY CHECK (epoch > 0),
+                log_root     bytea NOT NULL,
+                prefix_root  bytea NOT NULL,
+                published_at bigint NOT NULL,
+                key_id       text NOT NULL,
+                signature    bytea NOT NULL,
+                depth        smallint NOT NULL,
+                changes      integer NOT NULL,
+                update_proof bytea NOT NULL
+            )
+            """,
+            // The directory's public keys as its signer last started with them.
+            """
+            CREATE TABLE kt_keys (
+                purpose    text NOT NULL CHECK (purpose IN ('vrf', 'signing')),
+                position   smallint NOT NULL,
+                key_id     text NOT NULL,
+                public_key bytea NOT NULL CHECK (octet_length(public_key) = 32),
+                PRIMARY KEY (purpose, position)
+            )
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -12,6 +12,21 @@ public enum JSONResponse {
         let data = try JSONSerialization.data(withJSONObject: body, options: [.sortedKeys, .withoutEscapingSlashes])
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
+
+    /// A 200 JSON answer of an `Encodable` body (keys sorted), with `cacheControl`.
+    public static func make(encoding body: some Encodable, cacheControl: String = "no-store") throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return raw(ByteBuffer(data: try encoder.encode(body)), cacheControl: cacheControl)
+    }
+
+    /// A 200 answer of a body that is JSON already.
+    public static func raw(_ body: ByteBuffer, cacheControl: String) -> Response {
+        var headers = HTTPFields()
+        headers[.contentType] = "application/json"
+        headers[.cacheControl] = cacheControl
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
+    }
 }
 
 extension RateLimiter {

@@ -1,6 +1,7 @@
 import AuthService
 import Foundation
 import GatewayService
+import GCWorkerService
 import PostgresNIO
 import Testing
 import RouterService
@@ -17,6 +18,9 @@ struct MessagingStack {
     let auth: RunningService
     let gateways: [RunningService]
     let routers: [RunningService]
+    /// A gc-worker: the key directory's publisher (an epoch every 200 ms while
+    /// identities wait), so lookups are proven as deployed.
+    let directory: RunningService
 
     static func start(
         routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
@@ -39,9 +43,11 @@ struct MessagingStack {
         // Whatever started is stopped again when a later step fails.
         var gateways: [RunningService] = [], routers: [RunningService] = []
         var startedAuth: RunningService?
+        var startedDirectory: RunningService?
         _ = try await StartedTogether.start { started in
             let auth = started.add(try await TestServers.startAuth(finalAuthSettings))
             startedAuth = auth
+            startedDirectory = started.add(try await TestServers.startDirectoryPublisher(database, redis: redis))
             var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
             // Gateways store the messages they serve themselves with the routers' rules for
             // storing (a deployment sets both alike: docs/configuration.md).
@@ -73,7 +79,10 @@ struct MessagingStack {
             }
         }
         let auth = try #require(startedAuth)
-        return MessagingStack(database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers)
+        return MessagingStack(
+            database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers,
+            directory: try #require(startedDirectory)
+        )
     }
 
     /// Runs `body` with a Redis client of its own on the stack's Redis.
@@ -208,6 +217,7 @@ struct MessagingStack {
         for router in routers { try await router.stop() }
         for gateway in gateways { try await gateway.stop() }
         try await auth.stop()
+        try await directory.stop()
     }
 
     /// A registered user on gateway `index`.

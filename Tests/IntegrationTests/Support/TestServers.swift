@@ -33,6 +33,10 @@ enum TestServers {
     static let internalToken = "test-internal-token-" + String(repeating: "0", count: 24)
     /// The floor key test gateways sign grants with (`GATEWAY_FLOOR_KEYS`).
     static let floorKeySeed = Array((0..<32).map { UInt8($0 &* 7 &+ 3) })
+    /// The key directory's VRF and signing keys in test stacks (`GC_KT_VRF_KEY`, `GC_KT_SIGNING_KEYS`).
+    static let directoryVRFSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 11 &+ 5) })
+    static let directorySigningSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
+    static let directorySigner = DirectorySigner(vrfSeed: directoryVRFSeed, signingSeeds: [directorySigningSeed])
     static let adminToken = "test-admin-token-" + String(repeating: "a", count: 32)
 
     static var redis: RedisConfiguration {
@@ -220,6 +224,7 @@ enum HTTP {
 
 import AuthService
 import GatewayService
+import GCWorkerService
 
 extension TestServers {
     /// Auth with limits no test reaches by accident: every test connects from 127.0.0.1
@@ -247,6 +252,20 @@ extension TestServers {
     }
 
     /// The object store at a local moto server on `port`, path-style, bucket `whisper-test`.
+    /// A gc-worker whose work that matters to tests is the key directory: an epoch every
+    /// 200 ms while identities wait (its other loops find nothing to do).
+    static func startDirectoryPublisher(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) async throws -> RunningService {
+        var settings = GCWorkerSettings(
+            common: common(service: "gc-worker", postgres: database, redis: redis), s3: s3Settings(port: 9), directorySigner: directorySigner,
+            interval: .seconds(3_600)
+        )
+        settings.directoryInterval = .milliseconds(200)
+        let ready = settings
+        return try await RunningService.start { running in
+            buildGCWorker(settings: ready, logger: logger, onServerRunning: running).assembly
+        }
+    }
+
     static func s3Settings(port: Int, bucket: String = "whisper-test") -> S3Settings {
         S3Settings(
             location: S3Location(endpoint: "http://127.0.0.1:\(port)", region: "us-east-1", bucket: bucket, pathStyle: true),

@@ -28,17 +28,6 @@ extension SettingsReader {
     /// `GATEWAY_FLOOR_KEYS`: base64 32-byte seeds (`openssl rand -base64 32`), comma
     /// separated, the signing one first; required.
     func floorKeys() -> FloorKeys? {
-        let key = "gateway.floor.keys"
-        let texts = list(key, default: [], secret: true)
-        guard !texts.isEmpty else {
-            _ = requiredString(key, secret: true)
-            return nil
-        }
-        let seeds = texts.compactMap { Data(base64Encoded: $0).map(Array.init) }.filter { $0.count == Ed25519.seedBytes }
-        guard seeds.count == texts.count else {
-            reject(key, because: "must be base64 32-byte seeds, comma separated (make one with: openssl rand -base64 32)")
-            return nil
-        }
-        return FloorKeys(seeds: seeds)
+        requiredSeeds("gateway.floor.keys").map(FloorKeys.init(seeds:))
     }
 }

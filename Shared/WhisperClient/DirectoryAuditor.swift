@@ -1,0 +1,89 @@
+import WhisperProtocol
+
+/// An auditor of the key directory (docs/key-transparency.md, "Auditing"): it reads
+/// every epoch from the first (`GET /kt/epochs/{n}`) and checks that
+/// - each head is signed by a directory key and numbers the epochs without a gap;
+/// - the log it signs is the log of all epochs so far (rebuilt here leaf by leaf);
+/// - the epoch's prefix tree is the previous one with exactly the listed changes
+///   (``EpochUpdate/verify(previousRoot:)``): nothing removed, nothing else changed;
+/// - no label changes value twice: an entry is set once and may later say it was
+///   deleted, never anything else, so a key swapped in and swapped back is caught even
+///   when its owner was offline.
+///
+/// Memory: 32 bytes per changed label and O(log n) for the log.
+public actor DirectoryAuditor {
+    /// What a failed check says: the epoch and what is wrong with it.
+    public struct Finding: Error, Equatable, Sendable, CustomStringConvertible {
+        public var epoch: Int64
+        public var problem: String
+        public var description: String { "epoch \(epoch): \(problem)" }
+    }
+
+    public let keys: DirectoryKeys
+    /// The last epoch checked (0 before the first).
+    public private(set) var epoch: Int64 = 0
+    public private(set) var head: DirectoryHead?
+    private var prefixRoot = PrefixTree.empty
+    /// The log's perfect subtrees, largest first (a binary counter of the leaves).
+    private var frontier: [(level: Int, hash: LogTree.Hash)] = []
+    private var changedOnce: Set<[UInt8]> = []
+    /// Entries added and changed, all epochs so far.
+    public private(set) var added = 0
+    public private(set) var changed = 0
+
+    public init(keys: DirectoryKeys) {
+        self.keys = keys
+    }
+
+    /// Checks the next epoch.
+    public func check(_ update: EpochUpdate) throws(Finding) {
+        let next = epoch + 1
+        let head = update.head
+        guard head.epoch == next else { throw Finding(epoch: head.epoch, problem: "expected epoch \(next)") }
+        guard head.isSigned(by: keys) else { throw Finding(epoch: next, problem: "the head is not signed by a directory key") }
+        let checked: EpochUpdate.Checked
+        do {
+            checked = try update.verify(previousRoot: prefixRoot)
+        } catch {
+            throw Finding(epoch: next, problem: "the update proof does not lead from the previous tree to this one (\(error))")
+        }
+        for label in checked.changedLabels {
+            guard changedOnce.insert(label).inserted else {
+                throw Finding(epoch: next, problem: "a label changed value a second time")
+            }
+        }
+        guard let newRoot = head.prefixRootBytes, let logRoot = head.logRootBytes else { throw Finding(epoch: next, problem: "malformed head") }
+        var frontier = self.frontier
+        var hash = LogTree.leafHash(DirectoryHead.logLeaf(epoch: next, prefixRoot: newRoot, publishedAt: head.publishedAt))
+        var level = 0
+        while let last = frontier.last, last.level == level {
+            frontier.removeLast()
+            hash = LogTree.nodeHash(last.hash, hash)
+            level += 1
+        }
+        frontier.append((level, hash))
+        var root = frontier[frontier.count - 1].hash
+        for subtree in frontier.dropLast().reversed() { root = LogTree.nodeHash(subtree.hash, root) }
+        guard root == logRoot else { throw Finding(epoch: next, problem: "the signed log root is not the log of the epochs published") }
+        if let previous = self.head, head.publishedAt < previous.publishedAt {
+            throw Finding(epoch: next, problem: "published before the epoch it follows")
+        }
+        self.frontier = frontier
+        self.prefixRoot = newRoot
+        self.head = head
+        epoch = next
+        added += checked.addedLabels.count
+        changed += checked.changedLabels.count
+    }
+
+    /// Checks every epoch published since the last one checked; returns how many.
+    public func follow(_ api: WhisperAPI) async throws -> Int {
+        let (newest, _) = try await api.newestHead(since: nil)
+        var count = 0
+        while epoch < newest.epoch {
+            try check(try await api.epochUpdate(epoch + 1))
+            count += 1
+        }
+        return count
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import WhisperProtocol
+
+/// What a client holds of the key directory (docs/key-transparency.md): the directory's
+/// public keys, and the newest head it has checked. Every key lookup of ``WhisperAPI``
+/// goes through one: its proof is checked against these keys, and its head must be the
+/// held one or grow from it, so a server that swaps a key, rolls the log back or shows
+/// this client another log than its peers is refused with a ``KeyTransparencyError``.
+///
+/// An app pins the directory's keys when it knows them (its configuration), else the
+/// first `GET /kt/keys` answer is taken and kept; it saves ``head`` between runs and
+/// gives it back to the initialiser, so that a restart cannot be shown an older log.
+public actor DirectoryView {
+    public private(set) var keys: DirectoryKeys?
+    public private(set) var head: DirectoryHead?
+
+    public init(keys: DirectoryKeys? = nil, head: DirectoryHead? = nil) {
+        self.keys = keys
+        self.head = head
+    }
+
+    /// The directory's keys: the pinned ones, or `fetch`'s answer kept from then on.
+    func directoryKeys(fetch: () async throws -> DirectoryKeys) async throws -> DirectoryKeys {
+        if let keys { return keys }
+        let fetched = try await fetch()
+        if let keys { return keys }
+        keys = fetched
+        return fetched
+    }
+
+    /// Checks a lookup's proof that `whisperId` holds `state` and holds its head from now on.
+    func accept(_ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys) throws(KeyTransparencyError) -> DirectoryHead {
+        let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: head)
+        if checked.epoch >= head?.epoch ?? 0 { head = checked }
+        return checked
+    }
+
+    /// Checks a head that the directory showed someone else (a peer's, passed along with
+    /// a message or compared in person): it must be signed by the directory and lie on
+    /// the same log as this client's. `newest` gives the directory's newest head with a
+    /// consistency proof from the epoch named; it is asked for both heads' epochs, so a
+    /// directory that keeps two logs cannot answer both.
+    public func compare(
+        with other: DirectoryHead, keys: DirectoryKeys, newest: (Int64) async throws -> (DirectoryHead, KeyProof.Consistency?)
+    ) async throws {
+        guard other.isSigned(by: keys) else { throw KeyTransparencyError.badHeadSignature }
+        let held = head
+        if let held, other.epoch == held.epoch {
+            try DirectoryHead.checkExtends(other, held: held, consistency: nil)
+            return
+        }
+        // The log may grow between the two questions: ask again until both answers name
+        // the same epoch, which must then be the same head.
+        for _ in 0..<3 {
+            var fromHeld: DirectoryHead?
+            if let held {
+                let (newest, proof) = try await newest(held.epoch)
+                guard newest.isSigned(by: keys) else { throw KeyTransparencyError.badHeadSignature }
+                try DirectoryHead.checkExtends(newest, held: held, consistency: proof)
+                fromHeld = newest
+            }
+            let (fromOther, proof) = try await newest(other.epoch)
+            guard fromOther.isSigned(by: keys) else { throw KeyTransparencyError.badHeadSignature }
+            try DirectoryHead.checkExtends(fromOther, held: other, consistency: proof)
+            guard let fromHeld else {
+                head = fromOther
+                return
+            }
+            if fromHeld.epoch == fromOther.epoch {
+                try DirectoryHead.checkExtends(fromOther, held: fromHeld, consistency: nil)
+                head = fromHeld
+                return
+            }
+        }
+        throw KeyTransparencyError.malformed("the directory published faster than two heads could be compared")
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import WhisperProtocol
+
+/// The keys only the directory's signer holds (gc-worker's `GC_KT_VRF_KEY` and
+/// `GC_KT_SIGNING_KEYS`): the VRF key that hides identities' labels, fixed for the
+/// directory's life, and the Ed25519 keys heads are signed with, the first one signing.
+public struct DirectorySigner: Sendable, RedactedDescription {
+    let vrf: VRF.KeyPair
+    let signing: Ed25519.KeyPair
+    let signingId: String
+    /// What `GET /kt/keys` answers.
+    public let publicKeys: DirectoryKeys
+    let signingKeys: [[UInt8]]
+
+    /// `vrfSeed` and each of `signingSeeds` (at least one) are 32 random bytes.
+    public init(vrfSeed: [UInt8], signingSeeds: [[UInt8]]) {
+        precondition(!signingSeeds.isEmpty, "at least one signing key")
+        vrf = VRF.KeyPair(seed: vrfSeed)
+        let pairs = signingSeeds.map(Ed25519.KeyPair.init(seed:))
+        signing = pairs[0]
+        signingId = Ed25519.keyId(pairs[0].publicKey)
+        signingKeys = pairs.map(\.publicKey)
+        publicKeys = DirectoryKeys(vrfPublicKey: vrf.publicKey, signingKeys: signingKeys)
+    }
+}
+
+/// Publishes the key directory's epochs (docs/key-transparency.md): takes the identities
+/// whose entries changed since the last epoch (`users.kt_epoch IS NULL`), gives each its
+/// label (VRF) and a fresh commitment, updates the stored prefix tree, appends the
+/// epoch to the log and signs the head, all in one transaction. One publisher at a time
+/// (a transaction-scoped advisory lock); any number may run.
+public struct DirectoryPublisher: Sendable {
+    let postgres: PostgresClient
+    let signer: DirectorySigner
+    /// Entries taken into one epoch at most (more wait for the next).
+    let batchSize: Int
+    /// A head this old is followed by an empty epoch, so clients can tell a current head
+    /// from a frozen one.
+    let headMaxAge: Duration
+    let logger: Logger
+
+    static let advisoryLock: Int64 = 0x5753_4B54 // "WSKT"
+
+    public init(postgres: PostgresClient, signer: DirectorySigner, batchSize: Int, headMaxAge: Duration, logger: Logger) {
+        self.postgres = postgres
+        self.signer = signer
+        self.batchSize = batchSize
+        self.headMaxAge = headMaxAge
+        self.logger = logger
+    }
+
+    /// Records the signer's public keys for `GET /kt/keys`. Refuses a VRF key other than
+    /// the one the directory was started with: every label would change.
+    public func recordKeys() async throws {
+        try await postgres.withTransaction(logger: logger) { connection in
+            _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.advisoryLock))", logger: logger)
+            let rows = try await connection.query("SELECT public_key FROM kt_keys WHERE purpose = 'vrf'", logger: logger)
+            for try await stored in rows.decode(ByteBuffer.self) where Array(stored.readableBytesView) != signer.vrf.publicKey {
+                throw WhisperError(.internalError, "GC_KT_VRF_KEY is not the key this directory was started with (docs/key-transparency.md)")
+            }
+            _ = try await connection.query("DELETE FROM kt_keys", logger: logger)
+            let keys = [signer.vrf.publicKey] + signer.signingKeys
+            let purposes = ["vrf"] + signer.signingKeys.map { _ in "signing" }
+            let positions = [Int16(0)] + signer.signingKeys.indices.map(Int16.init)
+            _ = try await connection.query(
+                """
+                INSERT INTO kt_keys (purpose, position, key_id, public_key)
+                SELECT * FROM unnest(\(purposes)::text[], \(positions)::smallint[], \(keys.map(Ed25519.keyId))::text[], \(keys.map { ByteBuffer(bytes: $0) })::bytea[])
+                """,
+                logger: logger
+            )
+        }
+    }
+
+    /// What one call did.
+    public struct Published: Sendable {
+        public var head: DirectoryHead
+        public var changes: Int
+    }
+
+    /// Publishes the next epoch when entries wait or the head is older than `headMaxAge`
+    /// (or there is none); nil when there was nothing to do or another publisher was at it.
+    public func publish() async throws -> Published? {
+        try await postgres.withTransaction(logger: logger) { connection -> Published? in
+            let locked = try await connection.query("SELECT pg_try_advisory_xact_lock(\(Self.advisoryLock))", logger: logger)
+            for try await held in locked.decode(Bool.self) where !held { return nil }
+
+            var previous: (head: DirectoryHead, depth: Int)?
+            let heads = try await connection.query(
+                "SELECT \(unescaped: DirectoryStore.headColumns), depth FROM kt_epochs ORDER BY epoch DESC LIMIT 1", logger: logger
+            )
+            for try await row in heads.decode((Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, Int16).self) {
+                previous = (DirectoryStore.head((row.0, row.1, row.2, row.3, row.4, row.5)), Int(row.6))
+            }
+            let waiting = try await self.waiting(on: connection)
+            let now = Clock.millisecondsNow()
+            if let previous, waiting.isEmpty, Double(now - previous.head.publishedAt) < headMaxAge.milliseconds { return nil }
+
+            let epoch = (previous?.head.epoch ?? 0) + 1
+            let changes = waiting.map { PrefixTree.Entry(label: $0.label, value: $0.commitment) }
+            let update = try await PrefixTree.update(changes) { positions in
+                try await DirectoryStore.nodes(positions, on: connection, logger: logger)
+            }
+            try await write(update.writes, on: connection)
+            if !waiting.isEmpty {
+                _ = try await connection.query(
+                    """
+                    INSERT INTO kt_leaves (whisper_id, label, vrf_proof, opening, epoch)
+                    SELECT w, l, p, o, \(epoch) FROM unnest(
+                        \(waiting.map(\.whisperId))::text[], \(waiting.map { ByteBuffer(bytes: $0.label) })::bytea[],
+                        \(waiting.map { ByteBuffer(bytes: $0.vrfProof) })::bytea[], \(waiting.map { ByteBuffer(bytes: $0.opening) })::bytea[]
+                    ) AS t(w, l, p, o)
+                    ON CONFLICT (whisper_id) DO UPDATE SET opening = EXCLUDED.opening, epoch = EXCLUDED.epoch
+                    """,
+                    logger: logger
+                )
+                _ = try await connection.query(
+                    "UPDATE users SET kt_epoch = \(epoch) WHERE whisper_id = ANY(\(waiting.map(\.whisperId))::text[])", logger: logger
+                )
+            }
+            let logRoot = try await appendToLog(epoch: epoch, prefixRoot: update.root, publishedAt: now, on: connection)
+            let signature = signer.signing.sign(DirectoryHead.signedBytes(epoch: epoch, logRoot: logRoot, prefixRoot: update.root, publishedAt: now))
+            let head = DirectoryHead(epoch: epoch, logRoot: logRoot, prefixRoot: update.root, publishedAt: now, keyId: signer.signingId, signature: signature)
+            let proof = try JSONEncoder().encode(EpochUpdate(head: head, changes: changes, oldLeaves: update.oldLeaves, witness: update.witness))
+            _ = try await connection.query(
+                """
+                INSERT INTO kt_epochs (epoch, log_root, prefix_root, published_at, key_id, signature, depth, changes, update_proof)
+                VALUES (\(epoch), \(ByteBuffer(bytes: logRoot)), \(ByteBuffer(bytes: update.root)), \(now), \(signer.signingId),
+                        \(ByteBuffer(bytes: signature)), \(Int16(max(previous?.depth ?? 0, update.deepest))), \(Int32(changes.count)),
+                        \(ByteBuffer(data: proof)))
+                """,
+                logger: logger
+            )
+            return Published(head: head, changes: changes.count)
+        }
+    }
+
+    struct Waiting {
+        var whisperId: String
+        var label: [UInt8]
+        var vrfProof: [UInt8]
+        var opening: [UInt8]
+        var commitment: [UInt8]
+    }
+
+    /// The entries to publish: identities not yet in an epoch, oldest first, locked for
+    /// this transaction; each with its label (kept from an earlier epoch, else proven
+    /// now) and a fresh commitment.
+    private func waiting(on connection: PostgresConnection) async throws -> [Waiting] {
+        let rows = try await connection.query(
+            """
+            SELECT u.whisper_id, u.enc_public_key, u.sign_public_key, l.label, l.vrf_proof
+            FROM users u LEFT JOIN kt_leaves l ON l.whisper_id = u.whisper_id
+            WHERE u.kt_epoch IS NULL ORDER BY u.created_at LIMIT \(batchSize) FOR UPDATE OF u
+            """,
+            logger: logger
+        )
+        var waiting: [Waiting] = []
+        for try await (whisperId, enc, sign, label, vrfProof) in rows.decode((String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?).self) {
+            let proof = vrfProof.map { Array($0.readableBytesView) } ?? signer.vrf.prove(KeyDirectory.vrfInput(whisperId))
+            guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
+            let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
+            let opening = Sodium.randomBytes(32)
+            let state = KeyDirectory.KeyState.active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
+            waiting.append(Waiting(
+                whisperId: whisperId, label: label, vrfProof: proof, opening: opening,
+                commitment: KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
+            ))
+        }
+        return waiting
+    }
+
+    private func write(_ nodes: [PrefixTree.Position: PrefixTree.Node], on connection: PostgresConnection) async throws {
+        guard !nodes.isEmpty else { return }
+        let entries = Array(nodes)
+        let none = ByteBuffer()
+        _ = try await connection.query(
+            """
+            INSERT INTO kt_nodes (position, hash, leaf_label, leaf_value)
+            SELECT p, h, NULLIF(l, ''::bytea), NULLIF(v, ''::bytea) FROM unnest(
+                \(entries.map { ByteBuffer(bytes: $0.key.key) })::bytea[], \(entries.map { ByteBuffer(bytes: $0.value.hash) })::bytea[],
+                \(entries.map { $0.value.leaf.map { ByteBuffer(bytes: $0.label) } ?? none })::bytea[],
+                \(entries.map { $0.value.leaf.map { ByteBuffer(bytes: $0.value) } ?? none })::bytea[]
+            ) AS t(p, h, l, v)
+            ON CONFLICT (position) DO UPDATE SET hash = EXCLUDED.hash, leaf_label = EXCLUDED.leaf_label, leaf_value = EXCLUDED.leaf_value
+            """,
+            logger: logger
+        )
+    }
+
+    /// Appends epoch `epoch`'s leaf to the log; returns the log's new root.
+    private func appendToLog(epoch: Int64, prefixRoot: [UInt8], publishedAt: Int64, on connection: PostgresConnection) async throws -> [UInt8] {
+        let index = Int(epoch - 1)
+        let leaf = LogTree.leafHash(DirectoryHead.logLeaf(epoch: epoch, prefixRoot: prefixRoot, publishedAt: publishedAt))
+        let left = LogTree.subtreesRead { lookup in _ = LogTree.completedSubtrees(byLeaf: leaf, at: index, subtree: lookup) }
+        var stored = try await DirectoryStore.subtrees(left, on: connection, logger: logger)
+        let missing = WhisperError(.internalError, "the key directory's log misses a subtree")
+        let completed = try LogTree.completedSubtrees(byLeaf: leaf, at: index) { subtree in
+            guard let hash = stored[subtree] else { throw missing }
+            return hash
+        }
+        let subtrees = Array(completed)
+        _ = try await connection.query(
+            """
+            INSERT INTO kt_log (level, index, hash)
+            SELECT * FROM unnest(\(subtrees.map { Int16($0.key.level) })::smallint[], \(subtrees.map { Int64($0.key.index) })::bigint[],
+                                 \(subtrees.map { ByteBuffer(bytes: $0.value) })::bytea[])
+            """,
+            logger: logger
+        )
+        stored.merge(completed) { $1 }
+        let forRoot = LogTree.subtreesRead { lookup in _ = LogTree.root(of: 0..<index + 1, subtree: lookup) }.subtracting(stored.keys)
+        stored.merge(try await DirectoryStore.subtrees(forRoot, on: connection, logger: logger)) { $1 }
+        return try LogTree.root(of: 0..<index + 1) { subtree in
+            guard let hash = stored[subtree] else { throw missing }
+            return hash
+        }
+    }
+}
