@@ -60,6 +60,10 @@ enum CLIFailure: Error, CustomStringConvertible {
             case .unexpectedReply(let type):
                 return .refused("\(what): unexpected answer `\(type)` from the server")
             }
+        case KeyTransparencyError.notYetPublished:
+            return .tryLater("\(what): the identity is not in the key directory yet (registered moments ago); try again in a few seconds")
+        case let error as KeyTransparencyError:
+            return .refused("\(what): the key directory's proof failed (\(error)); do not trust these keys, and see docs/key-transparency.md")
         case let error as WhisperAPIError:
             switch error {
             case .refused(let status, let code, let message):

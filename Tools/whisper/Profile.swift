@@ -56,6 +56,7 @@ struct Profile {
     private var identityURL: URL { directory.appendingPathComponent("identity.json") }
     private var contactsURL: URL { directory.appendingPathComponent("contacts.json") }
     private var groupsURL: URL { directory.appendingPathComponent("groups.json") }
+    private var keyDirectoryURL: URL { directory.appendingPathComponent("key-directory.json") }
 
     var exists: Bool { FileManager.default.fileExists(atPath: identityURL.path) }
 
@@ -88,6 +89,17 @@ struct Profile {
         }
         try save(contacts: list)
     }
+
+    /// What this profile holds of the server's key directory: its keys (taken at first
+    /// use) and the newest head checked, so that no later run accepts an older log.
+    struct KeyDirectory: Codable {
+        var keys: DirectoryKeys?
+        var head: DirectoryHead?
+    }
+
+    func keyDirectory() throws -> KeyDirectory { try read(KeyDirectory.self, from: keyDirectoryURL) ?? KeyDirectory() }
+
+    func save(keyDirectory: KeyDirectory) throws { try write(keyDirectory, to: keyDirectoryURL) }
 
     func groups() throws -> [String: Group] { try read([String: Group].self, from: groupsURL) ?? [:] }
 

@@ -30,7 +30,8 @@ actor Session {
         } catch {
             throw CLIFailure.config("the mnemonic in \(profile.directory.path)/identity.json is not a valid BIP39 phrase")
         }
-        api = WhisperAPI(endpoints: identity.endpoints)
+        let held = try profile.keyDirectory()
+        api = WhisperAPI(endpoints: identity.endpoints, directory: DirectoryView(keys: held.keys, head: held.head))
         connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
     }
 
@@ -110,7 +111,22 @@ actor Session {
 
     func lookup(_ whisperId: String) async throws -> KeyLookup {
         let api = self.api
-        return try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        let lookup = try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        try await keepDirectory()
+        return lookup
+    }
+
+    /// Checks this identity's own entry in the key directory (`whisper monitor`).
+    func checkOwnEntry() async throws -> DirectoryHead {
+        let api = self.api, keys = self.keys, whisperId = identity.whisperId
+        let head = try await withSession { _, token in try await api.checkOwnEntry(whisperId: whisperId, keys: keys, sessionToken: token) }
+        try await keepDirectory()
+        return head
+    }
+
+    /// Saves the directory's keys and the newest head checked in the profile.
+    private func keepDirectory() async throws {
+        try profile.save(keyDirectory: Profile.KeyDirectory(keys: await api.directory.keys, head: await api.directory.head))
     }
 }
 

@@ -24,7 +24,7 @@ struct Whisper: AsyncParsableCommand {
             damaged profile.
             """,
         subcommands: [
-            Init.self, SignIn.self, Identity.self, Send.self, Listen.self, Fetch.self, GroupCommand.self, Backup.self, Contacts.self, Keys.self,
+            Init.self, SignIn.self, Identity.self, Send.self, Listen.self, Fetch.self, GroupCommand.self, Backup.self, Contacts.self, Keys.self, Monitor.self,
             LiveCommand.self, PTTCommand.self,
         ]
     )
@@ -649,11 +649,18 @@ struct Contacts: AsyncParsableCommand {
 
 struct Keys: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Look up a Whisper ID's public keys and standing.",
-        discussion: "Compare the fingerprint with your contact's own `whisper keys` output over another channel."
+        abstract: "Look up a Whisper ID's public keys and standing, proven by the key directory.",
+        discussion: """
+        Every lookup is checked against the server's key directory (docs/key-transparency.md); \
+        the head it was proven in is printed, and kept in the profile so no later run accepts an \
+        older log. --verify also checks your own entry and prints the head's digest, to compare \
+        with your contact's (`whisper keys --verify` on their side) over another channel.
+        """
     )
     @OptionGroup var common: Common
     @Argument var whisperId: String
+    @Flag(help: "Also check your own entry, and print the head's digest for comparing with a contact.")
+    var verify = false
 
     func run() async throws {
         try await guarded("keys") {
@@ -666,6 +673,46 @@ struct Keys: AsyncParsableCommand {
             print("encPublicKey   \(Data(lookup.keys.encPublicKey).base64EncodedString())")
             print("signPublicKey  \(Data(lookup.keys.signPublicKey).base64EncodedString())")
             print("fingerprint    \(Fingerprint.of(lookup.keys))")
+            print("directory      proven in epoch \(lookup.head.epoch)")
+            if verify {
+                let head = try await session.checkOwnEntry()
+                print("own entry      your keys, in epoch \(head.epoch)")
+                print("head           epoch \(head.epoch) log \(Fingerprint.digest(head))")
+            }
+        }
+    }
+}
+
+struct Monitor: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Watch this identity's own entry in the key directory.",
+        discussion: """
+        Looks yourself up as anyone would and checks that the directory holds your keys and \
+        that each head extends the last. Exits 1 at once when it does not: someone may have \
+        been given keys you did not register.
+        """
+    )
+    @OptionGroup var common: Common
+    @Option(help: "Seconds between checks.")
+    var every = 300
+    @Flag(help: "Check once and exit.")
+    var once = false
+
+    func run() async throws {
+        try await guarded("monitor") {
+            let session = try await common.session()
+            defer { Task { await session.close() } }
+            while true {
+                do {
+                    let head = try await session.checkOwnEntry()
+                    print("\(ISO8601DateFormatter().string(from: Date()))  ok: your keys, epoch \(head.epoch), log \(Fingerprint.digest(head))")
+                } catch let problem as KeyTransparencyError {
+                    print("ALERT: the key directory failed a check: \(problem)")
+                    throw ExitCode(1)
+                }
+                if once { return }
+                try await Task.sleep(for: .seconds(max(10, every)))
+            }
         }
     }
 }
@@ -673,6 +720,12 @@ struct Keys: AsyncParsableCommand {
 /// A short, readable digest of both public keys, for comparing out of band: SHA-256
 /// over signPublicKey then encPublicKey, the first 20 bytes as ten groups of four hex digits.
 enum Fingerprint {
+    /// A head's log root, the first 8 bytes in hex: two people holding the same epoch
+    /// compare these.
+    static func digest(_ head: DirectoryHead) -> String {
+        Array((head.logRootBytes ?? []).prefix(8)).hexString
+    }
+
     static func of(_ keys: PeerKeys) -> String {
         let hex = Array(SHA256.hash(data: keys.signPublicKey + keys.encPublicKey)).prefix(20).hexString
         return stride(from: 0, to: hex.count, by: 4).map { start in

@@ -28,7 +28,7 @@ public struct GCWorkerSettings: ServiceSettings {
     public static let defaultUnsentHours = 24
     /// A push-to-talk channel none of whose members has connected for this long lapses.
     public var pttIdleDays = 30
-    /// The key directory's signer keys (`GC_KT_VRF_KEY`, `GC_KT_SIGNING_KEYS`): only
+    /// The key directory's signer keys (`GC_WORKER_KT_VRF_KEY`, `GC_WORKER_KT_SIGNING_KEYS`): only
     /// gc-workers hold them.
     public var directorySigner: DirectorySigner
     /// Time between the directory's epochs when identities wait (docs/key-transparency.md).
@@ -61,16 +61,16 @@ public struct GCWorkerSettings: ServiceSettings {
         pendingCensusInterval = .seconds(settings.int("gc.worker.pending.census.seconds", default: 60, range: 5...3_600))
         unsentLifetime = .seconds(settings.int("gc.worker.unsent.upload.hours", default: Self.defaultUnsentHours, range: 1...720) * 3_600)
         pttIdleDays = settings.int("gc.worker.ptt.idle.days", default: 30, range: 1...3_650)
-        let vrf = settings.requiredSeeds("gc.kt.vrf.key")
-        let signing = settings.requiredSeeds("gc.kt.signing.keys")
-        if let vrf, vrf.count != 1 { settings.reject("gc.kt.vrf.key", because: "must be one key (the directory's VRF key never changes)") }
+        let vrf = settings.requiredSeeds("gc.worker.kt.vrf.key")
+        let signing = settings.requiredSeeds("gc.worker.kt.signing.keys")
+        if let vrf, vrf.count != 1 { settings.reject("gc.worker.kt.vrf.key", because: "must be one key (the directory's VRF key never changes)") }
         // With either missing the settings are invalid and the service does not start.
         directorySigner = DirectorySigner(vrfSeed: vrf?.first ?? [UInt8](repeating: 0, count: 32), signingSeeds: signing ?? [[UInt8](repeating: 0, count: 32)])
         directoryInterval = settings.milliseconds(
-            "gc.kt.interval.ms", default: .milliseconds(Self.defaultDirectoryIntervalMilliseconds), range: 100...60_000
+            "gc.worker.kt.interval.ms", default: .milliseconds(Self.defaultDirectoryIntervalMilliseconds), range: 100...60_000
         )
-        directoryBatch = settings.int("gc.kt.batch", default: 5_000, range: 1...100_000)
-        directoryHeadMaxAge = settings.seconds("gc.kt.head.max.age.seconds", default: .seconds(3_600), range: 10...86_400)
+        directoryBatch = settings.int("gc.worker.kt.batch", default: 5_000, range: 1...100_000)
+        directoryHeadMaxAge = settings.seconds("gc.worker.kt.head.max.age.seconds", default: .seconds(3_600), range: 10...86_400)
     }
 }
 

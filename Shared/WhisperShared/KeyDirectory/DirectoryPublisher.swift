@@ -4,8 +4,8 @@ import NIOCore
 import PostgresNIO
 import WhisperProtocol
 
-/// The keys only the directory's signer holds (gc-worker's `GC_KT_VRF_KEY` and
-/// `GC_KT_SIGNING_KEYS`): the VRF key that hides identities' labels, fixed for the
+/// The keys only the directory's signer holds (gc-worker's `GC_WORKER_KT_VRF_KEY` and
+/// `GC_WORKER_KT_SIGNING_KEYS`): the VRF key that hides identities' labels, fixed for the
 /// directory's life, and the Ed25519 keys heads are signed with, the first one signing.
 public struct DirectorySigner: Sendable, RedactedDescription {
     let vrf: VRF.KeyPair
@@ -59,7 +59,7 @@ public struct DirectoryPublisher: Sendable {
             _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.advisoryLock))", logger: logger)
             let rows = try await connection.query("SELECT public_key FROM kt_keys WHERE purpose = 'vrf'", logger: logger)
             for try await stored in rows.decode(ByteBuffer.self) where Array(stored.readableBytesView) != signer.vrf.publicKey {
-                throw WhisperError(.internalError, "GC_KT_VRF_KEY is not the key this directory was started with (docs/key-transparency.md)")
+                throw WhisperError(.internalError, "GC_WORKER_KT_VRF_KEY is not the key this directory was started with (docs/key-transparency.md)")
             }
             _ = try await connection.query("DELETE FROM kt_keys", logger: logger)
             let keys = [signer.vrf.publicKey] + signer.signingKeys

@@ -43,8 +43,8 @@ enum Executables {
             "WHISPER_REDIS_URL": TestServers.redisURL,
             "WHISPER_INTERNAL_TOKEN": TestServers.internalToken,
             "GATEWAY_FLOOR_KEYS": Data(TestServers.floorKeySeed).base64EncodedString(),
-            "GC_KT_VRF_KEY": Data(TestServers.directoryVRFSeed).base64EncodedString(),
-            "GC_KT_SIGNING_KEYS": Data(TestServers.directorySigningSeed).base64EncodedString(),
+            "GC_WORKER_KT_VRF_KEY": Data(TestServers.directoryVRFSeed).base64EncodedString(),
+            "GC_WORKER_KT_SIGNING_KEYS": Data(TestServers.directorySigningSeed).base64EncodedString(),
         ]
     }
 

@@ -33,7 +33,7 @@ enum TestServers {
     static let internalToken = "test-internal-token-" + String(repeating: "0", count: 24)
     /// The floor key test gateways sign grants with (`GATEWAY_FLOOR_KEYS`).
     static let floorKeySeed = Array((0..<32).map { UInt8($0 &* 7 &+ 3) })
-    /// The key directory's VRF and signing keys in test stacks (`GC_KT_VRF_KEY`, `GC_KT_SIGNING_KEYS`).
+    /// The key directory's VRF and signing keys in test stacks (`GC_WORKER_KT_VRF_KEY`, `GC_WORKER_KT_SIGNING_KEYS`).
     static let directoryVRFSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 11 &+ 5) })
     static let directorySigningSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
     static let directorySigner = DirectorySigner(vrfSeed: directoryVRFSeed, signingSeeds: [directorySigningSeed])
