@@ -231,6 +231,17 @@ targets.append(.executableTarget(
     path: "Tools/whisper-faults"
 ))
 
+targets.append(.executableTarget(
+    name: "whisper-kt-bench",
+    dependencies: [
+        "WhisperShared",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "PostgresNIO", package: "postgres-nio"),
+    ],
+    path: "Tools/whisper-kt-bench"
+))
+
 // An outside auditor of the key directory: on the SDK alone.
 targets.append(.executableTarget(
     name: "whisper-audit",
