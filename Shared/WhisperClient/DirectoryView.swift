@@ -28,6 +28,16 @@ public actor DirectoryView {
         return fetched
     }
 
+    /// Adds signing keys the directory lists now (a rotation: docs/key-transparency.md)
+    /// to the held ones, when its VRF key is the held one; returns the keys held after.
+    func learn(_ listed: DirectoryKeys) -> DirectoryKeys? {
+        guard let held = keys, listed.vrfPublicKey == held.vrfPublicKey else { return nil }
+        var merged = held
+        for key in listed.signingKeys where !merged.signingKeys.contains(key) { merged.signingKeys.append(key) }
+        keys = merged
+        return merged
+    }
+
     /// Checks a lookup's proof that `whisperId` holds `state` and holds its head from now on.
     func accept(_ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys) throws(KeyTransparencyError) -> DirectoryHead {
         let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: head)

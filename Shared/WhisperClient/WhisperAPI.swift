@@ -127,7 +127,7 @@ public struct WhisperAPI: Sendable {
             var whisperId: String; var encPublicKey: String; var signPublicKey: String; var status: String
             var proof: KeyProof?
         }
-        let keys = try await directoryKeys()
+        var keys = try await directoryKeys()
         let deadline = ContinuousClock.now + directoryWait
         var pause = Duration.milliseconds(200)
         while true {
@@ -145,6 +145,11 @@ public struct WhisperAPI: Sendable {
                 continue
             }
             let peer = PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign))
+            if keys.signingKey(proof.head.keyId) == nil {
+                // A head signed by a key not held yet: the directory may have rotated.
+                let listed: DirectoryKeys = try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384)
+                keys = await directory.learn(listed) ?? keys
+            }
             let head = try await directory.accept(
                 proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys
             )

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import PostgresNIO
 import Testing
 import WhisperClient
@@ -32,183 +33,200 @@ import WhisperShared
     }
 
     @Test func aLookupIsProvenTheOwnerFindsItsOwnKeysAndTheAuditorEveryEpoch() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        defer { Task { try? await stack.stop() } }
-        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
-        let api = Self.api(stack)
-        // Bob is looked up right after registering: the lookup waits for his epoch.
-        let lookup = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
-        #expect(lookup.keys == bob.peerKeys)
-        #expect(await api.directory.head == lookup.head)
-        #expect(try await api.directoryKeys() == TestServers.directorySigner.publicKeys)
-        try await api.checkOwnEntry(whisperId: alice.whisperId, keys: alice.keys, sessionToken: alice.token)
-        // Another client that holds an older head is given the log's growth and checks it.
-        let carol = try await stack.user(on: 0)
-        try await Self.waitForPublication(stack)
-        let again = try await api.keys(of: carol.whisperId, sessionToken: alice.token)
-        #expect(again.head.epoch > lookup.head.epoch, "carol's epoch came after bob's")
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let api = Self.api(stack)
+            // Bob is looked up right after registering: the lookup waits for his epoch.
+            let lookup = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            #expect(lookup.keys == bob.peerKeys)
+            #expect(await api.directory.head == lookup.head)
+            #expect(try await api.directoryKeys() == TestServers.directorySigner.publicKeys)
+            try await api.checkOwnEntry(whisperId: alice.whisperId, keys: alice.keys, sessionToken: alice.token)
+            // Another client that holds an older head is given the log's growth and checks it.
+            let carol = try await stack.user(on: 0)
+            try await Self.waitForPublication(stack)
+            let again = try await api.keys(of: carol.whisperId, sessionToken: alice.token)
+            #expect(again.head.epoch > lookup.head.epoch, "carol's epoch came after bob's")
 
-        // The auditor checks every epoch from the first, and only new ones after that.
-        let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
-        let checked = try await auditor.follow(api)
-        #expect(checked == Int(try await Self.epoch(stack)))
-        #expect(await auditor.added == 3)
-        #expect(await auditor.head?.epoch == again.head.epoch)
-        #expect(try await auditor.follow(api) == 0)
+            // The auditor checks every epoch from the first, and only new ones after that.
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            let checked = try await auditor.follow(api)
+            #expect(checked == Int(try await Self.epoch(stack)))
+            #expect(await auditor.added == 3)
+            #expect(await auditor.head?.epoch == again.head.epoch)
+            #expect(try await auditor.follow(api) == 0)
+        }
     }
 
     @Test func aKeyRowRewrittenInPostgresIsCaughtByTheLookupTheOwnerAndTheAuditor() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        defer { Task { try? await stack.stop() } }
-        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
-        let api = Self.api(stack)
-        _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
-        let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
-        _ = try await auditor.follow(api)
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let api = Self.api(stack)
+            _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            _ = try await auditor.follow(api)
 
-        // An attacker with the database gives bob a key of its own.
-        let mallory = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-        try await stack.withPostgres { client in
-            _ = try await client.query(
-                "UPDATE users SET enc_public_key = \(ByteBuffer(bytes: mallory.encPublicKey)) WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger
-            )
-        }
-        // The served key does not open bob's commitment: alice's lookup fails, bob's monitor too.
-        await #expect(throws: KeyTransparencyError.badInclusionProof) { _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token) }
-        await #expect(throws: KeyTransparencyError.keysNotMine) {
-            try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
-        }
+            // An attacker with the database gives bob a key of its own.
+            let mallory = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            try await stack.withPostgres { client in
+                _ = try await client.query(
+                    "UPDATE users SET enc_public_key = \(ByteBuffer(bytes: mallory.encPublicKey)) WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger
+                )
+            }
+            // The served key does not open bob's commitment: alice's lookup fails, bob's monitor too.
+            await #expect(throws: KeyTransparencyError.badInclusionProof) { _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token) }
+            await #expect(throws: KeyTransparencyError.keysNotMine) {
+                try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
+            }
 
-        // The attacker also has the directory publish the new key: the lookup now passes,
-        // but bob's monitor sees keys that are not his, and the auditor a changed entry.
-        try await stack.withPostgres { client in
-            _ = try await client.query("UPDATE users SET kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger)
-        }
-        try await Self.waitForPublication(stack)
-        let swapped = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
-        #expect(swapped.keys.encPublicKey == mallory.encPublicKey)
-        await #expect(throws: KeyTransparencyError.keysNotMine) {
-            try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
-        }
-        _ = try await auditor.follow(api)
-        #expect(await auditor.changed == 1, "the auditor sees one entry changed")
+            // The attacker also has the directory publish the new key: the lookup now passes,
+            // but bob's monitor sees keys that are not his, and the auditor a changed entry.
+            try await stack.withPostgres { client in
+                _ = try await client.query("UPDATE users SET kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger)
+            }
+            try await Self.waitForPublication(stack)
+            let swapped = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            #expect(swapped.keys.encPublicKey == mallory.encPublicKey)
+            await #expect(throws: KeyTransparencyError.keysNotMine) {
+                try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
+            }
+            _ = try await auditor.follow(api)
+            #expect(await auditor.changed == 1, "the auditor sees one entry changed")
 
-        // Swapping back (to hide it from a monitor that was offline) is a second change:
-        // the auditor refuses the epoch.
-        try await stack.withPostgres { client in
-            _ = try await client.query(
-                "UPDATE users SET enc_public_key = \(ByteBuffer(bytes: bob.keys.encPublicKey)), kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)",
-                logger: TestServers.logger
-            )
+            // Swapping back (to hide it from a monitor that was offline) is a second change:
+            // the auditor refuses the epoch.
+            try await stack.withPostgres { client in
+                _ = try await client.query(
+                    "UPDATE users SET enc_public_key = \(ByteBuffer(bytes: bob.keys.encPublicKey)), kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)",
+                    logger: TestServers.logger
+                )
+            }
+            try await Self.waitForPublication(stack)
+            await #expect(throws: DirectoryAuditor.Finding.self) { _ = try await auditor.follow(api) }
         }
-        try await Self.waitForPublication(stack)
-        await #expect(throws: DirectoryAuditor.Finding.self) { _ = try await auditor.follow(api) }
     }
 
     @Test func aHeadRolledBackIsRefusedAndTwoHeadsForOneEpochAreCaughtWhenCompared() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        defer { Task { try? await stack.stop() } }
-        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
-        let aliceAPI = Self.api(stack)
-        _ = try await aliceAPI.keys(of: bob.whisperId, sessionToken: alice.token)
-        let carol = try await stack.user(on: 0)
-        try await Self.waitForPublication(stack)
-        let newest = try await aliceAPI.keys(of: carol.whisperId, sessionToken: alice.token).head
-
-        // The server forks: the newest epoch is taken back and published again with other
-        // content (dave's entry), signed by the directory's own key. The publisher is held
-        // off (its lock) until the rollback has been seen.
-        let daveId = try await stack.withPostgres { client in
-            try await client.withTransaction(logger: TestServers.logger) { lock in
-                _ = try await lock.query("SELECT pg_advisory_xact_lock(\(Int64(0x5753_4B54)))", logger: TestServers.logger)
-                let daveId = try await stack.user(on: 1).whisperId
-                let epoch = newest.epoch, index = Int64(newest.epoch - 1)
-                _ = try await client.query("DELETE FROM kt_epochs WHERE epoch >= \(epoch)", logger: TestServers.logger)
-                // Every stored log subtree whose leaves reach the taken-back epoch.
-                _ = try await client.query("DELETE FROM kt_log WHERE ((index + 1) << level) - 1 >= \(index)", logger: TestServers.logger)
-                // The server now answers the older head: a rollback.
-                do {
-                    _ = try await aliceAPI.keys(of: bob.whisperId, sessionToken: alice.token)
-                    Issue.record("a rolled-back head was accepted")
-                } catch KeyTransparencyError.rollback(let held, let offered) {
-                    #expect(held == newest.epoch && offered == newest.epoch - 1)
-                }
-                return daveId
-            }
-        }
-        try await Self.waitForPublication(stack)
-        // Bob, a new client, is shown the fork: same epoch number, another head.
-        let bobAPI = Self.api(stack)
-        let forked = try await bobAPI.keys(of: daveId, sessionToken: bob.token).head
-        #expect(forked.epoch == newest.epoch && forked.prefixRoot != newest.prefixRoot)
-        // Alice's next lookup is refused (it does not extend her head) ...
-        await #expect(throws: KeyTransparencyError.notAnExtension(held: newest.epoch, offered: forked.epoch)) {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let aliceAPI = Self.api(stack)
             _ = try await aliceAPI.keys(of: bob.whisperId, sessionToken: alice.token)
+            // What the server answered for bob at this epoch, kept to be replayed later.
+            let older = try await HTTP.json(.GET, "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token).json
+            let carol = try await stack.user(on: 0)
+            try await Self.waitForPublication(stack)
+            let newest = try await aliceAPI.keys(of: carol.whisperId, sessionToken: alice.token).head
+
+            // A server rolled back answers with its older state: alice's client refuses it.
+            let replay = try JSONSerialization.data(withJSONObject: older)
+            let router = Router()
+            router.get("/users/\(bob.whisperId)/keys") { _, _ -> Response in
+                Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: replay)))
+            }
+            let port = try TestServers.freePort()
+            let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: TestServers.logger)
+            let server = Task { try await app.runService() }
+            defer { server.cancel() }
+            let base = "http://127.0.0.1:\(port)"
+            _ = try await HTTP.waitFor("\(base)/none") { $0.status == 404 }
+            let rolledBack = WhisperAPI(
+                endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: base, attachments: base, turn: base), directory: aliceAPI.directory
+            )
+            do {
+                _ = try await rolledBack.keys(of: bob.whisperId, sessionToken: alice.token)
+                Issue.record("a rolled-back head was accepted")
+            } catch KeyTransparencyError.rollback(let held, let offered) {
+                #expect(held == newest.epoch && offered < newest.epoch)
+            }
+
+            // The server forks: the newest epoch is taken back and published again with other
+            // content (dave's entry), signed by the directory's own key. The publisher is held
+            // off (its lock) until dave waits and the epoch is gone.
+            let daveId = try await stack.withPostgres { client in
+                try await client.withTransaction(logger: TestServers.logger) { lock in
+                    _ = try await lock.query("SELECT pg_advisory_xact_lock(\(Int64(0x5753_4B54)))", logger: TestServers.logger)
+                    let daveId = try await stack.user(on: 1).whisperId
+                    let epoch = newest.epoch, index = Int64(newest.epoch - 1)
+                    _ = try await client.query("DELETE FROM kt_epochs WHERE epoch >= \(epoch)", logger: TestServers.logger)
+                    // Every stored log subtree whose leaves reach the taken-back epoch.
+                    _ = try await client.query("DELETE FROM kt_log WHERE ((index + 1) << level) - 1 >= \(index)", logger: TestServers.logger)
+                    return daveId
+                }
+            }
+            try await Self.waitForPublication(stack)
+            // Bob, a new client, is shown the fork: same epoch number, another head.
+            let bobAPI = Self.api(stack)
+            let forked = try await bobAPI.keys(of: daveId, sessionToken: bob.token).head
+            #expect(forked.epoch == newest.epoch && forked.prefixRoot != newest.prefixRoot)
+            // Alice's next lookup is refused (it does not extend her head) ...
+            await #expect(throws: KeyTransparencyError.notAnExtension(held: newest.epoch, offered: forked.epoch)) {
+                _ = try await aliceAPI.keys(of: bob.whisperId, sessionToken: alice.token)
+            }
+            // ... and when the two compare heads, each side catches the split.
+            await #expect(throws: KeyTransparencyError.notAnExtension(held: newest.epoch, offered: forked.epoch)) {
+                try await aliceAPI.compareHead(forked)
+            }
+            await #expect(throws: KeyTransparencyError.self) { try await bobAPI.compareHead(newest) }
+            // A head the directory did not sign is refused outright.
+            var unsigned = forked
+            unsigned.publishedAt += 1
+            await #expect(throws: KeyTransparencyError.badHeadSignature) { try await bobAPI.compareHead(unsigned) }
         }
-        // ... and when the two compare heads, each side catches the split.
-        await #expect(throws: KeyTransparencyError.notAnExtension(held: newest.epoch, offered: forked.epoch)) {
-            try await aliceAPI.compareHead(forked)
-        }
-        await #expect(throws: KeyTransparencyError.self) { try await bobAPI.compareHead(newest) }
-        // A head the directory did not sign is refused outright.
-        var unsigned = forked
-        unsigned.publishedAt += 1
-        await #expect(throws: KeyTransparencyError.badHeadSignature) { try await bobAPI.compareHead(unsigned) }
     }
 
     @Test func aProofWithAnyOneByteFlippedIsRefused() async throws {
-        let stack = try await MessagingStack.start(routers: 1)
-        defer { Task { try? await stack.stop() } }
-        let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
-        _ = try await Self.api(stack).keys(of: bob.whisperId, sessionToken: alice.token)
-        let reply = try await HTTP.json(.GET, "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token)
-        let proof = try JSONDecoder().decode(KeyProof.self, from: JSONSerialization.data(withJSONObject: try #require(reply.json["proof"])))
-        let keys = TestServers.directorySigner.publicKeys
-        let state = KeyDirectory.KeyState.active(encPublicKey: bob.keys.encPublicKey, signPublicKey: bob.keys.signPublicKey)
-        #expect(throws: Never.self) { _ = try proof.verify(whisperId: bob.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            _ = try await Self.api(stack).keys(of: bob.whisperId, sessionToken: alice.token)
+            let reply = try await HTTP.json(.GET, "\(stack.auth.baseURL)/users/\(bob.whisperId)/keys", token: alice.token)
+            let proof = try JSONDecoder().decode(KeyProof.self, from: JSONSerialization.data(withJSONObject: try #require(reply.json["proof"])))
+            let keys = TestServers.directorySigner.publicKeys
+            let state = KeyDirectory.KeyState.active(encPublicKey: bob.keys.encPublicKey, signPublicKey: bob.keys.signPublicKey)
+            #expect(throws: Never.self) { _ = try proof.verify(whisperId: bob.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
 
-        func flipped(_ base64: String, _ index: Int) -> String {
-            var bytes = [UInt8](Data(base64Encoded: base64)!)
-            bytes[index] ^= 0x01
-            return Data(bytes).base64EncodedString()
-        }
-        var tried = 0
-        func expectRefused(_ changed: KeyProof, _ what: String) {
-            tried += 1
-            #expect(throws: KeyTransparencyError.self, "\(what)") { _ = try changed.verify(whisperId: bob.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
-        }
-        for index in 0..<VRF.proofBytes {
-            var changed = proof
-            changed.vrfProof = flipped(proof.vrfProof, index)
-            expectRefused(changed, "VRF proof byte \(index)")
-        }
-        for index in 0..<32 {
-            var changed = proof
-            changed.opening = flipped(proof.opening, index)
-            expectRefused(changed, "opening byte \(index)")
-            changed = proof
-            changed.head.prefixRoot = flipped(proof.head.prefixRoot, index)
-            expectRefused(changed, "prefix root byte \(index)")
-            changed = proof
-            changed.head.logRoot = flipped(proof.head.logRoot, index)
-            expectRefused(changed, "log root byte \(index)")
-        }
-        for index in 0..<64 {
-            var changed = proof
-            changed.head.signature = flipped(proof.head.signature, index)
-            expectRefused(changed, "signature byte \(index)")
-        }
-        for (sibling, hash) in proof.siblings.enumerated() {
+            func flipped(_ base64: String, _ index: Int) -> String {
+                var bytes = [UInt8](Data(base64Encoded: base64)!)
+                bytes[index] ^= 0x01
+                return Data(bytes).base64EncodedString()
+            }
+            var tried = 0
+            func expectRefused(_ changed: KeyProof, _ what: String) {
+                tried += 1
+                #expect(throws: KeyTransparencyError.self, "\(what)") { _ = try changed.verify(whisperId: bob.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
+            }
+            for index in 0..<VRF.proofBytes {
+                var changed = proof
+                changed.vrfProof = flipped(proof.vrfProof, index)
+                expectRefused(changed, "VRF proof byte \(index)")
+            }
             for index in 0..<32 {
                 var changed = proof
-                changed.siblings[sibling] = flipped(hash, index)
-                expectRefused(changed, "sibling \(sibling) byte \(index)")
+                changed.opening = flipped(proof.opening, index)
+                expectRefused(changed, "opening byte \(index)")
+                changed = proof
+                changed.head.prefixRoot = flipped(proof.head.prefixRoot, index)
+                expectRefused(changed, "prefix root byte \(index)")
+                changed = proof
+                changed.head.logRoot = flipped(proof.head.logRoot, index)
+                expectRefused(changed, "log root byte \(index)")
             }
+            for index in 0..<64 {
+                var changed = proof
+                changed.head.signature = flipped(proof.head.signature, index)
+                expectRefused(changed, "signature byte \(index)")
+            }
+            for (sibling, hash) in proof.siblings.enumerated() {
+                for index in 0..<32 {
+                    var changed = proof
+                    changed.siblings[sibling] = flipped(hash, index)
+                    expectRefused(changed, "sibling \(sibling) byte \(index)")
+                }
+            }
+            var other = proof
+            other.head.epoch += 1
+            expectRefused(other, "another epoch")
+            #expect(throws: KeyTransparencyError.self) { _ = try proof.verify(whisperId: alice.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
+            #expect(tried > 80 + 3 * 32 + 64)
         }
-        var other = proof
-        other.head.epoch += 1
-        expectRefused(other, "another epoch")
-        #expect(throws: KeyTransparencyError.self) { _ = try proof.verify(whisperId: alice.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
-        #expect(tried > 80 + 3 * 32 + 64)
     }
 }

@@ -138,7 +138,7 @@ public struct DirectoryPublisher: Sendable {
         }
     }
 
-    struct Waiting {
+    struct Waiting: Sendable {
         var whisperId: String
         var label: [UInt8]
         var vrfProof: [UInt8]
@@ -158,17 +158,33 @@ public struct DirectoryPublisher: Sendable {
             """,
             logger: logger
         )
-        var waiting: [Waiting] = []
-        for try await (whisperId, enc, sign, label, vrfProof) in rows.decode((String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?).self) {
-            let proof = vrfProof.map { Array($0.readableBytesView) } ?? signer.vrf.prove(KeyDirectory.vrfInput(whisperId))
-            guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
-            let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
-            let opening = Sodium.randomBytes(32)
-            let state = KeyDirectory.KeyState.active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
-            waiting.append(Waiting(
-                whisperId: whisperId, label: label, vrfProof: proof, opening: opening,
-                commitment: KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
-            ))
+        var rowsRead: [(String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?)] = []
+        for try await row in rows.decode((String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?).self) { rowsRead.append(row) }
+        // Labels are proven on every core: a VRF proof is most of an entry's cost.
+        let vrf = signer.vrf
+        let chunks = stride(from: 0, to: rowsRead.count, by: 256).map { rowsRead[$0..<min($0 + 256, rowsRead.count)] }
+        let waiting = try await withThrowingTaskGroup(of: (Int, [Waiting]).self) { group in
+            for (index, chunk) in chunks.enumerated() {
+                let chunk = Array(chunk)
+                group.addTask {
+                    var made: [Waiting] = []
+                    for (whisperId, enc, sign, label, vrfProof) in chunk {
+                        let proof = vrfProof.map { Array($0.readableBytesView) } ?? vrf.prove(KeyDirectory.vrfInput(whisperId))
+                        guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
+                        let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
+                        let opening = Sodium.randomBytes(32)
+                        let state = KeyDirectory.KeyState.active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
+                        made.append(Waiting(
+                            whisperId: whisperId, label: label, vrfProof: proof, opening: opening,
+                            commitment: KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
+                        ))
+                    }
+                    return (index, made)
+                }
+            }
+            var parts: [(Int, [Waiting])] = []
+            for try await part in group { parts.append(part) }
+            return parts.sorted { $0.0 < $1.0 }.flatMap(\.1)
         }
         return waiting
     }

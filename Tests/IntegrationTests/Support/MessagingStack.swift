@@ -18,9 +18,9 @@ struct MessagingStack {
     let auth: RunningService
     let gateways: [RunningService]
     let routers: [RunningService]
-    /// A gc-worker: the key directory's publisher (an epoch every 200 ms while
-    /// identities wait), so lookups are proven as deployed.
-    let directory: RunningService
+    /// The key directory's publisher (an epoch every 200 ms while identities wait), so
+    /// lookups are proven as deployed.
+    let directory: DirectoryPublisherTask
 
     static func start(
         routers routerCount: Int = 2, router configure: (inout RouterSettings) -> Void = { _ in },
@@ -43,11 +43,11 @@ struct MessagingStack {
         // Whatever started is stopped again when a later step fails.
         var gateways: [RunningService] = [], routers: [RunningService] = []
         var startedAuth: RunningService?
-        var startedDirectory: RunningService?
+        var startedDirectory: DirectoryPublisherTask?
         _ = try await StartedTogether.start { started in
             let auth = started.add(try await TestServers.startAuth(finalAuthSettings))
             startedAuth = auth
-            startedDirectory = started.add(try await TestServers.startDirectoryPublisher(database, redis: redis))
+            startedDirectory = started.add(try await TestServers.startDirectoryPublisher(database))
             var gatewaySettings = TestServers.gatewaySettings(database, authPort: auth.internalPort, redis: redis)
             // Gateways store the messages they serve themselves with the routers' rules for
             // storing (a deployment sets both alike: docs/configuration.md).

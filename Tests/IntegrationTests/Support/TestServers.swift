@@ -226,6 +226,16 @@ import AuthService
 import GatewayService
 import GCWorkerService
 
+/// The directory publisher a `MessagingStack` runs (`TestServers.startDirectoryPublisher`).
+struct DirectoryPublisherTask: StartedForATest {
+    let task: Task<Void, Never>
+
+    func stop() async throws {
+        task.cancel()
+        await task.value
+    }
+}
+
 extension TestServers {
     /// Auth with limits no test reaches by accident: every test connects from 127.0.0.1
     /// to the same Redis, so per-address buckets are shared. Tests of the limits
@@ -252,18 +262,33 @@ extension TestServers {
     }
 
     /// The object store at a local moto server on `port`, path-style, bucket `whisper-test`.
-    /// A gc-worker whose work that matters to tests is the key directory: an epoch every
-    /// 200 ms while identities wait (its other loops find nothing to do).
-    static func startDirectoryPublisher(_ database: PostgresSettings, redis: RedisConfiguration = TestServers.redis) async throws -> RunningService {
-        var settings = GCWorkerSettings(
-            common: common(service: "gc-worker", postgres: database, redis: redis), s3: s3Settings(port: 9), directorySigner: directorySigner,
-            interval: .seconds(3_600)
-        )
-        settings.directoryInterval = .milliseconds(200)
-        let ready = settings
-        return try await RunningService.start { running in
-            buildGCWorker(settings: ready, logger: logger, onServerRunning: running).assembly
+    /// The key directory's publisher as gc-worker runs it, alone (a whole gc-worker would
+    /// also take the stack's GC runs): an epoch every 200 ms while identities wait.
+    static func startDirectoryPublisher(_ database: PostgresSettings) async throws -> DirectoryPublisherTask {
+        let postgres = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: logger)
+        let publisher = DirectoryPublisher(postgres: postgres, signer: directorySigner, batchSize: 5_000, headMaxAge: .seconds(3_600), logger: logger)
+        let task = Task {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await postgres.run() }
+                group.addTask {
+                    while !Task.isCancelled {
+                        do {
+                            try await publisher.recordKeys()
+                            break
+                        } catch {
+                            try? await Task.sleep(for: .milliseconds(100))
+                        }
+                    }
+                    while !Task.isCancelled {
+                        _ = try? await publisher.publish()
+                        try? await Task.sleep(for: .milliseconds(200))
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
         }
+        return DirectoryPublisherTask(task: task)
     }
 
     static func s3Settings(port: Int, bucket: String = "whisper-test") -> S3Settings {
