@@ -34,6 +34,9 @@ struct WhisperKTBench: AsyncParsableCommand {
     @Option(help: "New identities in each small epoch.")
     var smallEpoch = 10
 
+    @Flag(help: "Measure the directory an earlier run left (proofs, lookups, storage), without filling or publishing.")
+    var existing = false
+
     func run() async throws {
         var logger = Logger(label: "whisper-kt-bench")
         logger.logLevel = .warning
@@ -51,13 +54,26 @@ struct WhisperKTBench: AsyncParsableCommand {
     }
 
     func measure(_ postgres: PostgresClient, logger: Logger) async throws {
+        let store = DirectoryStore(postgres: postgres, logger: logger)
+        var ids: [String] = []
+        if existing {
+            for try await id in try await postgres.query("SELECT whisper_id FROM users WHERE kt_epoch IS NOT NULL", logger: logger).decode(String.self) {
+                ids.append(id)
+            }
+            print("an existing directory of \(ids.count) identities")
+        } else {
+            try await fill(&ids, postgres, logger: logger)
+        }
+        guard let keys = try await store.keys() else { throw ValidationError("no directory keys") }
+
+        try await measureLookups(ids, store: store, keys: keys, postgres, logger: logger)
+    }
+
+    func fill(_ ids: inout [String], _ postgres: PostgresClient, logger: Logger) async throws {
         let signer = DirectorySigner(vrfSeed: Sodium.randomBytes(32), signingSeeds: [Sodium.randomBytes(32)])
         let publisher = DirectoryPublisher(postgres: postgres, signer: signer, batchSize: batch, headMaxAge: .seconds(86_400), logger: logger)
         try await publisher.recordKeys()
-        let store = DirectoryStore(postgres: postgres, logger: logger)
-
         // Filling: identities inserted as registration does, published epoch by epoch.
-        var ids: [String] = []
         ids.reserveCapacity(identities)
         let fillStart = ContinuousClock.now
         var bulkEpochs: [Double] = []
@@ -83,9 +99,10 @@ struct WhisperKTBench: AsyncParsableCommand {
         }
         small.sort()
         print("epoch publish at \(ids.count) identities, \(smallEpoch) new each: p50 \(format(percentile(small, 0.5))) ms, max \(format(small.last!)) ms")
+    }
 
+    func measureLookups(_ ids: [String], store: DirectoryStore, keys: DirectoryKeys, _ postgres: PostgresClient, logger: Logger) async throws {
         // Proof size and the client's verify time.
-        let keys = signer.publicKeys
         var sizes: [Int] = [], siblings: [Int] = []
         var verifySeconds = 0.0
         let sample = 1_000

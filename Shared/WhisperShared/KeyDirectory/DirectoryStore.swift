@@ -128,13 +128,19 @@ public struct DirectoryStore: Sendable {
         // A publish between the two reads can deepen the tree: read again, deeper.
         for _ in 0..<3 {
             let positions = PrefixTree.pathPositions(for: label, depth: depth).map { ByteBuffer(bytes: $0.key) }
+            // One row: the head, the opening and the path's nodes as arrays (one statement,
+            // one snapshot; a row per node would repeat the rest and cost more to decode).
             let rows = try await postgres.query(
                 """
-                SELECT h.epoch, h.log_root, h.prefix_root, h.published_at, h.key_id, h.signature, h.depth,
-                       l.opening, l.vrf_proof, n.position, n.hash, n.leaf_label, n.leaf_value
-                FROM (SELECT * FROM kt_epochs ORDER BY epoch DESC LIMIT 1) h
+                SELECT h.epoch, h.log_root, h.prefix_root, h.published_at, h.key_id, h.signature, h.depth, l.opening, l.vrf_proof,
+                       n.positions, n.hashes, n.labels, n.values
+                FROM (SELECT epoch, log_root, prefix_root, published_at, key_id, signature, depth FROM kt_epochs ORDER BY epoch DESC LIMIT 1) h
                 JOIN kt_leaves l ON l.whisper_id = \(whisperId)
-                LEFT JOIN kt_nodes n ON n.position = ANY(\(positions)::bytea[])
+                CROSS JOIN (
+                    SELECT coalesce(array_agg(position), '{}') AS positions, coalesce(array_agg(hash), '{}') AS hashes,
+                           coalesce(array_agg(coalesce(leaf_label, '')), '{}') AS labels, coalesce(array_agg(coalesce(leaf_value, '')), '{}') AS values
+                    FROM kt_nodes WHERE position = ANY(\(positions)::bytea[])
+                ) n
                 """,
                 logger: logger
             )
@@ -142,15 +148,17 @@ public struct DirectoryStore: Sendable {
             var headDepth = 0
             var opening: [UInt8] = [], vrfProof: [UInt8] = []
             var nodes: [PrefixTree.Position: PrefixTree.Node] = [:]
-            for try await row in rows.decode((Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, Int16, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?, ByteBuffer?, ByteBuffer?).self) {
-                if head == nil {
-                    head = Self.head((row.0, row.1, row.2, row.3, row.4, row.5))
-                    headDepth = Int(row.6)
-                    opening = Array(row.7.readableBytesView)
-                    vrfProof = Array(row.8.readableBytesView)
-                }
-                if let key = row.9, let hash = row.10, let position = PrefixTree.Position(key: Array(key.readableBytesView)) {
-                    nodes[position] = Self.node(hash: hash, label: row.11, value: row.12)
+            for try await row in rows.decode((Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, Int16, ByteBuffer, ByteBuffer, [ByteBuffer], [ByteBuffer], [ByteBuffer], [ByteBuffer]).self) {
+                head = Self.head((row.0, row.1, row.2, row.3, row.4, row.5))
+                headDepth = Int(row.6)
+                opening = Array(row.7.readableBytesView)
+                vrfProof = Array(row.8.readableBytesView)
+                for index in row.9.indices where index < row.10.count && index < row.11.count && index < row.12.count {
+                    guard let position = PrefixTree.Position(key: Array(row.9[index].readableBytesView)) else { continue }
+                    let label = row.11[index], value = row.12[index]
+                    nodes[position] = Self.node(
+                        hash: row.10[index], label: label.readableBytes == 0 ? nil : label, value: value.readableBytes == 0 ? nil : value
+                    )
                 }
             }
             guard let head else { return .waiting }
