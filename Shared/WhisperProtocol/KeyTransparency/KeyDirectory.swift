@@ -100,31 +100,21 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
 /// life, and the keys heads may be signed with (the signing one first; older ones stay
 /// listed so that heads they signed still check).
 public struct DirectoryKeys: Codable, Sendable, Equatable {
-    public struct SigningKey: Codable, Sendable, Equatable {
-        public var keyId: String
-        public var publicKey: String
-
-        public init(keyId: String, publicKey: String) {
-            self.keyId = keyId
-            self.publicKey = publicKey
-        }
-    }
+    public typealias SigningKey = ListedKey
 
     public var vrfPublicKey: String
     public var signingKeys: [SigningKey]
 
     public init(vrfPublicKey: [UInt8], signingKeys: [[UInt8]]) {
         self.vrfPublicKey = Data(vrfPublicKey).base64EncodedString()
-        self.signingKeys = signingKeys.map { SigningKey(keyId: Ed25519.keyId($0), publicKey: Data($0).base64EncodedString()) }
+        self.signingKeys = signingKeys.map { ListedKey(publicKey: $0) }
     }
 
     public var vrfPublicKeyBytes: [UInt8]? { DirectoryHead.bytes(vrfPublicKey, VRF.publicKeyBytes) }
 
     /// The listed key with this ID, when its ID is the key's own.
     public func signingKey(_ keyId: String) -> [UInt8]? {
-        guard let listed = signingKeys.first(where: { $0.keyId == keyId }),
-              let key = DirectoryHead.bytes(listed.publicKey, Ed25519.publicKeyBytes), Ed25519.keyId(key) == keyId else { return nil }
-        return key
+        signingKeys.publicKey(keyId)
     }
 }
 

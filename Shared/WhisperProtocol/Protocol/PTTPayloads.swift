@@ -218,17 +218,7 @@ public struct PTTFloor: ServerPayload, Equatable {
 /// gateways sign with first. An operator rotates them without a gap (docs/operations.md,
 /// "Rotating secrets"), so a grant names its key by `keyId`.
 public struct PTTFloorKeys: Codable, Equatable, Sendable {
-    public struct Key: Codable, Equatable, Sendable {
-        /// The first 8 bytes of the public key's SHA-256, in hex.
-        public var keyId: String
-        /// The Ed25519 public key, base64.
-        public var publicKey: String
-
-        public init(keyId: String, publicKey: String) {
-            self.keyId = keyId
-            self.publicKey = publicKey
-        }
-    }
+    public typealias Key = ListedKey
 
     public var keys: [Key]
 
@@ -238,9 +228,7 @@ public struct PTTFloorKeys: Codable, Equatable, Sendable {
 
     /// The public key listed under `keyId`, or nil.
     public func publicKey(_ keyId: String) -> [UInt8]? {
-        guard let key = keys.first(where: { $0.keyId == keyId }), let bytes = Data(base64Encoded: key.publicKey),
-              bytes.count == Ed25519.publicKeyBytes else { return nil }
-        return Array(bytes)
+        keys.publicKey(keyId)
     }
 }
 

@@ -20,7 +20,7 @@ public struct FloorKeys: Sendable, RedactedDescription {
         let pairs = seeds.map(Ed25519.KeyPair.init(seed:))
         signing = pairs[0]
         signingId = Ed25519.keyId(pairs[0].publicKey)
-        listing = PTTFloorKeys(keys: pairs.map { PTTFloorKeys.Key(keyId: Ed25519.keyId($0.publicKey), publicKey: Data($0.publicKey).base64EncodedString()) })
+        listing = PTTFloorKeys(keys: pairs.map { ListedKey(publicKey: $0.publicKey) })
     }
 }
 
