@@ -228,11 +228,14 @@ import GCWorkerService
 
 /// The directory publisher a `MessagingStack` runs (`TestServers.startDirectoryPublisher`).
 struct DirectoryPublisherTask: StartedForATest {
-    let task: Task<Void, Never>
+    let loop: Task<Void, Never>
+    let client: Task<Void, Never>
 
     func stop() async throws {
-        task.cancel()
-        await task.value
+        loop.cancel()
+        await loop.value
+        client.cancel()
+        await client.value
     }
 }
 
@@ -267,28 +270,24 @@ extension TestServers {
     static func startDirectoryPublisher(_ database: PostgresSettings) async throws -> DirectoryPublisherTask {
         let postgres = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: logger)
         let publisher = DirectoryPublisher(postgres: postgres, signer: directorySigner, batchSize: 5_000, headMaxAge: .seconds(3_600), logger: logger)
-        let task = Task {
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask { await postgres.run() }
-                group.addTask {
-                    while !Task.isCancelled {
-                        do {
-                            try await publisher.recordKeys()
-                            break
-                        } catch {
-                            try? await Task.sleep(for: .milliseconds(100))
-                        }
-                    }
-                    while !Task.isCancelled {
-                        _ = try? await publisher.publish()
-                        try? await Task.sleep(for: .milliseconds(200))
-                    }
+        let client = Task { await postgres.run() }
+        // The loop stops first and its last statement finishes on a running client; only
+        // then does the client stop (`DirectoryPublisherTask.stop`).
+        let loop = Task {
+            while !Task.isCancelled {
+                do {
+                    try await publisher.recordKeys()
+                    break
+                } catch {
+                    try? await Task.sleep(for: .milliseconds(100))
                 }
-                await group.next()
-                group.cancelAll()
+            }
+            while !Task.isCancelled {
+                _ = try? await publisher.publish()
+                try? await Task.sleep(for: .milliseconds(200))
             }
         }
-        return DirectoryPublisherTask(task: task)
+        return DirectoryPublisherTask(loop: loop, client: client)
     }
 
     static func s3Settings(port: Int, bucket: String = "whisper-test") -> S3Settings {
