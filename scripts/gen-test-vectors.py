@@ -220,9 +220,14 @@ def whisper_id(body):
     return "WSP-%s-%s-%s" % (full[0:4], full[4:8], full[8:12])
 
 
-def canonical(message_type, message_id, sender, to, timestamp, nonce_b64, ciphertext_b64):
-    return ("v1\n" + message_type + "\n" + message_id + "\n" + sender + "\n" + to + "\n" + str(timestamp) + "\n"
-            + nonce_b64 + "\n" + ciphertext_b64 + "\n").encode()
+def canonical(message_type, message_id, sender, to, timestamp, nonce_b64, ciphertext_b64, head=None):
+    text = ("v1\n" + message_type + "\n" + message_id + "\n" + sender + "\n" + to + "\n" + str(timestamp) + "\n"
+            + nonce_b64 + "\n" + ciphertext_b64 + "\n")
+    if head is not None:
+        # A message carrying its sender's key directory head signs one line more.
+        text += "head:" + ",".join([str(head["epoch"]), head["logRoot"], head["prefixRoot"], str(head["publishedAt"]),
+                                    head["keyId"], head["signature"]]) + "\n"
+    return text.encode()
 
 
 PROOF_PREFIX = b"whisper-registration-proof-v2:"
@@ -258,17 +263,25 @@ def chain():
     sender, recipient = identities[0], identities[1]
     signatures = []
     # The four call frames sign with the callId in the messageId's place (docs/protocol.md section 11).
-    for message_type, to in [("send_message", "WSP-MN6P-QR7S-TVX4"), ("group_send_message", "grp-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"),
-                             ("call_initiate", "WSP-MN6P-QR7S-TVX4"), ("call_answer", "WSP-MN6P-QR7S-TVX4"),
-                             ("call_ice_candidate", "WSP-MN6P-QR7S-TVX4"), ("call_end", "WSP-MN6P-QR7S-TVX4")]:
+    # The last case carries a key directory head (docs/protocol.md sections 5 and 11).
+    head = {"epoch": 42, "logRoot": base64.b64encode(hashlib.sha256(b"log").digest()).decode(),
+            "prefixRoot": base64.b64encode(hashlib.sha256(b"prefix").digest()).decode(), "publishedAt": 1767268790000,
+            "keyId": "5f1c0a9e7b3d2c48", "signature": base64.b64encode(hashlib.sha512(b"head").digest()).decode()}
+    for message_type, to, with_head in [
+            ("send_message", "WSP-MN6P-QR7S-TVX4", False), ("group_send_message", "grp-1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", False),
+            ("call_initiate", "WSP-MN6P-QR7S-TVX4", False), ("call_answer", "WSP-MN6P-QR7S-TVX4", False),
+            ("call_ice_candidate", "WSP-MN6P-QR7S-TVX4", False), ("call_end", "WSP-MN6P-QR7S-TVX4", False),
+            ("send_message", "WSP-MN6P-QR7S-TVX4", True)]:
         fields = {
             "messageType": message_type, "messageId": "6f1d2c3b-4a59-4e8f-9d0c-1b2a3f4e5d6c",
             "from": "WSP-AB3D-EF4G-HJQ3", "toOrGroupId": to, "timestamp": 1767268800000,
             "nonce": base64.b64encode(bytes(range(24))).decode(),
             "ciphertext": base64.b64encode(b"not really a ciphertext, just bytes").decode(),
         }
+        if with_head:
+            fields["directoryHead"] = head
         signed = canonical(fields["messageType"], fields["messageId"], fields["from"], fields["toOrGroupId"],
-                           fields["timestamp"], fields["nonce"], fields["ciphertext"])
+                           fields["timestamp"], fields["nonce"], fields["ciphertext"], fields.get("directoryHead"))
         digest = hashlib.sha256(signed).digest()
         signatures.append(dict(fields, signedBytes=signed.decode(), sha256=digest.hex(),
                                sig=base64.b64encode(sender["_signKey"].sign(digest)).decode()))
@@ -286,7 +299,7 @@ def chain():
         "description": "Whisper's own chain (spec 3.4, 3.5, 14.1): mnemonic -> BIP39 seed -> HKDF-SHA256(seed, salt='whisper', "
                        "info='whisper/enc'|'whisper/sign'|'whisper/contacts', 32) -> X25519 public key (encSeed is the private "
                        "scalar) and Ed25519 public key (signSeed is the RFC 8032 secret key); canonical signing bytes and "
-                       "sig = Ed25519(SHA256(signed_bytes)) by identities[0]; the registration proof = Ed25519(challenge bytes) "
+                       "sig = Ed25519(SHA256(signed_bytes)) by identities[0] (the last case with a directoryHead line); the registration proof = Ed25519(challenge bytes) "
                        "with cryptoVersion 1, Ed25519('whisper-registration-proof-v2:' + challenge bytes) from cryptoVersion 2; "
                        "Whisper ID checksums.",
         "identities": identities,

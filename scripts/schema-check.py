@@ -21,10 +21,13 @@ def load():
     documents = {}
     for path in sorted(SCHEMAS.glob("*.json")):
         documents[path.stem] = json.loads(path.read_text())
+    # The key directory's shapes (a message may carry a head) are found by their $id.
+    nested = [json.loads(path.read_text()) for path in sorted(SCHEMAS.glob("key-transparency/*.json"))]
     registry = Registry().with_resources(
-        (BASE + name + ".json", Resource.from_contents(doc)) for name, doc in documents.items()
+        [(BASE + name + ".json", Resource.from_contents(doc)) for name, doc in documents.items()]
+        + [(doc["$id"], Resource.from_contents(doc)) for doc in nested]
     )
-    for doc in documents.values():
+    for doc in list(documents.values()) + nested:
         Draft202012Validator.check_schema(doc)
     return documents, registry
 

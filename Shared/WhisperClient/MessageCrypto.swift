@@ -41,11 +41,14 @@ public enum MessageCryptoError: Error, Equatable, Sendable {
 /// Encrypting, signing, verifying and decrypting 1:1 messages (spec 3.5, 4).
 public enum MessageCrypto {
     /// A signed `send_message` carrying `plaintext` boxed to the recipient.
+    /// `directoryHead`: the key directory head this client holds (``DirectoryView/head``),
+    /// for the recipient to compare with its own (``WhisperAPI/compareHead(_:)``); the
+    /// signature covers it.
     public static func makeMessage(
         _ plaintext: [UInt8], from sender: (whisperId: String, keys: WhisperKeys), to recipient: PeerKeys,
         sessionToken: String, msgType: MessageType = .text, messageId: String = RandomID.uuid(),
         timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil,
-        key: ConversationKey? = nil
+        directoryHead: DirectoryHead? = nil, key: ConversationKey? = nil
     ) -> SendMessage {
         let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
         let ciphertext = if let key {
@@ -53,18 +56,13 @@ public enum MessageCrypto {
         } else {
             X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: recipient.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
         }
-        let nonceText = Data(nonce).base64EncodedString()
-        let ciphertextText = Data(ciphertext).base64EncodedString()
-        let signed = CanonicalSigning.bytes(
-            messageType: ClientFrameType.sendMessage.rawValue, messageId: messageId, from: sender.whisperId,
-            toOrGroupId: recipient.whisperId, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
+        var message = SendMessageFields(
+            messageId: messageId, from: sender.whisperId, to: recipient.whisperId, msgType: msgType, timestamp: timestamp,
+            nonce: Data(nonce).base64EncodedString(), ciphertext: Data(ciphertext).base64EncodedString(), sig: "",
+            replyTo: replyTo, attachment: attachment, directoryHead: directoryHead
         )
-        let sig = CanonicalSigning.sign(signed, with: sender.keys.signing)
-        return SendMessage(
-            sessionToken: sessionToken, .init(messageId: messageId, from: sender.whisperId, to: recipient.whisperId,
-            msgType: msgType, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText,
-            sig: Data(sig).base64EncodedString(), replyTo: replyTo, attachment: attachment)
-        )
+        message.sig = Data(CanonicalSigning.sign(message.signedBytes(), with: sender.keys.signing)).base64EncodedString()
+        return SendMessage(sessionToken: sessionToken, message)
     }
 
     /// One group message as its copies (spec 7, pairwise fan-out): for each member, the
@@ -73,22 +71,18 @@ public enum MessageCrypto {
     public static func makeGroupCopies(
         _ plaintext: [UInt8], groupId: String, from sender: (whisperId: String, keys: WhisperKeys), to members: [PeerKeys],
         sessionToken: String, msgType: MessageType = .text, messageId: String = RandomID.uuid(),
-        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil
+        timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil,
+        directoryHead: DirectoryHead? = nil
     ) -> [GroupSendMessage] {
         members.filter { $0.whisperId != sender.whisperId }.map { member in
             let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
             let ciphertext = X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: member.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
-            let nonceText = Data(nonce).base64EncodedString()
-            let ciphertextText = Data(ciphertext).base64EncodedString()
-            let signed = CanonicalSigning.bytes(
-                messageType: ClientFrameType.groupSendMessage.rawValue, messageId: messageId, from: sender.whisperId,
-                toOrGroupId: groupId, timestamp: timestamp, nonce: nonceText, ciphertext: ciphertextText
-            )
-            let message = SendMessageFields(
+            var message = SendMessageFields(
                 messageId: messageId, from: sender.whisperId, to: member.whisperId, msgType: msgType, timestamp: timestamp,
-                nonce: nonceText, ciphertext: ciphertextText, sig: Data(CanonicalSigning.sign(signed, with: sender.keys.signing)).base64EncodedString(),
-                replyTo: replyTo, attachment: attachment
+                nonce: Data(nonce).base64EncodedString(), ciphertext: Data(ciphertext).base64EncodedString(), sig: "",
+                replyTo: replyTo, attachment: attachment, directoryHead: directoryHead
             )
+            message.sig = Data(CanonicalSigning.sign(message.signedBytes(groupId: groupId), with: sender.keys.signing)).base64EncodedString()
             return GroupSendMessage(sessionToken: sessionToken, .init(groupId: groupId, message: message))
         }
     }
@@ -99,13 +93,9 @@ public enum MessageCrypto {
         _ message: MessageReceived, by recipient: (whisperId: String, keys: WhisperKeys), sender: PeerKeys, key: ConversationKey? = nil
     ) throws(MessageCryptoError) -> [UInt8] {
         guard message.to == recipient.whisperId, message.from == sender.whisperId else { throw .notForMe }
-        let signed = CanonicalSigning.bytes(
-            messageType: message.groupId == nil ? ClientFrameType.sendMessage.rawValue : ClientFrameType.groupSendMessage.rawValue,
-            messageId: message.messageId, from: message.from, toOrGroupId: message.groupId ?? message.to,
-            timestamp: message.timestamp, nonce: message.nonce, ciphertext: message.ciphertext
-        )
         guard let sig = Data(base64Encoded: message.sig),
-              CanonicalSigning.verify([UInt8](sig), over: signed, publicKey: sender.signPublicKey) else { throw .badSignature }
+              CanonicalSigning.verify([UInt8](sig), over: message.message.signedBytes(groupId: message.groupId), publicKey: sender.signPublicKey)
+        else { throw .badSignature }
         guard let nonce = Data(base64Encoded: message.nonce), let ciphertext = Data(base64Encoded: message.ciphertext) else {
             throw .cannotDecrypt
         }
@@ -129,6 +119,11 @@ public struct MessageDeduplicator: Sendable {
 
     public init(capacity: Int = 10_000) {
         self.capacity = capacity
+    }
+
+    /// Whether a messageId was seen in a conversation (without remembering it).
+    public func contains(_ messageId: String, in conversation: String) -> Bool {
+        seen[conversation]?.contains(messageId.lowercased()) ?? false
     }
 
     /// True the first time a messageId is seen in a conversation (keyed by the peer or group).

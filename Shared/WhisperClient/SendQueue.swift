@@ -108,7 +108,9 @@ public actor SendQueue {
     }
 
     /// Tries every message that is due, oldest first. `transport` sends one frame and
-    /// returns when the server accepted it (`message_accepted`), or throws.
+    /// returns when the server accepted it (`message_accepted`), or throws. A socket
+    /// that closed (`WhisperClientError.closed`, `.notConnected`) spends no attempt and
+    /// ends the flush: the next socket's flush goes on from there.
     public func flush(now: Int64 = Clock.millisecondsNow(), using transport: Transport) async throws {
         try await load()
         for index in messages.indices where (messages[index].state == .queued || messages[index].state == .sending)
@@ -120,9 +122,16 @@ public actor SendQueue {
                 try await transport(messages[index].message)
                 messages[index].state = .sent
                 messages[index].lastError = nil
+            } catch WhisperClientError.closed, WhisperClientError.notConnected {
+                // The socket went before the frame did: not an attempt. The rest waits for
+                // the next socket.
+                messages[index].attempts -= 1
+                messages[index].state = .queued
+                try await store.save(messages)
+                return
             } catch {
                 messages[index].lastError = String(describing: error)
-                if messages[index].attempts >= policy.maxAttempts {
+                if messages[index].attempts >= policy.maxAttempts || Self.isFinal(error) {
                     messages[index].state = .failed
                 } else {
                     messages[index].state = .queued
@@ -131,6 +140,16 @@ public actor SendQueue {
                 }
             }
             try await store.save(messages)
+        }
+    }
+
+    /// A refusal no retry can change (the message itself, its sender or its recipient
+    /// is refused); over a limit, a server error or a lost session are worth another try.
+    static func isFinal(_ error: any Error) -> Bool {
+        guard case WhisperClientError.refused(let code, _) = error else { return false }
+        switch code {
+        case .authFailed, .invalidPayload, .userBanned, .notFound, .forbidden: return true
+        case .notRegistered, .invalidTimestamp, .rateLimited, .internalError: return false
         }
     }
 

@@ -147,8 +147,7 @@ public struct WhisperAPI: Sendable {
             let peer = PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign))
             if keys.signingKey(proof.head.keyId) == nil {
                 // A head signed by a key not held yet: the directory may have rotated.
-                let listed: DirectoryKeys = try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384)
-                keys = await directory.learn(listed) ?? keys
+                keys = await directory.learn(try await servedDirectoryKeys()) ?? keys
             }
             let head = try await directory.accept(
                 proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys
@@ -178,7 +177,12 @@ public struct WhisperAPI: Sendable {
 
     /// The directory's public keys: the ones ``directory`` holds, else `GET /kt/keys`.
     public func directoryKeys() async throws -> DirectoryKeys {
-        try await directory.directoryKeys { try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384) }
+        try await directory.directoryKeys { try await servedDirectoryKeys() }
+    }
+
+    /// `GET /kt/keys`, as the server answers it (checked by ``DirectoryView`` before use).
+    private func servedDirectoryKeys() async throws -> DirectoryKeys {
+        try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384)
     }
 
     /// The directory's newest head, with the log's consistency proof from epoch `since`

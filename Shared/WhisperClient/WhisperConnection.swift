@@ -42,6 +42,8 @@ public actor WhisperConnection {
         case awaiting(CheckedContinuation<ServerFrame, any Error>, deadline: ContinuousClock.Instant)
     }
     private var connectWaiters: [CheckedContinuation<Void, any Error>] = []
+    /// `close()` calls waiting for the socket to count as closed.
+    private var closeWaiters: [CheckedContinuation<Void, Never>] = []
     private var task: Task<Void, Never>?
     private var closedCode: UInt16??
     private let logger: Logger
@@ -100,10 +102,27 @@ public actor WhisperConnection {
         }
     }
 
-    /// Closes the socket (normal closure).
-    public func close() async {
+    /// Closes the socket (normal closure), waiting up to `grace` for the server's side of
+    /// the closing handshake; a socket that does not answer by then (a dead network) is
+    /// dropped. A socket still connecting gives the attempt up (`connect()` throws
+    /// ``WhisperClientError/closed(code:)``). Returns once the socket counts as closed.
+    public func close(grace: Duration = .seconds(2)) async {
+        guard closedCode == nil, let task else { return }
+        guard outbound != nil else {
+            task.cancel()
+            closed(code: nil, error: nil)
+            return
+        }
+        let deadline = Task {
+            try await Task.sleep(for: grace)
+            task.cancel()
+            self.closed(code: nil, error: nil)
+        }
         try? await outbound?.close(.normalClosure, reason: nil)
-        await task?.value
+        if closedCode == nil {
+            await withCheckedContinuation { closeWaiters.append($0) }
+        }
+        deadline.cancel()
     }
 
     /// The close code once the socket has closed (nil inside when none was sent).
@@ -366,7 +385,12 @@ public actor WhisperConnection {
 
     // MARK: - Socket events
 
-    private func opened(_ writer: WebSocketOutboundWriter) {
+    private func opened(_ writer: WebSocketOutboundWriter) async {
+        // Given up while it was connecting: closed at once.
+        guard closedCode == nil else {
+            try? await writer.close(.normalClosure, reason: nil)
+            return
+        }
         outbound = writer
         connectWaiters.forEach { $0.resume() }
         connectWaiters.removeAll()
@@ -389,7 +413,11 @@ public actor WhisperConnection {
     }
 
     private func closed(code: UInt16?, error: (any Error)?) {
+        // Once: a socket given up counts as closed when its task ends later.
+        guard closedCode == nil else { return }
         closedCode = .some(code)
+        closeWaiters.forEach { $0.resume() }
+        closeWaiters.removeAll()
         outbound = nil
         for case .awaiting(let continuation, _) in waiting.values {
             continuation.resume(throwing: WhisperClientError.closed(code: code))

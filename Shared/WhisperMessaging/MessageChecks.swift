@@ -32,14 +32,7 @@ public struct MessageChecks: Sendable {
         guard body.count <= Limits.MAX_STORED_MESSAGE_BYTES else {
             throw WhisperError(.invalidPayload, "the message is \(body.count) bytes with all its fields; at most \(Limits.MAX_STORED_MESSAGE_BYTES)")
         }
-        try await verifySignature(
-            from: message.from, sig: message.sig,
-            over: CanonicalSigning.bytes(
-                messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: message.messageId,
-                from: message.from, toOrGroupId: groupId ?? message.to, timestamp: message.timestamp, nonce: message.nonce,
-                ciphertext: message.ciphertext
-            )
-        )
+        try await verifySignature(from: message.from, sig: message.sig, over: message.fields.signedBytes(groupId: groupId))
         guard let recipient = try await identities.lookup(message.to) else {
             throw WhisperError(.notFound, "no such recipient")
         }

@@ -170,6 +170,10 @@ import WhisperShared
                 attachment: round % 7 == 0 ? AttachmentPointer(
                     objectKey: text(), contentType: text(), ciphertextSize: Int64(round), fileNonce: text(),
                     fileKeyBox: FileKeyBox(nonce: text(), ciphertext: text())
+                ) : nil,
+                directoryHead: round % 11 == 0 ? DirectoryHead(
+                    epoch: Int64(round + 1), logRoot: Array(repeating: UInt8(round % 256), count: 32), prefixRoot: Array(repeating: 7, count: 32),
+                    publishedAt: Int64(round), keyId: text(), signature: Array(repeating: 9, count: 64)
                 ) : nil
             ), groupId: round % 3 == 0 ? text() : nil)
             let bytes = ServerFrameCodec.encode(message, requestId: round % 2 == 0 ? "r-\(round)" : nil)
@@ -182,7 +186,11 @@ import WhisperShared
         let message = MessageReceived(SendMessageFields(
             messageId: UUID().uuidString.lowercased(), from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF", msgType: .text,
             timestamp: 1_767_268_800_000, nonce: Data(count: 24).base64EncodedString(), ciphertext: Data(count: 40).base64EncodedString(),
-            sig: Data(count: 64).base64EncodedString(), replyTo: UUID().uuidString.lowercased(), reactions: ["\u{1F44D}": ["WSP-AAAA-BBBB-CCCC"]]
+            sig: Data(count: 64).base64EncodedString(), replyTo: UUID().uuidString.lowercased(), reactions: ["\u{1F44D}": ["WSP-AAAA-BBBB-CCCC"]],
+            directoryHead: DirectoryHead(
+                epoch: 42, logRoot: Array(repeating: 1, count: 32), prefixRoot: Array(repeating: 2, count: 32), publishedAt: 1_767_268_790_000,
+                keyId: "5f1c0a9e7b3d2c48", signature: Array(repeating: 3, count: 64)
+            )
         ))
         frames.append(("message_received", String(decoding: ServerFrameCodec.encode(message), as: UTF8.self)))
         frames.append(("message_accepted", String(decoding: ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: "r-1"), as: UTF8.self)))

@@ -106,7 +106,7 @@ import WhisperShared
         }
     }
 
-    @Test func aHeadRolledBackIsRefusedAndTwoHeadsForOneEpochAreCaughtWhenCompared() async throws {
+    @Test func aHeadRolledBackIsRefusedAndTwoHeadsForOneEpochAreCaughtWhenComparedAlsoInMessages() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
             let aliceAPI = Self.api(stack)
@@ -167,6 +167,30 @@ import WhisperShared
                 try await aliceAPI.compareHead(forked)
             }
             await #expect(throws: KeyTransparencyError.self) { try await bobAPI.compareHead(newest) }
+            // The people talking catch it too: bob's message carries the head he holds,
+            // under his signature, and alice compares it with hers.
+            let held = try #require(await bobAPI.directory.head)
+            let sent = MessageCrypto.makeMessage(
+                Array("which log do you see?".utf8), from: (bob.whisperId, bob.keys), to: alice.peerKeys, sessionToken: bob.token, directoryHead: held
+            )
+            try await bob.connection.send(sent)
+            var arrived: MessageReceived?
+            try await waitUntil {
+                arrived = await alice.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }.first { $0.messageId == sent.messageId }
+                return arrived != nil
+            }
+            let received = try #require(arrived)
+            #expect(received.directoryHead == held)
+            #expect(try MessageCrypto.open(received, by: (alice.whisperId, alice.keys), sender: bob.peerKeys) == Array("which log do you see?".utf8))
+            await #expect(throws: KeyTransparencyError.notAnExtension(held: newest.epoch, offered: forked.epoch)) {
+                try await aliceAPI.compareHead(try #require(received.directoryHead))
+            }
+            // A server that swaps the head for one alice would accept, or strips it, breaks bob's signature.
+            for other in [newest, nil] as [DirectoryHead?] {
+                var changed = received
+                changed.message.directoryHead = other
+                #expect(throws: MessageCryptoError.badSignature) { try MessageCrypto.open(changed, by: (alice.whisperId, alice.keys), sender: bob.peerKeys) }
+            }
             // A head the directory did not sign is refused outright.
             var unsigned = forked
             unsigned.publishedAt += 1

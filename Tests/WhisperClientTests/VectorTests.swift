@@ -124,12 +124,17 @@ import WhisperShared
 
         let signatures = chain["signatures"] as! [String: Any]
         let signer = derived[signatures["signer"] as! Int]
+        var headCases = 0
         for vector in signatures["cases"] as! [[String: Any]] {
+            let head = try (vector["directoryHead"] as? [String: Any]).map {
+                try JSONDecoder().decode(DirectoryHead.self, from: JSONSerialization.data(withJSONObject: $0))
+            }
+            headCases += head == nil ? 0 : 1
             let bytes = CanonicalSigning.bytes(
                 messageType: vector["messageType"] as! String, messageId: vector["messageId"] as! String,
                 from: vector["from"] as! String, toOrGroupId: vector["toOrGroupId"] as! String,
                 timestamp: (vector["timestamp"] as! NSNumber).int64Value,
-                nonce: vector["nonce"] as! String, ciphertext: vector["ciphertext"] as! String
+                nonce: vector["nonce"] as! String, ciphertext: vector["ciphertext"] as! String, directoryHead: head
             )
             #expect(String(decoding: bytes, as: UTF8.self) == vector["signedBytes"] as! String)
             let signature = CanonicalSigning.sign(bytes, with: signer.signing)
@@ -137,6 +142,7 @@ import WhisperShared
             #expect(CanonicalSigning.verify(signature, over: bytes, publicKey: signer.signPublicKey))
             #expect(!CanonicalSigning.verify(signature, over: bytes + [0], publicKey: signer.signPublicKey))
         }
+        #expect(headCases == 1, "one case signs a directory head line")
 
         let proof = chain["registrationProof"] as! [String: Any]
         let challenge = Self.base64(proof["challenge"] as! String)

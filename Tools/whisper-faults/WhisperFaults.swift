@@ -6,10 +6,11 @@ import WhisperClient
 import WhisperShared
 
 /// Steady messaging through the SDK while `scripts/faults` kills and restarts parts of
-/// the stack: every client behaves as an app does (reconnects to the next gateway with
-/// backoff, resumes its session, walks its pending queue on each connect, acknowledges
-/// what it gets, dedupes by messageId, resends an unanswered message with the same
-/// messageId under the SDK's retry policy), and every messageId is accounted for.
+/// the stack: every client is an app on the SDK's session object (`WhisperSession`:
+/// reconnects to the next gateway with backoff and jitter, resumes its session, walks
+/// its pending queue on each connect, dedupes by messageId, resends an unanswered message
+/// with the same messageId), acknowledges what it gets, and every messageId is
+/// accounted for.
 @main
 struct WhisperFaults: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -53,7 +54,7 @@ struct WhisperFaults: AsyncParsableCommand {
             let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
             connections.append(connection)
             users.append(FaultClient(
-                whisperId: ack.whisperId, keys: keys, token: ack.sessionToken,
+                whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, expiresAt: ack.sessionExpiresAt,
                 gateways: Array(gateways[(index % gateways.count)...] + gateways[..<(index % gateways.count)]),
                 ledger: ledger, logger: logger
             ))
@@ -88,7 +89,14 @@ struct WhisperFaults: AsyncParsableCommand {
             }
             // Sending is over: wait until every accepted message has arrived, walking
             // queues now and then as an app woken by a push would.
-            while ContinuousClock.now < deadline, ledger.missing() > 0 {
+            func unsent() async -> Int {
+                var count = 0
+                for user in users_ { count += await user.unsent() }
+                return count
+            }
+            while ContinuousClock.now < deadline {
+                let waiting = await unsent()
+                if waiting == 0, ledger.missing() == 0 { break }
                 for index in 0..<pairs { await users_[index * 2 + 1].walkQueue() }
                 try? await Task.sleep(for: .seconds(1))
             }
@@ -150,8 +158,8 @@ final class Ledger: Sendable {
         entries.withLock { $0[id] = $0[id] ?? Entry(queuedAt: now) }
     }
 
-    func tried(_ id: String) {
-        entries.withLock { $0[id]?.attempts += 1 }
+    func tried(_ id: String, times: Int) {
+        entries.withLock { $0[id]?.attempts = times }
     }
 
     func accepted(_ id: String) {
@@ -237,98 +245,86 @@ final class Ledger: Sendable {
     }
 }
 
-/// One app: a session it keeps, sockets it keeps open, an outbox it flushes in order.
+/// One app: the SDK's session object keeps it connected (backoff with jitter, draining
+/// gateways, dead sockets, its pending queue walked on every connect) and sends its
+/// outbox (same messageId on every try); the client only counts.
 actor FaultClient {
     let whisperId: String
     let keys: WhisperKeys
     let token: String
-    let gateways: [String]
     let ledger: Ledger
-    let logger: Logger
-    private var connection: WhisperConnection?
+    let session: WhisperSession
     private var stopped = false
-    private var dedupe = MessageDeduplicator()
-    private let policy = RetryPolicy()
 
-    init(whisperId: String, keys: WhisperKeys, token: String, gateways: [String], ledger: Ledger, logger: Logger) {
+    init(whisperId: String, keys: WhisperKeys, token: String, expiresAt: Int64, gateways: [String], ledger: Ledger, logger: Logger) {
         self.whisperId = whisperId
         self.keys = keys
         self.token = token
-        self.gateways = gateways
         self.ledger = ledger
-        self.logger = logger
+        var configuration = WhisperSession.Configuration(gateways: gateways, deviceId: RandomID.uuid(), platform: .ios)
+        configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
+        // A session lost with Redis is this client's own: it takes it back from the keys.
+        session = WhisperSession(
+            configuration: configuration, keys: keys,
+            credentials: SessionCredentials(whisperId: whisperId, sessionToken: token, expiresAt: expiresAt), logger: logger
+        )
     }
 
     var peer: PeerKeys { PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey) }
 
-    /// Keeps a socket open: on a close or a failed connect, the next gateway after a backoff.
+    /// Runs the session and counts what it hands over until `deadline`.
     func stayConnected(until deadline: ContinuousClock.Instant) async {
-        var backoff = Backoff(policy: .init(initial: .milliseconds(100), maximum: .seconds(2)))
-        var index = 0
-        while !stopped, ContinuousClock.now < deadline {
-            let socket = WhisperConnection(url: gateways[index % gateways.count], logger: logger)
-            do {
-                try await socket.connect()
-                await socket.resume(whisperId: whisperId, sessionToken: token)
-                // Binds the socket to the session and brings what waited.
-                try await walk(socket)
-                connection = socket
-                backoff.reset()
-                var moveAfter: Duration?
-                for await event in socket.events {
-                    if let message = event.payload(as: MessageReceived.self) { await take(message, on: socket) }
-                    // A draining gateway asks its clients to move: as an app does, this
-                    // socket closes and the next one opens after the hint.
-                    if let notice = event.payload(as: Reconnect.self) {
-                        moveAfter = notice.delay
-                        break
-                    }
-                    if stopped { break }
+        let session = self.session, ledger = self.ledger
+        await session.start()
+        let counting = Task {
+            for await event in session.events {
+                switch event {
+                case .message(let message):
+                    // The session shows each message once; a second one here is a duplicate.
+                    ledger.received(message.messageId, shown: true)
+                    try? await session.acknowledge(message)
+                case .outgoing(let messageId, let state):
+                    if [.sent, .delivered, .read].contains(state) { ledger.accepted(messageId) }
+                default:
+                    break
                 }
-                if let moveAfter {
-                    connection = nil
-                    await socket.close()
-                    index += 1
-                    try? await Task.sleep(for: moveAfter)
-                    continue
-                }
-            } catch {
-                // Connect or first fetch failed: try the next gateway.
             }
-            connection = nil
-            await socket.close()
-            index += 1
-            try? await Task.sleep(for: backoff.next())
         }
+        while !stopped, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(100)) }
+        counting.cancel()
     }
 
     func stop() async {
         stopped = true
-        await connection?.close()
+        await session.stop()
+        // Attempts and outcomes as the outbox kept them.
+        for message in (try? await session.outbox.all()) ?? [] {
+            ledger.tried(message.message.messageId, times: message.attempts)
+            switch message.state {
+            case .failed:
+                let refused = message.attempts < RetryPolicy().maxAttempts ? (message.lastError ?? "refused") : nil
+                ledger.failed(message.message.messageId, refused: refused)
+            case .queued, .sending:
+                // Still unsent when the run ended: given up.
+                ledger.failed(message.message.messageId, refused: nil)
+            case .sent, .delivered, .read:
+                break
+            }
+        }
     }
 
-    /// Walks the pending queue once on the current socket (if any).
+    /// Messages of the outbox the server has not accepted yet (nor refused for good).
+    func unsent() async -> Int {
+        ((try? await session.outbox.all()) ?? []).filter { $0.state == .queued || $0.state == .sending }.count
+    }
+
+    /// Walks the pending queue once (as an app woken by a push would).
     func walkQueue() async {
-        guard let connection else { return }
-        try? await walk(connection)
+        try? await session.fetchPending()
     }
 
-    private func walk(_ socket: WhisperConnection) async throws {
-        var cursor: String?
-        repeat {
-            let page = try await socket.fetchPending(cursor: cursor, limit: 200)
-            for message in page.messages { await take(message, on: socket) }
-            cursor = page.nextCursor
-        } while cursor != nil
-    }
-
-    private func take(_ message: MessageReceived, on socket: WhisperConnection) async {
-        ledger.received(message.messageId, shown: dedupe.firstSighting(message.messageId, in: message.from))
-        try? await socket.acknowledge(message)
-    }
-
-    /// Sends `count` messages to `peer` at `perSecond`, each until accepted (same
-    /// messageId on every try), giving up after the SDK's attempt limit.
+    /// Queues `count` messages to `peer` at `perSecond`; the session sends each until
+    /// accepted.
     func send(_ count: Int, perSecond: Double, phase: Double, to recipient: FaultClient, until deadline: ContinuousClock.Instant) async {
         let interval = 1.0 / perSecond
         let start = ContinuousClock.now + .milliseconds(Int64(phase * interval * 1000))
@@ -339,32 +335,7 @@ actor FaultClient {
                 Array("message \(index)".utf8), from: (whisperId, keys), to: peer, sessionToken: token
             )
             ledger.queued(message.messageId)
-            await deliver(message, until: deadline)
+            try? await session.send(message)
         }
-    }
-
-    private func deliver(_ message: SendMessage, until deadline: ContinuousClock.Instant) async {
-        var attempt = 0
-        while attempt < policy.maxAttempts, ContinuousClock.now < deadline {
-            guard let socket = connection else {
-                // Not connected: the app waits for its socket; no attempt is spent.
-                try? await Task.sleep(for: .milliseconds(20))
-                continue
-            }
-            ledger.tried(message.messageId)
-            do {
-                try await socket.send(message, timeout: .seconds(5))
-                ledger.accepted(message.messageId)
-                return
-            } catch WhisperClientError.refused(let code, _) where code != .internalError && code != .rateLimited {
-                ledger.failed(message.messageId, refused: code.rawValue)
-                return
-            } catch {
-                // Closed, timed out, or a failure the server asks to retry.
-            }
-            attempt += 1
-            try? await Task.sleep(for: policy.delay(afterAttempt: attempt))
-        }
-        ledger.failed(message.messageId, refused: nil)
     }
 }

@@ -12,6 +12,8 @@ actor Inbox {
     let attachmentsDirectory: URL?
     private var deduplicator = MessageDeduplicator()
     private(set) var printed = 0
+    /// `listen`'s session object, once it keeps the connection.
+    private var live: WhisperSession?
 
     init(session: Session, json: Bool, attachmentsDirectory: URL?) {
         self.session = session
@@ -47,6 +49,36 @@ actor Inbox {
         case failed(CLIFailure)
     }
 
+    /// Acknowledgements go through the session object from now on (`listen`).
+    func acknowledge(through live: WhisperSession) {
+        self.live = live
+    }
+
+    /// Handles what the session object hands over until `stopAfter` messages have been
+    /// printed; new credentials are kept in the profile.
+    func consume(_ events: AsyncStream<SessionEvent>, through session: Session, stopAfter limit: Int?) async -> Ending {
+        for await event in events {
+            do {
+                switch event {
+                case .message(let message): try await handle(message)
+                case .receipt(let receipt): note(receipt)
+                case .frame(let frame): try await handle(frame)
+                case .credentials(let credentials): try await session.adopt(credentials)
+                case .directoryAlert(let problem):
+                    warn("the key directory check of your own entry failed: \(CLIFailure.from(problem, doing: "monitor"))")
+                case .outgoing, .presenceSnapshot: break
+                }
+            } catch let failure as CLIFailure where failure.exitCode != 69 {
+                return .failed(failure)
+            } catch {
+                // An acknowledgement that could not be written: the socket is closing, and
+                // the message comes again on the next one.
+            }
+            if let limit, printed >= limit { return .done }
+        }
+        return .closed
+    }
+
     /// Handles frames until the socket closes, the session is revoked, or `stopAfter`
     /// messages have been printed.
     func consume(_ events: AsyncStream<ServerFrame>, stopAfter limit: Int?) async -> Ending {
@@ -75,12 +107,7 @@ actor Inbox {
         case .messageReceived:
             if let message = frame.payload(as: MessageReceived.self) { try await handle(message) }
         case .messageDelivered:
-            if let receipt = frame.payload(as: MessageDelivered.self) {
-                emit(
-                    ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""],
-                    text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \($0)" } ?? "")"
-                )
-            }
+            if let receipt = frame.payload(as: MessageDelivered.self) { note(receipt) }
         case .groupCreated:
             if let created = frame.payload(as: GroupCreated.self) {
                 try session.profile.save(group: Profile.Group(created))
@@ -160,8 +187,19 @@ actor Inbox {
         try await acknowledge(message)
     }
 
+    private func note(_ receipt: MessageDelivered) {
+        emit(
+            ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""],
+            text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \($0)" } ?? "")"
+        )
+    }
+
     private func acknowledge(_ message: MessageReceived) async throws {
-        try await session.withSession { connection, _ in try await connection.acknowledge(message) }
+        if let live {
+            try await live.acknowledge(message)
+        } else {
+            try await session.withSession { connection, _ in try await connection.acknowledge(message) }
+        }
     }
 
     private func save(_ pointer: AttachmentPointer, of message: MessageReceived, sender: PeerKeys, in directory: URL) async throws -> String? {

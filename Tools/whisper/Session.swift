@@ -62,11 +62,26 @@ actor Session {
         }
     }
 
-    /// A new socket after the old one closed (listen's reconnect).
-    func reopen() async throws {
-        await connection.close()
-        connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
-        try await open()
+    /// The SDK's session object for this profile's session (after `open`), for `listen`:
+    /// it keeps the connection by itself, and never takes the identity back from another
+    /// device (the person decides, with `whisper signin`).
+    func keepConnected() -> WhisperSession {
+        var configuration = WhisperSession.Configuration(
+            gateways: [identity.endpoints.websocket], deviceId: identity.deviceId, platform: .android
+        )
+        configuration.backoff = .init(initial: .milliseconds(250), maximum: .seconds(30))
+        configuration.registerAgain = false
+        let credentials = identity.sessionToken.flatMap { token in
+            identity.sessionExpiresAt.map { SessionCredentials(whisperId: identity.whisperId, sessionToken: token, expiresAt: $0) }
+        }
+        return WhisperSession(configuration: configuration, keys: keys, credentials: credentials, api: api, logger: logger)
+    }
+
+    /// Keeps credentials the session object got (a refresh) in the profile.
+    func adopt(_ credentials: SessionCredentials) throws {
+        identity.sessionToken = credentials.sessionToken
+        identity.sessionExpiresAt = credentials.expiresAt
+        try profile.save(identity)
     }
 
     func close() async { await connection.close() }

@@ -296,9 +296,9 @@ struct Listen: AsyncParsableCommand {
         abstract: "Print messages as they arrive, and acknowledge them.",
         discussion: """
             First walks what waited while offline, then prints live messages, receipts \
-            and group changes until interrupted. Reconnects by itself when the server \
-            restarts or another run of this profile briefly takes the session; ends (exit \
-            77) when another device signs in with the phrase.
+            and group changes until interrupted. Stays connected by itself (the SDK's \
+            WhisperSession: backoff with jitter, draining gateways, dead sockets, session \
+            refresh); ends (exit 77) when another device signs in with the phrase.
             """
     )
 
@@ -310,64 +310,42 @@ struct Listen: AsyncParsableCommand {
     func run() async throws {
         try await guarded("listen") {
             if let count, count < 1 { throw CLIFailure.badInput("--count must be at least 1") }
+            // The stored session, refreshed (or signed in again from the phrase once it
+            // expired); from then on the SDK's session object keeps the connection.
             let session = try await common.session()
-            let inbox = Inbox(session: session, json: json, attachmentsDirectory: saveAttachments.map { URL(fileURLWithPath: $0) })
-            var backoff = Backoff(policy: .init(initial: .milliseconds(250), maximum: .seconds(30)))
-            while true {
-                let connection = await session.connection
-                // Frames the server sends unasked are handled as they come, also while the
-                // pending queue is walked (receipts and group events come before its pages).
-                let consumer = Task { await inbox.consume(connection.events, stopAfter: count) }
-                do {
-                    try await inbox.drainPending(limit: count)
-                } catch let failure as CLIFailure {
-                    consumer.cancel()
-                    throw failure
-                } catch {
-                    // The socket closed under the walk: the consumer says why.
-                }
-                if let count, await inbox.printed >= count {
-                    consumer.cancel()
-                    break
-                }
-                FileHandle.standardError.write(Data("listening as \(await session.whisperId)\n".utf8))
-                switch await consumer.value {
-                case .done:
-                    await session.close()
-                    return
-                case .revoked(let reason):
-                    throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
-                case .failed(let error):
-                    throw error
-                case .moved(let delay):
-                    // The gateway is shutting down and asks its clients to move: a new
-                    // socket (the load balancer picks another gateway) after its hint.
-                    try await Task.sleep(for: delay)
-                    try await reconnect(session, backoff: &backoff, waitFirst: false)
-                case .closed:
-                    // 4001 is the end; anything else (a restart, a drain, this session used by
-                    // another run for a moment) is worth a new socket.
-                    if case .some(.some(4001)) = await connection.closeCode {
-                        throw CLIFailure.notAllowed("the session was revoked; `whisper signin` takes the identity back to this device")
-                    }
-                    try await reconnect(session, backoff: &backoff)
-                }
-            }
             await session.close()
-        }
-    }
-
-    private func reconnect(_ session: Session, backoff: inout Backoff, waitFirst: Bool = true) async throws {
-        var wait = waitFirst
-        while true {
-            if wait { try await Task.sleep(for: backoff.next()) }
-            wait = true
-            do {
-                try await session.reopen()
-                backoff.reset()
+            let live = await session.keepConnected()
+            let inbox = Inbox(session: session, json: json, attachmentsDirectory: saveAttachments.map { URL(fileURLWithPath: $0) })
+            await inbox.acknowledge(through: live)
+            let count = self.count
+            await live.start()
+            let ending = await withTaskGroup(of: Inbox.Ending?.self) { group in
+                group.addTask {
+                    for await state in live.states {
+                        switch state {
+                        case .connected:
+                            FileHandle.standardError.write(Data("listening as \(await session.whisperId)\n".utf8))
+                        case .signedOut(let reason):
+                            return .revoked(reason.rawValue)
+                        default:
+                            continue
+                        }
+                    }
+                    return nil
+                }
+                group.addTask { await inbox.consume(live.events, through: session, stopAfter: count) }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+            await live.stop()
+            switch ending {
+            case .revoked(let reason):
+                throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
+            case .failed(let failure):
+                throw failure
+            case .done, .closed, .moved, nil:
                 return
-            } catch let failure as CLIFailure where failure.exitCode == 69 {
-                FileHandle.standardError.write(Data("whisper: \(failure.description); retrying\n".utf8))
             }
         }
     }

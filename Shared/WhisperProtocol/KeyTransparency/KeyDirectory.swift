@@ -94,6 +94,20 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
         guard let data = Data(base64Encoded: base64), data.count == count else { return nil }
         return Array(data)
     }
+
+    /// The head's shape, as a message carrying it must have it (whether the directory
+    /// signed it is the recipient's check: the server does not hold the directory's view).
+    func validate(_ check: Checker) throws(FieldViolation) {
+        try check.require(epoch >= 1 && Format.isTimestamp(epoch), "directoryHead.epoch", "must be a positive integer")
+        try check.base64(logRoot, "directoryHead.logRoot", bytes: 32)
+        try check.base64(prefixRoot, "directoryHead.prefixRoot", bytes: 32)
+        try check.timestamp(publishedAt, "directoryHead.publishedAt")
+        try check.require(
+            keyId.utf8.count == 16 && keyId.utf8.allSatisfy { Format.isHex($0) && !(UInt8(ascii: "A")...UInt8(ascii: "F")).contains($0) },
+            "directoryHead.keyId", "must be 16 lower-case hex digits"
+        )
+        try check.base64(signature, "directoryHead.signature", bytes: 64)
+    }
 }
 
 /// The directory's public keys (`GET /kt/keys`): its VRF key, fixed for the directory's

@@ -2,7 +2,7 @@
 public struct SendMessageFields: SessionFields, Equatable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case messageId, from, to, msgType, timestamp
-        case nonce, ciphertext, sig, replyTo, reactions, attachment
+        case nonce, ciphertext, sig, replyTo, reactions, attachment, directoryHead
     }
     public static let frameType = ClientFrameType.sendMessage
     public var messageId: String
@@ -16,11 +16,15 @@ public struct SendMessageFields: SessionFields, Equatable {
     public var replyTo: String?
     public var reactions: [String: [String]]?
     public var attachment: AttachmentPointer?
+    /// The key directory head the sender holds, for the recipient to compare with its own
+    /// (a split view is caught by the people talking); covered by `sig`.
+    public var directoryHead: DirectoryHead?
 
     public init(
         messageId: String, from: String, to: String,
         msgType: MessageType, timestamp: Int64, nonce: String, ciphertext: String, sig: String,
-        replyTo: String? = nil, reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil
+        replyTo: String? = nil, reactions: [String: [String]]? = nil, attachment: AttachmentPointer? = nil,
+        directoryHead: DirectoryHead? = nil
     ) {
         self.messageId = messageId
         self.from = from
@@ -33,11 +37,22 @@ public struct SendMessageFields: SessionFields, Equatable {
         self.replyTo = replyTo
         self.reactions = reactions
         self.attachment = attachment
+        self.directoryHead = directoryHead
     }
 
     public func validate() throws(FieldViolation) {
         let check = Checker()
         try validateMessage(check)
+    }
+
+    /// The canonical bytes `sig` covers (docs/protocol.md section 11); `groupId` for a
+    /// group message's copy, which is signed over the group instead of the recipient.
+    public func signedBytes(groupId: String? = nil) -> [UInt8] {
+        CanonicalSigning.bytes(
+            messageType: (groupId == nil ? ClientFrameType.sendMessage : .groupSendMessage).rawValue, messageId: messageId,
+            from: from, toOrGroupId: groupId ?? to, timestamp: timestamp, nonce: nonce, ciphertext: ciphertext,
+            directoryHead: directoryHead
+        )
     }
 
     func validateMessage(_ check: Checker) throws(FieldViolation) {
@@ -54,6 +69,7 @@ public struct SendMessageFields: SessionFields, Equatable {
         if let replyTo { try check.uuid(replyTo, "replyTo") }
         if let reactions { try Self.validateReactions(reactions, check) }
         try attachment?.validate(check)
+        try directoryHead?.validate(check)
     }
 
     static func validateReactions(_ reactions: [String: [String]], _ check: Checker) throws(FieldViolation) {

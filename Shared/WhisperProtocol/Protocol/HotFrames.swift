@@ -33,7 +33,7 @@ struct MessageFieldReader {
         case ("sig", .string(let value)): sig = value
         case ("replyTo", .string(let value)): replyTo = value
         // An explicit null is what `decodeIfPresent` reads as absent.
-        case ("replyTo", .null), ("reactions", .null), ("attachment", .null): break
+        case ("replyTo", .null), ("reactions", .null), ("attachment", .null), ("directoryHead", .null): break
         default: return false
         }
         return true
@@ -128,6 +128,7 @@ extension SendMessageFields: HotFields {
         writer.field("replyTo", replyTo)
         if let reactions { writer.field("reactions", json: ProtocolJSON.encodeValue(reactions)) }
         if let attachment { writer.field("attachment", json: ProtocolJSON.encodeValue(attachment)) }
+        if let directoryHead { writer.field("directoryHead", json: ProtocolJSON.encodeValue(directoryHead)) }
     }
 }
 

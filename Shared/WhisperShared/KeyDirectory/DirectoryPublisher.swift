@@ -152,10 +152,11 @@ public struct DirectoryPublisher: Sendable {
     private func waiting(on connection: PostgresConnection) async throws -> [Waiting] {
         let rows = try await connection.query(
             """
-            SELECT u.whisper_id, u.enc_public_key, u.sign_public_key,
-                   (SELECT l.label FROM kt_leaves l WHERE l.whisper_id = u.whisper_id),
-                   (SELECT l.vrf_proof FROM kt_leaves l WHERE l.whisper_id = u.whisper_id)
-            FROM users u WHERE u.kt_epoch IS NULL ORDER BY u.created_at LIMIT \(batchSize) FOR UPDATE
+            SELECT u.whisper_id, u.enc_public_key, u.sign_public_key, l.label, l.vrf_proof
+            FROM users u LEFT JOIN LATERAL (
+                SELECT label, vrf_proof FROM kt_leaves WHERE kt_leaves.whisper_id = u.whisper_id
+            ) l ON true
+            WHERE u.kt_epoch IS NULL ORDER BY u.created_at LIMIT \(batchSize) FOR UPDATE OF u
             """,
             logger: logger
         )

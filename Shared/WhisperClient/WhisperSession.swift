@@ -1,0 +1,573 @@
+import Foundation
+import Logging
+import WhisperProtocol
+
+/// What an app keeps between runs to come back as the same identity without signing in
+/// again: the identity and its session (`WhisperSession` hands out every new one as
+/// ``SessionEvent/credentials(_:)``).
+public struct SessionCredentials: Codable, Sendable, Equatable {
+    public var whisperId: String
+    public var sessionToken: String
+    /// When the session ends (ms since 1970).
+    public var expiresAt: Int64
+
+    public init(whisperId: String, sessionToken: String, expiresAt: Int64) {
+        self.whisperId = whisperId
+        self.sessionToken = sessionToken
+        self.expiresAt = expiresAt
+    }
+}
+
+/// Where a ``WhisperSession`` is: the one thing an app shows about the connection.
+public enum SessionState: Sendable, Equatable {
+    /// Not started, or stopped (the app went to the background).
+    case idle
+    /// Opening a socket to `gateway` and signing in on it.
+    case connecting(gateway: String, attempt: Int)
+    /// Signed in on `gateway`: frames flow, the outbox is being sent.
+    case connected(gateway: String)
+    /// Waiting before the next try, at `nextTryAt` (ms since 1970).
+    case backingOff(attempt: Int, nextTryAt: Int64)
+    /// The session ended for a reason the session object must not undo by itself.
+    case signedOut(SignOutReason)
+}
+
+/// Why a session is over for good (until the app signs in again).
+public enum SignOutReason: String, Sendable, Equatable {
+    /// The app called ``WhisperSession/signOut()``.
+    case signedOut = "signed_out"
+    /// Another device signed in with the identity's phrase (`replaced_by_new_device`).
+    case replacedByNewDevice = "replaced_by_new_device"
+    /// The session was logged out through another path (`logged_out`).
+    case loggedOut = "logged_out"
+    /// The operator banned the identity (`banned`); signing in again is refused while it lasts.
+    case banned
+    /// The identity was deleted.
+    case deleted
+    /// The server no longer knows the session and ``WhisperSession/Configuration/registerAgain``
+    /// is off (another device may have taken the identity while this one was away).
+    case sessionEnded = "session_ended"
+}
+
+/// What a ``WhisperSession`` tells the app besides its state.
+public enum SessionEvent: Sendable {
+    /// A message, the first time it arrives (copies that come again are dropped and,
+    /// once the app acknowledged them, acknowledged again). Verify, decrypt, store, then
+    /// ``WhisperSession/acknowledge(_:status:)``.
+    case message(MessageReceived)
+    /// A delivery or read receipt for a message of the outbox (its state moved on).
+    case receipt(MessageDelivered)
+    /// An outgoing message changed state (``SendQueue``): accepted by the server, or failed.
+    case outgoing(messageId: String, state: OutgoingState)
+    /// The presence of the watched peers, on every (re)subscription
+    /// (``WhisperSession/watchPresence(_:)``); changes then come as `presence` frames.
+    case presenceSnapshot(PresenceSnapshot)
+    /// New credentials (after sign-in or refresh): keep them in the keychain.
+    case credentials(SessionCredentials)
+    /// The key directory check of the identity's own entry, or of a head, failed: the
+    /// app must tell the person (docs/key-transparency.md).
+    case directoryAlert(KeyTransparencyError)
+    /// Any other frame the server sent unasked (presence, typing, groups, calls, live
+    /// text, push-to-talk).
+    case frame(ServerFrame)
+}
+
+/// A connection to Whisper that keeps itself up, so the app writes no reconnect code.
+///
+/// It opens a socket to one of `gateways`, resumes the stored session (refreshing it
+/// before it ends, registering again from the keys when the server no longer knows it),
+/// walks the pending queue, subscribes to presence again, and sends the outbox (every
+/// message with its own `messageId` on every try, so the server stores it once). It
+/// pings the server and treats a socket that does not answer within
+/// ``Configuration/pingInterval`` plus ``Configuration/pingTimeout`` as dead; it follows
+/// `reconnect` notices (a gateway draining) to another gateway after the hint; after
+/// any other loss it waits the protocol's backoff with full jitter and tries the next
+/// gateway. It never undoes a revocation (another device, a logout, a ban): the state
+/// becomes ``SessionState/signedOut(_:)``.
+///
+/// The app reads ``states`` and ``events``, and calls ``networkChanged()`` when the
+/// device's network changes, ``stop()`` when it goes to the background and ``start()``
+/// when it comes back.
+public actor WhisperSession {
+    public struct Configuration: Sendable {
+        /// WebSocket URLs (`wss://…/ws`), tried in turn: one behind an edge balancer, or
+        /// each gateway's own.
+        public var gateways: [String]
+        public var deviceId: String
+        public var platform: Platform
+        public var pushToken: String?
+        public var voipToken: String?
+        /// Between tries after a loss: a random delay up to `initial · 2^attempt`, at most `maximum`.
+        public var backoff = Backoff.Policy(initial: .milliseconds(500), maximum: .seconds(30))
+        /// How often an idle socket is checked with `ping`.
+        public var pingInterval: Duration = .seconds(20)
+        /// How long a `ping` may take before the socket is taken for dead.
+        public var pingTimeout: Duration = .seconds(10)
+        /// How long opening a socket (TCP, TLS, the upgrade) may take.
+        public var connectTimeout: Duration = .seconds(15)
+        /// A session with less than this left is refreshed.
+        public var refreshBefore: Duration = .seconds(86_400)
+        /// How often the identity's own key directory entry is checked (also on every connect).
+        public var monitorInterval: Duration = .seconds(300)
+        /// When the server no longer knows the session (it expired, or its store lost it),
+        /// register again from the keys (the same identity, this device). Off: the state
+        /// becomes ``SessionState/signedOut(_:)`` with ``SignOutReason/sessionEnded`` and the
+        /// person decides (another device may have signed in meanwhile, and registering
+        /// would sign that one out).
+        public var registerAgain = true
+
+        public init(gateways: [String], deviceId: String, platform: Platform, pushToken: String? = nil, voipToken: String? = nil) {
+            self.gateways = gateways
+            self.deviceId = deviceId
+            self.platform = platform
+            self.pushToken = pushToken
+            self.voipToken = voipToken
+        }
+    }
+
+    public nonisolated let states: AsyncStream<SessionState>
+    public nonisolated let events: AsyncStream<SessionEvent>
+    private let stateContinuation: AsyncStream<SessionState>.Continuation
+    private let eventContinuation: AsyncStream<SessionEvent>.Continuation
+
+    public nonisolated let configuration: Configuration
+    public nonisolated let keys: WhisperKeys
+    /// The HTTP half, with the key directory this client holds (kept across reconnects).
+    public nonisolated let api: WhisperAPI?
+    /// The outbox: every message sent through ``send(_:)`` until the server accepted it.
+    public nonisolated let outbox: SendQueue
+    public private(set) var state: SessionState = .idle
+    public private(set) var credentials: SessionCredentials?
+
+    private let logger: Logger
+    private var runner: Task<Void, Never>?
+    private var connection: WhisperConnection?
+    /// Wakes a backoff early (`networkChanged`) or the flusher (a new message).
+    private var backoffWake: CheckedContinuation<Void, Never>?
+    private var flushWake: CheckedContinuation<Void, Never>?
+    private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
+    private var shown = MessageDeduplicator()
+    private var acknowledged = MessageDeduplicator(capacity: 1_000)
+    private var presenceWatched: [String] = []
+    private var gatewayIndex = 0
+    /// Set by `networkChanged`: the next try starts at once.
+    private var skipBackoff = false
+
+    /// `credentials`: the session the app kept (nil: register the keys' identity on the
+    /// first connect). `api`: for the key directory checks (nil: none are made).
+    public init(
+        configuration: Configuration, keys: WhisperKeys, credentials: SessionCredentials?, api: WhisperAPI? = nil,
+        outbox: any OutboxStore = MemoryOutboxStore(), retry: RetryPolicy = RetryPolicy(),
+        logger: Logger = Logger(label: "whisper-session")
+    ) {
+        precondition(!configuration.gateways.isEmpty, "a session needs at least one gateway URL")
+        self.configuration = configuration
+        self.keys = keys
+        self.credentials = credentials
+        self.api = api
+        self.outbox = SendQueue(store: outbox, policy: retry)
+        self.logger = logger
+        (states, stateContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
+        (events, eventContinuation) = AsyncStream.makeStream()
+    }
+
+    // MARK: - The app's hooks
+
+    /// Starts keeping the connection (again, after ``stop()``).
+    public func start() {
+        guard runner == nil else { return }
+        if case .signedOut = state { return }
+        runner = Task { await self.run() }
+    }
+
+    /// Closes the socket and stops reconnecting (the app went to the background);
+    /// ``start()`` resumes cleanly: the outbox and subscriptions are kept.
+    public func stop() async {
+        let runner = self.runner
+        self.runner = nil
+        runner?.cancel()
+        wakeBackoff()
+        await connection?.close()
+        await runner?.value
+        if case .signedOut = state { return }
+        set(.idle)
+    }
+
+    /// The device's network changed: the current socket may be dead without knowing it.
+    /// Opens a new one now, skipping any backoff.
+    public func networkChanged() async {
+        skipBackoff = true
+        wakeBackoff()
+        await connection?.close()
+    }
+
+    /// Ends the session on the server and stops; ``SessionState/signedOut(_:)``.
+    public func signOut() async {
+        let runner = self.runner
+        self.runner = nil
+        runner?.cancel()
+        if let connection, let token = credentials?.sessionToken {
+            _ = try? await connection.request(Logout(sessionToken: token), timeout: .seconds(5))
+        }
+        credentials = nil
+        set(.signedOut(.signedOut))
+        wakeBackoff()
+        await connection?.close()
+        await runner?.value
+    }
+
+    // MARK: - What the app does through it
+
+    /// Puts a message in the outbox (persisted first) and sends it as soon as a socket is
+    /// up; its progress comes as ``SessionEvent/outgoing(messageId:state:)``.
+    public func send(_ message: SendMessage) async throws {
+        try await outbox.enqueue(message)
+        wakeFlusher()
+    }
+
+    /// Acknowledges a message the app has stored (`delivered`) or shown (`read`). Without
+    /// a socket just now it is remembered: the server hands the message over again on the
+    /// next one (it stays pending until acknowledged), and the session acknowledges it then.
+    public func acknowledge(_ message: MessageReceived, status: ReceiptStatus = .delivered) async throws {
+        if status == .delivered { _ = acknowledged.firstSighting(message.messageId, in: message.from) }
+        guard let connection, isConnected else { return }
+        do {
+            try await connection.acknowledge(message, status: status)
+        } catch WhisperClientError.notConnected, WhisperClientError.closed {
+            // The socket just went: as above.
+        }
+    }
+
+    /// Walks the pending queue now (a push woke the app): what waited comes as
+    /// ``SessionEvent/message(_:)``, each once. Every (re)connect does it by itself.
+    public func fetchPending() async throws {
+        try await connected { connection, _ in try await self.walk(connection) }
+    }
+
+    /// Watches these peers' presence, now and after every reconnect.
+    public func watchPresence(_ whisperIds: [String]) async throws {
+        presenceWatched = whisperIds
+        if let connection, case .connected = state {
+            eventContinuation.yield(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
+        }
+    }
+
+    /// Runs `body` on the signed-in socket, waiting up to `timeout` for one.
+    public func connected<T: Sendable>(
+        timeout: Duration = .seconds(30), _ body: @Sendable (WhisperConnection, String) async throws -> T
+    ) async throws -> T {
+        if connection == nil || !isConnected {
+            try await waitForConnection(timeout: timeout)
+        }
+        guard let connection, let token = credentials?.sessionToken else { throw WhisperClientError.notConnected }
+        return try await body(connection, token)
+    }
+
+    private var isConnected: Bool {
+        if case .connected = state { return true }
+        return false
+    }
+
+    // MARK: - The loop
+
+    private func run() async {
+        var backoff = Backoff(policy: configuration.backoff)
+        while !Task.isCancelled {
+            let gateway = configuration.gateways[gatewayIndex % configuration.gateways.count]
+            set(.connecting(gateway: gateway, attempt: backoff.attempt + 1))
+            let socket = WhisperConnection(url: gateway, logger: logger)
+            var hint: Duration?
+            do {
+                try await open(socket)
+                try await signIn(on: socket)
+                connection = socket
+                try await restore(on: socket)
+                set(.connected(gateway: gateway))
+                backoff.reset()
+                hint = try await serve(socket)
+            } catch let ended as SessionEnded {
+                await socket.close()
+                connection = nil
+                credentials = nil
+                // A sign-out the app asked for stays that.
+                if case .signedOut = state {} else { set(.signedOut(ended.reason)) }
+                failWaiters(WhisperClientError.closed(code: 4001))
+                runner = nil
+                return
+            } catch {
+                logger.debug("session_socket_lost", metadata: ["gateway": "\(gateway)", "error": "\(type(of: error))"])
+            }
+            connection = nil
+            await socket.close()
+            if Task.isCancelled { break }
+            gatewayIndex += 1
+            let delay = skipBackoff ? .zero : hint ?? backoff.next()
+            skipBackoff = false
+            set(.backingOff(attempt: backoff.attempt, nextTryAt: Clock.millisecondsNow() + Int64(delay.milliseconds)))
+            await sleep(delay)
+        }
+        connection = nil
+    }
+
+    /// Opens the socket, closing it when that takes longer than `connectTimeout` (a
+    /// network that drops packets never answers).
+    private func open(_ socket: WhisperConnection) async throws {
+        let limit = configuration.connectTimeout
+        let timer = Task {
+            try await Task.sleep(for: limit)
+            await socket.close()
+        }
+        defer { timer.cancel() }
+        try await socket.connect()
+    }
+
+    /// The session on this socket: the kept one (refreshed when it ends soon), or a new
+    /// one from the keys when there is none or the server no longer knows it.
+    private func signIn(on socket: WhisperConnection) async throws {
+        if let kept = credentials, kept.expiresAt - Clock.millisecondsNow() > 60_000 {
+            await socket.resume(whisperId: kept.whisperId, sessionToken: kept.sessionToken)
+            do {
+                if Duration.milliseconds(kept.expiresAt - Clock.millisecondsNow()) < configuration.refreshBefore {
+                    let refreshed = try await socket.refreshSession()
+                    keep(SessionCredentials(whisperId: kept.whisperId, sessionToken: refreshed.sessionToken, expiresAt: refreshed.sessionExpiresAt))
+                }
+                // Binds the socket to the session (the first privileged frame does).
+                _ = try await socket.fetchPending(limit: 1)
+                return
+            } catch WhisperClientError.refused(.notRegistered, _) {
+                // The server lost the session (it expired, or its store was emptied):
+                // the keys make a new one for the same identity below.
+                guard configuration.registerAgain else { throw SessionEnded(reason: .sessionEnded) }
+            }
+        } else if credentials != nil, !configuration.registerAgain {
+            throw SessionEnded(reason: .sessionEnded)
+        }
+        let ack = try await register(on: socket)
+        keep(SessionCredentials(whisperId: ack.whisperId, sessionToken: ack.sessionToken, expiresAt: ack.sessionExpiresAt))
+    }
+
+    private func register(on socket: WhisperConnection) async throws -> RegisterAck {
+        do {
+            return try await socket.register(
+                keys: keys, deviceId: configuration.deviceId, platform: configuration.platform, whisperId: credentials?.whisperId,
+                pushToken: configuration.pushToken, voipToken: configuration.voipToken
+            )
+        } catch WhisperClientError.refused(.userBanned, _) {
+            throw SessionEnded(reason: .banned)
+        } catch WhisperClientError.refused(.notFound, _) where credentials != nil {
+            throw SessionEnded(reason: .deleted)
+        }
+    }
+
+    private func keep(_ new: SessionCredentials) {
+        credentials = new
+        eventContinuation.yield(.credentials(new))
+    }
+
+    /// What the socket needs after every (re)connect: presence watched again, the
+    /// pending queue walked, the own directory entry checked.
+    private func restore(on socket: WhisperConnection) async throws {
+        if !presenceWatched.isEmpty {
+            eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
+        }
+        try await walk(socket)
+    }
+
+    private func walk(_ socket: WhisperConnection) async throws {
+        var cursor: String?
+        repeat {
+            let page = try await socket.fetchPending(cursor: cursor, limit: 200)
+            for message in page.messages { await take(message, on: socket) }
+            cursor = page.nextCursor
+        } while cursor != nil
+    }
+
+    /// Serves a signed-in socket until it closes; the `reconnect` hint when that is why.
+    private func serve(_ socket: WhisperConnection) async throws -> Duration? {
+        let outcome = await withTaskGroup(of: Served?.self) { group in
+            group.addTask { await self.pump(socket) }
+            group.addTask { await self.keepAlive(socket); return nil }
+            group.addTask { await self.flush(on: socket); return nil }
+            group.addTask { await self.monitor(); return nil }
+            // The pump ends with the socket; the helpers follow.
+            var result: Served?
+            for await served in group {
+                if let served {
+                    result = served
+                    group.cancelAll()
+                    wakeFlusher()
+                }
+            }
+            return result
+        }
+        switch outcome {
+        case .revoked(let reason): throw SessionEnded(reason: reason)
+        case .moveAfter(let delay): return delay
+        case .closed, nil: return nil
+        }
+    }
+
+    /// Five minutes: half the skew the server accepts (docs/protocol.md section 5).
+    static let restampAfterMs: Int64 = 300_000
+
+    private enum Served: Sendable {
+        case closed
+        case moveAfter(Duration)
+        case revoked(SignOutReason)
+    }
+
+    private func pump(_ socket: WhisperConnection) async -> Served {
+        for await frame in socket.events {
+            if let message = frame.payload(as: MessageReceived.self) {
+                await take(message, on: socket)
+            } else if let receipt = frame.payload(as: MessageDelivered.self) {
+                try? await outbox.receipt(messageId: receipt.messageId, status: receipt.status)
+                eventContinuation.yield(.receipt(receipt))
+            } else if let notice = frame.payload(as: Reconnect.self) {
+                await socket.close()
+                return .moveAfter(notice.delay)
+            } else if let revoked = frame.payload(as: SessionRevoked.self) {
+                await socket.close()
+                return .revoked(SignOutReason(rawValue: revoked.reason.rawValue) ?? .loggedOut)
+            } else {
+                eventContinuation.yield(.frame(frame))
+            }
+        }
+        return .closed
+    }
+
+    /// A message shown once; a copy of one the app acknowledged is acknowledged again
+    /// (the receipt was lost with a socket), a copy of one it still holds is dropped.
+    private func take(_ message: MessageReceived, on socket: WhisperConnection) async {
+        if shown.firstSighting(message.messageId, in: message.from) {
+            eventContinuation.yield(.message(message))
+        } else if acknowledged.contains(message.messageId, in: message.from) {
+            try? await socket.acknowledge(message)
+        }
+    }
+
+    /// Pings an idle socket; closes it when a ping goes unanswered.
+    private func keepAlive(_ socket: WhisperConnection) async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: configuration.pingInterval)
+            if Task.isCancelled { return }
+            do {
+                _ = try await socket.request(Ping(), timeout: configuration.pingTimeout)
+            } catch {
+                logger.debug("session_ping_unanswered")
+                // Dead: nothing would answer a closing handshake either.
+                await socket.close(grace: .zero)
+                return
+            }
+        }
+    }
+
+    /// Sends what the outbox holds, as soon as it is due.
+    private func flush(on socket: WhisperConnection) async {
+        while !Task.isCancelled {
+            let token = credentials?.sessionToken ?? ""
+            let before = (try? await outbox.all()) ?? []
+            let me = credentials?.whisperId, signing = keys.signing
+            try? await outbox.flush { message in
+                // Messages queued under an older session carry its token: the token is not
+                // signed, so the message goes with the current one.
+                var message = message
+                message.sessionToken = token
+                // One that waited longer than the server's clock allows is signed again
+                // with the time it is sent (same messageId, same ciphertext).
+                let now = Clock.millisecondsNow()
+                if message.from == me, abs(now - message.timestamp) > Self.restampAfterMs {
+                    message.fields.timestamp = now
+                    message.fields.sig = Data(CanonicalSigning.sign(message.fields.signedBytes(), with: signing)).base64EncodedString()
+                }
+                try await socket.send(message)
+            }
+            let after = (try? await outbox.all()) ?? []
+            let was = Dictionary(before.map { ($0.message.messageId, $0.state) }, uniquingKeysWith: { first, _ in first })
+            for message in after where was[message.message.messageId] != message.state {
+                eventContinuation.yield(.outgoing(messageId: message.message.messageId, state: message.state))
+            }
+            let now = Clock.millisecondsNow()
+            let next = after.filter { $0.state == .queued }.map(\.nextAttemptAt).min()
+            if Task.isCancelled { return }
+            await waitForFlush(atMost: next.map { Duration.milliseconds(max(0, $0 - now)) } ?? .seconds(3_600))
+        }
+    }
+
+    /// Checks the identity's own key directory entry now and every `monitorInterval`.
+    private func monitor() async {
+        guard let api else { return }
+        while !Task.isCancelled {
+            if let credentials {
+                do {
+                    try await api.checkOwnEntry(whisperId: credentials.whisperId, keys: keys, sessionToken: credentials.sessionToken)
+                } catch let error as KeyTransparencyError where error != .notYetPublished {
+                    eventContinuation.yield(.directoryAlert(error))
+                } catch {
+                    // Unreachable or not published yet: the next round tries again.
+                }
+            }
+            try? await Task.sleep(for: configuration.monitorInterval)
+        }
+    }
+
+    // MARK: - Waiting
+
+    private func set(_ new: SessionState) {
+        guard new != state else { return }
+        state = new
+        stateContinuation.yield(new)
+        if case .connected = new {
+            connectedWaiters.forEach { $0.resume() }
+            connectedWaiters.removeAll()
+        }
+    }
+
+    private func waitForConnection(timeout: Duration) async throws {
+        if case .signedOut = state { throw WhisperClientError.notConnected }
+        let deadline = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.failWaiters(WhisperClientError.timedOut)
+        }
+        defer { deadline.cancel() }
+        try await withCheckedThrowingContinuation { connectedWaiters.append($0) }
+    }
+
+    private func failWaiters(_ error: any Error) {
+        connectedWaiters.forEach { $0.resume(throwing: error) }
+        connectedWaiters.removeAll()
+    }
+
+    private func sleep(_ delay: Duration) async {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            await self?.wakeBackoff()
+        }
+        await withCheckedContinuation { backoffWake = $0 }
+        timer.cancel()
+    }
+
+    private func wakeBackoff() {
+        backoffWake?.resume()
+        backoffWake = nil
+    }
+
+    private func waitForFlush(atMost delay: Duration) async {
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: delay)
+            await self?.wakeFlusher()
+        }
+        await withCheckedContinuation { flushWake = $0 }
+        timer.cancel()
+    }
+
+    private func wakeFlusher() {
+        flushWake?.resume()
+        flushWake = nil
+    }
+}
+
+/// The server ended the session for a reason the session object must not undo.
+private struct SessionEnded: Error {
+    var reason: SignOutReason
+}

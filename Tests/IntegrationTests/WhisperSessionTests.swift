@@ -1,0 +1,223 @@
+import Foundation
+import Synchronization
+import Testing
+import WhisperClient
+import WhisperProtocol
+import WhisperShared
+
+/// The SDK's session object against a real stack: it keeps itself connected, the app
+/// writes no reconnect code.
+@Suite(.serialized) struct WhisperSessionTests {
+    /// What a session showed: its states and events, gathered as they come.
+    final class Watcher: Sendable {
+        let states = Mutex<[SessionState]>([])
+        let messages = Mutex<[MessageReceived]>([])
+        let snapshots = Mutex<[PresenceSnapshot]>([])
+        let credentials = Mutex<[SessionCredentials]>([])
+        let alerts = Mutex<[KeyTransparencyError]>([])
+        private let tasks: Mutex<[Task<Void, Never>]> = Mutex([])
+
+        init(_ session: WhisperSession, acknowledging: Bool = true) {
+            let states = Task {
+                for await state in session.states { self.states.withLock { $0.append(state) } }
+            }
+            let events = Task {
+                for await event in session.events {
+                    switch event {
+                    case .message(let message):
+                        self.messages.withLock { $0.append(message) }
+                        if acknowledging { try? await session.acknowledge(message) }
+                    case .presenceSnapshot(let snapshot): self.snapshots.withLock { $0.append(snapshot) }
+                    case .credentials(let new): self.credentials.withLock { $0.append(new) }
+                    case .directoryAlert(let error): self.alerts.withLock { $0.append(error) }
+                    default: break
+                    }
+                }
+            }
+            tasks.withLock { $0 = [states, events] }
+        }
+
+        func connections(to gateway: String) -> Int {
+            states.withLock { $0.filter { $0 == .connected(gateway: gateway) }.count }
+        }
+
+        func cancel() { tasks.withLock { $0.forEach { $0.cancel() } } }
+    }
+
+    static func session(_ stack: MessagingStack, gateways: [Int], keys: WhisperKeys = try! WhisperKeys(mnemonic: BIP39.generateMnemonic())) -> WhisperSession {
+        var configuration = WhisperSession.Configuration(
+            gateways: gateways.map { stack.websocketURL($0) }, deviceId: RandomID.uuid(), platform: .ios
+        )
+        configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
+        let auth = stack.auth.baseURL
+        let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: stack.websocketURL(gateways[0]), auth: auth, attachments: auth, turn: auth))
+        return WhisperSession(configuration: configuration, keys: keys, credentials: nil, api: api, logger: TestServers.logger)
+    }
+
+    @Test func aSessionFollowsADrainingGatewayToAnotherAndNothingIsLostOrShownTwice() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 1)
+            let alice = Self.session(stack, gateways: [0, 1])
+            let watcher = Watcher(alice)
+            defer { watcher.cancel() }
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            try await stack.withRedis { try await MessagingStack.makePeers([aliceId, bob.whisperId], on: $0) }
+            try await alice.watchPresence([bob.whisperId])
+            let bobKeys = bob.peerKeys
+            func message(_ index: Int) async -> SendMessage {
+                let token = await alice.credentials?.sessionToken ?? ""
+                return MessageCrypto.makeMessage(Array("to bob \(index)".utf8), from: (aliceId, alice.keys), to: bobKeys, sessionToken: token)
+            }
+            var sent: [String] = []
+            for index in 0..<20 {
+                let next = await message(index)
+                sent.append(next.messageId)
+                try await alice.send(next)
+            }
+            // Gateway 0 drains: its sockets are told `reconnect` and the session moves on.
+            let stopping = Task { try await stack.gateways[0].stop() }
+            for index in 20..<40 {
+                let next = await message(index)
+                sent.append(next.messageId)
+                try await alice.send(next)
+            }
+            var fromBob: [String] = []
+            for index in 0..<10 {
+                let reply = MessageCrypto.makeMessage(
+                    Array("to alice \(index)".utf8), from: (bob.whisperId, bob.keys),
+                    to: PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey),
+                    sessionToken: bob.token
+                )
+                try await bob.connection.send(reply)
+                fromBob.append(reply.messageId)
+            }
+            try await stopping.value
+            try await waitUntil(timeout: .seconds(30)) { watcher.connections(to: stack.websocketURL(1)) >= 1 }
+
+            // Every message of the outbox reached bob, each under its one messageId.
+            try await waitUntil(timeout: .seconds(30)) {
+                Set(await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self)?.messageId }).isSuperset(of: sent)
+            }
+            let states = try await alice.outbox.all().map(\.state)
+            #expect(states.allSatisfy { $0 >= .sent }, "\(states)")
+            // Every message of bob's was shown to alice once.
+            try await waitUntil(timeout: .seconds(30)) { Set(watcher.messages.withLock { $0.map(\.messageId) }) == Set(fromBob) }
+            #expect(watcher.messages.withLock { $0.count } == fromBob.count, "a message was shown twice")
+            // Presence was watched again on the new socket.
+            try await waitUntil { watcher.snapshots.withLock { $0.count } >= 2 }
+            #expect(watcher.snapshots.withLock { $0.last?.peers.map(\.whisperId) } == [bob.whisperId])
+            await alice.stop()
+            #expect(await alice.state == .idle)
+        }
+    }
+
+    @Test func aCutNetworkIsNoticedByPingAndTheSessionComesBackWithWhatWaited() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let proxy = try await CuttableProxy.start(to: stack.gateways[0].port)
+            defer { Task { await proxy.stop() } }
+            let bob = try await stack.user(on: 1)
+            var configuration = WhisperSession.Configuration(gateways: ["ws://127.0.0.1:\(proxy.port)/ws"], deviceId: RandomID.uuid(), platform: .ios)
+            configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(1))
+            configuration.pingInterval = .seconds(1)
+            configuration.pingTimeout = .seconds(1)
+            configuration.connectTimeout = .seconds(2)
+            let alice = WhisperSession(
+                configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
+            )
+            let watcher = Watcher(alice)
+            defer { watcher.cancel() }
+            await alice.start()
+            let url = configuration.gateways[0]
+            try await waitUntil { watcher.connections(to: url) == 1 }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey)
+
+            proxy.cut()
+            let cutAt = ContinuousClock.now
+            // The silent socket is given up within a ping interval and its timeout.
+            try await waitUntil(timeout: .seconds(10)) { await alice.state != .connected(gateway: url) }
+            #expect(ContinuousClock.now - cutAt < .seconds(4), "the dead socket went unnoticed for \(ContinuousClock.now - cutAt)")
+            // Meanwhile both sides write: alice's message waits in her outbox, bob's in her queue.
+            let mine = MessageCrypto.makeMessage(Array("sent offline".utf8), from: (aliceId, alice.keys), to: bob.peerKeys, sessionToken: "")
+            try await alice.send(mine)
+            let theirs = MessageCrypto.makeMessage(Array("while you were away".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token)
+            try await bob.connection.send(theirs)
+            // It keeps trying (a dead socket is dropped, not waited on), without getting through.
+            try await waitUntil(timeout: .seconds(10)) {
+                watcher.states.withLock { $0.filter { if case .backingOff = $0 { true } else { false } }.count } >= 2
+            }
+            #expect(await alice.state != .connected(gateway: url), "connected through a cut network")
+
+            proxy.restore()
+            let restoredAt = ContinuousClock.now
+            try await waitUntil(timeout: .seconds(10)) { watcher.connections(to: url) == 2 }
+            // Within the backoff's bound (1 s) and a connect.
+            #expect(ContinuousClock.now - restoredAt < .seconds(4))
+            try await waitUntil { watcher.messages.withLock { $0.map(\.messageId) } == [theirs.messageId] }
+            try await waitUntil {
+                await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self)?.messageId } == [mine.messageId]
+            }
+            await alice.stop()
+        }
+    }
+
+    @Test func aMessageComingAgainIsShownOnceAndOneAcknowledgedOfflineLeavesTheQueueOnTheNextSocket() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 1)
+            let alice = Self.session(stack, gateways: [0])
+            // This app acknowledges by hand.
+            let watcher = Watcher(alice, acknowledging: false)
+            defer { watcher.cancel() }
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey)
+            let first = MessageCrypto.makeMessage(Array("one".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token)
+            try await bob.connection.send(first)
+            try await waitUntil { watcher.messages.withLock { $0.count } == 1 }
+            // Not acknowledged yet: the next socket's walk of the queue brings it again.
+            await alice.networkChanged()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 2 }
+            #expect(try await stack.pendingDepth(aliceId) == 1)
+            #expect(watcher.messages.withLock { $0.count } == 1, "shown twice")
+            // Acknowledged while no socket is up: remembered, and sent when it comes again.
+            await alice.stop()
+            try await alice.acknowledge(try #require(watcher.messages.withLock { $0.first }))
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 3 }
+            try await waitUntil { try await stack.pendingDepth(aliceId) == 0 }
+            #expect(watcher.messages.withLock { $0.count } == 1)
+            await alice.stop()
+        }
+    }
+
+    @Test func aSessionRegistersAgainFromItsKeysWhenTheServerLostItAndNeverUndoesAnotherDevice() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let alice = Self.session(stack, gateways: [0], keys: keys)
+            let watcher = Watcher(alice)
+            defer { watcher.cancel() }
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            let first = try #require(await alice.credentials)
+            // The session store loses the session (as when Redis comes back empty): the
+            // next socket registers the same identity again from the keys.
+            try await stack.withRedis { redis in _ = try await SessionStore(redis: redis).revokeAll(of: first.whisperId) }
+            await alice.networkChanged()
+            try await waitUntil(timeout: .seconds(20)) { watcher.connections(to: stack.websocketURL(0)) == 2 }
+            let second = try #require(await alice.credentials)
+            #expect(second.whisperId == first.whisperId && second.sessionToken != first.sessionToken)
+            #expect(watcher.credentials.withLock { $0.map(\.whisperId) } == [first.whisperId, first.whisperId])
+
+            // Another device signs in with the same phrase: the session ends and stays ended.
+            let other = WhisperConnection(url: stack.websocketURL(1), logger: TestServers.logger)
+            try await other.connect()
+            try await other.register(keys: keys, deviceId: RandomID.uuid(), platform: .android, whisperId: first.whisperId)
+            try await waitUntil(timeout: .seconds(20)) { await alice.state == .signedOut(.replacedByNewDevice) }
+            #expect(watcher.connections(to: stack.websocketURL(0)) == 2, "it reconnected after being replaced")
+            await other.close()
+        }
+    }
+}
