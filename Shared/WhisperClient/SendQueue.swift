@@ -110,36 +110,48 @@ public actor SendQueue {
     /// Tries every message that is due, oldest first. `transport` sends one frame and
     /// returns when the server accepted it (`message_accepted`), or throws. A socket
     /// that closed (`WhisperClientError.closed`, `.notConnected`) spends no attempt and
-    /// ends the flush: the next socket's flush goes on from there.
+    /// ends the flush: the next socket's flush goes on from there. Once the server
+    /// accepts one, messages waiting out a backoff from earlier failures go too.
     public func flush(now: Int64 = Clock.millisecondsNow(), using transport: Transport) async throws {
         try await load()
-        for index in messages.indices where (messages[index].state == .queued || messages[index].state == .sending)
-            && messages[index].nextAttemptAt <= now {
-            messages[index].state = .sending
-            messages[index].attempts += 1
-            try await store.save(messages)
-            do {
-                try await transport(messages[index].message)
-                messages[index].state = .sent
-                messages[index].lastError = nil
-            } catch WhisperClientError.closed, WhisperClientError.notConnected {
-                // The socket went before the frame did: not an attempt. The rest waits for
-                // the next socket.
-                messages[index].attempts -= 1
-                messages[index].state = .queued
+        var tried: Set<Int> = []
+        while true {
+            var accepted = false
+            for index in messages.indices where (messages[index].state == .queued || messages[index].state == .sending)
+                && messages[index].nextAttemptAt <= now && !tried.contains(index) {
+                tried.insert(index)
+                messages[index].state = .sending
+                messages[index].attempts += 1
                 try await store.save(messages)
-                return
-            } catch {
-                messages[index].lastError = String(describing: error)
-                if messages[index].attempts >= policy.maxAttempts || Self.isFinal(error) {
-                    messages[index].state = .failed
-                } else {
+                do {
+                    try await transport(messages[index].message)
+                    messages[index].state = .sent
+                    messages[index].lastError = nil
+                    accepted = true
+                } catch WhisperClientError.closed, WhisperClientError.notConnected {
+                    // The socket went before the frame did: not an attempt. The rest waits for
+                    // the next socket.
+                    messages[index].attempts -= 1
                     messages[index].state = .queued
-                    let delay = policy.delay(afterAttempt: messages[index].attempts - 1)
-                    messages[index].nextAttemptAt = now + Int64(delay.milliseconds)
+                    try await store.save(messages)
+                    return
+                } catch {
+                    messages[index].lastError = String(describing: error)
+                    if messages[index].attempts >= policy.maxAttempts || Self.isFinal(error) {
+                        messages[index].state = .failed
+                    } else {
+                        messages[index].state = .queued
+                        let delay = policy.delay(afterAttempt: messages[index].attempts - 1)
+                        messages[index].nextAttemptAt = now + Int64(delay.milliseconds)
+                    }
                 }
+                try await store.save(messages)
             }
-            try await store.save(messages)
+            // The server took a message: what waits behind a backoff from its failures
+            // before goes now rather than when its backoff ends.
+            let waiting = messages.indices.filter { messages[$0].state == .queued && messages[$0].nextAttemptAt > now && !tried.contains($0) }
+            guard accepted, !waiting.isEmpty else { return }
+            for index in waiting { messages[index].nextAttemptAt = now }
         }
     }
 

@@ -487,6 +487,8 @@ public actor WhisperSession {
             for message in after where was[message.message.messageId] != message.state {
                 eventContinuation.yield(.outgoing(messageId: message.message.messageId, state: message.state))
             }
+            // A socket that closed under the flush: the next one flushes.
+            if await socket.closeCode != nil { return }
             let now = Clock.millisecondsNow()
             let next = after.filter { $0.state == .queued }.map(\.nextAttemptAt).min()
             if Task.isCancelled { return }

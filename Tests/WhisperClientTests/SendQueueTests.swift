@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import WhisperClient
 import WhisperShared
@@ -51,6 +52,42 @@ import WhisperShared
                 #expect(state.state == .failed)
             }
         }
+    }
+
+    @Test func aClosedSocketSpendsNoAttemptAndAFinalRefusalFailsAtOnce() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let first = message(), second = message()
+        try await queue.enqueue(first)
+        try await queue.enqueue(second)
+        let sent = Mutex<[String]>([])
+        try await queue.flush { message in
+            sent.withLock { $0.append(message.messageId) }
+            throw WhisperClientError.closed(code: nil)
+        }
+        // The flush stopped at the closed socket; nothing counted as an attempt.
+        #expect(sent.withLock { $0 } == [first.messageId])
+        #expect(try await queue.all().map(\.attempts) == [0, 0])
+        #expect(try await queue.all().map(\.state) == [.queued, .queued])
+        try await queue.flush { message in
+            if message.messageId == first.messageId { throw WhisperClientError.refused(.forbidden, "no") }
+            throw WhisperClientError.refused(.rateLimited, "later")
+        }
+        #expect(try await queue.all().map(\.state) == [.failed, .queued])
+    }
+
+    @Test func onceTheServerTakesOneWhatWaitsOutABackoffGoesToo() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore(), policy: RetryPolicy(maxAttempts: 10, initial: .seconds(10), maximum: .seconds(60)))
+        let early = message(), late = message()
+        try await queue.enqueue(early)
+        let now: Int64 = 1_000_000
+        try await queue.flush(now: now) { _ in throw WhisperClientError.refused(.internalError, "down") }
+        #expect(try #require(try await queue.all().first).nextAttemptAt > now)
+        // The server is back: the next message goes, and the one backing off with it.
+        try await queue.enqueue(late)
+        let sent = Mutex<[String]>([])
+        try await queue.flush(now: now + 1) { message in sent.withLock { $0.append(message.messageId) } }
+        #expect(sent.withLock { $0 } == [late.messageId, early.messageId])
+        #expect(try await queue.all().map(\.state) == [.sent, .sent])
     }
 
     @Test func theOutboxSurvivesARestart() async throws {
