@@ -308,7 +308,8 @@ actor FaultClient {
                 // Still unsent when the run ended: given up.
                 ledger.failed(message.message.messageId, refused: nil)
             case .sent, .delivered, .read:
-                break
+                // Accepted (its event may have come after the counting stopped).
+                ledger.accepted(message.message.messageId)
             }
         }
     }
