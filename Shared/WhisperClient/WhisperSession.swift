@@ -143,8 +143,7 @@ public actor WhisperSession {
     private var runner: Task<Void, Never>?
     private var connection: WhisperConnection?
     /// Wakes a backoff early (`networkChanged`) or the flusher (a new message).
-    private var backoffWake: CheckedContinuation<Void, Never>?
-    private var flushWake: CheckedContinuation<Void, Never>?
+    private var alarms: [Alarm: CheckedContinuation<Void, Never>] = [:]
     private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
     private var shown = MessageDeduplicator()
     private var acknowledged = MessageDeduplicator(capacity: 1_000)
@@ -186,7 +185,7 @@ public actor WhisperSession {
         let runner = self.runner
         self.runner = nil
         runner?.cancel()
-        wakeBackoff()
+        wake(.backoff)
         await connection?.close()
         await runner?.value
         if case .signedOut = state { return }
@@ -197,7 +196,7 @@ public actor WhisperSession {
     /// Opens a new one now, skipping any backoff.
     public func networkChanged() async {
         skipBackoff = true
-        wakeBackoff()
+        wake(.backoff)
         await connection?.close()
     }
 
@@ -211,7 +210,7 @@ public actor WhisperSession {
         }
         credentials = nil
         set(.signedOut(.signedOut))
-        wakeBackoff()
+        wake(.backoff)
         await connection?.close()
         await runner?.value
     }
@@ -222,7 +221,7 @@ public actor WhisperSession {
     /// up; its progress comes as ``SessionEvent/outgoing(messageId:state:)``.
     public func send(_ message: SendMessage) async throws {
         try await outbox.enqueue(message)
-        wakeFlusher()
+        wake(.flush)
     }
 
     /// Acknowledges a message the app has stored (`delivered`) or shown (`read`). Without
@@ -304,7 +303,7 @@ public actor WhisperSession {
             let delay = skipBackoff ? .zero : hint ?? backoff.next()
             skipBackoff = false
             set(.backingOff(attempt: backoff.attempt, nextTryAt: Clock.millisecondsNow() + Int64(delay.milliseconds)))
-            await sleep(delay)
+            await sleep(delay, until: .backoff)
         }
         connection = nil
     }
@@ -395,7 +394,7 @@ public actor WhisperSession {
                 if let served {
                     result = served
                     group.cancelAll()
-                    wakeFlusher()
+                    wake(.flush)
                 }
             }
             return result
@@ -492,7 +491,7 @@ public actor WhisperSession {
             let now = Clock.millisecondsNow()
             let next = after.filter { $0.state == .queued }.map(\.nextAttemptAt).min()
             if Task.isCancelled { return }
-            await waitForFlush(atMost: next.map { Duration.milliseconds(max(0, $0 - now)) } ?? .seconds(3_600))
+            await sleep(next.map { Duration.milliseconds(max(0, $0 - now)) } ?? .seconds(3_600), until: .flush)
         }
     }
 
@@ -540,32 +539,21 @@ public actor WhisperSession {
         connectedWaiters.removeAll()
     }
 
-    private func sleep(_ delay: Duration) async {
+    /// What a sleep of the loop or of the flusher waits for besides its time.
+    private enum Alarm { case backoff, flush }
+
+    /// Sleeps `delay`, or less when `alarm` is rung (`wake`).
+    private func sleep(_ delay: Duration, until alarm: Alarm) async {
         let timer = Task { [weak self] in
             try? await Task.sleep(for: delay)
-            await self?.wakeBackoff()
+            await self?.wake(alarm)
         }
-        await withCheckedContinuation { backoffWake = $0 }
+        await withCheckedContinuation { alarms[alarm] = $0 }
         timer.cancel()
     }
 
-    private func wakeBackoff() {
-        backoffWake?.resume()
-        backoffWake = nil
-    }
-
-    private func waitForFlush(atMost delay: Duration) async {
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: delay)
-            await self?.wakeFlusher()
-        }
-        await withCheckedContinuation { flushWake = $0 }
-        timer.cancel()
-    }
-
-    private func wakeFlusher() {
-        flushWake?.resume()
-        flushWake = nil
+    private func wake(_ alarm: Alarm) {
+        alarms.removeValue(forKey: alarm)?.resume()
     }
 }
 
