@@ -112,7 +112,11 @@ public actor SendQueue {
     /// that closed (`WhisperClientError.closed`, `.notConnected`) spends no attempt and
     /// ends the flush: the next socket's flush goes on from there. Once the server
     /// accepts one, messages waiting out a backoff from earlier failures go too.
-    public func flush(now: Int64 = Clock.millisecondsNow(), using transport: Transport) async throws {
+    /// `settled` hears each message this flush moved to `sent` or `failed`.
+    public func flush(
+        now: Int64 = Clock.millisecondsNow(), using transport: Transport,
+        settled: @Sendable (_ messageId: String, _ state: OutgoingState) -> Void = { _, _ in }
+    ) async throws {
         try await load()
         var tried: Set<Int> = []
         while true {
@@ -146,6 +150,7 @@ public actor SendQueue {
                     }
                 }
                 try await store.save(messages)
+                if messages[index].state != .queued { settled(messages[index].message.messageId, messages[index].state) }
             }
             // The server took a message: what waits behind a backoff from its failures
             // before goes now rather than when its backoff ends.
@@ -153,6 +158,12 @@ public actor SendQueue {
             guard accepted, !waiting.isEmpty else { return }
             for index in waiting { messages[index].nextAttemptAt = now }
         }
+    }
+
+    /// When the next queued message is due (ms since 1970), or nil when none waits.
+    public func nextAttemptAt() async throws -> Int64? {
+        try await load()
+        return messages.filter { $0.state == .queued }.map(\.nextAttemptAt).min()
     }
 
     /// A refusal no retry can change (the message itself, its sender or its recipient

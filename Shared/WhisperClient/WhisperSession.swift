@@ -182,12 +182,7 @@ public actor WhisperSession {
     /// Closes the socket and stops reconnecting (the app went to the background);
     /// ``start()`` resumes cleanly: the outbox and subscriptions are kept.
     public func stop() async {
-        let runner = self.runner
-        self.runner = nil
-        runner?.cancel()
-        wake(.backoff)
-        await connection?.close()
-        await runner?.value
+        await finish(stopLoop())
         if case .signedOut = state { return }
         set(.idle)
     }
@@ -202,17 +197,29 @@ public actor WhisperSession {
 
     /// Ends the session on the server and stops; ``SessionState/signedOut(_:)``.
     public func signOut() async {
-        let runner = self.runner
-        self.runner = nil
-        runner?.cancel()
+        // The loop first, so that nothing signs in again while the logout is on its way.
+        let loop = stopLoop()
         if let connection, let token = credentials?.sessionToken {
             _ = try? await connection.request(Logout(sessionToken: token), timeout: .seconds(5))
         }
         credentials = nil
         set(.signedOut(.signedOut))
+        await finish(loop)
+    }
+
+    /// No new socket from here on: the loop is told to end (it is returned to `finish`).
+    private func stopLoop() -> Task<Void, Never>? {
+        let loop = runner
+        runner = nil
+        loop?.cancel()
+        return loop
+    }
+
+    /// Closes the socket, out of any backoff, and waits for the loop to end.
+    private func finish(_ loop: Task<Void, Never>?) async {
         wake(.backoff)
         await connection?.close()
-        await runner?.value
+        await loop?.value
     }
 
     // MARK: - What the app does through it
@@ -246,7 +253,7 @@ public actor WhisperSession {
     /// Watches these peers' presence, now and after every reconnect.
     public func watchPresence(_ whisperIds: [String]) async throws {
         presenceWatched = whisperIds
-        if let connection, case .connected = state {
+        if let connection, isConnected {
             eventContinuation.yield(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
         }
     }
@@ -465,9 +472,9 @@ public actor WhisperSession {
     private func flush(on socket: WhisperConnection) async {
         while !Task.isCancelled {
             let token = credentials?.sessionToken ?? ""
-            let before = (try? await outbox.all()) ?? []
             let me = credentials?.whisperId, signing = keys.signing
-            try? await outbox.flush { message in
+            let events = eventContinuation
+            try? await outbox.flush(using: { message in
                 // Messages queued under an older session carry its token: the token is not
                 // signed, so the message goes with the current one.
                 var message = message
@@ -480,16 +487,11 @@ public actor WhisperSession {
                     message.fields.sig = Data(CanonicalSigning.sign(message.fields.signedBytes(), with: signing)).base64EncodedString()
                 }
                 try await socket.send(message)
-            }
-            let after = (try? await outbox.all()) ?? []
-            let was = Dictionary(before.map { ($0.message.messageId, $0.state) }, uniquingKeysWith: { first, _ in first })
-            for message in after where was[message.message.messageId] != message.state {
-                eventContinuation.yield(.outgoing(messageId: message.message.messageId, state: message.state))
-            }
+            }, settled: { messageId, state in events.yield(.outgoing(messageId: messageId, state: state)) })
             // A socket that closed under the flush: the next one flushes.
             if await socket.closeCode != nil { return }
+            let next = try? await outbox.nextAttemptAt()
             let now = Clock.millisecondsNow()
-            let next = after.filter { $0.state == .queued }.map(\.nextAttemptAt).min()
             if Task.isCancelled { return }
             await sleep(next.map { Duration.milliseconds(max(0, $0 - now)) } ?? .seconds(3_600), until: .flush)
         }

@@ -44,8 +44,6 @@ actor Inbox {
         case closed
         /// The session was revoked (`session_revoked`), with the reason.
         case revoked(String)
-        /// The gateway is draining (`reconnect`): a new socket after this long.
-        case moved(after: Duration)
         case failed(CLIFailure)
     }
 
@@ -85,9 +83,6 @@ actor Inbox {
         for await frame in events {
             if frame.type == .sessionRevoked {
                 return .revoked(frame.payload(as: SessionRevoked.self)?.reason.rawValue ?? "revoked")
-            }
-            if let notice = frame.payload(as: Reconnect.self) {
-                return .moved(after: notice.delay)
             }
             do {
                 try await handle(frame)

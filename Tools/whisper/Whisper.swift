@@ -344,7 +344,7 @@ struct Listen: AsyncParsableCommand {
                 throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
             case .failed(let failure):
                 throw failure
-            case .done, .closed, .moved, nil:
+            case .done, .closed, nil:
                 return
             }
         }
