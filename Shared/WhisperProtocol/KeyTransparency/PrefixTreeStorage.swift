@@ -187,14 +187,19 @@ extension PrefixTree {
     /// The proof for `label` from the stored nodes of its path (``pathPositions(for:depth:)``
     /// down to the tree's deepest node).
     public static func proof(for label: [UInt8], nodes: [Position: Node]) -> Proof {
+        proof(for: label) { nodes[$0] }
+    }
+
+    /// The same, with the nodes found by `node` (a lookup that reads two stores).
+    public static func proof(for label: [UInt8], node: (Position) -> Node?) -> Proof {
         var siblings: [Hash] = []
         var position = Position.root
-        while let node = nodes[position], position.depth < labelBytes * 8 {
-            if let leaf = node.leaf {
+        while let found = node(position), position.depth < labelBytes * 8 {
+            if let leaf = found.leaf {
                 return Proof(siblings: siblings, end: leaf.label == label ? .found(value: leaf.value) : .otherLeaf(label: leaf.label, value: leaf.value))
             }
             let side = bit(label, position.depth)
-            siblings.append(nodes[position.child(1 - side)]?.hash ?? empty)
+            siblings.append(node(position.child(1 - side))?.hash ?? empty)
             position = position.child(side)
         }
         return Proof(siblings: siblings, end: .empty)

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 import WhisperProtocol
 
 /// The key directory as Postgres holds it (docs/key-transparency.md): what lookups and
@@ -11,10 +12,18 @@ import WhisperProtocol
 public struct DirectoryStore: Sendable {
     let postgres: PostgresClient
     let logger: Logger
+    let top: DirectoryTop
 
     public init(postgres: PostgresClient, logger: Logger) {
+        self.init(postgres: postgres, logger: logger, topLevels: DirectoryTop.standardLevels)
+    }
+
+    /// With the top `topLevels` levels kept in memory (tests take fewer, so that small
+    /// trees have nodes below them).
+    init(postgres: PostgresClient, logger: Logger, topLevels: Int) {
         self.postgres = postgres
         self.logger = logger
+        self.top = DirectoryTop(levels: topLevels)
     }
 
     static let headColumns = "epoch, log_root, prefix_root, published_at, key_id, signature"
@@ -112,29 +121,31 @@ public struct DirectoryStore: Sendable {
 
     /// The proof for `whisperId` in the newest head, with the log's consistency from epoch
     /// `since` when the client named one older than the head.
+    ///
+    /// Two statements: the identity's label (which names its path), then the head, the
+    /// opening and the path's nodes below ``DirectoryTop``'s levels in one snapshot. The
+    /// levels above come from ``DirectoryTop``'s copy of the same epoch.
     public func lookup(whisperId: String, since: Int64?) async throws -> Lookup {
-        let first = try await postgres.query(
-            """
-            SELECT l.label, (SELECT depth FROM kt_epochs ORDER BY epoch DESC LIMIT 1)
-            FROM kt_leaves l WHERE l.whisper_id = \(whisperId)
-            """,
-            logger: logger
-        )
-        var found: (label: [UInt8], depth: Int)?
-        for try await (label, depth) in first.decode((ByteBuffer, Int16?).self) {
-            found = (Array(label.readableBytesView), Int(depth ?? 0))
+        var label: [UInt8]?
+        for try await found in try await postgres.query("SELECT label FROM kt_leaves WHERE whisper_id = \(whisperId)", logger: logger)
+            .decode(ByteBuffer.self)
+        {
+            label = Array(found.readableBytesView)
         }
-        guard var (label, depth) = found else { return .waiting }
-        // A publish between the two reads can deepen the tree: read again, deeper.
-        for _ in 0..<3 {
-            let positions = PrefixTree.pathPositions(for: label, depth: depth).map { ByteBuffer(bytes: $0.key) }
+        guard let label else { return .waiting }
+        var top = try await self.top.current(for: nil, postgres: postgres, logger: logger)
+        // A publish between the statements gives a head the copy is not of: take a copy of
+        // the newest tree and read the path again.
+        for _ in 0..<4 {
+            let positions = PrefixTree.pathPositions(for: label, depth: top.depth)
+                .filter { $0.depth > self.top.levels }.map { ByteBuffer(bytes: $0.key) }
             // One row: the head, the opening and the path's nodes as arrays (one statement,
             // one snapshot; a row per node would repeat the rest and cost more to decode).
             let rows = try await postgres.query(
                 """
-                SELECT h.epoch, h.log_root, h.prefix_root, h.published_at, h.key_id, h.signature, h.depth, l.opening, l.vrf_proof,
+                SELECT h.epoch, h.log_root, h.prefix_root, h.published_at, h.key_id, h.signature, l.opening, l.vrf_proof,
                        n.positions, n.hashes, n.labels, n.values
-                FROM (SELECT epoch, log_root, prefix_root, published_at, key_id, signature, depth FROM kt_epochs ORDER BY epoch DESC LIMIT 1) h
+                FROM (SELECT epoch, log_root, prefix_root, published_at, key_id, signature FROM kt_epochs ORDER BY epoch DESC LIMIT 1) h
                 JOIN kt_leaves l ON l.whisper_id = \(whisperId)
                 CROSS JOIN (
                     SELECT coalesce(array_agg(position), '{}') AS positions, coalesce(array_agg(hash), '{}') AS hashes,
@@ -145,28 +156,23 @@ public struct DirectoryStore: Sendable {
                 logger: logger
             )
             var head: DirectoryHead?
-            var headDepth = 0
             var opening: [UInt8] = [], vrfProof: [UInt8] = []
+            // The nodes below the copy's levels; the copy itself is read, never copied.
             var nodes: [PrefixTree.Position: PrefixTree.Node] = [:]
-            for try await row in rows.decode((Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, Int16, ByteBuffer, ByteBuffer, [ByteBuffer], [ByteBuffer], [ByteBuffer], [ByteBuffer]).self) {
+            for try await row in rows.decode((Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, ByteBuffer, ByteBuffer, [ByteBuffer], [ByteBuffer], [ByteBuffer], [ByteBuffer]).self) {
                 head = Self.head((row.0, row.1, row.2, row.3, row.4, row.5))
-                headDepth = Int(row.6)
-                opening = Array(row.7.readableBytesView)
-                vrfProof = Array(row.8.readableBytesView)
-                for index in row.9.indices where index < row.10.count && index < row.11.count && index < row.12.count {
-                    guard let position = PrefixTree.Position(key: Array(row.9[index].readableBytesView)) else { continue }
-                    let label = row.11[index], value = row.12[index]
-                    nodes[position] = Self.node(
-                        hash: row.10[index], label: label.readableBytes == 0 ? nil : label, value: value.readableBytes == 0 ? nil : value
-                    )
-                }
+                opening = Array(row.6.readableBytesView)
+                vrfProof = Array(row.7.readableBytesView)
+                Self.addNodes(&nodes, positions: row.8, hashes: row.9, labels: row.10, values: row.11)
             }
             guard let head else { return .waiting }
-            if headDepth > depth {
-                depth = headDepth
+            if !top.isOf(head) {
+                top = try await self.top.current(for: head, postgres: postgres, logger: logger)
                 continue
             }
-            let proof = PrefixTree.proof(for: label, nodes: nodes)
+            let proof = PrefixTree.proof(for: label) { position in
+                position.depth > self.top.levels ? nodes[position] : top.nodes[position]
+            }
             // The identity's leaf was written with an epoch not yet committed when this
             // statement began: it is waiting.
             guard case .found = proof.end else { return .waiting }
@@ -176,7 +182,113 @@ public struct DirectoryStore: Sendable {
             }
             return .proven(KeyProof(head: head, vrfProof: vrfProof, opening: opening, siblings: proof.siblings, consistency: consistency))
         }
-        throw WhisperError(.internalError, "the key directory kept deepening during a lookup")
+        throw WhisperError(.internalError, "the key directory kept publishing during a lookup")
+    }
+
+    /// Nodes read as four parallel arrays (an empty label or value: none), by position.
+    static func addNodes(
+        _ nodes: inout [PrefixTree.Position: PrefixTree.Node], positions: [ByteBuffer], hashes: [ByteBuffer], labels: [ByteBuffer], values: [ByteBuffer]
+    ) {
+        for index in positions.indices where index < hashes.count && index < labels.count && index < values.count {
+            guard let position = PrefixTree.Position(key: Array(positions[index].readableBytesView)) else { continue }
+            let label = labels[index], value = values[index]
+            nodes[position] = node(hash: hashes[index], label: label.readableBytes == 0 ? nil : label, value: value.readableBytes == 0 ? nil : value)
+        }
+    }
+}
+
+/// The top levels of the newest epoch's prefix tree (depths 0 to ``levels``), which every
+/// lookup's path passes through, kept in memory (at most 2^(levels+1) - 1 nodes: 8,191
+/// for the standard 12, about a megabyte), so that each lookup reads only the nodes
+/// below them (about 10 of a path's 21 at a million identities).
+///
+/// How stale it can be, and why that is safe: it is one epoch's copy, read in one
+/// statement with that epoch's number and prefix root. A lookup uses it only with a head
+/// of the same epoch and root, read in the same statement as the rest of the path, and
+/// takes a new copy when they differ; a proof never mixes two trees. One read per epoch
+/// per instance, shared by the lookups that wait for it.
+final class DirectoryTop: Sendable {
+    static let standardLevels = 12
+    let levels: Int
+
+    init(levels: Int) {
+        self.levels = levels
+    }
+
+    struct Copy: Sendable {
+        let epoch: Int64
+        /// The epoch's prefix root: an epoch number alone does not name one tree (a
+        /// server that forked its log publishes two trees under one number).
+        let prefixRoot: String
+        /// The tree's deepest node in that epoch.
+        let depth: Int
+        let nodes: [PrefixTree.Position: PrefixTree.Node]
+
+        func isOf(_ head: DirectoryHead) -> Bool { epoch == head.epoch && prefixRoot == head.prefixRoot }
+    }
+
+    private struct State {
+        var copy: Copy?
+        var reading: Task<Copy, Error>?
+    }
+
+    private let state = Mutex(State())
+
+    /// The copy held when it is of `head` (any copy when nil); otherwise a new one is
+    /// read. One read at a time: lookups that want one meanwhile wait for it.
+    func current(for head: DirectoryHead?, postgres: PostgresClient, logger: Logger) async throws -> Copy {
+        enum Next { case held(Copy), wait(Task<Copy, Error>) }
+        let next: Next = state.withLock { state in
+            if let copy = state.copy, head.map(copy.isOf) ?? true { return .held(copy) }
+            if let reading = state.reading { return .wait(reading) }
+            let reading = Task { [levels] in try await Self.read(levels: levels, postgres: postgres, logger: logger) }
+            state.reading = reading
+            return .wait(reading)
+        }
+        let reading: Task<Copy, Error>
+        switch next {
+        case .held(let copy): return copy
+        case .wait(let task): reading = task
+        }
+        do {
+            let copy = try await reading.value
+            state.withLock { state in
+                // Reads run one at a time, so the one ending last read last.
+                if state.reading == reading {
+                    state.copy = copy
+                    state.reading = nil
+                }
+            }
+            return copy
+        } catch {
+            state.withLock { state in if state.reading == reading { state.reading = nil } }
+            throw error
+        }
+    }
+
+    /// The newest head's epoch, depth and top nodes, in one statement.
+    private static func read(levels: Int, postgres: PostgresClient, logger: Logger) async throws -> Copy {
+        // Keys are the depth in two bytes, then the prefix: every node above the cut sorts
+        // before the first key of depth levels + 1.
+        let below = ByteBuffer(bytes: [UInt8((levels + 1) >> 8), UInt8((levels + 1) & 0xFF)])
+        let rows = try await postgres.query(
+            """
+            SELECT h.epoch, h.prefix_root, h.depth, n.positions, n.hashes, n.labels, n.values
+            FROM (SELECT epoch, prefix_root, depth FROM kt_epochs ORDER BY epoch DESC LIMIT 1) h
+            CROSS JOIN (
+                SELECT coalesce(array_agg(position), '{}') AS positions, coalesce(array_agg(hash), '{}') AS hashes,
+                       coalesce(array_agg(coalesce(leaf_label, '')), '{}') AS labels, coalesce(array_agg(coalesce(leaf_value, '')), '{}') AS values
+                FROM kt_nodes WHERE position < \(below)
+            ) n
+            """,
+            logger: logger
+        )
+        for try await row in rows.decode((Int64, ByteBuffer, Int16, [ByteBuffer], [ByteBuffer], [ByteBuffer], [ByteBuffer]).self) {
+            var nodes: [PrefixTree.Position: PrefixTree.Node] = [:]
+            DirectoryStore.addNodes(&nodes, positions: row.3, hashes: row.4, labels: row.5, values: row.6)
+            return Copy(epoch: row.0, prefixRoot: Data(row.1.readableBytesView).base64EncodedString(), depth: Int(row.2), nodes: nodes)
+        }
+        return Copy(epoch: 0, prefixRoot: "", depth: 0, nodes: [:])
     }
 }
 
