@@ -232,6 +232,17 @@ public struct WhisperAPI: Sendable {
         return (try ContactsBackup.open(nonce: stored.nonce, ciphertext: stored.ciphertext, with: keys), stored.updatedAt)
     }
 
+    /// Deletes `whisperId` for good over HTTP (`POST /account/delete` on the gateway, the
+    /// twin of `WhisperConnection.deleteAccount`), signed with `keys`: for an app with no
+    /// socket open. Answers once the deletion is done.
+    @discardableResult
+    public func deleteAccount(whisperId: String, keys: WhisperKeys, sessionToken: String) async throws -> AccountDeleted {
+        try await call(
+            .POST, ListenerDevice.origin(ofWebSocket: endpoints.websocket), "/account/delete", token: sessionToken,
+            body: keys.accountDeletion(whisperId: whisperId), limit: 4_096
+        )
+    }
+
     /// Removes the stored backup (succeeds when there was none).
     public func deleteContactsBackup(sessionToken: String) async throws {
         struct Deleted: Decodable { var success: Bool }

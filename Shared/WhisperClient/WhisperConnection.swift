@@ -236,6 +236,19 @@ public actor WhisperConnection {
         sessionExpiresAt = nil
     }
 
+    /// Deletes the identity for good (`account_delete`, signed with `keys`, so that a
+    /// session token alone cannot): its messages, groups, live conversations, channels,
+    /// backup and attachments go, and its Whisper ID is never given out again. The server
+    /// closes the socket after `account_deleted`.
+    @discardableResult
+    public func deleteAccount(keys: WhisperKeys, timeout: Duration = .seconds(30)) async throws -> AccountDeleted {
+        let frame = try await request(AccountDelete(sessionToken: try token(), keys.accountDeletion(whisperId: try ownId())), timeout: timeout)
+        guard let deleted = frame.payload(as: AccountDeleted.self) else { throw WhisperClientError.unexpectedReply(frame.type.rawValue) }
+        sessionToken = nil
+        sessionExpiresAt = nil
+        return deleted
+    }
+
     /// Sets, keeps or clears the device's push and VoIP tokens (after the OS rotates one).
     public func updateTokens(pushToken: TokenUpdate, voipToken: TokenUpdate = .unchanged) async throws {
         _ = try await request(UpdateTokens(sessionToken: try token(), .init(pushToken: pushToken, voipToken: voipToken)))

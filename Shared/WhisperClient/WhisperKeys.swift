@@ -47,6 +47,13 @@ public struct WhisperKeys: Sendable {
         signing.sign(RegistrationProof.signedBytes(challenge: challenge, cryptoVersion: cryptoVersion))
     }
 
+    /// The signed request to delete `whisperId` for good (`account_delete`): Ed25519 over
+    /// `AccountDeleteFields.signedBytes`, at `timestamp`.
+    public func accountDeletion(whisperId: String, timestamp: Int64 = Clock.millisecondsNow()) -> AccountDeleteFields {
+        let signature = signing.sign(AccountDeleteFields.signedBytes(whisperId: whisperId, timestamp: timestamp))
+        return AccountDeleteFields(whisperId: whisperId, timestamp: timestamp, signature: Data(signature).base64EncodedString())
+    }
+
     /// These keys as a peer sees them (what `GET /users/{id}/keys` returns for `whisperId`).
     public func peerKeys(whisperId: String) -> PeerKeys {
         PeerKeys(whisperId: whisperId, encPublicKey: encPublicKey, signPublicKey: signPublicKey)

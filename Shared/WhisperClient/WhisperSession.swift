@@ -42,8 +42,9 @@ public enum SignOutReason: String, Sendable, Equatable {
     case loggedOut = "logged_out"
     /// The operator banned the identity (`banned`); signing in again is refused while it lasts.
     case banned
-    /// The identity was deleted.
-    case deleted
+    /// The identity was deleted (``WhisperSession/deleteAccount()``, or `account_deleted`
+    /// from the server).
+    case deleted = "account_deleted"
     /// The server no longer knows the session and ``WhisperSession/Configuration/registerAgain``
     /// is off (another device may have taken the identity while this one was away).
     case sessionEnded = "session_ended"
@@ -205,6 +206,21 @@ public actor WhisperSession {
         credentials = nil
         set(.signedOut(.signedOut))
         await finish(loop)
+    }
+
+    /// Deletes the identity for good (`account_delete`, signed with the session's keys),
+    /// then stops: ``SessionState/signedOut(_:)`` with ``SignOutReason/deleted``. Needs a
+    /// socket (throws while there is none: ask the person to try again when online); the
+    /// app then forgets the phrase's Whisper ID and everything it kept of the identity.
+    @discardableResult
+    public func deleteAccount() async throws -> AccountDeleted {
+        guard let connection, case .connected = state else { throw WhisperClientError.notConnected }
+        let deleted = try await connection.deleteAccount(keys: keys)
+        let loop = stopLoop()
+        credentials = nil
+        set(.signedOut(.deleted))
+        await finish(loop)
+        return deleted
     }
 
     /// No new socket from here on: the loop is told to end (it is returned to `finish`).

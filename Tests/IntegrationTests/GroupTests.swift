@@ -398,6 +398,10 @@ struct StaleRouter {
                 let directory = GroupDirectory(postgres: postgres, logger: TestServers.logger, metrics: metrics)
                 let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
                 let routing = RoutingMetrics(metrics: metrics)
+                let groups = GroupDesk(
+                    postgres: postgres, redis: redis, directory: directory, identities: identities, events: OwedFrames(redis: redis),
+                    logger: TestServers.logger
+                )
                 let router = MessageRouter(
                     redis: redis,
                     sending: MessageSending(
@@ -405,8 +409,9 @@ struct StaleRouter {
                         pending: PendingQueue(redis: redis), redis: redis, pairLimit: settings.limits[.sendPerPair], metrics: routing
                     ),
                     pending: PendingQueue(redis: redis), receipts: OwedFrames(redis: redis),
-                    groups: GroupDesk(
-                        postgres: postgres, redis: redis, directory: directory, identities: identities, events: OwedFrames(redis: redis),
+                    groups: groups,
+                    accounts: AccountDesk(
+                        groups: groups, deletion: AccountDeletion(postgres: postgres, redis: redis, logger: TestServers.logger), postgres: postgres,
                         logger: TestServers.logger
                     ),
                     calls: CallDesk(

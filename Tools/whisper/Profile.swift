@@ -60,6 +60,13 @@ struct Profile {
 
     var exists: Bool { FileManager.default.fileExists(atPath: identityURL.path) }
 
+    /// Removes every file of the profile (after the identity was deleted on the server).
+    func erase() throws {
+        for url in [identityURL, contactsURL, groupsURL, keyDirectoryURL] where FileManager.default.fileExists(atPath: url.path) {
+            try FileManager.default.removeItem(at: url)
+        }
+    }
+
     func identity() throws -> Identity {
         guard exists else {
             throw CLIFailure.noIdentity("no identity in \(directory.path): run `whisper init` (or `whisper init --recover`) first")

@@ -25,7 +25,7 @@ struct Whisper: AsyncParsableCommand {
             """,
         subcommands: [
             Init.self, SignIn.self, Identity.self, Send.self, Listen.self, Fetch.self, GroupCommand.self, Backup.self, Contacts.self, Keys.self, Monitor.self,
-            LiveCommand.self, PTTCommand.self,
+            LiveCommand.self, PTTCommand.self, Account.self,
         ]
     )
 }
@@ -543,6 +543,45 @@ struct GroupCommand: AsyncParsableCommand {
 }
 
 // MARK: - backup, contacts, keys
+
+struct Account: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The identity's account on the server.", subcommands: [Delete.self])
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Delete the identity for good, on the server and in this profile.",
+            discussion: """
+                Everything of the identity on the server goes: its waiting messages, groups (the \
+                members are told it left), live conversations, push-to-talk channels, contacts \
+                backup and attachments; its Whisper ID is never given out again. Then this \
+                profile's files are removed. Asks for the Whisper ID as confirmation; \
+                --confirm gives it without a prompt.
+                """
+        )
+        @OptionGroup var common: Common
+        @Option(help: "The profile's Whisper ID, as confirmation without a prompt.") var confirm: String?
+
+        func run() async throws {
+            try await guarded("account delete") {
+                let whisperId = try common.profile.identity().whisperId
+                let typed: String
+                if let confirm {
+                    typed = confirm
+                } else {
+                    print("This deletes \(whisperId) for good. Type its Whisper ID to confirm: ", terminator: "")
+                    typed = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces) ?? ""
+                }
+                guard typed.uppercased() == whisperId else { throw CLIFailure.badInput("account delete: not confirmed; nothing was deleted") }
+                let session = try await common.session()
+                defer { Task { await session.close() } }
+                let keys = session.keys
+                let deleted = try await session.withSession { connection, _ in try await connection.deleteAccount(keys: keys) }
+                try common.profile.erase()
+                print("deleted \(deleted.whisperId); this profile is empty")
+            }
+        }
+    }
+}
 
 struct Backup: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -81,7 +81,8 @@ struct AttachmentLedger: Sendable {
     let logger: Logger
 
     struct Record: Sendable {
-        var uploader: String
+        /// Nil once the uploader deleted its account (the attachment then expires).
+        var uploader: String?
         var size: Int64
         var live: Bool
         var verified: Bool
@@ -133,7 +134,7 @@ struct AttachmentLedger: Sendable {
                    EXISTS (SELECT 1 FROM attachment_recipients r WHERE r.object_key = a.object_key AND r.recipient_id = \(reader))
             FROM attachments a WHERE object_key = \(objectKey)
             """)
-        for try await (uploader, size, live, verified, rejected, sentTo) in rows.decode((String, Int64, Bool, Bool, Bool, Bool).self) {
+        for try await (uploader, size, live, verified, rejected, sentTo) in rows.decode((String?, Int64, Bool, Bool, Bool, Bool).self) {
             return Record(uploader: uploader, size: size, live: live, verified: verified, rejected: rejected, sentTo: sentTo)
         }
         return nil

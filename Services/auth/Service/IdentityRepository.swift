@@ -53,7 +53,8 @@ struct IdentityRepository: Sendable {
         return nil
     }
 
-    /// Creates an identity under a fresh Whisper ID, trying again on the (rare) collision.
+    /// Creates an identity under a fresh Whisper ID, trying again on the (rare) collision,
+    /// with a live identity or a deleted one (a Whisper ID is never given out twice).
     /// When the signing key was registered concurrently, returns that identity instead.
     func create(encPublicKey: [UInt8], signPublicKey: [UInt8]) async throws -> Identity {
         for _ in 0..<8 {
@@ -61,7 +62,8 @@ struct IdentityRepository: Sendable {
             let inserted = try await postgres.query(
                 """
                 INSERT INTO users (whisper_id, enc_public_key, sign_public_key)
-                VALUES (\(whisperId), \(ByteBuffer(bytes: encPublicKey)), \(ByteBuffer(bytes: signPublicKey)))
+                SELECT \(whisperId), \(ByteBuffer(bytes: encPublicKey)), \(ByteBuffer(bytes: signPublicKey))
+                WHERE NOT EXISTS (SELECT 1 FROM deleted_identities WHERE whisper_id = \(whisperId))
                 ON CONFLICT DO NOTHING
                 RETURNING whisper_id
                 """,

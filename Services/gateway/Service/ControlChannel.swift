@@ -112,9 +112,9 @@ struct ControlChannel: Sendable {
 }
 
 extension ControlChannel {
-    /// A ban closes every socket of this instance bound to the identity, whichever
-    /// socket presence names (a reconnect may be binding right now: `RecentBans`
-    /// catches that one).
+    /// A ban or a deletion closes every socket of this instance bound to the identity,
+    /// whichever socket presence names (after a ban a reconnect may be binding right now:
+    /// `RecentBans` catches that one; a deleted identity has no session left to bind with).
     func handle(identityChange payload: [UInt8]) {
         guard let change = IdentityChange.decode(payload) else {
             logger.warning("identity_change_unreadable", metadata: ["sizeBytes": "\(payload.count)"])
@@ -129,6 +129,10 @@ extension ControlChannel {
             }
         case .unbanned:
             banned.remove(change.whisperId)
+        case .deleted:
+            for (whisperId, connection) in connections.bound() where whisperId == change.whisperId {
+                revoke(connection, reason: .accountDeleted)
+            }
         }
     }
 

@@ -137,6 +137,14 @@ public func buildGateway(
             body: .init(byteBuffer: floorKeyBody)
         )
     }
+    // `account_delete` over HTTP (docs/protocol.md section 12).
+    router.post("/account/delete") { request, context -> Response in
+        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        guard limits.take(.groupOpsPerAddress, address: client) else {
+            throw WhisperHTTPError(.rateLimited, Limit.groupOpsPerAddress.refusal(retryAfterMs: nil))
+        }
+        return try await frames.deleteAccount(over: request)
+    }
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
         let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])

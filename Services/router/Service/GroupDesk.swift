@@ -14,7 +14,8 @@ struct GroupView: Sendable, Equatable {
     /// The membership version (`groups.epoch`): bumped by every change of members.
     var epoch: Int64
     var title: String
-    var createdBy: String
+    /// Nil once the creator deleted its account.
+    var createdBy: String?
     var createdAt: Int64
     /// Members in the order they joined (the owner of a new group first).
     var memberIds: [String]
@@ -51,7 +52,7 @@ struct GroupView: Sendable, Equatable {
 
     private static func read(_ groupId: String, _ rows: PostgresRowSequence) async throws -> GroupView? {
         var view: GroupView?
-        for try await (epoch, title, createdBy, createdAt, member, role) in rows.decode((Int64, String, String, Int64, String?, String?).self) {
+        for try await (epoch, title, createdBy, createdAt, member, role) in rows.decode((Int64, String, String?, Int64, String?, String?).self) {
             if view == nil {
                 view = GroupView(groupId: groupId, epoch: epoch, title: title, createdBy: createdBy, createdAt: createdAt, memberIds: [], roles: [:])
             }
@@ -256,7 +257,7 @@ struct GroupDesk: Sendable {
         directory.remember(groupId, view)
         var created = GroupCreated(
             groupId: groupId, title: view.title, memberIds: view.memberIds, ownerId: view.owner ?? creator,
-            createdBy: view.createdBy, createdAt: view.createdAt
+            createdBy: view.createdBy ?? creator, createdAt: view.createdAt
         )
         try await tell(ServerFrameCodec.encode(created), to: view.memberIds.filter { $0 != creator })
         try await notifyInvited(invited, group: view, by: creator)

@@ -6,7 +6,7 @@ import WhisperShared
 
 /// Serves the frames of the router stream (spec 4 and 5; ARCHITECTURE.md section 3):
 /// group copies (and `send_message` from gateways with `GATEWAY_SEND_PATH=router`),
-/// `fetch_pending`, group changes and call signaling. Every step is idempotent: an entry
+/// `fetch_pending`, group changes, account deletions and call signaling. Every step is idempotent: an entry
 /// that is processed twice (a router died before acknowledging it) changes nothing twice.
 /// Receipts are served by the gateways (`ReceiptDesk`), never here.
 struct MessageRouter: Sendable {
@@ -16,6 +16,7 @@ struct MessageRouter: Sendable {
     let pending: PendingQueue
     let receipts: OwedFrames
     let groups: GroupDesk
+    let accounts: AccountDesk
     let calls: CallDesk
     let settings: RouterSettings
     let metrics: RoutingMetrics
@@ -43,6 +44,10 @@ struct MessageRouter: Sendable {
                 return .group
             case .groupUpdate:
                 try await reply(try await groups.update(try decode(GroupUpdate.self, entry), entry: entry), to: entry)
+                metrics.routed(.group)
+                return .group
+            case .accountDelete:
+                try await accounts.delete(try decode(AccountDelete.self, entry), entry: entry) { try await reply($0, to: entry) }
                 metrics.routed(.group)
                 return .group
             case .groupInvitationsList:

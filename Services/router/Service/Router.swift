@@ -26,6 +26,14 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
             )
             let pending = PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity)
             let metrics = RoutingMetrics(metrics: environment.metrics)
+            let groups = GroupDesk(
+                postgres: environment.postgres, redis: environment.redis,
+                directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
+                identities: identities,
+                events: OwedFrames(redis: environment.redis, capacity: settings.groupEventsWaitingMax, store: .groupEvents),
+                invitationsPerIdentity: settings.groupInvitationsPerIdentity,
+                logger: environment.logger
+            )
             let router = MessageRouter(
                 redis: environment.redis,
                 sending: MessageSending(
@@ -34,13 +42,10 @@ public func buildRouter(settings: RouterSettings, logger: Logger, onServerRunnin
                 ),
                 pending: pending,
                 receipts: OwedFrames(redis: environment.redis, capacity: settings.receiptsWaitingMax),
-                groups: GroupDesk(
-                    postgres: environment.postgres, redis: environment.redis,
-                    directory: GroupDirectory(postgres: environment.postgres, logger: environment.logger, metrics: environment.metrics),
-                    identities: identities,
-                    events: OwedFrames(redis: environment.redis, capacity: settings.groupEventsWaitingMax, store: .groupEvents),
-                    invitationsPerIdentity: settings.groupInvitationsPerIdentity,
-                    logger: environment.logger
+                groups: groups,
+                accounts: AccountDesk(
+                    groups: groups, deletion: AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: environment.logger),
+                    postgres: environment.postgres, logger: environment.logger
                 ),
                 calls: calls,
                 settings: settings,

@@ -6,6 +6,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case registerProof = "register_proof"
     case sessionRefresh = "session_refresh"
     case logout
+    case accountDelete = "account_delete"
     case updateTokens = "update_tokens"
     case ping
     case sendMessage = "send_message"
@@ -65,6 +66,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         case .registerProof: RegisterProof.self
         case .sessionRefresh: SessionRefresh.self
         case .logout: Logout.self
+        case .accountDelete: AccountDelete.self
         case .updateTokens: UpdateTokens.self
         case .ping: Ping.self
         case .sendMessage: SendMessage.self

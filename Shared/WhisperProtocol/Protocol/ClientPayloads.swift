@@ -303,6 +303,43 @@ public enum TokenUpdate: Sendable, Equatable {
     }
 }
 
+/// Deletes the identity for good (docs/protocol.md section 4, "account_delete"):
+/// signed with the identity's signing key, so that a session token alone, stolen or
+/// leaked, cannot end an account.
+public struct AccountDeleteFields: SessionFields, Equatable {
+    public enum CodingKeys: String, CodingKey, CaseIterable { case whisperId, timestamp, signature }
+    public static let frameType = ClientFrameType.accountDelete
+    /// The identity to delete: the session's own.
+    public var whisperId: String
+    /// When the client signed (ms since 1970), within ``Limits/TIMESTAMP_SKEW_MS`` of the server's clock.
+    public var timestamp: Int64
+    /// Ed25519 by the identity's signing key over ``signedBytes(whisperId:timestamp:)``.
+    public var signature: String
+
+    public init(whisperId: String, timestamp: Int64, signature: String) {
+        self.whisperId = whisperId
+        self.timestamp = timestamp
+        self.signature = signature
+    }
+
+    /// What the signature covers: `whisper-account-delete-v1`, the Whisper ID and the
+    /// timestamp in decimal, each followed by a newline (never 32 bytes, so never the
+    /// digest a message signature covers).
+    public static func signedBytes(whisperId: String, timestamp: Int64) -> [UInt8] {
+        Array("whisper-account-delete-v1\n\(whisperId)\n\(timestamp)\n".utf8)
+    }
+
+    public var signedBytes: [UInt8] { Self.signedBytes(whisperId: whisperId, timestamp: timestamp) }
+
+    public func validate() throws(FieldViolation) {
+        let check = Checker()
+        try check.whisperID(whisperId, "whisperId")
+        try check.timestamp(timestamp, "timestamp")
+        try check.base64(signature, "signature", bytes: 64)
+    }
+}
+public typealias AccountDelete = Payload<AccountDeleteFields>
+
 public struct Ping: ClientPayload {
     public static let frameType = ClientFrameType.ping
     public static let fieldNames = ["protocolVersion", "cryptoVersion"]

@@ -7,6 +7,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case registerAck = "register_ack"
     case sessionRefreshed = "session_refreshed"
     case loggedOut = "logged_out"
+    case accountDeleted = "account_deleted"
     case tokensUpdated = "tokens_updated"
     case sessionRevoked = "session_revoked"
     case pong
@@ -57,6 +58,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .registerAck: RegisterAck.self
         case .sessionRefreshed: SessionRefreshed.self
         case .loggedOut: LoggedOut.self
+        case .accountDeleted: AccountDeleted.self
         case .tokensUpdated: TokensUpdated.self
         case .sessionRevoked: SessionRevoked.self
         case .pong: Pong.self
@@ -177,6 +179,20 @@ public struct LoggedOut: ServerPayload, Equatable {
     public init(success: Bool = true) { self.success = success }
 }
 
+/// The identity is deleted (`account_delete`): everything of it is gone but its Whisper
+/// ID, which is never given out again. The socket is closed right after.
+public struct AccountDeleted: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.accountDeleted
+    public var whisperId: String
+    /// When the deletion was done (ms since 1970).
+    public var deletedAt: Int64
+
+    public init(whisperId: String, deletedAt: Int64) {
+        self.whisperId = whisperId
+        self.deletedAt = deletedAt
+    }
+}
+
 public struct TokensUpdated: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.tokensUpdated
     public var success: Bool
@@ -186,7 +202,7 @@ public struct TokensUpdated: ServerPayload, Equatable {
 
 /// Sent just before the server closes a socket whose session ended elsewhere.
 public struct SessionRevoked: ServerPayload, Equatable {
-    public enum Reason: String, Codable, Sendable { case replacedByNewDevice = "replaced_by_new_device", loggedOut = "logged_out", banned }
+    public enum Reason: String, Codable, Sendable { case replacedByNewDevice = "replaced_by_new_device", loggedOut = "logged_out", banned, accountDeleted = "account_deleted" }
     public static let frameType = ServerFrameType.sessionRevoked
     public var reason: Reason
 

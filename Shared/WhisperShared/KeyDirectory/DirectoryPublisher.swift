@@ -120,6 +120,9 @@ public struct DirectoryPublisher: Sendable {
                 _ = try await connection.query(
                     "UPDATE users SET kt_epoch = \(epoch) WHERE whisper_id = ANY(\(waiting.map(\.whisperId))::text[])", logger: logger
                 )
+                _ = try await connection.query(
+                    "UPDATE deleted_identities SET kt_epoch = \(epoch) WHERE whisper_id = ANY(\(waiting.map(\.whisperId))::text[])", logger: logger
+                )
             }
             let logRoot = try await appendToLog(epoch: epoch, prefixRoot: update.root, publishedAt: now, on: connection)
             let signature = signer.signing.sign(DirectoryHead.signedBytes(epoch: epoch, logRoot: logRoot, prefixRoot: update.root, publishedAt: now))
@@ -150,18 +153,30 @@ public struct DirectoryPublisher: Sendable {
     /// this transaction; each with its label (kept from an earlier epoch, else proven
     /// now) and a fresh commitment.
     private func waiting(on connection: PostgresConnection) async throws -> [Waiting] {
+        // Deletions first (their entries must say so soon), then new and changed identities.
+        let deleted = try await connection.query(
+            """
+            SELECT d.whisper_id, NULL::bytea, NULL::bytea, l.label, l.vrf_proof
+            FROM deleted_identities d LEFT JOIN LATERAL (
+                SELECT label, vrf_proof FROM kt_leaves WHERE kt_leaves.whisper_id = d.whisper_id
+            ) l ON true
+            WHERE d.kt_epoch IS NULL ORDER BY d.deleted_at LIMIT \(batchSize)
+            """,
+            logger: logger
+        )
+        var rowsRead: [(String, ByteBuffer?, ByteBuffer?, ByteBuffer?, ByteBuffer?)] = []
+        for try await row in deleted.decode((String, ByteBuffer?, ByteBuffer?, ByteBuffer?, ByteBuffer?).self) { rowsRead.append(row) }
         let rows = try await connection.query(
             """
             SELECT u.whisper_id, u.enc_public_key, u.sign_public_key, l.label, l.vrf_proof
             FROM users u LEFT JOIN LATERAL (
                 SELECT label, vrf_proof FROM kt_leaves WHERE kt_leaves.whisper_id = u.whisper_id
             ) l ON true
-            WHERE u.kt_epoch IS NULL ORDER BY u.created_at LIMIT \(batchSize) FOR UPDATE OF u
+            WHERE u.kt_epoch IS NULL ORDER BY u.created_at LIMIT \(batchSize - rowsRead.count) FOR UPDATE OF u
             """,
             logger: logger
         )
-        var rowsRead: [(String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?)] = []
-        for try await row in rows.decode((String, ByteBuffer, ByteBuffer, ByteBuffer?, ByteBuffer?).self) { rowsRead.append(row) }
+        for try await row in rows.decode((String, ByteBuffer?, ByteBuffer?, ByteBuffer?, ByteBuffer?).self) { rowsRead.append(row) }
         // Labels are proven on every core: a VRF proof is most of an entry's cost.
         let vrf = signer.vrf
         let chunks = stride(from: 0, to: rowsRead.count, by: 256).map { rowsRead[$0..<min($0 + 256, rowsRead.count)] }
@@ -175,7 +190,12 @@ public struct DirectoryPublisher: Sendable {
                         guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
                         let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
                         let opening = Sodium.randomBytes(32)
-                        let state = KeyDirectory.KeyState.active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
+                        // A deleted identity has no keys: its entry says so.
+                        let state: KeyDirectory.KeyState = if let enc, let sign {
+                            .active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
+                        } else {
+                            .deleted
+                        }
                         made.append(Waiting(
                             whisperId: whisperId, label: label, vrfProof: proof, opening: opening,
                             commitment: KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)

@@ -310,6 +310,28 @@ public enum Migrations {
             )
             """,
         ]),
+        // Account deletion (docs/security.md, "Deleting an account"): the identity's row goes,
+        // and with it (cascades) its devices, bans, reports, backup, live conversations and
+        // push-to-talk channels; its Whisper ID stays here for good, so that it is never
+        // given out again and the key directory publishes the deletion (`kt_epoch` NULL
+        // until an epoch has). What others keep that named it loses the name: the groups it
+        // created, the attachments it uploaded (expired for gc-worker first).
+        Migration(version: 11, name: "account_deletion", statements: [
+            """
+            CREATE TABLE deleted_identities (
+                whisper_id text PRIMARY KEY CHECK (whisper_id ~ '^WSP-[A-Z2-7]{4}-[A-Z2-7]{4}-[A-Z2-7]{4}$'),
+                deleted_at timestamptz NOT NULL DEFAULT now(),
+                kt_epoch   bigint
+            )
+            """,
+            "CREATE INDEX deleted_identities_kt_waiting ON deleted_identities (deleted_at) WHERE kt_epoch IS NULL",
+            "ALTER TABLE groups ALTER COLUMN created_by DROP NOT NULL",
+            "ALTER TABLE groups DROP CONSTRAINT groups_created_by_fkey",
+            "ALTER TABLE groups ADD CONSTRAINT groups_created_by_fkey FOREIGN KEY (created_by) REFERENCES users (whisper_id) ON DELETE SET NULL",
+            "ALTER TABLE attachments ALTER COLUMN uploader_id DROP NOT NULL",
+            "ALTER TABLE attachments DROP CONSTRAINT attachments_uploader_id_fkey",
+            "ALTER TABLE attachments ADD CONSTRAINT attachments_uploader_id_fkey FOREIGN KEY (uploader_id) REFERENCES users (whisper_id) ON DELETE SET NULL",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

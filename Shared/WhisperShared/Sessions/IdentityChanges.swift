@@ -1,8 +1,8 @@
 /// A change of an identity's standing that every gateway and router must see at once:
 /// published on `identities:changed` (plain pub/sub, one message per change) by whoever
-/// bans or lifts a ban, after the change committed in Postgres.
+/// bans or lifts a ban, or deletes the identity, after the change committed in Postgres.
 ///
-/// Wire format: `<kind> <whisperId>`, `kind` being `banned` or `unbanned`.
+/// Wire format: `<kind> <whisperId>`, `kind` being `banned`, `unbanned` or `deleted`.
 ///
 /// Pub/sub can lose a message while a subscriber reconnects; subscribers therefore
 /// drop what they cached when they (re)subscribe, and the caches keep their TTL as the
@@ -11,6 +11,8 @@ public struct IdentityChange: Sendable, Equatable {
     public enum Kind: String, Sendable {
         case banned
         case unbanned
+        /// The identity is gone (`AccountDeletion`): its sockets close, caches forget it.
+        case deleted
     }
 
     public static let channel = "identities:changed"

@@ -27,6 +27,10 @@ extension FrameRoute {
             }
         case .logout:
             .open(Logout.self, .session, [.control]) { handler, payload, served in try await handler.logout(payload, served) }
+        case .accountDelete:
+            .acting(AccountDelete.self, [.address(.groupOpsPerAddress)], answersRefusals: true) { handler, payload, whisperId, served in
+                try await handler.deleteAccount(payload, whisperId: whisperId, served)
+            }
         case .updateTokens:
             .open(UpdateTokens.self, .session, [.control]) { handler, payload, served in try await handler.forwardToAuth(payload, served) }
         case .reportUser:
@@ -154,7 +158,7 @@ extension FrameRoute {
             }
         case .pttChannelLeave:
             .acting(PTTChannelLeave.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.leave(payload, member: whisperId, on: served.connection))
+                served.answer(try await handler.ptt.leave(payload, member: whisperId))
             }
         case .pttChannelDelete:
             .acting(PTTChannelDelete.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in

@@ -132,7 +132,7 @@ struct PTTDesk: Sendable {
 
     /// A member leaves; the owner cannot (it deletes the channel instead), so a channel
     /// always counts against its owner's bound of channels.
-    func leave(_ request: PTTChannelLeave, member: String, on connection: ClientConnection) async throws -> PTTMembership {
+    func leave(_ request: PTTChannelLeave, member: String) async throws -> PTTMembership {
         let rows = try await postgres.query(
             """
             WITH gone AS (

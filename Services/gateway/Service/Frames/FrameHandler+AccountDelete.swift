@@ -1,0 +1,100 @@
+import Foundation
+import Hummingbird
+import Logging
+import WhisperMessaging
+import WhisperShared
+
+extension FrameHandler {
+    /// `account_delete` (docs/protocol.md section 4): checked and prepared here
+    /// (`prepareDeletion`), then the router takes the groups and the rest (`AccountDesk`)
+    /// and answers `account_deleted` through this instance's channel.
+    func deleteAccount(_ request: AccountDelete, whisperId: String, _ served: FrameRoute.Served) async throws {
+        try await prepareDeletion(request, whisperId: whisperId, logger: served.connection.logger)
+        try await enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
+    }
+
+    /// `POST /account/delete`, the HTTP twin: the session in `Authorization: Bearer`, the
+    /// signed fields as the body. The router's answer goes to no socket: this waits until
+    /// the deletion is recorded (at most `wait`), then answers as the frame would.
+    func deleteAccount(over request: Request, wait: Duration = .seconds(20)) async throws -> Response {
+        let token = request.headers[.authorization].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil } ?? ""
+        guard let session = try await sessions.lookup(token) else {
+            throw WhisperHTTPError(.notRegistered, "no live session: Authorization: Bearer <sessionToken>")
+        }
+        let body = try await request.body.collect(upTo: 4_096)
+        guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+              Set(object.keys).isSubset(of: AccountDeleteFields.fieldNames),
+              let fields = try? JSONDecoder().decode(AccountDeleteFields.self, from: Data(buffer: body)) else {
+            throw WhisperHTTPError(.invalidPayload, "the body must be {whisperId, timestamp, signature}")
+        }
+        do {
+            try fields.validate()
+        } catch {
+            throw WhisperHTTPError(.invalidPayload, "\(error.field) \(error.rule)")
+        }
+        let whisperId = session.whisperId
+        let payload = AccountDelete(sessionToken: token, fields)
+        let deletion = AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: environment.logger)
+        do {
+            try await prepareDeletion(payload, whisperId: whisperId, logger: environment.logger)
+            let entry = RouterStream.Entry(
+                gateway: instanceID, connId: "", whisperId: whisperId, type: .accountDelete, requestId: nil,
+                payload: try RouterStream.storedPayload(payload), receivedAt: Clock.millisecondsNow()
+            )
+            switch try await entry.add(charging: .groupOpsPerIdentity, rules: limits.rules, backlogLimit: limits.routerBacklogMax * 2, on: environment.redis) {
+            case .added: break
+            case .limited(let retry): throw WhisperError(.rateLimited, Limit.groupOpsPerIdentity.refusal(retryAfterMs: retry))
+            case .busy: throw WhisperError(.rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms")
+            }
+        } catch let refusal as WhisperError {
+            throw WhisperHTTPError(refusal.code, refusal.message)
+        }
+        let deadline = ContinuousClock.now + wait
+        while ContinuousClock.now < deadline {
+            if let deletedAt = try await deletion.deletedAt(whisperId) {
+                let answer = try JSONEncoder().encode(AccountDeleted(whisperId: whisperId, deletedAt: deletedAt))
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: answer)))
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw WhisperHTTPError(.internalError, "the deletion is under way but not done yet; send the request again")
+    }
+
+    /// The request held to its rule (the session's own identity, signed by its key at about
+    /// the server's time), then the identity's live conversations and push-to-talk channels
+    /// let go, as their owner deleting them or a member leaving would (listeners and members
+    /// are told). A request that failed half-way is sent again: every step finds what is left.
+    private func prepareDeletion(_ request: AccountDelete, whisperId: String, logger: Logger) async throws {
+        let deletion = AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: logger)
+        try AccountDeletion.check(
+            request.fields, session: whisperId, signPublicKey: try await deletion.signingKey(of: whisperId), now: Clock.millisecondsNow()
+        )
+        let conversations = LiveConversationDesk(postgres: environment.postgres, logger: logger)
+        for conversation in try await conversations.list(owner: whisperId).conversations {
+            do {
+                _ = try await conversations.delete(
+                    LiveConversationDelete(sessionToken: request.sessionToken, LiveConversationDeleteFields(conversationId: conversation.conversationId)),
+                    owner: whisperId
+                )
+            } catch let refusal as WhisperError where refusal.code == .notFound {
+                continue  // deleted meanwhile
+            }
+            do {
+                try await live.deleted(conversation.conversationId)
+            } catch {
+                logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
+            }
+        }
+        for channel in try await ptt.list(member: whisperId).channels {
+            do {
+                if channel.ownerId == whisperId {
+                    _ = try await ptt.delete(PTTChannelDelete(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), owner: whisperId)
+                } else {
+                    _ = try await ptt.leave(PTTChannelLeave(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), member: whisperId)
+                }
+            } catch let refusal as WhisperError where refusal.code == .notFound {
+                continue  // deleted or left meanwhile
+            }
+        }
+    }
+}

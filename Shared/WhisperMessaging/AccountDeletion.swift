@@ -1,0 +1,122 @@
+import Foundation
+import Logging
+import NIOCore
+import PostgresNIO
+import WhisperShared
+
+/// Deleting an identity for good (`account_delete`, docs/security.md "Deleting an
+/// account"). The services that serve the request do their own parts first (the gateway
+/// the live conversations and push-to-talk channels, the router the groups, each as for
+/// the owner leaving); this is the rest, and the end: the identity's rows in Postgres
+/// (one transaction, leaving only its Whisper ID in `deleted_identities`), its keys in
+/// Redis, its session and its sockets. Every step can run again: a request that failed
+/// half-way is sent again and finishes what was left.
+public struct AccountDeletion: Sendable {
+    let postgres: PostgresClient
+    let redis: RedisClient
+    let logger: Logger
+
+    public init(postgres: PostgresClient, redis: RedisClient, logger: Logger) {
+        self.postgres = postgres
+        self.redis = redis
+        self.logger = logger
+    }
+
+    /// The rule a request is held to, wherever it is served: the session's own identity,
+    /// signed within ``Limits/TIMESTAMP_SKEW_MS`` of `now` by the identity's signing key.
+    public static func check(_ request: AccountDeleteFields, session whisperId: String, signPublicKey: [UInt8]?, now: Int64) throws(WhisperError) {
+        guard request.whisperId == whisperId else { throw WhisperError(.forbidden, "an identity can delete only itself") }
+        guard abs(now - request.timestamp) <= Int64(Limits.TIMESTAMP_SKEW_MS) else {
+            throw WhisperError(.invalidTimestamp, "timestamp is more than \(Limits.TIMESTAMP_SKEW_MS / 60_000) minutes from the server's clock")
+        }
+        guard let signPublicKey, let signature = Data(base64Encoded: request.signature),
+              Ed25519.verify(signature: Array(signature), message: request.signedBytes, publicKey: signPublicKey) else {
+            throw WhisperError(.authFailed, "signature does not verify with the identity's signing key")
+        }
+    }
+
+    /// The identity's signing key; nil when there is no such identity (any more).
+    public func signingKey(of whisperId: String) async throws -> [UInt8]? {
+        let rows = try await postgres.query("SELECT sign_public_key FROM users WHERE whisper_id = \(whisperId)", logger: logger)
+        for try await key in rows.decode(ByteBuffer.self) { return Array(key.readableBytesView) }
+        return nil
+    }
+
+    /// When the identity was deleted; nil while it is not.
+    public func deletedAt(_ whisperId: String) async throws -> Int64? {
+        let rows = try await postgres.query(
+            "SELECT (extract(epoch FROM deleted_at) * 1000)::int8 FROM deleted_identities WHERE whisper_id = \(whisperId)", logger: logger
+        )
+        for try await at in rows.decode(Int64.self) { return at }
+        return nil
+    }
+
+    /// Deletes what is left of the identity once its groups, live conversations and
+    /// channels are let go; returns when it was deleted (ms since 1970). Its sockets are
+    /// closed by ``announce(_:)``, once the request is answered.
+    public func erase(_ whisperId: String) async throws -> Int64 {
+        let deletedAt = try await erasePostgres(whisperId)
+        try await eraseRedis(whisperId)
+        return deletedAt
+    }
+
+    /// Every gateway closes the identity's sockets (`session_revoked`, `account_deleted`);
+    /// routers and gateways forget what they cached of it (`IdentityChange`).
+    public func announce(_ whisperId: String) async throws {
+        try await IdentityChange(kind: .deleted, whisperId: whisperId).publish(on: redis)
+    }
+
+    /// One transaction: the users row goes (its devices and push tokens, bans, reports it
+    /// filed or that name it, contacts backup, live conversations and push-to-talk
+    /// channels and memberships go with it, by cascade), its Whisper ID is kept in
+    /// `deleted_identities` for the key directory to publish, its attachments expire for
+    /// gc-worker (which deletes the blobs), and rows of others that named it lose the name.
+    private func erasePostgres(_ whisperId: String) async throws -> Int64 {
+        try await postgres.withTransaction(logger: logger) { connection in
+            _ = try await connection.query(
+                "UPDATE attachments SET expires_at = least(expires_at, now()) WHERE uploader_id = \(whisperId)", logger: logger
+            )
+            // Attachments sent to it wait for its receipt no more.
+            _ = try await connection.query("DELETE FROM attachment_recipients WHERE recipient_id = \(whisperId)", logger: logger)
+            // Its invitations, received and sent (those it sent are withdrawn).
+            _ = try await connection.query(
+                "DELETE FROM group_invitations WHERE whisper_id = \(whisperId) OR invited_by = \(whisperId)", logger: logger
+            )
+            let removed = try await connection.query("DELETE FROM users WHERE whisper_id = \(whisperId) RETURNING whisper_id", logger: logger)
+            var wasThere = false
+            for try await _ in removed.decode(String.self) { wasThere = true }
+            if wasThere {
+                _ = try await connection.query("INSERT INTO deleted_identities (whisper_id) VALUES (\(whisperId)) ON CONFLICT DO NOTHING", logger: logger)
+            }
+            let rows = try await connection.query(
+                "SELECT (extract(epoch FROM deleted_at) * 1000)::int8 FROM deleted_identities WHERE whisper_id = \(whisperId)", logger: logger
+            )
+            for try await at in rows.decode(Int64.self) { return at }
+            throw WhisperError(.notFound, "no such identity")
+        }
+    }
+
+    /// The identity's own keys (every key tagged with its Whisper ID: queue, message
+    /// records, peers, groups, watchers, receipts and owed frames, call line, limits), its
+    /// session, and its name in its direct peers' records.
+    private func eraseRedis(_ whisperId: String) async throws {
+        // Before its own records go: whom it exchanged messages with.
+        let peers = (try await redis.send("ZRANGE", RedisKeys.peers(whisperId), 0, -1).array ?? []).compactMap(\.string).filter(Format.isWhisperID)
+        for peer in peers {
+            _ = try await redis.pipeline([
+                RedisCommand("ZREM", RedisKeys.peers(peer), whisperId),
+                RedisCommand("DEL", RedisKeys.rateLimit(peer, "from:\(whisperId)")),
+            ])
+        }
+        _ = try await SessionStore(redis: redis).revokeAll(of: whisperId)
+        // Its buckets for routed frames live in the router stream's slot, not its own.
+        let shards = redis.configuration.streamShards
+        let buckets = Set(Limit.registry.filter { $0.scope == .identity }.map { RouterStream.bucket($0, whisperId, in: shards) })
+        _ = try await redis.pipeline(buckets.sorted().map { RedisCommand("DEL", $0) })
+        let own = try await redis.keys(taggedWith: whisperId)
+        for start in stride(from: 0, to: own.count, by: 100) {
+            _ = try await redis.pipeline(own[start..<min(start + 100, own.count)].map { RedisCommand("DEL", $0) })
+        }
+        logger.info("account_deleted", metadata: ["redisKeys": "\(own.count)", "peers": "\(peers.count)"])
+    }
+}

@@ -1,0 +1,220 @@
+import Foundation
+import NIOCore
+import PostgresNIO
+import Testing
+import WhisperClient
+@testable import WhisperShared
+
+/// `account_delete` from outside: an identity with messages, groups (one it owns, one it
+/// is in), a live conversation, push-to-talk channels (one it owns, one it joined), a
+/// contacts backup and an attachment is deleted; afterwards nothing names it in Postgres
+/// or Redis but what is listed here with its reason, the others were told as for a member
+/// leaving, its ID answers `NOT_FOUND` and is never given out again, and the key
+/// directory publishes the deletion.
+@Suite struct AccountDeletionTests {
+    @Test func aDeletedIdentityLeavesNothingButItsIDAndOthersSeeItGone() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob, carol])
+            let owned = try await alice.connection.createGroup(title: "alice's", memberIds: [bob.whisperId, carol.whisperId])
+            let joined = try await bob.connection.createGroup(title: "bob's", memberIds: [alice.whisperId])
+            _ = try await alice.connection.createLiveConversation(name: "talks")
+            let ownChannel = try await alice.connection.createChannel(name: "alice's channel")
+            _ = try await bob.connection.joinChannel(code: ownChannel.joinCode)
+            let bobsChannel = try await bob.connection.createChannel(name: "bob's channel")
+            _ = try await alice.connection.joinChannel(code: bobsChannel.joinCode)
+            // Messages both ways: bob's to alice waits for her; hers to bob he acknowledges.
+            try await bob.connection.send(bob.message("for alice", to: alice))
+            let (_, received) = try await alice.sendAndWaitForArrival("for bob", to: bob)
+            try await bob.connection.acknowledge(received)
+            let api = KeyTransparencyTests.api(stack)
+            _ = try await api.pushContactsBackup(ContactsBackup(contacts: [.init(whisperId: bob.whisperId, addedAt: Clock.millisecondsNow(), displayName: "bob")]), keys: alice.keys, sessionToken: alice.token)
+            try await stack.withPostgres { client in
+                _ = try await client.query(
+                    """
+                    INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
+                    VALUES ('att/2026/11/6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b.bin', \(alice.whisperId), 'image/png', 10, 'message', now() + interval '1 day')
+                    """,
+                    logger: TestServers.logger
+                )
+            }
+            try await KeyTransparencyTests.waitForPublication(stack)
+
+            // A request signed by another key, or for another identity, deletes nothing.
+            let forged = try WhisperKeys(mnemonic: BIP39.generateMnemonic()).accountDeletion(whisperId: alice.whisperId)
+            await #expect(throws: WhisperClientError.refused(.authFailed, "signature does not verify with the identity's signing key")) {
+                _ = try await alice.connection.request(AccountDelete(sessionToken: alice.token, forged))
+            }
+            let old = alice.keys.accountDeletion(whisperId: alice.whisperId, timestamp: Clock.millisecondsNow() - 3_600_000)
+            await #expect(throws: WhisperClientError.self) { _ = try await alice.connection.request(AccountDelete(sessionToken: alice.token, old)) }
+            let others = alice.keys.accountDeletion(whisperId: bob.whisperId)
+            await #expect(throws: WhisperClientError.self) { _ = try await alice.connection.request(AccountDelete(sessionToken: alice.token, others)) }
+
+            let deleted = try await alice.connection.deleteAccount(keys: alice.keys)
+            #expect(deleted.whisperId == alice.whisperId)
+            // The socket is told and closed.
+            try await waitUntil { await alice.events.all(.sessionRevoked).contains { $0.payload(as: SessionRevoked.self)?.reason == .accountDeleted } }
+
+            // The others were told as for a member leaving; alice's group passed to bob, who joined first.
+            try await waitUntil {
+                let updates = await bob.events.all(.groupUpdated).compactMap { $0.payload(as: GroupUpdated.self) }
+                return updates.contains { $0.groupId == owned.groupId && $0.removed == [alice.whisperId] && $0.ownerId == bob.whisperId }
+            }
+            try await waitUntil {
+                await carol.events.all(.groupUpdated).compactMap { $0.payload(as: GroupUpdated.self) }.contains { $0.groupId == owned.groupId }
+            }
+            try await waitUntil {
+                let changes = await bob.events.all(.pttMembership).compactMap { $0.payload(as: PTTMembership.self) }
+                return changes.contains { $0.channelId == ownChannel.channelId && $0.change == .deleted }
+                    && changes.contains { $0.channelId == bobsChannel.channelId && $0.change == .left && $0.whisperId == alice.whisperId }
+            }
+            #expect(try await bob.connection.updateGroup(joined.groupId, title: "still bob's").memberIds == [bob.whisperId])
+
+            // Others see NOT_FOUND: key lookups and messages.
+            await #expect(throws: WhisperAPIError.self) { _ = try await api.keys(of: alice.whisperId, sessionToken: bob.token) }
+            await #expect(throws: WhisperClientError.refused(.notFound, "no such recipient")) {
+                try await bob.connection.send(bob.message("anyone there?", to: alice))
+            }
+            // Its keys sign in again only as a new identity, under another ID.
+            let again = WhisperConnection(url: "ws://127.0.0.1:\(stack.gateways[0].port)/ws", logger: TestServers.logger)
+            try await again.connect()
+            await #expect(throws: WhisperClientError.self) {
+                _ = try await again.register(keys: alice.keys, deviceId: UUID().uuidString.lowercased(), platform: .ios, whisperId: alice.whisperId)
+            }
+            let fresh = try await again.register(keys: alice.keys, deviceId: UUID().uuidString.lowercased(), platform: .ios)
+            #expect(fresh.whisperId != alice.whisperId)
+            await again.close()
+
+            // The directory publishes the deletion: the entry's value commits to "deleted".
+            try await waitUntil {
+                try await stack.withPostgres { client in
+                    try await client.query("SELECT 1 FROM deleted_identities WHERE whisper_id = \(alice.whisperId) AND kt_epoch IS NOT NULL", logger: TestServers.logger)
+                        .decode(Int.self).first { _ in true } != nil
+                }
+            }
+            let (opening, value) = try await stack.withPostgres { client in
+                let rows = try await client.query(
+                    """
+                    SELECT l.opening, n.leaf_value FROM kt_leaves l JOIN kt_nodes n ON n.leaf_label = l.label WHERE l.whisper_id = \(alice.whisperId)
+                    """,
+                    logger: TestServers.logger
+                )
+                var found: ([UInt8], [UInt8]) = ([], [])
+                for try await (opening, value) in rows.decode((ByteBuffer, ByteBuffer).self) {
+                    found = (Array(opening.readableBytesView), Array(value.readableBytesView))
+                }
+                return found
+            }
+            #expect(value == KeyDirectory.commitment(opening: opening, whisperId: alice.whisperId, state: .deleted))
+            // The auditor accepts every epoch: the deletion is the entry's one change.
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            _ = try await auditor.follow(api)
+
+            // Postgres, table by table: only these name the ID.
+            let allowedColumns: Set<String> = [
+                "deleted_identities.whisper_id",  // the ID, never given out again
+                "kt_leaves.whisper_id",  // the directory's entry, which now says deleted
+            ]
+            let named = try await stack.withPostgres { try await Self.columnsNaming(alice.whisperId, on: $0) }
+            #expect(Set(named).subtracting(allowedColumns).isEmpty, "left in Postgres: \(named)")
+            let attachment = try await stack.withPostgres { client in
+                try await client.query("SELECT uploader_id IS NULL AND expires_at <= now() FROM attachments", logger: TestServers.logger)
+                    .decode(Bool.self).first { _ in true }
+            }
+            #expect(attachment == true, "the attachment lost its uploader and expired, for gc-worker to delete its blob")
+
+            // Redis, key by key: only bob's record of the message alice sent him names her
+            // (kept for duplicate detection with his queue's lifetime, docs/security.md).
+            let leftovers = try await stack.withRedis { try await Self.keysNaming(alice.whisperId, on: $0) }
+            let bobsRecords = "pending:{\(bob.whisperId)}:msg:"
+            #expect(leftovers.allSatisfy { $0.hasPrefix(bobsRecords) }, "left in Redis: \(leftovers)")
+        }
+    }
+
+    @Test func theHTTPTwinDeletesTooAndAnswersOnceItIsDone() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let dave = try await stack.user(on: 1), erin = try await stack.user(on: 0)
+            try await stack.makePeers([dave, erin])
+            let group = try await erin.connection.createGroup(title: "erin's", memberIds: [dave.whisperId])
+            let websocket = "ws://127.0.0.1:\(stack.gateways[1].port)/ws"
+            let auth = stack.auth.baseURL
+            let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: websocket, auth: auth, attachments: auth, turn: auth), directory: DirectoryView())
+            // Signed by the wrong key: 401, nothing deleted.
+            let stranger = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            await #expect(throws: WhisperAPIError.self) { try await api.deleteAccount(whisperId: dave.whisperId, keys: stranger, sessionToken: dave.token) }
+            #expect(try await stack.withPostgres { client in
+                try await client.query("SELECT 1 FROM users WHERE whisper_id = \(dave.whisperId)", logger: TestServers.logger).decode(Int.self).first { _ in true }
+            } == 1)
+
+            let deleted = try await api.deleteAccount(whisperId: dave.whisperId, keys: dave.keys, sessionToken: dave.token)
+            #expect(deleted.whisperId == dave.whisperId)
+            try await waitUntil { await dave.events.all(.sessionRevoked).contains { $0.payload(as: SessionRevoked.self)?.reason == .accountDeleted } }
+            try await waitUntil {
+                await erin.events.all(.groupUpdated).compactMap { $0.payload(as: GroupUpdated.self) }
+                    .contains { $0.groupId == group.groupId && $0.removed == [dave.whisperId] }
+            }
+            // The session went with it.
+            do {
+                try await api.deleteAccount(whisperId: dave.whisperId, keys: dave.keys, sessionToken: dave.token)
+                Issue.record("a deleted identity's session still worked")
+            } catch WhisperAPIError.refused(let status, _, _) {
+                #expect(status == 401)
+            }
+        }
+    }
+
+    /// `table.column` of every text, JSON or array column of the schema with a value that
+    /// holds `text`.
+    static func columnsNaming(_ text: String, on client: PostgresClient) async throws -> [String] {
+        var columns: [(String, String)] = []
+        let rows = try await client.query(
+            """
+            SELECT table_name::text, column_name::text FROM information_schema.columns
+            WHERE table_schema = 'public' AND data_type IN ('text', 'character varying', 'jsonb', 'json', 'ARRAY')
+            """,
+            logger: TestServers.logger
+        )
+        for try await column in rows.decode((String, String).self) { columns.append(column) }
+        var naming: [String] = []
+        for (table, column) in columns {
+            let query = PostgresQuery(unsafeSQL: "SELECT count(*) FROM \"\(table)\" WHERE \"\(column)\"::text LIKE '%' || $1 || '%'", binds: {
+                var binds = PostgresBindings()
+                binds.append(text)
+                return binds
+            }())
+            let count = try await client.query(query, logger: TestServers.logger).decode(Int64.self).first { _ in true } ?? 0
+            if count > 0 { naming.append("\(table).\(column)") }
+        }
+        return naming
+    }
+
+    /// Every key whose name or value holds `text`.
+    static func keysNaming(_ text: String, on redis: RedisClient) async throws -> [String] {
+        var naming: [String] = []
+        var keys: [String] = []
+        try await redis.scan(matching: "*") { keys += $0 }
+        for key in keys {
+            if key.contains(text) {
+                naming.append(key)
+                continue
+            }
+            let type = try await redis.send("TYPE", key).string ?? "none"
+            let value: RESPValue = switch type {
+            case "string": try await redis.send("GET", key)
+            case "hash": try await redis.send("HGETALL", key)
+            case "list": try await redis.send("LRANGE", key, 0, -1)
+            case "set": try await redis.send("SMEMBERS", key)
+            case "zset": try await redis.send("ZRANGE", key, 0, -1)
+            case "stream": try await redis.send("XRANGE", key, "-", "+")
+            default: .null
+            }
+            if "\(value)".contains(text) || Self.strings(value).contains(where: { $0.contains(text) }) { naming.append(key) }
+        }
+        return naming
+    }
+
+    private static func strings(_ value: RESPValue) -> [String] {
+        if let array = value.array { return array.flatMap(strings) }
+        return value.string.map { [$0] } ?? []
+    }
+}
