@@ -13,7 +13,8 @@ import WhisperClient
 /// directory publishes the deletion.
 @Suite struct AccountDeletionTests {
     @Test func aDeletedIdentityLeavesNothingButItsIDAndOthersSeeItGone() async throws {
-        try await MessagingStack.start(routers: 1).running { stack in
+        try await AttachmentTests.start().running { signer in
+            let stack = signer.stack
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1), carol = try await stack.user(on: 0)
             try await stack.makePeers([alice, bob, carol])
             let owned = try await alice.connection.createGroup(title: "alice's", memberIds: [bob.whisperId, carol.whisperId])
@@ -29,14 +30,14 @@ import WhisperClient
             try await bob.connection.acknowledge(received)
             let api = KeyTransparencyTests.api(stack)
             _ = try await api.pushContactsBackup(ContactsBackup(contacts: [.init(whisperId: bob.whisperId, addedAt: Clock.millisecondsNow(), displayName: "bob")]), keys: alice.keys, sessionToken: alice.token)
-            try await stack.withPostgres { client in
-                _ = try await client.query(
-                    """
-                    INSERT INTO attachments (object_key, uploader_id, content_type, size_bytes, purpose, expires_at)
-                    VALUES ('att/2026/11/6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b.bin', \(alice.whisperId), 'image/png', 10, 'message', now() + interval '1 day')
-                    """,
-                    logger: TestServers.logger
-                )
+            // An attachment alice uploaded and sent to bob, who takes its message, and to
+            // carol, who does not yet: only its expiry lets gc-worker delete it.
+            let objectKey = try await GCTests.sendAttachment(signer, from: alice, to: [bob, carol])
+            try await waitUntil {
+                await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }.contains { $0.message.attachment?.objectKey == objectKey }
+            }
+            for message in await bob.events.all(.messageReceived).compactMap({ $0.payload(as: MessageReceived.self) }) {
+                try await bob.connection.acknowledge(message)
             }
             try await KeyTransparencyTests.waitForPublication(stack)
 
@@ -117,17 +118,19 @@ import WhisperClient
             ]
             let named = try await stack.withPostgres { try await Self.columnsNaming(alice.whisperId, on: $0) }
             #expect(Set(named).subtracting(allowedColumns).isEmpty, "left in Postgres: \(named)")
-            let attachment = try await stack.withPostgres { client in
-                try await client.query("SELECT uploader_id IS NULL AND expires_at <= now() FROM attachments", logger: TestServers.logger)
-                    .decode(Bool.self).first { _ in true }
-            }
-            #expect(attachment == true, "the attachment lost its uploader and expired, for gc-worker to delete its blob")
+            // The object store: gc-worker's next run deletes the blob and its rows.
+            #expect(try await signer.store.head(objectKey) != nil)
+            try await GCTests.collector(stack, store: signer.store) { collector in _ = try await collector.run() }
+            #expect(try await signer.store.head(objectKey) == nil)
+            #expect(try await GCTests.rows(stack, objectKey) == 0)
 
-            // Redis, key by key: only bob's record of the message alice sent him names her
-            // (kept for duplicate detection with his queue's lifetime, docs/security.md).
+            // Redis, key by key: only what others hold of what alice sent them names her
+            // (docs/security.md): bob's records of the messages he took (kept for duplicate
+            // detection with his queue's lifetime) and carol's queue, where one still waits.
             let leftovers = try await stack.withRedis { try await Self.keysNaming(alice.whisperId, on: $0) }
-            let bobsRecords = "pending:{\(bob.whisperId)}:msg:"
-            #expect(leftovers.allSatisfy { $0.hasPrefix(bobsRecords) }, "left in Redis: \(leftovers)")
+            let othersHold = ["pending:{\(bob.whisperId)}:msg:", "pending:{\(carol.whisperId)}"]
+            #expect(leftovers.allSatisfy { key in othersHold.contains { key.hasPrefix($0) } }, "left in Redis: \(leftovers)")
+            #expect(!leftovers.isEmpty, "bob's records of alice's messages are what the check lists; none found means it looked at nothing")
         }
     }
 
