@@ -213,6 +213,20 @@ import WhisperShared
         #expect(try await run(["signin"], as: "alice").output == alice)
         #expect(try await run(["send", bob, "back again"], as: "alice").status == 0)
 
+        // Deleting the account: a wrong confirmation deletes nothing (65); the ID typed at
+        // the prompt deletes it, empties the profile, and others find it no more.
+        let unconfirmed = try await run(["account", "delete", "--confirm", bob], as: "alice")
+        #expect(unconfirmed.status == 65, "\(unconfirmed.errors)")
+        #expect(try await run(["send", bob, "not deleted"], as: "alice").status == 0)
+        let deleting = try start(["account", "delete"], as: "alice", typed: true)
+        try await waitUntil(timeout: .seconds(60)) { deleting.errors.contains("Type its Whisper ID") }
+        deleting.input?.fileHandleForWriting.write(Data("\(alice)\n".utf8))
+        #expect(try await deleting.finish() == 0, "\(deleting.errors)")
+        #expect(deleting.output.contains("deleted \(alice)"))
+        #expect(!FileManager.default.fileExists(atPath: identityFile.path))
+        #expect(try await run(["id"], as: "alice").status == 78)
+        let gone = try await run(["send", alice, "anyone?"], as: "bob")
+        #expect(gone.status == 1 && gone.errors.contains("NOT_FOUND"), "\(gone.errors)")
     }
 
     @Test func oneWhispersLiveAndAnotherListensFromTheLink() async throws {

@@ -568,7 +568,8 @@ struct Account: AsyncParsableCommand {
                 if let confirm {
                     typed = confirm
                 } else {
-                    print("This deletes \(whisperId) for good. Type its Whisper ID to confirm: ", terminator: "")
+                    // On stderr, unbuffered: the prompt shows before the input is read.
+                    FileHandle.standardError.write(Data("This deletes \(whisperId) for good. Type its Whisper ID to confirm: ".utf8))
                     typed = readLine(strippingNewline: true)?.trimmingCharacters(in: .whitespaces) ?? ""
                 }
                 guard typed.uppercased() == whisperId else { throw CLIFailure.badInput("account delete: not confirmed; nothing was deleted") }
