@@ -68,6 +68,9 @@ public enum SessionEvent: Sendable {
     /// The key directory check of the identity's own entry, or of a head, failed: the
     /// app must tell the person (docs/key-transparency.md).
     case directoryAlert(KeyTransparencyError)
+    /// The floor of a push-to-talk channel as asked again after a reconnect
+    /// (``WhisperSession/requestFloor(_:queue:)``): granted again, queued again, or refused.
+    case floor(PTTFloor)
     /// Any other frame the server sent unasked (presence, typing, groups, calls, live
     /// text, push-to-talk).
     case frame(ServerFrame)
@@ -149,6 +152,10 @@ public actor WhisperSession {
     private var shown = MessageDeduplicator()
     private var acknowledged = MessageDeduplicator(capacity: 1_000)
     private var presenceWatched: [String] = []
+    /// Push-to-talk floors the app holds or waits for, by channel (the value: whether it
+    /// queues). A floor, and a place waiting for one, belong to the socket (the server
+    /// gives them up when it goes), so each is asked for again after every reconnect.
+    private var floorsWanted: [String: Bool] = [:]
     private var gatewayIndex = 0
     /// Set by `networkChanged`: the next try starts at once.
     private var skipBackoff = false
@@ -274,6 +281,25 @@ public actor WhisperSession {
         }
     }
 
+    /// Asks for the floor of a push-to-talk channel (waiting in its queue when `queue`), and
+    /// asks again after every reconnect until ``releaseFloor(_:)``, or until an answer
+    /// refuses it; the floor as asked again comes as ``SessionEvent/floor(_:)``.
+    public func requestFloor(_ channelId: String, queue: Bool = false) async throws -> PTTFloor {
+        floorsWanted[channelId] = queue
+        let floor = try await connected { connection, _ in try await connection.requestTalk(channelId, queue: queue) }
+        if floor.outcome == .refused { floorsWanted[channelId] = nil }
+        return floor
+    }
+
+    /// Gives the floor up, or the place waiting for it; nil without a socket (the server
+    /// gave it up when the socket went).
+    @discardableResult
+    public func releaseFloor(_ channelId: String) async throws -> PTTFloor? {
+        floorsWanted[channelId] = nil
+        guard let connection, isConnected else { return nil }
+        return try await connection.releaseTalk(channelId)
+    }
+
     /// Runs `body` on the signed-in socket, waiting up to `timeout` for one.
     public func connected<T: Sendable>(
         timeout: Duration = .seconds(30), _ body: @Sendable (WhisperConnection, String) async throws -> T
@@ -387,10 +413,21 @@ public actor WhisperSession {
     }
 
     /// What the socket needs after every (re)connect: presence watched again, the
-    /// pending queue walked, the own directory entry checked.
+    /// floors asked for again, the pending queue walked, the own directory entry checked.
     private func restore(on socket: WhisperConnection) async throws {
         if !presenceWatched.isEmpty {
             eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
+        }
+        for (channelId, queue) in floorsWanted.sorted(by: { $0.key < $1.key }) {
+            let floor: PTTFloor
+            do {
+                floor = try await socket.requestTalk(channelId, queue: queue)
+            } catch WhisperClientError.refused(let code, _) where code == .notFound || code == .forbidden {
+                floorsWanted[channelId] = nil  // no longer a member, or the channel is gone
+                continue
+            }
+            if floor.outcome == .refused { floorsWanted[channelId] = nil }
+            eventContinuation.yield(.floor(floor))
         }
         try await walk(socket)
     }

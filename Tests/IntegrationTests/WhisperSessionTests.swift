@@ -15,6 +15,7 @@ import WhisperShared
         let snapshots = Mutex<[PresenceSnapshot]>([])
         let credentials = Mutex<[SessionCredentials]>([])
         let alerts = Mutex<[KeyTransparencyError]>([])
+        let floors = Mutex<[PTTFloor]>([])
         private let tasks: Mutex<[Task<Void, Never>]> = Mutex([])
 
         init(_ session: WhisperSession, acknowledging: Bool = true) {
@@ -30,6 +31,7 @@ import WhisperShared
                     case .presenceSnapshot(let snapshot): self.snapshots.withLock { $0.append(snapshot) }
                     case .credentials(let new): self.credentials.withLock { $0.append(new) }
                     case .directoryAlert(let error): self.alerts.withLock { $0.append(error) }
+                    case .floor(let floor): self.floors.withLock { $0.append(floor) }
                     default: break
                     }
                 }
@@ -110,6 +112,33 @@ import WhisperShared
             #expect(watcher.snapshots.withLock { $0.last?.peers.map(\.whisperId) } == [bob.whisperId])
             await alice.stop()
             #expect(await alice.state == .idle)
+        }
+    }
+
+    @Test func aFloorHeldBeforeAGatewayDrainsIsHeldAgainOnTheNextSocket() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 1)
+            let alice = Self.session(stack, gateways: [0, 1])
+            let watcher = Watcher(alice)
+            defer { watcher.cancel() }
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            let channel = try await bob.connection.createChannel(name: "crew")
+            _ = try await alice.connected { connection, _ in try await connection.joinChannel(code: channel.joinCode) }
+            #expect(try await alice.requestFloor(channel.channelId).outcome == .granted)
+
+            // Gateway 0 drains: the floor goes with the socket, and comes back with the next.
+            try await stack.gateways[0].stop()
+            try await waitUntil(timeout: .seconds(30)) { watcher.connections(to: stack.websocketURL(1)) >= 1 }
+            try await waitUntil { watcher.floors.withLock { $0.contains { $0.channelId == channel.channelId && $0.outcome == .granted } } }
+            let asked = try await bob.connection.requestTalk(channel.channelId)
+            #expect(asked.outcome != .granted && asked.holder == aliceId, "\(asked)")
+
+            // Released, it is not asked for again.
+            try await alice.releaseFloor(channel.channelId)
+            #expect(try await bob.connection.requestTalk(channel.channelId).outcome == .granted)
+            await alice.stop()
         }
     }
 
