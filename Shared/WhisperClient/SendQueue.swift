@@ -118,46 +118,59 @@ public actor SendQueue {
         settled: @Sendable (_ messageId: String, _ state: OutgoingState) -> Void = { _, _ in }
     ) async throws {
         try await load()
-        var tried: Set<Int> = []
+        // Messages are named by ID, never by position: while a send is awaited, another
+        // call on this actor (`enqueue`, `pruneFinished`) may change the array.
+        var tried: Set<String> = []
         while true {
             var accepted = false
-            for index in messages.indices where (messages[index].state == .queued || messages[index].state == .sending)
-                && messages[index].nextAttemptAt <= now && !tried.contains(index) {
-                tried.insert(index)
-                messages[index].state = .sending
-                messages[index].attempts += 1
+            while let id = messages.first(where: {
+                ($0.state == .queued || $0.state == .sending) && $0.nextAttemptAt <= now && !tried.contains($0.message.messageId)
+            })?.message.messageId {
+                tried.insert(id)
+                guard let sending = change(id, { $0.state = .sending; $0.attempts += 1 }) else { continue }
                 try await store.save(messages)
                 do {
-                    try await transport(messages[index].message)
-                    messages[index].state = .sent
-                    messages[index].lastError = nil
+                    try await transport(sending.message)
+                    change(id) { $0.state = .sent; $0.lastError = nil }
                     accepted = true
                 } catch WhisperClientError.closed, WhisperClientError.notConnected {
                     // The socket went before the frame did: not an attempt. The rest waits for
                     // the next socket.
-                    messages[index].attempts -= 1
-                    messages[index].state = .queued
+                    change(id) { $0.attempts -= 1; $0.state = .queued }
                     try await store.save(messages)
                     return
                 } catch {
-                    messages[index].lastError = String(describing: error)
-                    if messages[index].attempts >= policy.maxAttempts || Self.isFinal(error) {
-                        messages[index].state = .failed
-                    } else {
-                        messages[index].state = .queued
-                        let delay = policy.delay(afterAttempt: messages[index].attempts - 1)
-                        messages[index].nextAttemptAt = now + Int64(delay.milliseconds)
+                    let policy = self.policy
+                    change(id) { entry in
+                        entry.lastError = String(describing: error)
+                        if entry.attempts >= policy.maxAttempts || Self.isFinal(error) {
+                            entry.state = .failed
+                        } else {
+                            entry.state = .queued
+                            entry.nextAttemptAt = now + Int64(policy.delay(afterAttempt: entry.attempts - 1).milliseconds)
+                        }
                     }
                 }
                 try await store.save(messages)
-                if messages[index].state != .queued { settled(messages[index].message.messageId, messages[index].state) }
+                if let entry = messages.first(where: { $0.message.messageId == id }), entry.state != .queued { settled(id, entry.state) }
             }
             // The server took a message: what waits behind a backoff from its failures
             // before goes now rather than when its backoff ends.
-            let waiting = messages.indices.filter { messages[$0].state == .queued && messages[$0].nextAttemptAt > now && !tried.contains($0) }
+            let waiting = messages.indices.filter {
+                messages[$0].state == .queued && messages[$0].nextAttemptAt > now && !tried.contains(messages[$0].message.messageId)
+            }
             guard accepted, !waiting.isEmpty else { return }
             for index in waiting { messages[index].nextAttemptAt = now }
         }
+    }
+
+    /// Changes the message `id` (found now, by ID); the message as changed, nil when it
+    /// is no longer in the outbox.
+    @discardableResult
+    private func change(_ id: String, _ body: (inout OutgoingMessage) -> Void) -> OutgoingMessage? {
+        guard let index = messages.firstIndex(where: { $0.message.messageId == id }) else { return nil }
+        body(&messages[index])
+        return messages[index]
     }
 
     /// When the next queued message is due (ms since 1970), or nil when none waits.

@@ -90,6 +90,28 @@ import WhisperShared
         #expect(try await queue.all().map(\.state) == [.sent, .sent])
     }
 
+    /// While a send is awaited the outbox may change (a receipt pruned, a message added):
+    /// each message's outcome lands on that message.
+    @Test func anOutboxThatChangesDuringASendKeepsEachOutcomeOnItsMessage() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let done = message(), second = message(), third = message()
+        try await queue.enqueue(done)
+        try await queue.flush { _ in }
+        try await queue.receipt(messageId: done.messageId, status: .read)
+        try await queue.enqueue(second)
+        try await queue.enqueue(third)
+        let sent = Mutex<[String]>([])
+        try await queue.flush { message in
+            // The read message leaves the outbox while the second is on its way.
+            if message.messageId == second.messageId { try await queue.pruneFinished() }
+            sent.withLock { $0.append(message.messageId) }
+        }
+        #expect(sent.withLock { $0 } == [second.messageId, third.messageId])
+        let states = try await queue.all().map { ($0.message.messageId, $0.state, $0.attempts) }
+        #expect(states.map(\.0) == [second.messageId, third.messageId])
+        #expect(states.allSatisfy { $0.1 == .sent && $0.2 == 1 }, "\(states)")
+    }
+
     @Test func theOutboxSurvivesARestart() async throws {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-\(UUID().uuidString).json")
         defer { try? FileManager.default.removeItem(at: url) }
