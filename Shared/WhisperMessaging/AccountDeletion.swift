@@ -102,11 +102,11 @@ public struct AccountDeletion: Sendable {
     private func eraseRedis(_ whisperId: String) async throws {
         // Before its own records go: whom it exchanged messages with.
         let peers = (try await redis.send("ZRANGE", RedisKeys.peers(whisperId), 0, -1).array ?? []).compactMap(\.string).filter(Format.isWhisperID)
-        for peer in peers {
-            _ = try await redis.pipeline([
-                RedisCommand("ZREM", RedisKeys.peers(peer), whisperId),
-                RedisCommand("DEL", RedisKeys.rateLimit(peer, "from:\(whisperId)")),
-            ])
+        let namings = peers.flatMap { peer in
+            [RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("DEL", RedisKeys.rateLimit(peer, "from:\(whisperId)"))]
+        }
+        for start in stride(from: 0, to: namings.count, by: 200) {
+            _ = try await redis.pipeline(Array(namings[start..<min(start + 200, namings.count)]))
         }
         _ = try await SessionStore(redis: redis).revokeAll(of: whisperId)
         // Its buckets for routed frames live in the router stream's slot, not its own.
