@@ -56,15 +56,27 @@ import WhisperShared
         return WhisperSession(configuration: configuration, keys: keys, credentials: nil, api: api, logger: TestServers.logger)
     }
 
+    /// A session on gateways 0 and 1, started and signed in on gateway 0; its watcher
+    /// (the caller cancels it) and its Whisper ID.
+    static func started(_ stack: MessagingStack) async throws -> (WhisperSession, Watcher, String) {
+        let session = Self.session(stack, gateways: [0, 1])
+        let watcher = Watcher(session)
+        await session.start()
+        do {
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            return (session, watcher, try #require(await session.credentials?.whisperId))
+        } catch {
+            watcher.cancel()
+            await session.stop()
+            throw error
+        }
+    }
+
     @Test func aSessionFollowsADrainingGatewayToAnotherAndNothingIsLostOrShownTwice() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let bob = try await stack.user(on: 1)
-            let alice = Self.session(stack, gateways: [0, 1])
-            let watcher = Watcher(alice)
+            let (alice, watcher, aliceId) = try await Self.started(stack)
             defer { watcher.cancel() }
-            await alice.start()
-            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
-            let aliceId = try #require(await alice.credentials?.whisperId)
             try await stack.withRedis { try await MessagingStack.makePeers([aliceId, bob.whisperId], on: $0) }
             try await alice.watchPresence([bob.whisperId])
             let bobKeys = bob.peerKeys
@@ -118,12 +130,8 @@ import WhisperShared
     @Test func aFloorHeldBeforeAGatewayDrainsIsHeldAgainOnTheNextSocket() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let bob = try await stack.user(on: 1)
-            let alice = Self.session(stack, gateways: [0, 1])
-            let watcher = Watcher(alice)
+            let (alice, watcher, aliceId) = try await Self.started(stack)
             defer { watcher.cancel() }
-            await alice.start()
-            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
-            let aliceId = try #require(await alice.credentials?.whisperId)
             let channel = try await bob.connection.createChannel(name: "crew")
             _ = try await alice.connected { connection, _ in try await connection.joinChannel(code: channel.joinCode) }
             #expect(try await alice.requestFloor(channel.channelId).outcome == .granted)
