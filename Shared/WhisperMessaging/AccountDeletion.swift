@@ -14,7 +14,7 @@ import WhisperShared
 public struct AccountDeletion: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient
-    let logger: Logger
+    public let logger: Logger
 
     public init(postgres: PostgresClient, redis: RedisClient, logger: Logger) {
         self.postgres = postgres
@@ -22,9 +22,15 @@ public struct AccountDeletion: Sendable {
         self.logger = logger
     }
 
-    /// The rule a request is held to, wherever it is served: the session's own identity,
-    /// signed within ``Limits/TIMESTAMP_SKEW_MS`` of `now` by the identity's signing key.
-    public static func check(_ request: AccountDeleteFields, session whisperId: String, signPublicKey: [UInt8]?, now: Int64) throws(WhisperError) {
+    /// Holds `request` to its rule (``check(_:session:signPublicKey:now:)``) with the
+    /// identity's signing key as stored; wherever a request is served, this is the check.
+    public func verify(_ request: AccountDeleteFields, session whisperId: String) async throws {
+        try Self.check(request, session: whisperId, signPublicKey: try await signingKey(of: whisperId), now: Clock.millisecondsNow())
+    }
+
+    /// The rule: the session's own identity, signed within ``Limits/TIMESTAMP_SKEW_MS`` of
+    /// `now` by the identity's signing key (none: it is deleted already).
+    static func check(_ request: AccountDeleteFields, session whisperId: String, signPublicKey: [UInt8]?, now: Int64) throws(WhisperError) {
         guard request.whisperId == whisperId else { throw WhisperError(.forbidden, "an identity can delete only itself") }
         guard abs(now - request.timestamp) <= Int64(Limits.TIMESTAMP_SKEW_MS) else {
             throw WhisperError(.invalidTimestamp, "timestamp is more than \(Limits.TIMESTAMP_SKEW_MS / 60_000) minutes from the server's clock")
@@ -36,7 +42,7 @@ public struct AccountDeletion: Sendable {
     }
 
     /// The identity's signing key; nil when there is no such identity (any more).
-    public func signingKey(of whisperId: String) async throws -> [UInt8]? {
+    func signingKey(of whisperId: String) async throws -> [UInt8]? {
         let rows = try await postgres.query("SELECT sign_public_key FROM users WHERE whisper_id = \(whisperId)", logger: logger)
         for try await key in rows.decode(ByteBuffer.self) { return Array(key.readableBytesView) }
         return nil
@@ -44,7 +50,11 @@ public struct AccountDeletion: Sendable {
 
     /// When the identity was deleted; nil while it is not.
     public func deletedAt(_ whisperId: String) async throws -> Int64? {
-        let rows = try await postgres.query(
+        try await Self.deletedAt(whisperId, on: postgres, logger: logger)
+    }
+
+    private static func deletedAt(_ whisperId: String, on client: some PostgresQueryRunner, logger: Logger) async throws -> Int64? {
+        let rows = try await client.run(
             "SELECT (extract(epoch FROM deleted_at) * 1000)::int8 FROM deleted_identities WHERE whisper_id = \(whisperId)", logger: logger
         )
         for try await at in rows.decode(Int64.self) { return at }
@@ -88,11 +98,10 @@ public struct AccountDeletion: Sendable {
             if wasThere {
                 _ = try await connection.query("INSERT INTO deleted_identities (whisper_id) VALUES (\(whisperId)) ON CONFLICT DO NOTHING", logger: logger)
             }
-            let rows = try await connection.query(
-                "SELECT (extract(epoch FROM deleted_at) * 1000)::int8 FROM deleted_identities WHERE whisper_id = \(whisperId)", logger: logger
-            )
-            for try await at in rows.decode(Int64.self) { return at }
-            throw WhisperError(.notFound, "no such identity")
+            guard let deletedAt = try await Self.deletedAt(whisperId, on: connection, logger: logger) else {
+                throw WhisperError(.notFound, "no such identity")
+            }
+            return deletedAt
         }
     }
 
@@ -100,22 +109,19 @@ public struct AccountDeletion: Sendable {
     /// records, peers, groups, watchers, receipts and owed frames, call line, limits), its
     /// session, and its name in its direct peers' records.
     private func eraseRedis(_ whisperId: String) async throws {
-        // Before its own records go: whom it exchanged messages with.
+        // Before its own records go: whom it exchanged messages with, and its own keys.
         let peers = (try await redis.send("ZRANGE", RedisKeys.peers(whisperId), 0, -1).array ?? []).compactMap(\.string).filter(Format.isWhisperID)
-        let namings = peers.flatMap { peer in
-            [RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("DEL", RedisKeys.rateLimit(peer, "from:\(whisperId)"))]
-        }
-        for start in stride(from: 0, to: namings.count, by: 200) {
-            _ = try await redis.pipeline(Array(namings[start..<min(start + 200, namings.count)]))
-        }
+        let own = try await redis.keys(taggedWith: whisperId)
         _ = try await SessionStore(redis: redis).revokeAll(of: whisperId)
-        // Its buckets for routed frames live in the router stream's slot, not its own.
+        // Its name in its peers' records; its buckets for routed frames, which live in the
+        // router stream's slot, not its own; then its own keys.
         let shards = redis.configuration.streamShards
         let buckets = Set(Limit.registry.filter { $0.scope == .identity }.map { RouterStream.bucket($0, whisperId, in: shards) })
-        _ = try await redis.pipeline(buckets.sorted().map { RedisCommand("DEL", $0) })
-        let own = try await redis.keys(taggedWith: whisperId)
-        for start in stride(from: 0, to: own.count, by: 100) {
-            _ = try await redis.pipeline(own[start..<min(start + 100, own.count)].map { RedisCommand("DEL", $0) })
+        let commands = peers.flatMap { peer in
+            [RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("DEL", PendingQueue.pairBucket(recipient: peer, sender: whisperId))]
+        } + (buckets.sorted() + own).map { RedisCommand("DEL", $0) }
+        for start in stride(from: 0, to: commands.count, by: 200) {
+            _ = try await redis.pipeline(Array(commands[start..<min(start + 200, commands.count)]))
         }
         logger.info("account_deleted", metadata: ["redisKeys": "\(own.count)", "peers": "\(peers.count)"])
     }

@@ -26,9 +26,7 @@ struct AccountDesk: Sendable {
             return
         }
         // Held to the rule again here, where the deletion happens: what is done cannot be undone.
-        try AccountDeletion.check(
-            request.fields, session: whisperId, signPublicKey: try await deletion.signingKey(of: whisperId), now: Clock.millisecondsNow()
-        )
+        try await deletion.verify(request.fields, session: whisperId)
         for groupId in try await memberships(of: whisperId) {
             do {
                 let leave = GroupUpdate(sessionToken: request.sessionToken, GroupUpdateFields(groupId: groupId, removeMembers: [whisperId]))

@@ -99,10 +99,15 @@ extension SettingsReader {
 }
 
 extension SessionStore {
+    /// The token of `Authorization: Bearer <sessionToken>`; nil without one.
+    public static func bearerToken(of request: Request) -> String? {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { return nil }
+        return String(header.dropFirst("Bearer ".count))
+    }
+
     /// The session behind `Authorization: Bearer <sessionToken>`, or 401 `NOT_REGISTERED`.
     public func authenticate(_ request: Request) async throws -> SessionRecord {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "),
-              let record = try await lookup(String(header.dropFirst("Bearer ".count))) else {
+        guard let token = Self.bearerToken(of: request), let record = try await lookup(token) else {
             throw WhisperHTTPError(.notRegistered, "a valid session token is required", headers: [.wwwAuthenticate: "Bearer"])
         }
         return record

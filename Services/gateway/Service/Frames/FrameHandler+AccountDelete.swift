@@ -9,7 +9,7 @@ extension FrameHandler {
     /// (`prepareDeletion`), then the router takes the groups and the rest (`AccountDesk`)
     /// and answers `account_deleted` through this instance's channel.
     func deleteAccount(_ request: AccountDelete, whisperId: String, _ served: FrameRoute.Served) async throws {
-        try await prepareDeletion(request, whisperId: whisperId, logger: served.connection.logger)
+        try await prepareDeletion(request, whisperId: whisperId, by: accountDeletion(logger: served.connection.logger))
         try await enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
     }
 
@@ -17,10 +17,8 @@ extension FrameHandler {
     /// signed fields as the body. The router's answer goes to no socket: this waits until
     /// the deletion is recorded (at most `wait`), then answers as the frame would.
     func deleteAccount(over request: Request, wait: Duration = .seconds(20)) async throws -> Response {
-        let token = request.headers[.authorization].flatMap { $0.hasPrefix("Bearer ") ? String($0.dropFirst(7)) : nil } ?? ""
-        guard let session = try await sessions.lookup(token) else {
-            throw WhisperHTTPError(.notRegistered, "no live session: Authorization: Bearer <sessionToken>")
-        }
+        let session = try await sessions.authenticate(request)
+        let token = SessionStore.bearerToken(of: request) ?? ""
         let body = try await request.body.collect(upTo: 4_096)
         guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
               Set(object.keys).isSubset(of: AccountDeleteFields.fieldNames),
@@ -34,9 +32,9 @@ extension FrameHandler {
         }
         let whisperId = session.whisperId
         let payload = AccountDelete(sessionToken: token, fields)
-        let deletion = AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: environment.logger)
+        let deletion = accountDeletion(logger: environment.logger)
         do {
-            try await prepareDeletion(payload, whisperId: whisperId, logger: environment.logger)
+            try await prepareDeletion(payload, whisperId: whisperId, by: deletion)
             let entry = RouterStream.Entry(
                 gateway: instanceID, connId: "", whisperId: whisperId, type: .accountDelete, requestId: nil,
                 payload: try RouterStream.storedPayload(payload), receivedAt: Clock.millisecondsNow()
@@ -64,11 +62,9 @@ extension FrameHandler {
     /// the server's time), then the identity's live conversations and push-to-talk channels
     /// let go, as their owner deleting them or a member leaving would (listeners and members
     /// are told). A request that failed half-way is sent again: every step finds what is left.
-    private func prepareDeletion(_ request: AccountDelete, whisperId: String, logger: Logger) async throws {
-        let deletion = AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: logger)
-        try AccountDeletion.check(
-            request.fields, session: whisperId, signPublicKey: try await deletion.signingKey(of: whisperId), now: Clock.millisecondsNow()
-        )
+    private func prepareDeletion(_ request: AccountDelete, whisperId: String, by deletion: AccountDeletion) async throws {
+        try await deletion.verify(request.fields, session: whisperId)
+        let logger = deletion.logger
         let conversations = LiveConversationDesk(postgres: environment.postgres, logger: logger)
         for conversation in try await conversations.list(owner: whisperId).conversations {
             do {
@@ -96,5 +92,9 @@ extension FrameHandler {
                 continue  // deleted or left meanwhile
             }
         }
+    }
+
+    private func accountDeletion(logger: Logger) -> AccountDeletion {
+        AccountDeletion(postgres: environment.postgres, redis: environment.redis, logger: logger)
     }
 }
