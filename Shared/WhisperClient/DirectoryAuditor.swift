@@ -76,14 +76,27 @@ public actor DirectoryAuditor {
         changed += checked.changedLabels.count
     }
 
-    /// Checks every epoch published since the last one checked; returns how many.
+    /// Checks every epoch published since the last one checked; returns how many. A 429
+    /// (the directory's per-address limit) or 503 is waited out as its `Retry-After` says
+    /// (1 to 60 s), and the checking goes on from the epoch it had reached.
     public func follow(_ api: WhisperAPI) async throws -> Int {
-        let (newest, _) = try await api.newestHead(since: nil)
+        let newest = try await Self.patiently { try await api.newestHead(since: nil).0 }
         var count = 0
         while epoch < newest.epoch {
-            try check(try await api.epochUpdate(epoch + 1))
+            let next = epoch + 1
+            try check(try await Self.patiently { try await api.epochUpdate(next) })
             count += 1
         }
         return count
+    }
+
+    private static func patiently<T: Sendable>(_ request: @Sendable () async throws -> T) async throws -> T {
+        while true {
+            do {
+                return try await request()
+            } catch WhisperAPIError.retryLater(_, let seconds) {
+                try await Task.sleep(for: .seconds(min(max(seconds ?? 1, 1), 60)))
+            }
+        }
     }
 }

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import PostgresNIO
@@ -251,6 +252,39 @@ import WhisperShared
             expectRefused(other, "another epoch")
             #expect(throws: KeyTransparencyError.self) { _ = try proof.verify(whisperId: alice.whisperId, state: state, keys: keys, held: DirectoryHead?.none) }
             #expect(tried > 80 + 3 * 32 + 64)
+        }
+    }
+
+    @Test func theDirectoryEndpointsAreBoundedPerClientAddressAndTheAuditorWaitsItOut() async throws {
+        try await MessagingStack.start(routers: 1, auth: {
+            $0.limits[.directoryPerAddress] = RateLimitRule(capacity: 2, period: .seconds(2))
+            $0.common.trustedProxies = TrustedProxies("127.0.0.1/32")!
+        }).running { stack in
+            _ = try await stack.user(on: 0)
+            try await Self.waitForPublication(stack)
+            func get(_ path: String, from client: String) async throws -> (status: Int, retryAfter: String?) {
+                var request = HTTPClientRequest(url: stack.auth.baseURL + path)
+                request.headers.add(name: "X-Forwarded-For", value: client)
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+                _ = try await response.body.collect(upTo: 1 << 20)
+                return (Int(response.status.code), response.headers.first(name: "Retry-After"))
+            }
+            // One address has two requests of the endpoints together, then 429.
+            for path in ["/kt/keys", "/kt/epochs/1"] {
+                #expect(try await get(path, from: "203.0.113.5").status == 200, "\(path)")
+            }
+            let refused = try await get("/kt/head", from: "203.0.113.5")
+            #expect(refused.status == 429)
+            #expect(refused.retryAfter.flatMap { Int($0) } != nil)
+            // Another address is not touched by it.
+            #expect(try await get("/kt/head", from: "203.0.113.6").status == 200)
+
+            // The auditor (one address, this test's: the keys, the head and each epoch are
+            // more than two requests) waits the refusals out and checks every epoch.
+            let epochs = Int(try await Self.epoch(stack))
+            let api = Self.api(stack)
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            #expect(try await auditor.follow(api) >= epochs)
         }
     }
 }

@@ -97,7 +97,7 @@ struct AdminRoutes: Sendable {
 
     var auth: AdminAuth { AdminAuth(tokens: tokens) }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         registerAudit(on: router)
         let moderation = Moderation(
             auth: auth, postgres: postgres, enforcement: BanEnforcement(redis: redis), logger: logger
@@ -138,7 +138,7 @@ struct AdminRoutes: Sendable {
     }
 
     /// `GET /admin/audit?limit=&cursor=`: newest first; `nextCursor` continues.
-    func registerAudit(on router: Router<BasicRequestContext>) {
+    func registerAudit(on router: Router<ClientRequestContext>) {
         router.get("/admin/audit") { request, _ -> Response in
             _ = try authenticate(request)
             let limit = try AdminBody.limit(request, max: 200, fallback: 50)

@@ -18,7 +18,7 @@ struct AdminStats: Sendable {
     /// presence refresh, 30 s by default).
     static let gatewayReportMaxAge: Duration = .seconds(90)
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         router.get("/admin/stats") { request, _ -> Response in
             _ = try auth.operator(of: request)
             return try JSONResponse.make(try await figures())

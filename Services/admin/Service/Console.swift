@@ -33,7 +33,7 @@ struct Console: Sendable {
         "\(name)=\(value); Path=/console; HttpOnly; SameSite=Strict; Max-Age=\(maxAge)" + (secureCookies ? "; Secure" : "")
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         router.get("/console/style.css") { _, _ -> Response in
             var headers = HTML.securityHeaders
             headers[.contentType] = "text/css; charset=utf-8"

@@ -62,7 +62,7 @@ struct Moderation: Sendable {
 
     // MARK: Bans
 
-    func registerBans(on router: Router<BasicRequestContext>) {
+    func registerBans(on router: Router<ClientRequestContext>) {
         router.post("/admin/ban") { request, _ -> Response in
             let actor = try auth.operator(of: request)
             let body = try await AdminBody.decode(BanRequest.self, from: request, fields: BanRequest.fields, describe: BanRequest.describe)
@@ -259,7 +259,7 @@ struct Moderation: Sendable {
     /// Reports shown per reported identity in the list (the newest); `reportCount` has them all.
     static let reportsPerTarget = 20
 
-    func registerReports(on router: Router<BasicRequestContext>) {
+    func registerReports(on router: Router<ClientRequestContext>) {
         router.get("/admin/reports") { request, _ -> Response in
             _ = try auth.operator(of: request)
             return try await listReports(request)

@@ -162,7 +162,7 @@ struct AttachmentRoutes: Sendable {
     static let uploadContentType = "application/octet-stream"
     static let purposes: Set<String> = ["message_attachment"]
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         let presigned = metrics.counter("attachment_presigns", help: "Upload URLs handed out.")
         let downloads = metrics.counter("attachment_downloads", help: "Download URLs handed out.")
         let rejected = metrics.counter("attachment_objects_rejected", help: "Uploaded objects whose size or type differed from their declaration.")

@@ -17,28 +17,37 @@ struct AuthRoutes: Sendable {
     let logger: Logger
 
     /// What clients reach through the load balancer.
-    func registerPublic(on router: Router<BasicRequestContext>) {
+    func registerPublic(on router: Router<ClientRequestContext>) {
         router.get("/users/:whisperId/keys") { request, context in
             try await keys(request, context)
         }
-        // The key directory's audit endpoint (docs/key-transparency.md): public, read-only.
-        router.get("/kt/keys") { _, _ -> Response in
+        // The key directory's audit endpoints (docs/key-transparency.md): public, read-only,
+        // bounded per client address.
+        router.get("/kt/keys") { request, context -> Response in
+            try await limitDirectory(request, context)
             guard let keys = try await directory.keys() else { throw WhisperHTTPError(.notFound, "the key directory has not started") }
             return try JSONResponse.make(encoding: keys, cacheControl: "public, max-age=300")
         }
-        router.get("/kt/head") { request, _ -> Response in
+        router.get("/kt/head") { request, context -> Response in
             let since = try Self.epoch(request.uri.queryParameters.get("since"), name: "since")
+            try await limitDirectory(request, context)
             guard let head = try await directory.head() else { throw WhisperHTTPError(.notFound, "no epoch published yet") }
             return try JSONResponse.make(encoding: HeadAnswer(head: head, consistency: try await consistency(since: since, head: head)), cacheControl: "no-cache")
         }
-        router.get("/kt/epochs/:epoch") { _, context -> Response in
+        router.get("/kt/epochs/:epoch") { request, context -> Response in
             guard let epoch = try Self.epoch(context.parameters.get("epoch"), name: "epoch") else {
                 throw WhisperHTTPError(.invalidPayload, "epoch must be a positive integer")
             }
+            try await limitDirectory(request, context)
             guard let update = try await directory.update(epoch: epoch) else { throw WhisperHTTPError(.notFound, "no such epoch") }
             // A published epoch never changes.
             return JSONResponse.raw(update, cacheControl: "public, max-age=31536000, immutable")
         }
+    }
+
+    private func limitDirectory(_ request: Request, _ context: ClientRequestContext) async throws {
+        let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)
+        try await limiter.chargeRequest(.directoryPerAddress, key: "ip:\(client)", rules: settings.limits)
     }
 
     /// What only gateways call, on the internal port.
@@ -61,7 +70,7 @@ struct AuthRoutes: Sendable {
     }
 
     /// `GET /users/{whisperId}/keys` (spec 3.6).
-    private func keys(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+    private func keys(_ request: Request, _ context: ClientRequestContext) async throws -> Response {
         let caller = try await authenticate(request)
         guard let whisperId = context.parameters.get("whisperId"), Format.isWhisperID(whisperId) else {
             throw WhisperHTTPError(.invalidPayload, "whisperId must be a Whisper ID (WSP-XXXX-XXXX-XXXX)")

@@ -26,7 +26,7 @@ struct ContactsBackupRoutes: Sendable {
         var protocolVersion: Int
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         router.put("/backup/contacts") { request, _ -> Response in
             let session = try await admit(request)
             let body = try await request.body.collect(upTo: Self.maxCiphertextBytes * 4 / 3 + 4_096)

@@ -110,7 +110,7 @@ public func buildGateway(
         }
     )
 
-    let router = Router(context: GatewayRequestContext.self)
+    let router = Router(context: ClientRequestContext.self)
     router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
     router.add(middleware: RequestBodyLimit())
     let subscribed = ReadinessCheck(name: "redis_subscriber") {
@@ -124,9 +124,8 @@ public func buildGateway(
     let refusedOutright: @Sendable (_ origin: String?) -> HTTPError? = { origin in
         UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
     }
-    let forwardedFor = HTTPField.Name("X-Forwarded-For")!
     ListenPage(devices: liveDevices) { request, context in
-        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)
         return limits.take(.liveDevicesPerAddress, address: client)
     }.register(on: router)
     // The keys floor grants are signed with (docs/protocol.md section 14).
@@ -139,7 +138,7 @@ public func buildGateway(
     }
     // `account_delete` over HTTP (docs/protocol.md section 12).
     router.post("/account/delete") { request, context -> Response in
-        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)
         guard limits.take(.groupOpsPerAddress, address: client) else {
             throw WhisperHTTPError(.rateLimited, Limit.groupOpsPerAddress.refusal(retryAfterMs: nil))
         }
@@ -147,7 +146,7 @@ public func buildGateway(
     }
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
-        let client = settings.common.trustedProxies.clientAddress(peer: context.remoteAddress, forwardedFor: request.headers[values: forwardedFor])
+        let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)
         if let refusal = admission.refusal(for: client) { throw refusal }
         throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
     }

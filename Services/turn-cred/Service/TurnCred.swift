@@ -138,7 +138,7 @@ struct TurnCredRoutes: Sendable {
     let metrics: ServiceMetrics
     let logger: Logger
 
-    func registerPublic(on router: Router<BasicRequestContext>) {
+    func registerPublic(on router: Router<ClientRequestContext>) {
         let issued = metrics.counter("turn_credentials_issued", help: "TURN credentials handed out (WebSocket and HTTP).", labels: [("via", "http")])
         router.post("/v1/turn/credentials") { request, _ -> Response in
             let session = try await sessions.authenticate(request)

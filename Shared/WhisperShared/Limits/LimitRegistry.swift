@@ -81,6 +81,9 @@ extension Limit {
     public static let updateTokensPerAddress = Limit("auth.rate.limit.update.tokens.per.ip", "60/60s", per: .address, bucket: "update_tokens", counts: "token updates")
     /// `GET /users/{id}/keys` per caller.
     public static let keyLookupPerIdentity = Limit("auth.rate.limit.key.lookup.per.identity", "120/60s", per: .identity, bucket: "key_lookup", counts: "key lookups")
+    /// The key directory's public endpoints (`/kt/`) per client address: they need no
+    /// session, so the address is all there is to bound them by.
+    public static let directoryPerAddress = Limit("auth.rate.limit.directory.per.ip", "3000/60s", per: .address, bucket: "directory", counts: "key directory requests")
     /// Contacts backup reads, writes and deletes together per identity.
     public static let backupPerIdentity = Limit("auth.rate.limit.backup.per.identity", "60/60s", per: .identity, bucket: "backup", counts: "backup requests")
     /// `report_user` per reporting identity.
@@ -112,7 +115,7 @@ extension Limit {
         liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
         liveOffersPerDevice, liveOffersPerAddress, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,
         sendPerPair,
-        registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity,
+        registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity, directoryPerAddress,
         backupPerIdentity, reportPerIdentity,
         callsPerPair, strangerCallsPerCallee,
         turnPerIdentity, presignPerIdentity, downloadPerIdentity, consoleSignInFailures,

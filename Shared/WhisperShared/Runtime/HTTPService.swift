@@ -15,7 +15,7 @@ public func buildHTTPService(
     settings: CommonSettings,
     logger: Logger,
     extraReadinessChecks: [ReadinessCheck] = [],
-    routes: (Router<BasicRequestContext>, ServiceEnvironment) -> Void = { _, _ in },
+    routes: (Router<ClientRequestContext>, ServiceEnvironment) -> Void = { _, _ in },
     internalListener: InternalListener? = nil,
     workers: (ServiceEnvironment) -> [any Service] = { _ in [] },
     startupProblems: [String] = [],
@@ -23,7 +23,7 @@ public func buildHTTPService(
 ) -> HTTPServiceHandle {
     let environment = ServiceEnvironment(settings: settings, logger: logger)
     let draining = DrainFlag()
-    let router = Router(context: BasicRequestContext.self)
+    let router = Router(context: ClientRequestContext.self)
     router.add(middleware: HTTPMetricsMiddleware(metrics: environment.metrics))
     router.add(middleware: RequestBodyLimit())
     OperationsRoutes(

@@ -14,9 +14,9 @@ struct ListenPage: Sendable {
     /// Whether the request's client address may have a new device
     /// (`Limit.liveDevicesPerAddress`): devices are free to make otherwise, and each
     /// carries a socket past the sign-in deadline.
-    let mayMakeDevice: @Sendable (Request, GatewayRequestContext) -> Bool
+    let mayMakeDevice: @Sendable (Request, ClientRequestContext) -> Bool
 
-    func register(on router: Router<GatewayRequestContext>) {
+    func register(on router: Router<ClientRequestContext>) {
         router.post("/live/devices") { request, context -> Response in
             guard mayMakeDevice(request, context) else {
                 throw WhisperHTTPError(.rateLimited, Limit.liveDevicesPerAddress.refusal(retryAfterMs: nil))

@@ -8,6 +8,7 @@ import NIOHTTP1
 import NIOHTTPTypes
 import NIOHTTPTypesHTTP1
 import NIOWebSocket
+import WhisperShared
 
 /// What each TCP connection of the gateway becomes: a client WebSocket at `/ws`, or
 /// plain HTTP for everything else (health, readiness, metrics, and the reason a `/ws`
