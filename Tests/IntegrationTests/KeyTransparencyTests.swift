@@ -124,20 +124,17 @@ import WhisperShared
             router.get("/users/\(bob.whisperId)/keys") { _, _ -> Response in
                 Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: replay)))
             }
-            let port = try TestServers.freePort()
-            let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: TestServers.logger)
-            let server = Task { try await app.runService() }
-            defer { server.cancel() }
-            let base = "http://127.0.0.1:\(port)"
-            _ = try await HTTP.waitFor("\(base)/none") { $0.status == 404 }
-            let rolledBack = WhisperAPI(
-                endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: base, attachments: base, turn: base), directory: aliceAPI.directory
-            )
-            do {
-                _ = try await rolledBack.keys(of: bob.whisperId, sessionToken: alice.token)
-                Issue.record("a rolled-back head was accepted")
-            } catch KeyTransparencyError.rollback(let held, let offered) {
-                #expect(held == newest.epoch && offered < newest.epoch)
+            try await RunningService.serving(router).running { server in
+                let base = server.baseURL
+                let rolledBack = WhisperAPI(
+                    endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: base, attachments: base, turn: base), directory: aliceAPI.directory
+                )
+                do {
+                    _ = try await rolledBack.keys(of: bob.whisperId, sessionToken: alice.token)
+                    Issue.record("a rolled-back head was accepted")
+                } catch KeyTransparencyError.rollback(let held, let offered) {
+                    #expect(held == newest.epoch && offered < newest.epoch)
+                }
             }
 
             // The server forks: the newest epoch is taken back and published again with other

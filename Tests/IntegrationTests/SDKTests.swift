@@ -157,27 +157,24 @@ import WhisperShared
             Response(status: .forbidden, headers: [.contentType: "application/json"],
                      body: .init(byteBuffer: ByteBuffer(string: "{\"error\":{\"code\":\"USER_BANNED\",\"message\":\"banned\"}}")))
         }
-        let port = try TestServers.freePort()
-        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: port)), logger: TestServers.logger)
-        let server = Task { try await app.runService() }
-        defer { server.cancel() }
-        let base = "http://127.0.0.1:\(port)"
-        _ = try await HTTP.waitFor("\(base)/none") { $0.status == 404 }
-        let api = WhisperAPI(
-            endpoints: WhisperEndpoints(websocket: "ws://127.0.0.1:\(port)/ws", auth: base, attachments: base, turn: base),
-            directory: DirectoryView(keys: TestServers.directorySigner.publicKeys)
-        )
+        try await RunningService.serving(router).running { server in
+            let base = server.baseURL
+            let api = WhisperAPI(
+                endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: base, attachments: base, turn: base),
+                directory: DirectoryView(keys: TestServers.directorySigner.publicKeys)
+            )
 
-        await #expect(throws: WhisperAPIError.unreadableResponse("/users/\(someone)/keys: body over 65536 bytes")) {
-            _ = try await api.keys(of: someone, sessionToken: "t")
-        }
-        await #expect(throws: WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")) {
-            _ = try await api.keys(of: impostor, sessionToken: "t")
-        }
-        await #expect(throws: MessageCryptoError.cannotDecrypt) { _ = try await api.pullContactsBackup(keys: keys, sessionToken: "t") }
-        await #expect(throws: WhisperAPIError.retryLater(status: 429, retryAfterSeconds: 7)) { _ = try await api.turnCredentials(sessionToken: "t") }
-        await #expect(throws: WhisperAPIError.refused(status: 403, code: .userBanned, message: "banned")) {
-            _ = try await api.upload(AttachmentCrypto.seal([1, 2, 3]), contentType: "image/png", sessionToken: "t")
+            await #expect(throws: WhisperAPIError.unreadableResponse("/users/\(someone)/keys: body over 65536 bytes")) {
+                _ = try await api.keys(of: someone, sessionToken: "t")
+            }
+            await #expect(throws: WhisperAPIError.unreadableResponse("key lookup answer for another identity or with malformed keys")) {
+                _ = try await api.keys(of: impostor, sessionToken: "t")
+            }
+            await #expect(throws: MessageCryptoError.cannotDecrypt) { _ = try await api.pullContactsBackup(keys: keys, sessionToken: "t") }
+            await #expect(throws: WhisperAPIError.retryLater(status: 429, retryAfterSeconds: 7)) { _ = try await api.turnCredentials(sessionToken: "t") }
+            await #expect(throws: WhisperAPIError.refused(status: 403, code: .userBanned, message: "banned")) {
+                _ = try await api.upload(AttachmentCrypto.seal([1, 2, 3]), contentType: "image/png", sessionToken: "t")
+            }
         }
     }
 }

@@ -51,80 +51,78 @@ import WhisperShared
             collector.add(Data(buffer: body))
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(string: "{}")))
         }
-        let collectorPort = try TestServers.freePort()
-        let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: collectorPort)), logger: TestServers.logger)
-        let collectorTask = Task { try await app.runService() }
-        defer { collectorTask.cancel() }
-        _ = try await HTTP.waitFor("http://127.0.0.1:\(collectorPort)/v1/traces") { $0.status == 405 || $0.status == 404 }
+        try await RunningService.serving(router).running { collectorServer in
+            let collectorPort = collectorServer.port
 
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-traces-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        let redisServer = try RedisProcess()
-        try redisServer.start()
-        let database = try await TestDatabases.shared.make()
-        var environment = Executables.environment(database)
-        environment["WHISPER_REDIS_URL"] = redisServer.url
-        environment["WHISPER_LOG_LEVEL"] = "info"
-        environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(collectorPort)"
-        environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
-        environment["OTEL_BSP_SCHEDULE_DELAY"] = "100"
-        let authInternal = try TestServers.freePort()
-        environment["AUTH_INTERNAL_HTTP_PORT"] = "\(authInternal)"
-        environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authInternal)"
-        var services: [ProcessStack.Running] = []
-        defer { for service in services where service.process.isRunning { service.process.terminate() } }
-        for name in ["auth", "router", "gateway", "gateway"] {
-            var own = environment
-            own["\(name.uppercased())_HTTP_PORT"] = "\(try TestServers.freePort())"
-            own["WHISPER_INSTANCE_ID"] = "\(name)-\(services.count)"
-            // The first gateway stores messages itself (the default), the second passes
-            // them to the routers.
-            if services.count == 3 { own["GATEWAY_SEND_PATH"] = "router" }
-            let folder = directory.appendingPathComponent("\(services.count)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            let service = try ProcessStack.launch(name, environment: own, in: folder)
-            services.append(service)
-            _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
-        }
-
-        func user(on port: Int) async throws -> TestUser {
-            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-            let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
-            try await connection.connect()
-            let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
-            return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
-        }
-        let alice = try await user(on: services[2].port)
-        let bob = try await user(on: services[3].port)
-        let (sent, _) = try await alice.sendAndWaitForArrival("traced", to: bob)
-        let (answer, _) = try await bob.sendAndWaitForArrival("traced back", to: alice)
-        #expect(!sent.messageId.isEmpty && !answer.messageId.isEmpty)
-
-        // Each message is one trace, each span the child of the one before: through the
-        // router from the second gateway, straight from the first.
-        var throughRouter: [Collector.Received] = []
-        var direct: [Collector.Received] = []
-        try await waitUntil(timeout: .seconds(20)) {
-            let spans = collector.spans.withLock { $0 }
-            for first in spans where first.service == "whisper-gateway" && first.name == "send_message" {
-                let trace = spans.filter { $0.traceId == first.traceId }
-                if let route = trace.first(where: { $0.name == "route send_message" && $0.parentSpanId == first.spanId }),
-                   let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == route.spanId }) {
-                    throughRouter = [first, route, deliver]
-                } else if let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == first.spanId }) {
-                    direct = [first, deliver]
-                }
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-traces-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: directory) }
+            let redisServer = try RedisProcess()
+            try redisServer.start()
+            let database = try await TestDatabases.shared.make()
+            var environment = Executables.environment(database)
+            environment["WHISPER_REDIS_URL"] = redisServer.url
+            environment["WHISPER_LOG_LEVEL"] = "info"
+            environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(collectorPort)"
+            environment["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/json"
+            environment["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+            let authInternal = try TestServers.freePort()
+            environment["AUTH_INTERNAL_HTTP_PORT"] = "\(authInternal)"
+            environment["GATEWAY_AUTH_URL"] = "http://127.0.0.1:\(authInternal)"
+            var services: [ProcessStack.Running] = []
+            defer { for service in services where service.process.isRunning { service.process.terminate() } }
+            for name in ["auth", "router", "gateway", "gateway"] {
+                var own = environment
+                own["\(name.uppercased())_HTTP_PORT"] = "\(try TestServers.freePort())"
+                own["WHISPER_INSTANCE_ID"] = "\(name)-\(services.count)"
+                // The first gateway stores messages itself (the default), the second passes
+                // them to the routers.
+                if services.count == 3 { own["GATEWAY_SEND_PATH"] = "router" }
+                let folder = directory.appendingPathComponent("\(services.count)")
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                let service = try ProcessStack.launch(name, environment: own, in: folder)
+                services.append(service)
+                _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
             }
-            return !throughRouter.isEmpty && !direct.isEmpty
+
+            func user(on port: Int) async throws -> TestUser {
+                let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+                let connection = WhisperConnection(url: "ws://127.0.0.1:\(port)/ws", logger: TestServers.logger)
+                try await connection.connect()
+                let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .ios)
+                return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
+            }
+            let alice = try await user(on: services[2].port)
+            let bob = try await user(on: services[3].port)
+            let (sent, _) = try await alice.sendAndWaitForArrival("traced", to: bob)
+            let (answer, _) = try await bob.sendAndWaitForArrival("traced back", to: alice)
+            #expect(!sent.messageId.isEmpty && !answer.messageId.isEmpty)
+
+            // Each message is one trace, each span the child of the one before: through the
+            // router from the second gateway, straight from the first.
+            var throughRouter: [Collector.Received] = []
+            var direct: [Collector.Received] = []
+            try await waitUntil(timeout: .seconds(20)) {
+                let spans = collector.spans.withLock { $0 }
+                for first in spans where first.service == "whisper-gateway" && first.name == "send_message" {
+                    let trace = spans.filter { $0.traceId == first.traceId }
+                    if let route = trace.first(where: { $0.name == "route send_message" && $0.parentSpanId == first.spanId }),
+                       let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == route.spanId }) {
+                        throughRouter = [first, route, deliver]
+                    } else if let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == first.spanId }) {
+                        direct = [first, deliver]
+                    }
+                }
+                return !throughRouter.isEmpty && !direct.isEmpty
+            }
+            #expect(throughRouter.map(\.service) == ["whisper-gateway", "whisper-router", "whisper-gateway"])
+            #expect(direct.map(\.service) == ["whisper-gateway", "whisper-gateway"])
+            #expect(Set(throughRouter.map(\.traceId)).count == 1)
+            #expect(Set(direct.map(\.traceId)).count == 1)
+            #expect(direct.first?.traceId != throughRouter.first?.traceId)
+            for service in services { kill(service.process.processIdentifier, SIGTERM) }
+            for service in services { try? await waitUntil(timeout: .seconds(15)) { !service.process.isRunning } }
+            withExtendedLifetime(redisServer) {}
         }
-        #expect(throughRouter.map(\.service) == ["whisper-gateway", "whisper-router", "whisper-gateway"])
-        #expect(direct.map(\.service) == ["whisper-gateway", "whisper-gateway"])
-        #expect(Set(throughRouter.map(\.traceId)).count == 1)
-        #expect(Set(direct.map(\.traceId)).count == 1)
-        #expect(direct.first?.traceId != throughRouter.first?.traceId)
-        for service in services { kill(service.process.processIdentifier, SIGTERM) }
-        for service in services { try? await waitUntil(timeout: .seconds(15)) { !service.process.isRunning } }
-        withExtendedLifetime(redisServer) {}
     }
 }

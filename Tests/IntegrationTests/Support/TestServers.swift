@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import Hummingbird
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -165,11 +166,22 @@ struct RunningService: Sendable {
         return RunningService(port: port, group: group, task: task)
     }
 
+    /// A server of the test's own on a free loopback port, answering what `router`
+    /// routes: a stand-in that misbehaves as the test wants, or a collector.
+    static func serving(_ router: Router<BasicRequestContext>) async throws -> RunningService {
+        try await start { listening in
+            let app = Application(
+                router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                onServerRunning: { await listening($0.localAddress?.port ?? 0) }, logger: TestServers.logger
+            )
+            return ServiceAssembly(services: [app], logger: TestServers.logger, gracePeriod: .seconds(5))
+        }
+    }
+
     func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
     }
-
 }
 
 extension RunningService: StartedForATest {}
