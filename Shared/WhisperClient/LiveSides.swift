@@ -21,7 +21,8 @@ public actor LiveWhisperer {
         case deleted
     }
 
-    public let connection: WhisperConnection
+    /// The socket it whispers on (``moved(to:)`` changes it).
+    public private(set) var connection: WhisperConnection
     public let conversationId: String
     public let name: String
     /// Let known listeners in again without asking (the rejoin sequence).
@@ -46,6 +47,19 @@ public actor LiveWhisperer {
     public func start() async throws {
         if keyId == 0 { keyId = 1 }
         try await control(LiveWhisperOffer(sessionToken: try await connection.token(), .init(conversationId: conversationId, whispererName: name)))
+    }
+
+    /// Goes on whispering on another socket (the last one was lost): the Whisperer's
+    /// place ended with the old socket, and listeners' places with theirs or with the
+    /// Whisperer leaving, so it takes the place again; the listeners still there answer
+    /// the offer and those let in before are let in again at once. The text and the key
+    /// are kept: a listener that joins again gets the whole text.
+    public func moved(to socket: WhisperConnection) async throws {
+        connection = socket
+        joined = []
+        admitted = []
+        publicKeys = [:]
+        try await start()
     }
 
     /// Handles a frame of the connection's events; nil for frames of other things.
@@ -192,7 +206,8 @@ public actor LiveListener {
         case whispererLeft(LiveDropped.Reason)
     }
 
-    public let connection: WhisperConnection
+    /// The socket it listens on (``moved(to:)`` changes it).
+    public private(set) var connection: WhisperConnection
     public let conversationId: String
     public let name: String
     public private(set) var transcript = LiveTranscript()
@@ -219,6 +234,15 @@ public actor LiveListener {
         }
         listenerId = id
         return id
+    }
+
+    /// Goes on listening on another socket (of the same listener device): the place
+    /// ended with the old socket, so it offers again; a Whisperer that let this device
+    /// in lets it in again at once, and sends the whole text when it joins.
+    public func moved(to socket: WhisperConnection) async throws {
+        connection = socket
+        joined = false
+        try await start()
     }
 
     public func handle(_ frame: ServerFrame) async throws -> Event? {

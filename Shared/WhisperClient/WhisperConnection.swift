@@ -19,6 +19,8 @@ public enum WhisperClientError: Error, Equatable, Sendable {
     case notConnected
     /// An answer of a type the request does not expect (its frame type).
     case unexpectedReply(String)
+    /// Listening to live text needs a listener device (`WhisperSession.Configuration.listenerDevice`).
+    case notListenerDevice
 }
 
 /// One WebSocket to a Whisper gateway: requests matched to answers by `requestId`,

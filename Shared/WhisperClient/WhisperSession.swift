@@ -71,6 +71,13 @@ public enum SessionEvent: Sendable {
     /// The floor of a push-to-talk channel as asked again after a reconnect
     /// (``WhisperSession/requestFloor(_:queue:)``): granted again, queued again, or refused.
     case floor(PTTFloor)
+    /// What happened in a live-text conversation the session whispers in
+    /// (``WhisperSession/whisper(in:name:)``): a listener's request is the app's to
+    /// `admit` or `refuse` on the ``LiveWhisperer``.
+    case whisperer(conversationId: String, LiveWhisperer.Event)
+    /// What happened in a live-text conversation the session listens to
+    /// (``WhisperSession/listen(to:name:)``).
+    case listener(conversationId: String, LiveListener.Event)
     /// Any other frame the server sent unasked (presence, typing, groups, calls, live
     /// text, push-to-talk).
     case frame(ServerFrame)
@@ -80,7 +87,8 @@ public enum SessionEvent: Sendable {
 ///
 /// It opens a socket to one of `gateways`, resumes the stored session (refreshing it
 /// before it ends, registering again from the keys when the server no longer knows it),
-/// walks the pending queue, subscribes to presence again, and sends the outbox (every
+/// walks the pending queue, subscribes to presence again, takes its places in live-text
+/// conversations and asks for push-to-talk floors again, and sends the outbox (every
 /// message with its own `messageId` on every try, so the server stores it once). It
 /// pings the server and treats a socket that does not answer within
 /// ``Configuration/pingInterval`` plus ``Configuration/pingTimeout`` as dead; it follows
@@ -119,6 +127,10 @@ public actor WhisperSession {
         /// person decides (another device may have signed in meanwhile, and registering
         /// would sign that one out).
         public var registerAgain = true
+        /// The device this app listens to live text as (``ListenerDevice/issue(websocketURL:)``,
+        /// kept by the app): every socket is opened with it, so ``WhisperSession/listen(to:name:)``
+        /// works. Nil: the session does not listen.
+        public var listenerDevice: ListenerDevice?
 
         public init(gateways: [String], deviceId: String, platform: Platform, pushToken: String? = nil, voipToken: String? = nil) {
             self.gateways = gateways
@@ -156,6 +168,10 @@ public actor WhisperSession {
     /// queues). A floor, and a place waiting for one, belong to the socket (the server
     /// gives them up when it goes), so each is asked for again after every reconnect.
     private var floorsWanted: [String: Bool] = [:]
+    /// Live-text conversations the session whispers in and listens to, by conversation:
+    /// their places belong to the socket too, so each is taken again after a reconnect.
+    private var whisperers: [String: LiveWhisperer] = [:]
+    private var listeners: [String: LiveListener] = [:]
     private var gatewayIndex = 0
     /// Set by `networkChanged`: the next try starts at once.
     private var skipBackoff = false
@@ -300,6 +316,48 @@ public actor WhisperSession {
         return try await connection.releaseTalk(channelId)
     }
 
+    /// Whispers in one of the identity's live-text conversations from now on, and again
+    /// after every reconnect, until ``stopWhispering(in:)`` or the conversation's deletion.
+    /// Type through the returned ``LiveWhisperer``; what happens in the conversation comes
+    /// as ``SessionEvent/whisperer(conversationId:_:)``.
+    public func whisper(in conversationId: String, name: String, timeout: Duration = .seconds(30)) async throws -> LiveWhisperer {
+        if let kept = whisperers[conversationId] { return kept }
+        let socket = try await connected(timeout: timeout) { connection, _ in connection }
+        let whisperer = LiveWhisperer(connection: socket, conversationId: conversationId, name: name)
+        try await whisperer.start()
+        whisperers[conversationId] = whisperer
+        // A reconnect while it started: it takes its place on the new socket too.
+        if let connection, connection !== socket { try await whisperer.moved(to: connection) }
+        return whisperer
+    }
+
+    /// Leaves the conversation (its listeners are told) and stops taking it again.
+    public func stopWhispering(in conversationId: String) async {
+        guard let whisperer = whisperers.removeValue(forKey: conversationId) else { return }
+        if isConnected { try? await whisperer.drop() }
+    }
+
+    /// Listens to a live-text conversation from now on (needs
+    /// ``Configuration/listenerDevice``), and again after every reconnect, until
+    /// ``stopListening(to:)``, a refusal, or the conversation's deletion. What happens
+    /// comes as ``SessionEvent/listener(conversationId:_:)``.
+    public func listen(to conversationId: String, name: String, timeout: Duration = .seconds(30)) async throws -> LiveListener {
+        guard configuration.listenerDevice != nil else { throw WhisperClientError.notListenerDevice }
+        if let kept = listeners[conversationId] { return kept }
+        let socket = try await connected(timeout: timeout) { connection, _ in connection }
+        let listener = LiveListener(connection: socket, conversationId: conversationId, name: name)
+        try await listener.start()
+        listeners[conversationId] = listener
+        if let connection, connection !== socket { try await listener.moved(to: connection) }
+        return listener
+    }
+
+    /// Leaves the conversation and stops listening to it.
+    public func stopListening(to conversationId: String) async {
+        guard let listener = listeners.removeValue(forKey: conversationId) else { return }
+        if isConnected { try? await listener.drop() }
+    }
+
     /// Runs `body` on the signed-in socket, waiting up to `timeout` for one.
     public func connected<T: Sendable>(
         timeout: Duration = .seconds(30), _ body: @Sendable (WhisperConnection, String) async throws -> T
@@ -323,7 +381,7 @@ public actor WhisperSession {
         while !Task.isCancelled {
             let gateway = configuration.gateways[gatewayIndex % configuration.gateways.count]
             set(.connecting(gateway: gateway, attempt: backoff.attempt + 1))
-            let socket = WhisperConnection(url: gateway, logger: logger)
+            let socket = WhisperConnection(url: gateway, listenerDevice: configuration.listenerDevice, logger: logger)
             var hint: Duration?
             do {
                 try await open(socket)
@@ -413,7 +471,8 @@ public actor WhisperSession {
     }
 
     /// What the socket needs after every (re)connect: presence watched again, the
-    /// floors asked for again, the pending queue walked, the own directory entry checked.
+    /// floors asked for again, the live-text places taken again, the pending queue
+    /// walked, the own directory entry checked.
     private func restore(on socket: WhisperConnection) async throws {
         if !presenceWatched.isEmpty {
             eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
@@ -428,6 +487,23 @@ public actor WhisperSession {
             }
             if floor.outcome == .refused { floorsWanted[channelId] = nil }
             eventContinuation.yield(.floor(floor))
+        }
+        for (conversationId, whisperer) in whisperers.sorted(by: { $0.key < $1.key }) {
+            do {
+                try await whisperer.moved(to: socket)
+            } catch WhisperClientError.refused(.notFound, _) {
+                // Deleted while the socket was away (from another device).
+                whisperers[conversationId] = nil
+                eventContinuation.yield(.whisperer(conversationId: conversationId, .deleted))
+            }
+        }
+        for (conversationId, listener) in listeners.sorted(by: { $0.key < $1.key }) {
+            do {
+                try await listener.moved(to: socket)
+            } catch WhisperClientError.refused(.notFound, _) {
+                listeners[conversationId] = nil
+                eventContinuation.yield(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
+            }
         }
         try await walk(socket)
     }
@@ -488,11 +564,35 @@ public actor WhisperSession {
             } else if let revoked = frame.payload(as: SessionRevoked.self) {
                 await socket.close()
                 return .revoked(SignOutReason(rawValue: revoked.reason.rawValue) ?? .loggedOut)
-            } else {
+            } else if await !live(frame) {
                 eventContinuation.yield(.frame(frame))
             }
         }
         return .closed
+    }
+
+    /// Hands a live-text frame to the whisperer or listener of its conversation; false
+    /// for frames of anything else. A conversation that ended for this side (deleted,
+    /// refused, let go) is not taken again after a reconnect.
+    private func live(_ frame: ServerFrame) async -> Bool {
+        guard frame.type.rawValue.hasPrefix("live_") else { return false }
+        var handled = false
+        for (conversationId, whisperer) in whisperers {
+            guard let event = try? await whisperer.handle(frame) else { continue }
+            handled = true
+            if event == .deleted { whisperers[conversationId] = nil }
+            eventContinuation.yield(.whisperer(conversationId: conversationId, event))
+        }
+        for (conversationId, listener) in listeners {
+            guard let event = try? await listener.handle(frame) else { continue }
+            handled = true
+            switch event {
+            case .refused, .removed, .whispererLeft(.deleted): listeners[conversationId] = nil
+            default: break
+            }
+            eventContinuation.yield(.listener(conversationId: conversationId, event))
+        }
+        return handled
     }
 
     /// A message shown once; a copy of one the app acknowledged is acknowledged again

@@ -16,6 +16,8 @@ import WhisperShared
         let credentials = Mutex<[SessionCredentials]>([])
         let alerts = Mutex<[KeyTransparencyError]>([])
         let floors = Mutex<[PTTFloor]>([])
+        let whispering = Mutex<[LiveWhisperer.Event]>([])
+        let listening = Mutex<[LiveListener.Event]>([])
         private let tasks: Mutex<[Task<Void, Never>]> = Mutex([])
 
         init(_ session: WhisperSession, acknowledging: Bool = true) {
@@ -32,6 +34,8 @@ import WhisperShared
                     case .credentials(let new): self.credentials.withLock { $0.append(new) }
                     case .directoryAlert(let error): self.alerts.withLock { $0.append(error) }
                     case .floor(let floor): self.floors.withLock { $0.append(floor) }
+                    case .whisperer(_, let event): self.whispering.withLock { $0.append(event) }
+                    case .listener(_, let event): self.listening.withLock { $0.append(event) }
                     default: break
                     }
                 }
@@ -46,10 +50,14 @@ import WhisperShared
         func cancel() { tasks.withLock { $0.forEach { $0.cancel() } } }
     }
 
-    static func session(_ stack: MessagingStack, gateways: [Int], keys: WhisperKeys = try! WhisperKeys(mnemonic: BIP39.generateMnemonic())) -> WhisperSession {
+    static func session(
+        _ stack: MessagingStack, gateways: [Int], keys: WhisperKeys = try! WhisperKeys(mnemonic: BIP39.generateMnemonic()),
+        listenerDevice: ListenerDevice? = nil
+    ) -> WhisperSession {
         var configuration = WhisperSession.Configuration(
             gateways: gateways.map { stack.websocketURL($0) }, deviceId: RandomID.uuid(), platform: .ios
         )
+        configuration.listenerDevice = listenerDevice
         configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
         let auth = stack.auth.baseURL
         let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: stack.websocketURL(gateways[0]), auth: auth, attachments: auth, turn: auth))
@@ -146,6 +154,62 @@ import WhisperShared
             // Released, it is not asked for again.
             try await alice.releaseFloor(channel.channelId)
             #expect(try await bob.connection.requestTalk(channel.channelId).outcome == .granted)
+            await alice.stop()
+        }
+    }
+
+    @Test func aLiveConversationIsTakenAgainByTheWhispererAndTheListenerAfterEachReconnects() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let (alice, aliceWatch, _) = try await Self.started(stack)
+            defer { aliceWatch.cancel() }
+            let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
+            let bob = Self.session(stack, gateways: [1, 0], listenerDevice: device)
+            let bobWatch = Watcher(bob)
+            defer { bobWatch.cancel() }
+            await bob.start()
+            let conversation = try await alice.connected { connection, _ in try await connection.createLiveConversation(name: "Kitchen") }
+            let whisperer = try await alice.whisper(in: conversation.conversationId, name: "Alice")
+            _ = try await bob.listen(to: conversation.conversationId, name: "Bob")
+
+            // Bob asks, Alice lets him in, he hears her.
+            var listenerId = ""
+            try await waitUntil {
+                for case .request(let id, "Bob") in aliceWatch.whispering.withLock({ $0 }) { listenerId = id }
+                return !listenerId.isEmpty
+            }
+            try await whisperer.admit(listenerId)
+            try await waitUntil { bobWatch.listening.withLock { $0.contains(.admitted) } }
+            try await waitUntil { aliceWatch.whispering.withLock { $0.contains(.joined(listenerId: listenerId, name: "Bob")) } }
+            func hears(_ live: String, past: [String] = []) async throws {
+                try await waitUntil {
+                    bobWatch.listening.withLock { $0.contains { if case .text(let text) = $0 { text.live == live && text.past == past } else { false } } }
+                }
+            }
+            try await whisperer.type("hello")
+            try await hears("hello")
+
+            // Alice's socket goes: her session takes the Whisperer's place again on the next
+            // one, and Bob, known, is let in again without anyone asking.
+            await alice.networkChanged()
+            try await waitUntil(timeout: .seconds(30)) { aliceWatch.connections(to: stack.websocketURL(1)) >= 1 }
+            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Bob") }.count == 2 } }
+            try await whisperer.newline()
+            try await whisperer.type("after the move")
+            try await hears("after the move", past: ["hello"])
+
+            // Bob's socket goes: his session offers again, is let in again, and gets the
+            // whole text.
+            await bob.networkChanged()
+            try await waitUntil(timeout: .seconds(30)) { bobWatch.connections(to: stack.websocketURL(0)) >= 1 }
+            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Bob") }.count == 3 } }
+            try await whisperer.type("after the move, twice")
+            try await hears("after the move, twice", past: ["hello"])
+            #expect(aliceWatch.whispering.withLock { $0.filter { if case .request = $0 { true } else { false } }.count } == 1, "asked once only")
+
+            // Deleted, it is not taken again.
+            try await alice.connected { connection, _ in try await connection.deleteLiveConversation(conversation.conversationId) }
+            try await waitUntil { bobWatch.listening.withLock { $0.contains(.whispererLeft(.deleted)) } }
+            await bob.stop()
             await alice.stop()
         }
     }

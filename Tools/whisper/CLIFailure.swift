@@ -59,6 +59,8 @@ enum CLIFailure: Error, CustomStringConvertible {
                 return .unavailable("\(what): not connected")
             case .unexpectedReply(let type):
                 return .refused("\(what): unexpected answer `\(type)` from the server")
+            case .notListenerDevice:
+                return .config("\(what): no listener device")
             }
         case KeyTransparencyError.notYetPublished:
             return .tryLater("\(what): the identity is not in the key directory yet (registered moments ago); try again in a few seconds")

@@ -64,7 +64,7 @@ actor Inbox {
                 case .credentials(let credentials): try await session.adopt(credentials)
                 case .directoryAlert(let problem):
                     warn("the key directory check of your own entry failed: \(CLIFailure.from(problem, doing: "monitor"))")
-                case .outgoing, .presenceSnapshot, .floor: break
+                case .outgoing, .presenceSnapshot, .floor, .whisperer, .listener: break
                 }
             } catch let failure as CLIFailure where failure.exitCode != 69 {
                 return .failed(failure)
