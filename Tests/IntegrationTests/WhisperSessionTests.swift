@@ -11,6 +11,12 @@ import WhisperShared
     /// What a session showed: its states and events, gathered as they come.
     final class Watcher: Sendable {
         let states = Mutex<[SessionState]>([])
+        /// The states with when each came.
+        let timeline = Mutex<[(at: ContinuousClock.Instant, state: SessionState)]>([])
+        /// Peers' presence as it came, from snapshots and `presence` frames, in order.
+        let presence = Mutex<[PresenceSnapshot.Peer]>([])
+        /// Every `ptt_floor` frame of the channels the identity is in.
+        let floorFrames = Mutex<[PTTFloor]>([])
         let messages = Mutex<[MessageReceived]>([])
         let snapshots = Mutex<[PresenceSnapshot]>([])
         let credentials = Mutex<[SessionCredentials]>([])
@@ -22,7 +28,10 @@ import WhisperShared
 
         init(_ session: WhisperSession, acknowledging: Bool = true) {
             let states = Task {
-                for await state in session.states { self.states.withLock { $0.append(state) } }
+                for await state in session.states {
+                    self.states.withLock { $0.append(state) }
+                    self.timeline.withLock { $0.append((.now, state)) }
+                }
             }
             let events = Task {
                 for await event in session.events {
@@ -30,7 +39,15 @@ import WhisperShared
                     case .message(let message):
                         self.messages.withLock { $0.append(message) }
                         if acknowledging { try? await session.acknowledge(message) }
-                    case .presenceSnapshot(let snapshot): self.snapshots.withLock { $0.append(snapshot) }
+                    case .presenceSnapshot(let snapshot):
+                        self.snapshots.withLock { $0.append(snapshot) }
+                        self.presence.withLock { $0 += snapshot.peers }
+                    case .frame(let frame):
+                        if let update = frame.payload(as: PresenceUpdate.self) {
+                            self.presence.withLock { $0.append(.init(whisperId: update.whisperId, status: update.status)) }
+                        } else if let floor = frame.payload(as: PTTFloor.self) {
+                            self.floorFrames.withLock { $0.append(floor) }
+                        }
                     case .credentials(let new): self.credentials.withLock { $0.append(new) }
                     case .directoryAlert(let error): self.alerts.withLock { $0.append(error) }
                     case .floor(let floor): self.floors.withLock { $0.append(floor) }

@@ -22,15 +22,18 @@ final class ProcessStack: @unchecked Sendable {
     let turnSecret = "stack-turn-secret-" + RandomID.uuid()
     let s3Secret = "stack-s3-secret-" + RandomID.uuid()
     private(set) var services: [String: Running] = [:]
+    /// Each service's settings and binary, kept to start it again as it was.
+    private var launched: [String: (binary: String, environment: [String: String])] = [:]
     private let redis: RedisProcess
     private let moto: MotoProcess
 
     /// Starts Redis, moto, a fresh database and the eight services, and waits until each
     /// answers `/ready`. `environment` adds to (or overrides) the services' settings.
-    static func start(environment extra: [String: String] = [:]) async throws -> ProcessStack {
+    /// `gateways`: more than one runs `gateway`, `gateway-2`, … on ports of their own.
+    static func start(environment extra: [String: String] = [:], gateways: Int = 1) async throws -> ProcessStack {
         let stack = try ProcessStack()
         do {
-            try await stack.launch(extra)
+            try await stack.launch(extra, gateways: gateways)
         } catch {
             await stack.stop()
             throw error
@@ -46,7 +49,7 @@ final class ProcessStack: @unchecked Sendable {
         moto = try MotoProcess()
     }
 
-    private func launch(_ extra: [String: String]) async throws {
+    private func launch(_ extra: [String: String], gateways: Int) async throws {
         _ = try await moto.client()
         let database = try await TestDatabases.shared.make()
         var environment = Executables.environment(database)
@@ -70,26 +73,61 @@ final class ProcessStack: @unchecked Sendable {
             environment["\(Self.prefix(name))_HTTP_PORT"] = "\(try TestServers.freePort())"
         }
         environment.merge(extra) { _, new in new }
-        for name in Self.names { services[name] = try Self.launch(name, environment: environment, in: directory) }
+        for name in Self.names { launched[name] = (name, environment) }
+        for index in stride(from: 2, through: gateways, by: 1) {
+            launched["gateway-\(index)"] = ("gateway", environment.merging(["GATEWAY_HTTP_PORT": "\(try TestServers.freePort())"]) { _, new in new })
+        }
+        for (name, how) in launched { services[name] = try Self.launch(name, binary: how.binary, environment: how.environment, in: directory) }
         for service in services.values {
             _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 }
         }
     }
 
+    /// The gateways' names: `gateway`, then `gateway-2`, ….
+    var gateways: [String] { services.keys.filter { $0.hasPrefix("gateway") }.sorted { ($0.count, $0) < ($1.count, $1) } }
+
+    /// Stops one service with `signal` (SIGTERM: it drains; SIGKILL: it dies at once),
+    /// waits for it to exit, and starts it again on the same port with the same settings.
+    func restart(_ name: String, signal: Int32) async throws {
+        let old = try service(name)
+        guard let how = launched[name] else { throw TestSetupError("no service \(name)") }
+        kill(old.process.processIdentifier, signal)
+        try await waitUntil(timeout: .seconds(30)) { !old.process.isRunning }
+        let again = try Self.launch(name, binary: how.binary, environment: how.environment, in: directory)
+        services[name] = again
+        _ = try await HTTP.waitFor("\(again.baseURL)/ready", timeout: .seconds(30)) { $0.status == 200 }
+    }
+
+    /// The last `lines` lines each service wrote, for a failure's message.
+    func logTails(lines: Int = 15) -> String {
+        services.keys.sorted().map { name in
+            let text = (try? String(contentsOf: services[name]!.log, encoding: .utf8)) ?? ""
+            return "--- \(name)\n" + text.split(separator: "\n").suffix(lines).joined(separator: "\n")
+        }.joined(separator: "\n")
+    }
+
+    /// Redis dies (SIGKILL) and starts again on its port from its append-only file.
+    func restartRedis() throws {
+        redis.kill()
+        try redis.start()
+    }
+
     private static func prefix(_ name: String) -> String { name.uppercased().replacingOccurrences(of: "-", with: "_") }
 
-    /// Starts one service executable with its output in `<directory>/<name>.log`.
-    static func launch(_ name: String, environment: [String: String], in directory: URL) throws -> Running {
+    /// Starts one service executable (`binary`, the service's name unless given) with its
+    /// output appended to `<directory>/<name>.log`.
+    static func launch(_ name: String, binary: String? = nil, environment: [String: String], in directory: URL) throws -> Running {
         let log = directory.appendingPathComponent("\(name).log")
-        FileManager.default.createFile(atPath: log.path, contents: nil)
+        if !FileManager.default.fileExists(atPath: log.path) { FileManager.default.createFile(atPath: log.path, contents: nil) }
         let handle = try FileHandle(forWritingTo: log)
+        handle.seekToEndOfFile()
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/\(name)")
+        process.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/\(binary ?? name)")
         process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { current, _ in current }
         process.standardOutput = handle
         process.standardError = handle
         try process.run()
-        return Running(name: name, process: process, log: log, port: Int(environment["\(prefix(name))_HTTP_PORT"] ?? "") ?? 0)
+        return Running(name: name, process: process, log: log, port: Int(environment["\(prefix(binary ?? name))_HTTP_PORT"] ?? "") ?? 0)
     }
 
     /// The stack's own Redis.
