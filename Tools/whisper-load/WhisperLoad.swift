@@ -150,44 +150,58 @@ struct WhisperLoad: AsyncParsableCommand {
 }
 
 extension WhisperLoad {
-    /// Registers `idleSockets` identities, each on a socket that stays open afterwards
-    /// (a registered socket is bound to its identity and holds its presence, as an app's
-    /// does between messages), then reports the gateway's resident memory per socket.
+    /// Starts `idleSockets` apps on the SDK's session object (`WhisperSession`), each a new
+    /// identity signed in on a socket it keeps open (bound to its identity, holding its
+    /// presence, pinging as an app does between messages, and reconnecting by itself if
+    /// the socket goes), then reports the gateway's resident memory per socket.
     func holdIdleSockets(gateways: [String], logger: Logger) async throws {
         let count = idleSockets
         let before = rssOf.flatMap(Self.residentKiB)
         print("opening \(count) registered idle sockets over \(gateways.count) gateway(s)...")
         let started = ContinuousClock.now
-        var connections: [WhisperConnection] = []
-        connections.reserveCapacity(count)
-        try await withThrowingTaskGroup(of: WhisperConnection.self) { group in
+        var sessions: [WhisperSession] = []
+        sessions.reserveCapacity(count)
+        try await withThrowingTaskGroup(of: WhisperSession.self) { group in
             var next = 0
             func addOne() {
                 let url = gateways[next % gateways.count]
                 next += 1
                 group.addTask {
-                    let connection = WhisperConnection(url: url, logger: logger)
-                    try await connection.connect()
-                    _ = try await connection.register(keys: WhisperKeys(seed: Sodium.randomBytes(64)), deviceId: RandomID.uuid(), platform: .android)
-                    return connection
+                    let configuration = WhisperSession.Configuration(gateways: [url], deviceId: RandomID.uuid(), platform: .android)
+                    let session = WhisperSession(
+                        configuration: configuration, keys: try WhisperKeys(seed: Sodium.randomBytes(64)), credentials: nil, logger: logger
+                    )
+                    await session.start()
+                    for await state in session.states {
+                        switch state {
+                        case .connected: return session
+                        case .backingOff(let attempt, _) where attempt >= 3:
+                            await session.stop()
+                            throw LoadFailure("an idle app could not sign in (\(state))")
+                        case .signedOut:
+                            throw LoadFailure("an idle app could not sign in (\(state))")
+                        default: continue
+                        }
+                    }
+                    throw LoadFailure("an idle app stopped before it signed in")
                 }
             }
             for _ in 0..<min(max(1, concurrency), count) { addOne() }
-            for try await connection in group {
-                connections.append(connection)
+            for try await session in group {
+                sessions.append(session)
                 if next < count { addOne() }
             }
         }
         let opened = ContinuousClock.now - started
-        print(String(format: "%d sockets registered and open after %.1f s", connections.count, Double(opened.components.seconds)))
+        print(String(format: "%d sockets registered and open after %.1f s", sessions.count, Double(opened.components.seconds)))
         // Let the gateway settle (buffers of the registration handed back) before reading.
         try await Task.sleep(for: .seconds(5))
         if let pid = rssOf, let before, let after = Self.residentKiB(pid) {
-            let perSocket = Double(after - before) / Double(max(connections.count, 1))
+            let perSocket = Double(after - before) / Double(max(sessions.count, 1))
             print(String(format: "gateway resident memory: %d KiB before, %d KiB with %d idle sockets: %.1f KiB per socket",
-                         before, after, connections.count, perSocket))
+                         before, after, sessions.count, perSocket))
         }
-        for connection in connections { await connection.close() }
+        for session in sessions { await session.stop() }
     }
 
     /// VmRSS of a process, in KiB.
@@ -376,4 +390,10 @@ enum Arrivals: String, ExpressibleByArgument, Sendable {
 private func percentile(_ sorted: [Double], _ p: Double) -> Double {
     guard !sorted.isEmpty else { return .nan }
     return sorted[min(sorted.count - 1, max(0, Int((Double(sorted.count) * p).rounded(.up)) - 1))]
+}
+
+/// Why a load run stopped.
+struct LoadFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }
