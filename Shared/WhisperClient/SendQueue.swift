@@ -20,10 +20,13 @@ public enum OutgoingState: String, Codable, Sendable, Comparable {
     public static func < (a: OutgoingState, b: OutgoingState) -> Bool { a.rank < b.rank }
 }
 
-/// One outgoing message and its delivery state.
+/// One outgoing message (or one copy of a group message) and its delivery state.
 public struct OutgoingMessage: Codable, Sendable, Equatable {
     /// The signed frame, sent as it is on every attempt (same messageId: idempotent).
     public var message: SendMessage
+    /// The group, when this is one member's copy of a group message (sent as
+    /// `group_send_message`; the copies share the messageId and are told apart by `to`).
+    public var groupId: String?
     public var state: OutgoingState
     /// Attempts so far.
     public var attempts: Int
@@ -31,6 +34,10 @@ public struct OutgoingMessage: Codable, Sendable, Equatable {
     public var nextAttemptAt: Int64
     /// Why the last attempt failed, for the app's UI and logs.
     public var lastError: String?
+
+    /// What names it in the outbox: the messageId, and the recipient (a group message's
+    /// copies share the messageId).
+    var key: String { message.messageId + " " + message.to }
 }
 
 /// Keeps the outbox across app restarts (spec 5.4). Apps back it with their database;
@@ -87,7 +94,8 @@ public struct RetryPolicy: Sendable, Equatable {
 /// with backoff (sends are idempotent by messageId, so a retry never duplicates), and
 /// moves each message through its states as the ACK and receipts arrive.
 public actor SendQueue {
-    public typealias Transport = @Sendable (SendMessage) async throws -> Void
+    /// Sends one frame (`send_message`, or `group_send_message` when `groupId` is set).
+    public typealias Transport = @Sendable (OutgoingMessage) async throws -> Void
 
     private let store: any OutboxStore
     private let policy: RetryPolicy
@@ -101,9 +109,26 @@ public actor SendQueue {
 
     /// Puts a message in the outbox (state `queued`), persisted before anything is sent.
     public func enqueue(_ message: SendMessage) async throws {
+        try await enqueue([OutgoingMessage(message: message, groupId: nil, state: .queued, attempts: 0, nextAttemptAt: 0, lastError: nil)])
+    }
+
+    /// Puts a group message's copies in the outbox (``MessageCrypto/makeGroupCopies(_:groupId:from:to:sessionToken:msgType:messageId:timestamp:replyTo:attachment:directoryHead:)``):
+    /// each is sent, retried and receipted on its own, under the message's one messageId.
+    public func enqueue(group copies: [GroupSendMessage]) async throws {
+        try await enqueue(copies.map {
+            OutgoingMessage(
+                message: SendMessage(sessionToken: $0.sessionToken, $0.fields.message), groupId: $0.fields.groupId,
+                state: .queued, attempts: 0, nextAttemptAt: 0, lastError: nil
+            )
+        })
+    }
+
+    private func enqueue(_ new: [OutgoingMessage]) async throws {
         try await load()
-        guard !messages.contains(where: { $0.message.messageId == message.messageId }) else { return }
-        messages.append(OutgoingMessage(message: message, state: .queued, attempts: 0, nextAttemptAt: 0, lastError: nil))
+        let known = Set(messages.map(\.key))
+        let added = new.filter { !known.contains($0.key) }
+        guard !added.isEmpty else { return }
+        messages += added
         try await store.save(messages)
     }
 
@@ -124,13 +149,13 @@ public actor SendQueue {
         while true {
             var accepted = false
             while let id = messages.first(where: {
-                ($0.state == .queued || $0.state == .sending) && $0.nextAttemptAt <= now && !tried.contains($0.message.messageId)
-            })?.message.messageId {
+                ($0.state == .queued || $0.state == .sending) && $0.nextAttemptAt <= now && !tried.contains($0.key)
+            })?.key {
                 tried.insert(id)
                 guard let sending = change(id, { $0.state = .sending; $0.attempts += 1 }) else { continue }
                 try await store.save(messages)
                 do {
-                    try await transport(sending.message)
+                    try await transport(sending)
                     change(id) { $0.state = .sent; $0.lastError = nil }
                     accepted = true
                 } catch WhisperClientError.closed, WhisperClientError.notConnected {
@@ -152,12 +177,12 @@ public actor SendQueue {
                     }
                 }
                 try await store.save(messages)
-                if let entry = messages.first(where: { $0.message.messageId == id }), entry.state != .queued { settled(id, entry.state) }
+                if let entry = messages.first(where: { $0.key == id }), entry.state != .queued { settled(entry.message.messageId, entry.state) }
             }
             // The server took a message: what waits behind a backoff from its failures
             // before goes now rather than when its backoff ends.
             let waiting = messages.indices.filter {
-                messages[$0].state == .queued && messages[$0].nextAttemptAt > now && !tried.contains(messages[$0].message.messageId)
+                messages[$0].state == .queued && messages[$0].nextAttemptAt > now && !tried.contains(messages[$0].key)
             }
             guard accepted, !waiting.isEmpty else { return }
             for index in waiting { messages[index].nextAttemptAt = now }
@@ -168,7 +193,7 @@ public actor SendQueue {
     /// is no longer in the outbox.
     @discardableResult
     private func change(_ id: String, _ body: (inout OutgoingMessage) -> Void) -> OutgoingMessage? {
-        guard let index = messages.firstIndex(where: { $0.message.messageId == id }) else { return nil }
+        guard let index = messages.firstIndex(where: { $0.key == id }) else { return nil }
         body(&messages[index])
         return messages[index]
     }
@@ -189,21 +214,26 @@ public actor SendQueue {
         }
     }
 
-    /// Applies a `message_delivered` receipt: states only move forward.
-    public func receipt(messageId: String, status: ReceiptStatus) async throws {
+    /// Applies a `message_delivered` receipt (`from`: the recipient it names, which tells
+    /// a group message's copies apart; without it, every copy): states only move forward.
+    public func receipt(messageId: String, status: ReceiptStatus, from recipient: String? = nil) async throws {
         try await load()
-        guard let index = messages.firstIndex(where: { $0.message.messageId == messageId }) else { return }
         let next: OutgoingState = status == .read ? .read : .delivered
-        if messages[index].state < next {
-            messages[index].state = next
-            try await store.save(messages)
+        var changed = false
+        for index in messages.indices where messages[index].message.messageId == messageId && (recipient == nil || messages[index].message.to == recipient) {
+            if messages[index].state < next {
+                messages[index].state = next
+                changed = true
+            }
         }
+        if changed { try await store.save(messages) }
     }
 
-    /// Where a message is, or nil for one the outbox does not hold.
+    /// Where a message is (a group message: its least advanced copy), or nil for one the
+    /// outbox does not hold.
     public func state(of messageId: String) async throws -> OutgoingState? {
         try await load()
-        return messages.first { $0.message.messageId == messageId }?.state
+        return messages.filter { $0.message.messageId == messageId }.map(\.state).min()
     }
 
     /// Every message in the outbox, oldest first.

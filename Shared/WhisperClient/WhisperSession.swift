@@ -270,6 +270,14 @@ public actor WhisperSession {
         wake(.flush)
     }
 
+    /// Puts a group message's copies in the outbox (``MessageCrypto/makeGroupCopies(_:groupId:from:to:sessionToken:msgType:messageId:timestamp:replyTo:attachment:directoryHead:)``)
+    /// and sends each as soon as a socket is up, resent with the message's one messageId
+    /// until the server took it; each copy's progress comes as ``SessionEvent/outgoing(messageId:state:)``.
+    public func send(group copies: [GroupSendMessage]) async throws {
+        try await outbox.enqueue(group: copies)
+        wake(.flush)
+    }
+
     /// Acknowledges a message the app has stored (`delivered`) or shown (`read`). Without
     /// a socket just now it is remembered: the server hands the message over again on the
     /// next one (it stays pending until acknowledged), and the session acknowledges it then.
@@ -556,7 +564,7 @@ public actor WhisperSession {
             if let message = frame.payload(as: MessageReceived.self) {
                 await take(message, on: socket)
             } else if let receipt = frame.payload(as: MessageDelivered.self) {
-                try? await outbox.receipt(messageId: receipt.messageId, status: receipt.status)
+                try? await outbox.receipt(messageId: receipt.messageId, status: receipt.status, from: receipt.from)
                 eventContinuation.yield(.receipt(receipt))
             } else if let notice = frame.payload(as: Reconnect.self) {
                 await socket.close()
@@ -627,19 +635,23 @@ public actor WhisperSession {
             let token = credentials?.sessionToken ?? ""
             let me = credentials?.whisperId, signing = keys.signing
             let events = eventContinuation
-            try? await outbox.flush(using: { message in
+            try? await outbox.flush(using: { outgoing in
                 // Messages queued under an older session carry its token: the token is not
                 // signed, so the message goes with the current one.
-                var message = message
+                var message = outgoing.message
                 message.sessionToken = token
                 // One that waited longer than the server's clock allows is signed again
                 // with the time it is sent (same messageId, same ciphertext).
                 let now = Clock.millisecondsNow()
                 if message.from == me, abs(now - message.timestamp) > Self.restampAfterMs {
                     message.fields.timestamp = now
-                    message.fields.sig = Data(CanonicalSigning.sign(message.fields.signedBytes(), with: signing)).base64EncodedString()
+                    message.fields.sig = Data(CanonicalSigning.sign(message.fields.signedBytes(groupId: outgoing.groupId), with: signing)).base64EncodedString()
                 }
-                try await socket.send(message)
+                if let groupId = outgoing.groupId {
+                    _ = try await socket.send(GroupSendMessage(sessionToken: token, .init(groupId: groupId, message: message.fields)))
+                } else {
+                    _ = try await socket.send(message)
+                }
             }, settled: { messageId, state in events.yield(.outgoing(messageId: messageId, state: state)) })
             // A socket that closed under the flush: the next one flushes.
             if await socket.closeCode != nil { return }

@@ -48,7 +48,7 @@ import WhisperShared
         let message = MessageCrypto.makeMessage(Array("through the outbox".utf8), from: alice.me, to: lookup.keys, sessionToken: alice.token)
         try await outbox.enqueue(message)
         #expect(try await outbox.state(of: message.messageId) == .queued)
-        try await outbox.flush { _ = try await alice.connection.send($0) }
+        try await outbox.flush { _ = try await alice.connection.send($0.message) }
         #expect(try await outbox.state(of: message.messageId) == .sent)
         let page = try await bob.connection.fetchPending()
         let received = try #require(page.messages.first { $0.messageId == message.messageId })

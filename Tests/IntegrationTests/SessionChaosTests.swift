@@ -109,9 +109,8 @@ import WhisperShared
         #expect(try await alice.session.requestFloor(channel.channelId).outcome == .granted)
         try await bob.session.watchPresence([alice.whisperId])
 
-        // Steady traffic through everything below: Alice and Bob write to each other
-        // through their outboxes, Carol writes to the group (each copy resent with its
-        // messageId until the server took it).
+        // Steady traffic through everything below, all through the sessions' outboxes:
+        // Alice and Bob write to each other, Carol writes to the group.
         let talking = Task {
             var round = 0
             while !Task.isCancelled {
@@ -122,18 +121,7 @@ import WhisperShared
                     Array("c\(round)".utf8), groupId: group.groupId, from: (carol.whisperId, carol.keys), to: [alice.peer, bob.peer], sessionToken: ""
                 )
                 sent.ids.withLock { for copy in copies { $0[copy.message.to, default: []].insert(copy.message.messageId) } }
-                var left = copies
-                while !left.isEmpty, !Task.isCancelled {
-                    let batch = left
-                    let results = try? await carol.session.connected(timeout: .seconds(60)) { connection, token in
-                        await connection.sendGroup(batch.map { var copy = $0; copy.sessionToken = token; return copy })
-                    }
-                    left = left.filter { copy in
-                        guard case .success = results?[copy.message.to] else { return true }
-                        return false
-                    }
-                    if !left.isEmpty { try? await Task.sleep(for: .milliseconds(200)) }
-                }
+                try? await carol.session.send(group: copies)
                 try? await Task.sleep(for: .milliseconds(250))
             }
         }

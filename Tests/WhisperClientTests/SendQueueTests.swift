@@ -14,6 +14,36 @@ import WhisperShared
 
     struct Offline: Error {}
 
+    @Test func aGroupMessagesCopiesAreSentRetriedAndReceiptedEachOnItsOwn() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let id = UUID().uuidString.lowercased()
+        let copies = ["WSP-DDDD-EEEE-FFFF", "WSP-GGGG-HHHH-JJJJ"].map { member in
+            var copy = message(id).fields
+            copy.to = member
+            return GroupSendMessage(sessionToken: String(repeating: "t", count: 43), .init(groupId: "g1", message: copy))
+        }
+        try await queue.enqueue(group: copies)
+        try await queue.enqueue(group: copies)  // again: nothing more
+        #expect(try await queue.all().count == 2)
+        // The first member's copy is refused for now; the other goes.
+        let sent = Mutex<[String]>([])
+        let now = Clock.millisecondsNow()
+        try await queue.flush(now: now) { outgoing in
+            #expect(outgoing.groupId == "g1" && outgoing.message.messageId == id)
+            if outgoing.message.to == copies[0].message.to { throw WhisperClientError.refused(.rateLimited, "later") }
+            sent.withLock { $0.append(outgoing.message.to) }
+        }
+        #expect(sent.withLock { $0 } == [copies[1].message.to])
+        #expect(try await queue.state(of: id) == .queued, "as far as its slowest copy")
+        // Its retry sends that copy alone, with the same messageId.
+        try await queue.flush(now: now + 3_600_000) { outgoing in sent.withLock { $0.append(outgoing.message.to) } }
+        #expect(sent.withLock { $0 } == [copies[1].message.to, copies[0].message.to])
+        // A member's receipt moves that member's copy only.
+        try await queue.receipt(messageId: id, status: .read, from: copies[0].message.to)
+        #expect(try await queue.all().map(\.state) == [.read, .sent])
+        #expect(try await queue.state(of: id) == .sent)
+    }
+
     @Test func statesMoveForwardFromQueuedToRead() async throws {
         let queue = SendQueue(store: MemoryOutboxStore())
         let outgoing = message()
@@ -60,7 +90,8 @@ import WhisperShared
         try await queue.enqueue(first)
         try await queue.enqueue(second)
         let sent = Mutex<[String]>([])
-        try await queue.flush { message in
+        try await queue.flush { outgoing in
+            let message = outgoing.message
             sent.withLock { $0.append(message.messageId) }
             throw WhisperClientError.closed(code: nil)
         }
@@ -68,7 +99,8 @@ import WhisperShared
         #expect(sent.withLock { $0 } == [first.messageId])
         #expect(try await queue.all().map(\.attempts) == [0, 0])
         #expect(try await queue.all().map(\.state) == [.queued, .queued])
-        try await queue.flush { message in
+        try await queue.flush { outgoing in
+            let message = outgoing.message
             if message.messageId == first.messageId { throw WhisperClientError.refused(.forbidden, "no") }
             throw WhisperClientError.refused(.rateLimited, "later")
         }
@@ -85,7 +117,7 @@ import WhisperShared
         // The server is back: the next message goes, and the one backing off with it.
         try await queue.enqueue(late)
         let sent = Mutex<[String]>([])
-        try await queue.flush(now: now + 1) { message in sent.withLock { $0.append(message.messageId) } }
+        try await queue.flush(now: now + 1) { outgoing in sent.withLock { $0.append(outgoing.message.messageId) } }
         #expect(sent.withLock { $0 } == [late.messageId, early.messageId])
         #expect(try await queue.all().map(\.state) == [.sent, .sent])
     }
@@ -101,7 +133,8 @@ import WhisperShared
         try await queue.enqueue(second)
         try await queue.enqueue(third)
         let sent = Mutex<[String]>([])
-        try await queue.flush { message in
+        try await queue.flush { outgoing in
+            let message = outgoing.message
             // The read message leaves the outbox while the second is on its way.
             if message.messageId == second.messageId { try await queue.pruneFinished() }
             sent.withLock { $0.append(message.messageId) }
@@ -120,13 +153,13 @@ import WhisperShared
         let b = message()
         try await first.enqueue(a)
         try await first.enqueue(b)
-        try await first.flush { sent in if sent.messageId == b.messageId { throw Offline() } }
+        try await first.flush { sent in if sent.message.messageId == b.messageId { throw Offline() } }
 
         let restarted = SendQueue(store: FileOutboxStore(url: url))
         #expect(try await restarted.state(of: a.messageId) == .sent)
         #expect(try await restarted.state(of: b.messageId) == .queued)
         let resent = Recorder()
-        try await restarted.flush(now: Clock.millisecondsNow() + 3_600_000) { await resent.add($0.messageId) }
+        try await restarted.flush(now: Clock.millisecondsNow() + 3_600_000) { await resent.add($0.message.messageId) }
         #expect(await resent.ids == [b.messageId])
     }
 
