@@ -231,6 +231,25 @@ import WhisperShared
         }
     }
 
+    @Test func aGatewayWhoseSubscriptionCameBackTellsItsSocketsToReconnectAndTheSessionDoes() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let (bob, watcher, _) = try await Self.started(stack)
+            defer { watcher.cancel() }
+            let alice = try await stack.user(on: 0)
+            // The first subscription (at start) missed nothing: nobody was told anything.
+            #expect(await alice.events.all(.reconnect).isEmpty)
+            // The gateways' subscriptions are cut; they subscribe again at once.
+            try await stack.withRedis { redis in _ = try await redis.send("CLIENT", "KILL", "TYPE", "pubsub") }
+            try await waitUntil { await !alice.events.all(.reconnect).isEmpty }
+            let notice = try #require(await alice.events.all(.reconnect).first?.payload(as: Reconnect.self))
+            #expect(notice.reason == "frames_missed")
+            #expect((0...5_000).contains(notice.retryAfterMs))
+            // The session follows it by itself, as it follows a drain.
+            try await waitUntil(timeout: .seconds(30)) { watcher.states.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count } >= 2 }
+            await bob.stop()
+        }
+    }
+
     @Test func aCutNetworkIsNoticedByPingAndTheSessionComesBackWithWhatWaited() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let proxy = try await CuttableProxy.start(to: stack.gateways[0].port)

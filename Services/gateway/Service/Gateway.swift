@@ -98,6 +98,7 @@ public func buildGateway(
         ])
     }
     let admission = SocketAdmission(maxTotal: socketLimit, maxPerAddress: settings.maxSocketsPerAddress)
+    let missedFrames = MissedFrames(connections: connections, logger: environment.logger)
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
         channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel, NearbyBoard.channel],
@@ -107,6 +108,7 @@ public func buildGateway(
         onSubscribed: {
             identities.forgetAll()
             recentBans.removeAll()
+            missedFrames.subscribed()
         }
     )
 

@@ -1,0 +1,38 @@
+import Logging
+import Synchronization
+import WhisperShared
+
+/// What a gateway does when its Redis subscription comes back after it was lost: the
+/// frames published for its sockets meanwhile (live deliveries, receipts, presence,
+/// group and call frames, live text) are gone. What is stored (messages, receipts,
+/// owed group frames) waits for the socket's next `fetch_pending`, but a socket that
+/// stayed open has no reason to fetch. So every socket is told to reconnect
+/// (`reconnect`, reason `frames_missed`), each after its own random delay within
+/// `spread` so that the clients do not all come back at once; a client reconnecting
+/// fetches what waits and asks again for what it had (presence, live places, floors).
+final class MissedFrames: Sendable {
+    /// The clients' reconnects are spread over this long.
+    static let spread: Duration = .seconds(5)
+    static let reason = "frames_missed"
+
+    private let connections: ConnectionRegistry
+    private let logger: Logger
+    /// Whether the subscription was confirmed before: the first time nothing was missed.
+    private let subscribedBefore = Atomic<Bool>(false)
+
+    init(connections: ConnectionRegistry, logger: Logger) {
+        self.connections = connections
+        self.logger = logger
+    }
+
+    /// Every channel is subscribed (at start, and after each reconnect of the subscriber).
+    func subscribed() {
+        guard subscribedBefore.exchange(true, ordering: .relaxed) else { return }
+        let open = connections.all()
+        logger.warning("gateway_frames_missed", metadata: ["connections": "\(open.count)"])
+        let spreadMs = Int(Self.spread.milliseconds)
+        for connection in open {
+            connection.send(Reconnect(reason: Self.reason, retryAfterMs: Int.random(in: 0...spreadMs)))
+        }
+    }
+}
