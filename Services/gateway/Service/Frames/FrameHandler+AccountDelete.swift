@@ -39,10 +39,10 @@ extension FrameHandler {
                 gateway: instanceID, connId: "", whisperId: whisperId, type: .accountDelete, requestId: nil,
                 payload: try RouterStream.storedPayload(payload), receivedAt: Clock.millisecondsNow()
             )
-            switch try await entry.add(charging: .groupOpsPerIdentity, rules: limits.rules, backlogLimit: limits.routerBacklogMax * 2, on: environment.redis) {
+            switch try await addToRouterStream(entry, charging: .groupOpsPerIdentity, isMessage: false) {
             case .added: break
             case .limited(let retry): throw WhisperError(.rateLimited, Limit.groupOpsPerIdentity.refusal(retryAfterMs: retry))
-            case .busy: throw WhisperError(.rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms")
+            case .busy: throw WhisperError(.rateLimited, limits.busyRefusal)
             }
         } catch let refusal as WhisperError {
             throw WhisperHTTPError(refusal.code, refusal.message)

@@ -246,7 +246,7 @@ struct FrameHandler: Sendable {
         // under overload a refusal must cost less than the work it turns away.
         if isMessage, limits.busy.holds() {
             limits.busyRefusals.increment()
-            await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
+            await reply(error: .rateLimited, limits.busyRefusal, requestId: frame.requestId, on: connection)
             return
         }
         // A page must not hold what this socket has just acknowledged here.
@@ -279,22 +279,33 @@ struct FrameHandler: Sendable {
         }
     }
 
-    /// Adds a checked frame to the router stream, charging its identity's bucket for its
-    /// kind, unless the routers are behind.
+    /// Adds a checked frame to the router stream (``addToRouterStream(_:charging:isMessage:)``)
+    /// and answers the socket when it was not added.
     private func admit(_ entry: RouterStream.Entry, frame: InboundFrame, charging limit: Limit, isMessage: Bool, on connection: ClientConnection) async throws {
-        // Fetches finish work (they empty queues): they get in until twice the limit.
-        let backlog = isMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
-        switch try await entry.add(charging: limit, rules: limits.rules, backlogLimit: backlog, on: environment.redis) {
+        switch try await addToRouterStream(entry, charging: limit, isMessage: isMessage) {
         case .added:
             break
         case .limited(let retry):
             await refuse(over: limit, retryAfterMs: retry, requestId: frame.requestId, on: connection)
         case .busy:
             // Not the client's doing: answered, but not counted against the socket.
+            await reply(error: .rateLimited, limits.busyRefusal, requestId: frame.requestId, on: connection)
+        }
+    }
+
+    /// Adds an entry to the router stream, charging its identity's bucket for its kind,
+    /// unless the routers are behind: then it is counted as a busy refusal (and, for a
+    /// message, the stream is taken for full for a moment). For frames from a socket and
+    /// for their HTTP twins alike; each answers the outcome its own way.
+    func addToRouterStream(_ entry: RouterStream.Entry, charging limit: Limit, isMessage: Bool) async throws -> RouterStream.Entry.Admission {
+        // Fetches finish work (they empty queues): they get in until twice the limit.
+        let backlog = isMessage ? limits.routerBacklogMax : limits.routerBacklogMax * 2
+        let admission = try await entry.add(charging: limit, rules: limits.rules, backlogLimit: backlog, on: environment.redis)
+        if case .busy = admission {
             if isMessage { limits.busy.hold() }
             limits.busyRefusals.increment()
-            await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: frame.requestId, on: connection)
         }
+        return admission
     }
 
     /// `send_message` served here (`SendDesk`): charged to the address (in memory) and
@@ -317,7 +328,7 @@ struct FrameHandler: Sendable {
             let waited = NIODeadline.now().uptimeNanoseconds &- arrivedAt
             if waited > UInt64(clamping: sendWaitMax.nanoseconds) {
                 limits.busyRefusals.increment()
-                await reply(error: .rateLimited, "the server is busy; retry in \(limits.busyRetryMs) ms", requestId: requestId, on: connection)
+                await reply(error: .rateLimited, limits.busyRefusal, requestId: requestId, on: connection)
                 return
             }
         }
@@ -482,6 +493,8 @@ struct FrameLimits: Sendable {
     /// The most tokens one lease takes from an identity's bucket (`TokenLease`).
     let leaseMax: Int
     let busyRetryMs: Int
+    /// What a busy refusal says.
+    var busyRefusal: String { "the server is busy; retry in \(busyRetryMs) ms" }
     let busyRefusals: Counter
     let busy = BusyHold()
 
