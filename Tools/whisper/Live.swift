@@ -38,16 +38,24 @@ extension LiveCommand {
 
         func run() async throws {
             try await guarded("live") {
+                // The stored session, refreshed (or signed in again from the phrase once it
+                // expired); from then on the SDK's session object keeps the connection and
+                // takes the Whisperer's place again after every reconnect.
                 let session = try await common.session()
-                let connection = await session.connection
-                let chosen = try await choose(connection)
-                let whisperer = LiveWhisperer(connection: connection, conversationId: chosen.conversationId, name: String(name.prefix(64)))
+                await session.close()
+                let live = await session.keepConnected()
+                await live.start()
+                let (new, conversation) = (self.new, self.conversation)
+                let chosen = try await live.connected { connection, _ in try await Self.choose(connection, new: new, conversation: conversation) }
+                let whisperer = try await live.whisper(in: chosen.conversationId, name: String(name.prefix(64)))
                 let pending = PendingRequests()
+                let admitAll = self.admitAll
                 let events = Task {
-                    for await frame in connection.events {
-                        guard let event = try? await whisperer.handle(frame) else { continue }
+                    for await event in live.events {
                         switch event {
-                        case .request(let id, let who):
+                        case .credentials(let credentials):
+                            try? await session.adopt(credentials)
+                        case .whisperer(_, .request(let id, let who)):
                             if admitAll {
                                 try? await whisperer.admit(id)
                                 note("\(who) is let in")
@@ -55,36 +63,47 @@ extension LiveCommand {
                                 await pending.add(id, who)
                                 note("\(who) asks to listen: Ctrl-Y lets them in, Ctrl-N refuses")
                             }
-                        case .arrived(_, true, let who):
+                        case .whisperer(_, .arrived(_, true, let who)):
                             note("\(who ?? "a listener") is back")
-                        case .joined(_, let who):
+                        case .whisperer(_, .joined(_, let who)):
                             note("\(who) is listening")
-                        case .left(let id, _):
+                        case .whisperer(_, .left(let id, _)):
                             note("\(await pending.name(id) ?? "a listener") left")
-                        case .deleted:
+                        case .whisperer(_, .deleted):
                             note("the conversation was deleted; nothing more reaches its listeners")
-                        case .arrived:
-                            break
+                        default:
+                            continue
                         }
                     }
                 }
-                try await whisperer.start()
-                note("whispering in \"\(chosen.name)\"; listeners join at \(Self.link(await connection.url, chosen.conversationId))")
+                let states = Task {
+                    for await state in live.states {
+                        switch state {
+                        case .backingOff: note("the connection was lost; reconnecting")
+                        case .signedOut(let reason): note("the session ended (\(reason.rawValue)); `whisper signin` takes the identity back")
+                        default: continue
+                        }
+                    }
+                }
+                let websocket = await session.identity.endpoints.websocket
+                note("whispering in \"\(chosen.name)\"; listeners join at \(Self.link(websocket, chosen.conversationId))")
                 let keyboard = Keyboard()
                 defer { keyboard.restore() }
-                var live = ""
+                var text = ""
+                // A keystroke typed while the socket is away is not lost for good: listeners
+                // get the whole text when they join again after the reconnect.
                 loop: for await key in keyboard.keys() {
                     switch key {
-                    case .text(let text):
-                        live += text
-                        try await whisperer.type(live)
+                    case .text(let typed):
+                        text += typed
+                        try? await whisperer.type(text)
                     case .backspace:
-                        guard !live.isEmpty else { continue }
-                        live.unicodeScalars.removeLast()
-                        try await whisperer.type(live)
+                        guard !text.isEmpty else { continue }
+                        text.unicodeScalars.removeLast()
+                        try? await whisperer.type(text)
                     case .enter:
-                        try await whisperer.newline()
-                        live = ""
+                        try? await whisperer.newline()
+                        text = ""
                         if keyboard.isTerminal { FileHandle.standardOutput.write(Data("\r\n".utf8)) }
                         continue loop
                     case .admit:
@@ -100,15 +119,16 @@ extension LiveCommand {
                     case .quit:
                         break loop
                     }
-                    if keyboard.isTerminal { FileHandle.standardOutput.write(Data("\r\u{1b}[K\(live)".utf8)) }
+                    if keyboard.isTerminal { FileHandle.standardOutput.write(Data("\r\u{1b}[K\(text)".utf8)) }
                 }
-                try? await whisperer.drop()
+                await live.stopWhispering(in: chosen.conversationId)
                 events.cancel()
-                await session.close()
+                states.cancel()
+                await live.stop()
             }
         }
 
-        private func choose(_ connection: WhisperConnection) async throws -> LiveConversation {
+        private static func choose(_ connection: WhisperConnection, new: String?, conversation: String?) async throws -> LiveConversation {
             if let new { return try await connection.createLiveConversation(name: String(new.prefix(Limits.MAX_LIVE_CONVERSATION_NAME_CHARS))) }
             let mine = try await connection.liveConversations()
             if let conversation {
