@@ -30,6 +30,12 @@ public enum SessionState: Sendable, Equatable {
     case backingOff(attempt: Int, nextTryAt: Int64)
     /// The session ended for a reason the session object must not undo by itself.
     case signedOut(SignOutReason)
+
+    /// Signed in on a socket: frames flow.
+    public var isConnected: Bool {
+        if case .connected = self { return true }
+        return false
+    }
 }
 
 /// Why a session is over for good (until the app signs in again).
@@ -237,7 +243,7 @@ public actor WhisperSession {
     /// app then forgets the phrase's Whisper ID and everything it kept of the identity.
     @discardableResult
     public func deleteAccount() async throws -> AccountDeleted {
-        guard let connection, case .connected = state else { throw WhisperClientError.notConnected }
+        guard let connection, state.isConnected else { throw WhisperClientError.notConnected }
         let deleted = try await connection.deleteAccount(keys: keys)
         let loop = stopLoop()
         credentials = nil
@@ -283,7 +289,7 @@ public actor WhisperSession {
     /// next one (it stays pending until acknowledged), and the session acknowledges it then.
     public func acknowledge(_ message: MessageReceived, status: ReceiptStatus = .delivered) async throws {
         if status == .delivered { _ = acknowledged.firstSighting(message.messageId, in: message.from) }
-        guard let connection, isConnected else { return }
+        guard let connection, state.isConnected else { return }
         do {
             try await connection.acknowledge(message, status: status)
         } catch WhisperClientError.notConnected, WhisperClientError.closed {
@@ -300,7 +306,7 @@ public actor WhisperSession {
     /// Watches these peers' presence, now and after every reconnect.
     public func watchPresence(_ whisperIds: [String]) async throws {
         presenceWatched = whisperIds
-        if let connection, isConnected {
+        if let connection, state.isConnected {
             eventContinuation.yield(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
         }
     }
@@ -320,7 +326,7 @@ public actor WhisperSession {
     @discardableResult
     public func releaseFloor(_ channelId: String) async throws -> PTTFloor? {
         floorsWanted[channelId] = nil
-        guard let connection, isConnected else { return nil }
+        guard let connection, state.isConnected else { return nil }
         return try await connection.releaseTalk(channelId)
     }
 
@@ -342,7 +348,7 @@ public actor WhisperSession {
     /// Leaves the conversation (its listeners are told) and stops taking it again.
     public func stopWhispering(in conversationId: String) async {
         guard let whisperer = whisperers.removeValue(forKey: conversationId) else { return }
-        if isConnected { try? await whisperer.drop() }
+        if state.isConnected { try? await whisperer.drop() }
     }
 
     /// Listens to a live-text conversation from now on (needs
@@ -363,23 +369,18 @@ public actor WhisperSession {
     /// Leaves the conversation and stops listening to it.
     public func stopListening(to conversationId: String) async {
         guard let listener = listeners.removeValue(forKey: conversationId) else { return }
-        if isConnected { try? await listener.drop() }
+        if state.isConnected { try? await listener.drop() }
     }
 
     /// Runs `body` on the signed-in socket, waiting up to `timeout` for one.
     public func connected<T: Sendable>(
         timeout: Duration = .seconds(30), _ body: @Sendable (WhisperConnection, String) async throws -> T
     ) async throws -> T {
-        if connection == nil || !isConnected {
+        if connection == nil || !state.isConnected {
             try await waitForConnection(timeout: timeout)
         }
         guard let connection, let token = credentials?.sessionToken else { throw WhisperClientError.notConnected }
         return try await body(connection, token)
-    }
-
-    private var isConnected: Bool {
-        if case .connected = state { return true }
-        return false
     }
 
     // MARK: - The loop

@@ -142,7 +142,6 @@ import WhisperShared
         var report: [String] = []
         /// After each disturbance: every session back within the bound, Bob hears Alice's
         /// next line, the floor is Alice's again, and Bob sees Alice online.
-        func connected(_ state: SessionState) -> Bool { if case .connected = state { true } else { false } }
         /// Runs a disturbance, then checks: every session back within the bound, Bob hears
         /// Alice's next line, the floor is Alice's again (asked for again when her socket
         /// changed), and Bob sees Alice online (from a new subscription or new presence
@@ -156,13 +155,13 @@ import WhisperShared
             for app in apps {
                 try await expectSoon("\(app.name) connected after \(what)", timeout: .seconds(60)) { await app.session.isConnectedNow() }
                 let timeline = app.watcher.timeline.withLock { $0 }
-                if let before = timeline.last(where: { $0.at <= end })?.state, !connected(before) {
-                    let back = try #require(timeline.first { $0.at > end && connected($0.state) })
+                if let before = timeline.last(where: { $0.at <= end })?.state, !before.isConnected {
+                    let back = try #require(timeline.first { $0.at > end && $0.state.isConnected })
                     #expect(back.at - end <= Self.comebackBound, "\(app.name) after \(what): back after \(back.at - end)")
                     report.append("\(what): \(app.name) back \(Int((back.at - end).milliseconds)) ms after")
                 }
             }
-            func moved(_ app: App) -> Bool { app.watcher.timeline.withLock { $0.contains { $0.at > start && connected($0.state) } } }
+            func moved(_ app: App) -> Bool { app.watcher.timeline.withLock { $0.contains { $0.at > start && $0.state.isConnected } } }
             line += 1
             let text = "line \(line) after \(what)"
             try await whisperer.type(text)
@@ -211,7 +210,7 @@ import WhisperShared
         talking.cancel()
         _ = await talking.value
         try await everythingArrived(sent, apps)
-        let connects = apps.map { app in "\(app.name) \(app.watcher.states.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count })" }
+        let connects = apps.map { app in "\(app.name) \(app.watcher.states.withLock { $0.filter(\.isConnected).count })" }
         print("session chaos: \(sent.ids.withLock { $0.values.map(\.count).reduce(0, +) }) messages, each shown once; connects: \(connects.joined(separator: ", ")); \(report.joined(separator: "; "))")
         for app in apps {
             let shown = app.watcher.messages.withLock { $0.map(\.messageId) }
@@ -244,8 +243,5 @@ final class Sent: Sendable {
 
 extension WhisperSession {
     /// Whether the session is signed in on a socket now.
-    func isConnectedNow() -> Bool {
-        if case .connected = state { return true }
-        return false
-    }
+    func isConnectedNow() -> Bool { state.isConnected }
 }

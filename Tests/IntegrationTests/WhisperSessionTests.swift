@@ -245,7 +245,7 @@ import WhisperShared
             #expect(notice.reason == "frames_missed")
             #expect((0...5_000).contains(notice.retryAfterMs))
             // The session follows it by itself, as it follows a drain.
-            try await waitUntil(timeout: .seconds(30)) { watcher.states.withLock { $0.filter { if case .connected = $0 { true } else { false } }.count } >= 2 }
+            try await waitUntil(timeout: .seconds(30)) { watcher.states.withLock { $0.filter(\.isConnected).count } >= 2 }
             await bob.stop()
         }
     }

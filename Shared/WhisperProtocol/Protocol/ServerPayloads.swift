@@ -572,6 +572,9 @@ public struct ReportAccepted: ServerPayload, Equatable {
 /// The server is going away (deploy, drain): connect again, to any instance, after the delay.
 public struct Reconnect: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.reconnect
+    /// The reasons a gateway sends (docs/protocol.md section 10): it is shutting down, or
+    /// frames for its sockets were lost while its Redis subscription was down.
+    public static let serverShutdown = "server_shutdown", framesMissed = "frames_missed"
     public var reason: String
     public var retryAfterMs: Int
 

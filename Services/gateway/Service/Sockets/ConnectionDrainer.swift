@@ -21,7 +21,7 @@ struct ConnectionDrainer: Service {
         flag.startDraining()
         let open = connections.all()
         logger.info("gateway_draining", metadata: ["connections": "\(open.count)"])
-        let notice = Reconnect(reason: "server_shutdown", retryAfterMs: reconnectDelayMs)
+        let notice = Reconnect(reason: Reconnect.serverShutdown, retryAfterMs: reconnectDelayMs)
         for connection in open {
             connection.send(notice)
         }

@@ -13,7 +13,6 @@ import WhisperShared
 final class MissedFrames: Sendable {
     /// The clients' reconnects are spread over this long.
     static let spread: Duration = .seconds(5)
-    static let reason = "frames_missed"
 
     private let connections: ConnectionRegistry
     private let logger: Logger
@@ -32,7 +31,7 @@ final class MissedFrames: Sendable {
         logger.warning("gateway_frames_missed", metadata: ["connections": "\(open.count)"])
         let spreadMs = Int(Self.spread.milliseconds)
         for connection in open {
-            connection.send(Reconnect(reason: Self.reason, retryAfterMs: Int.random(in: 0...spreadMs)))
+            connection.send(Reconnect(reason: Reconnect.framesMissed, retryAfterMs: Int.random(in: 0...spreadMs)))
         }
     }
 }
