@@ -30,10 +30,8 @@ import WhisperShared
     // MARK: - Storage per user
 
     @Test func paddedReactionsAreRefusedAndAFullQueueRefusesItsSenders() async throws {
-        // No "busy" refusal for a frame that waited (a 345 KB frame read on a loaded
-        // machine can wait past GATEWAY_SEND_WAIT_MAX_MS): this test is about its content.
         try await MessagingStack.start(
-            router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 50, bytes: 4_000) }, gateway: { $0.sendWaitMax = .zero }
+            router: { $0.pendingCapacity = PendingQueue.Capacity(messages: 50, bytes: 4_000) }
         ).running { stack in
             let mallory = try await stack.user(on: 0)
             let victim = try await stack.user(on: 1)
