@@ -24,8 +24,10 @@ public struct AccountDeletion: Sendable {
 
     /// Holds `request` to its rule (``check(_:session:signPublicKey:now:)``) with the
     /// identity's signing key as stored; wherever a request is served, this is the check.
-    public func verify(_ request: AccountDeleteFields, session whisperId: String) async throws {
-        try Self.check(request, session: whisperId, signPublicKey: try await signingKey(of: whisperId), now: Clock.millisecondsNow())
+    /// A deletion applied again from the journal (``DeletionJournal``) is held to the time
+    /// it was first done (`journaledAt`), when it was served under the same rule.
+    public func verify(_ request: AccountDeleteFields, session whisperId: String, journaledAt: Int64? = nil) async throws {
+        try Self.check(request, session: whisperId, signPublicKey: try await signingKey(of: whisperId), now: journaledAt ?? Clock.millisecondsNow())
     }
 
     /// The rule: the session's own identity, signed within ``Limits/TIMESTAMP_SKEW_MS`` of
@@ -63,11 +65,25 @@ public struct AccountDeletion: Sendable {
 
     /// Deletes what is left of the identity once its groups, live conversations and
     /// channels are let go; returns when it was deleted (ms since 1970). Its sockets are
-    /// closed by ``announce(_:)``, once the request is answered.
-    public func erase(_ whisperId: String) async throws -> Int64 {
-        let deletedAt = try await erasePostgres(whisperId)
+    /// closed by ``announce(_:)``, once the request is answered. The signed request is
+    /// kept with the Whisper ID, for the deletion journal; one applied again from the
+    /// journal keeps the time it was first done (`journaledAt`).
+    public func erase(_ whisperId: String, request: AccountDeleteFields, journaledAt: Int64? = nil) async throws -> Int64 {
+        let deletedAt = try await erasePostgres(whisperId, request: request, journaledAt: journaledAt)
         try await eraseRedis(whisperId)
         return deletedAt
+    }
+
+    /// A journaled deletion of an identity the database does not hold (it registered after
+    /// the dump the database was restored from): its Whisper ID is recorded as deleted
+    /// again, so that it is never given out, and whatever Redis still holds of it goes.
+    public func recordAgain(_ record: DeletionJournal.Record) async throws {
+        _ = try await postgres.query("""
+            INSERT INTO deleted_identities (whisper_id, deleted_at, request_timestamp, request_signature)
+            VALUES (\(record.whisperId), to_timestamp(\(Double(record.deletedAt) / 1_000)), \(record.request?.timestamp), \(record.request?.signature))
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
+        try await eraseRedis(record.whisperId)
     }
 
     /// Every gateway closes the identity's sockets (`session_revoked`, `account_deleted`);
@@ -81,7 +97,7 @@ public struct AccountDeletion: Sendable {
     /// channels and memberships go with it, by cascade), its Whisper ID is kept in
     /// `deleted_identities` for the key directory to publish, its attachments expire for
     /// gc-worker (which deletes the blobs), and rows of others that named it lose the name.
-    private func erasePostgres(_ whisperId: String) async throws -> Int64 {
+    private func erasePostgres(_ whisperId: String, request: AccountDeleteFields, journaledAt: Int64?) async throws -> Int64 {
         try await postgres.withTransaction(logger: logger) { connection in
             _ = try await connection.query(
                 "UPDATE attachments SET expires_at = least(expires_at, now()) WHERE uploader_id = \(whisperId)", logger: logger
@@ -96,7 +112,12 @@ public struct AccountDeletion: Sendable {
             var wasThere = false
             for try await _ in removed.decode(String.self) { wasThere = true }
             if wasThere {
-                _ = try await connection.query("INSERT INTO deleted_identities (whisper_id) VALUES (\(whisperId)) ON CONFLICT DO NOTHING", logger: logger)
+                let firstDone = journaledAt.map { Double($0) / 1_000 }
+                _ = try await connection.query("""
+                    INSERT INTO deleted_identities (whisper_id, deleted_at, request_timestamp, request_signature)
+                    VALUES (\(whisperId), coalesce(to_timestamp(\(firstDone)), now()), \(request.timestamp), \(request.signature))
+                    ON CONFLICT DO NOTHING
+                    """, logger: logger)
             }
             guard let deletedAt = try await Self.deletedAt(whisperId, on: connection, logger: logger) else {
                 throw WhisperError(.notFound, "no such identity")

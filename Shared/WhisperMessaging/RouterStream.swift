@@ -32,12 +32,17 @@ public enum RouterStream {
         public var receivedAt: Int64
         /// The W3C trace context of the gateway's span, when traces are on (`tp`).
         public var traceparent: String?
+        /// Set only on an `account_delete` applied again from the deletion journal after a
+        /// restore (`DeletionJournal`): when it was first done (ms since 1970, `jat`), the
+        /// time its signed request is held to.
+        public var journaledAt: Int64?
 
         public init(
             gateway: String, connId: String, whisperId: String, type: ClientFrameType, requestId: String?, payload: [UInt8], receivedAt: Int64,
-            traceparent: String? = nil
+            traceparent: String? = nil, journaledAt: Int64? = nil
         ) {
             self.traceparent = traceparent
+            self.journaledAt = journaledAt
             self.gateway = gateway
             self.connId = connId
             self.whisperId = whisperId
@@ -54,6 +59,7 @@ public enum RouterStream {
             ]
             if let requestId { fields += ["rid", requestId] }
             if let traceparent { fields += ["tp", traceparent] }
+            if let journaledAt { fields += ["jat", journaledAt] }
             return fields
         }
 
@@ -106,7 +112,8 @@ public enum RouterStream {
                   let receivedAt = text("ts").flatMap(Int64.init) else { return nil }
             self.init(
                 gateway: gateway, connId: connId, whisperId: whisperId, type: type, requestId: text("rid"), payload: payload, receivedAt: receivedAt,
-                traceparent: text("tp").flatMap { WhisperTracing.isTraceparent($0) ? $0 : nil }
+                traceparent: text("tp").flatMap { WhisperTracing.isTraceparent($0) ? $0 : nil },
+                journaledAt: text("jat").flatMap(Int64.init)
             )
         }
     }

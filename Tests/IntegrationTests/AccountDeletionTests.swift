@@ -3,6 +3,7 @@ import NIOCore
 import PostgresNIO
 import Testing
 import WhisperClient
+import WhisperMessaging
 @testable import WhisperShared
 
 /// `account_delete` from outside: an identity with messages, groups (one it owns, one it
@@ -118,11 +119,30 @@ import WhisperClient
             ]
             let named = try await stack.withPostgres { try await Self.columnsNaming(alice.whisperId, on: $0) }
             #expect(Set(named).subtracting(allowedColumns).isEmpty, "left in Postgres: \(named)")
-            // The object store: gc-worker's next run deletes the blob and its rows.
+            // The object store: gc-worker's next run deletes the blob and its rows, and its
+            // journal keeps the deletion (the ID and the signed request) for restores.
             #expect(try await signer.store.head(objectKey) != nil)
             try await GCTests.collector(stack, store: signer.store) { collector in _ = try await collector.run() }
             #expect(try await signer.store.head(objectKey) == nil)
             #expect(try await GCTests.rows(stack, objectKey) == 0)
+            _ = try await stack.withPostgres { postgres in
+                try await stack.withRedis { redis in
+                    try await DeletionJournal(postgres: postgres, redis: redis, store: signer.store, instanceID: "gc-test", logger: TestServers.logger).write()
+                }
+            }
+            // Key by key: only the journal's record names the ID.
+            var keys: [String] = [], continuation: String?
+            repeat {
+                let page = try await signer.store.list(prefix: "", continuation: continuation)
+                keys += page.keys
+                continuation = page.next
+            } while continuation != nil
+            var naming: [String] = []
+            for key in keys {
+                let body = try await signer.store.get(key, limit: 64 << 20) ?? []
+                if key.contains(alice.whisperId) || String(decoding: body, as: UTF8.self).contains(alice.whisperId) { naming.append(key) }
+            }
+            #expect(naming == [DeletionJournal.key(alice.whisperId)], "left in the object store: \(naming) of \(keys.count) objects")
 
             // Redis, key by key: only what others hold of what alice sent them names her
             // (docs/security.md): bob's records of the messages he took (kept for duplicate

@@ -1,8 +1,10 @@
 import Foundation
+import GCWorkerService
 import NIOHTTP1
 import PostgresNIO
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperShared
 
 /// The disaster drill of docs/operations.md ("Backups", "Restore"): fill a deployment
@@ -98,6 +100,113 @@ import WhisperShared
                 let received = try #require(try await member.events(.messageReceived).first?.payload(as: MessageReceived.self))
                 #expect(received.groupId == group.groupId)
                 #expect(String(decoding: try MessageCrypto.open(received, by: (member.whisperId, member.keys), sender: back[0].peerKeys), as: UTF8.self) == "after the restore")
+            }
+        }
+    }
+
+    /// Deletions made after the dump a database is restored from come back from the
+    /// journal (docs/operations.md, "Deletions and restores"): an identity in the dump is
+    /// deleted again through the router (its group passes on, its ID answers `NOT_FOUND`,
+    /// its keys register only as a new identity), one that registered after the dump is
+    /// recorded as deleted again, and a record the owner did not sign deletes nothing.
+    @Test func deletionsMadeAfterTheDumpAreAppliedAgainFromTheJournal() async throws {
+        let moto = try MotoProcess()
+        let store = try await moto.client()
+        func gcWorker(_ stack: MessagingStack) async throws -> RunningService {
+            var settings = GCWorkerSettings(
+                common: TestServers.common(service: "gc-worker", postgres: stack.database, redis: stack.redis), s3: moto.settings,
+                directorySigner: TestServers.directorySigner, interval: .seconds(3_600)
+            )
+            settings.journalInterval = .seconds(1)
+            let final = settings
+            return try await RunningService.start { running in buildGCWorker(settings: final, logger: TestServers.logger, onServerRunning: running).assembly }
+        }
+        func journaled(_ whisperId: String) async throws -> DeletionJournal.Record? {
+            try await store.get(DeletionJournal.key(whisperId)).map { try JSONDecoder().decode(DeletionJournal.Record.self, from: Data($0)) }
+        }
+        func isRegistered(_ whisperId: String, on stack: MessagingStack) async throws -> Bool {
+            try await stack.withPostgres { client in
+                try await client.query("SELECT count(*) FROM users WHERE whisper_id = \(whisperId)", logger: TestServers.logger).decode(Int64.self).first { _ in true } == 1
+            }
+        }
+        func isRecordedDeleted(_ whisperId: String, on stack: MessagingStack) async throws -> Bool {
+            try await stack.withPostgres { client in
+                try await client.query("SELECT count(*) FROM deleted_identities WHERE whisper_id = \(whisperId)", logger: TestServers.logger).decode(Int64.self).first { _ in true } == 1
+            }
+        }
+        let dump = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-journal-\(UUID().uuidString).dump")
+        defer { try? FileManager.default.removeItem(at: dump) }
+
+        // 1. Alice owns a group of three; the dump is taken; then she deletes her account,
+        //    and Dave, who registered after the dump, deletes his. The journal has both.
+        let (database, alice, bob, carol, dave, group) = try await MessagingStack.start(routers: 1).running { before in
+            let alice = try await before.user(on: 0), bob = try await before.user(on: 1), carol = try await before.user(on: 0)
+            try await before.makePeers([alice, bob, carol])
+            let group = try await alice.connection.createGroup(title: "Drill", memberIds: [bob.whisperId, carol.whisperId])
+            let url = "postgres://\(before.database.username)@\(before.database.host):\(before.database.port)/\(before.database.database)"
+            try Self.run("pg_dump", ["--format=custom", "--no-owner", "--file=\(dump.path)", url])
+            let dave = try await before.user(on: 1)
+            for user in [alice, dave] { _ = try await user.connection.deleteAccount(keys: user.keys) }
+            try await gcWorker(before).running { _ in
+                try await waitUntil {
+                    let (first, second) = (try await journaled(alice.whisperId), try await journaled(dave.whisperId))
+                    return first != nil && second != nil
+                }
+            }
+            // The record holds her own signed request.
+            let request = try #require(try await journaled(alice.whisperId)?.request)
+            #expect(request.whisperId == alice.whisperId)
+            #expect(Ed25519.verify(signature: Array(try #require(Data(base64Encoded: request.signature))), message: request.signedBytes, publicKey: alice.keys.signPublicKey))
+            for user in [alice, bob, carol, dave] { await user.connection.close() }
+            return (before.database, alice, bob, carol, dave, group)
+        }
+        // A record of a deletion Carol never signed (another key's signature), as whoever
+        // could write to the store might add.
+        let forged = try WhisperKeys(mnemonic: BIP39.generateMnemonic()).accountDeletion(whisperId: carol.whisperId)
+        try await store.put(
+            DeletionJournal.key(carol.whisperId),
+            body: Array(try JSONEncoder().encode(DeletionJournal.Record(whisperId: carol.whisperId, deletedAt: Clock.millisecondsNow(), request: forged))),
+            contentType: "application/json"
+        )
+
+        // 2. The database restored from the dump: Alice is back, Dave unknown.
+        let url = "postgres://\(database.username)@\(database.host):\(database.port)/\(database.database)"
+        try await Self.admin("DROP DATABASE \(database.database) WITH (FORCE)")
+        try await Self.admin("CREATE DATABASE \(database.database)")
+        try Self.run("pg_restore", ["--no-owner", "--exit-on-error", "--dbname=\(url)", dump.path])
+        try await MessagingStack.start(routers: 1, database: database).running { after in
+            #expect(try await isRegistered(alice.whisperId, on: after), "the dump brought alice back")
+            #expect(try await !isRecordedDeleted(dave.whisperId, on: after))
+
+            // 3. gc-worker starts and applies the journal.
+            try await gcWorker(after).running { worker in
+                try await waitUntil(timeout: .seconds(30)) {
+                    let (first, second) = (try await isRecordedDeleted(alice.whisperId, on: after), try await isRecordedDeleted(dave.whisperId, on: after))
+                    return first && second
+                }
+                // Carol's forged record went to the router, which refused it.
+                try await waitUntil {
+                    Metrics.value(in: try await after.metricsText(of: after.routers), "whisper_errors_total", ["code": "AUTH_FAILED"]) == 1
+                }
+            }
+            #expect(try await !isRegistered(alice.whisperId, on: after))
+            #expect(try await isRegistered(carol.whisperId, on: after), "a deletion its owner did not sign is not applied")
+            #expect(try await !isRecordedDeleted(carol.whisperId, on: after))
+            // Alice left her group as a member leaving would: it passed to Bob, who joined first.
+            let members = try await after.withPostgres { client in
+                var members: [String: String] = [:]
+                let rows = try await client.query("SELECT whisper_id, role FROM group_members WHERE group_id = \(group.groupId)", logger: TestServers.logger)
+                for try await (member, role) in rows.decode((String, String).self) { members[member] = role }
+                return members
+            }
+            #expect(members == [bob.whisperId: "owner", carol.whisperId: "member"])
+            // Her keys and Dave's register only as new identities.
+            for user in [alice, dave] {
+                let again = WhisperConnection(url: "ws://127.0.0.1:\(after.gateways[0].port)/ws", logger: TestServers.logger)
+                try await again.connect()
+                let ack = try await again.register(keys: user.keys, deviceId: RandomID.uuid(), platform: .android)
+                #expect(ack.whisperId != user.whisperId)
+                await again.close()
             }
         }
     }

@@ -62,4 +62,24 @@ import Testing
         #expect(S3Signer.encode("a b/c~d$é", keepSlash: true) == "a%20b/c~d%24%C3%A9")
         #expect(S3Signer.encode("a/b", keepSlash: false) == "a%2Fb")
     }
+
+    /// A `ListObjectsV2` page as S3 documents it: keys in order, unescaped, and the
+    /// token for the next page only while the listing is truncated.
+    @Test func aListingGivesItsKeysAndTheNextPagesToken() {
+        let page = S3Listing("""
+            <?xml version="1.0" encoding="UTF-8"?>
+            <ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+              <Name>examplebucket</Name><Prefix>deletions/</Prefix><KeyCount>2</KeyCount><MaxKeys>2</MaxKeys>
+              <IsTruncated>true</IsTruncated>
+              <Contents><Key>deletions/WSP-AAAA-BBBB-CCCC</Key><Size>180</Size></Contents>
+              <Contents><Key>deletions/a&amp;b&lt;c</Key><Size>3</Size></Contents>
+              <NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken>
+            </ListBucketResult>
+            """)
+        #expect(page.keys == ["deletions/WSP-AAAA-BBBB-CCCC", "deletions/a&b<c"])
+        #expect(page.isTruncated)
+        #expect(page.nextContinuationToken == "1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=")
+        let last = S3Listing("<ListBucketResult><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>")
+        #expect(last.keys.isEmpty && !last.isTruncated)
+    }
 }

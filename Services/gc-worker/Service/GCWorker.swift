@@ -38,6 +38,10 @@ public struct GCWorkerSettings: ServiceSettings {
     public var directoryBatch = 5_000
     /// An epoch is published at least this often, changes or not.
     public var directoryHeadMaxAge: Duration = .seconds(3_600)
+    /// Time between copies of new deletions to the deletion journal.
+    public var journalInterval: Duration = .seconds(5)
+    /// Time between walks of the whole deletion journal (one also at each start).
+    public var journalReapplyInterval: Duration = .seconds(24 * 3_600)
 
     public init(
         common: CommonSettings, s3: S3Settings, directorySigner: DirectorySigner, interval: Duration = .seconds(600), batchSize: Int = 200,
@@ -71,11 +75,16 @@ public struct GCWorkerSettings: ServiceSettings {
         )
         directoryBatch = settings.int("gc.worker.kt.batch", default: 5_000, range: 1...100_000)
         directoryHeadMaxAge = settings.seconds("gc.worker.kt.head.max.age.seconds", default: .seconds(3_600), range: 10...86_400)
+        journalInterval = settings.seconds("gc.worker.journal.interval.seconds", default: journalInterval, range: 1...3_600)
+        journalReapplyInterval = .seconds(
+            settings.int("gc.worker.journal.reapply.hours", default: 24, range: 1...720) * 3_600
+        )
     }
 }
 
 /// Assembles one gc-worker: deletes attachments that every recipient has taken, that
-/// expired, or whose upload did not match its declaration, on a timer. Several may run:
+/// expired, or whose upload did not match its declaration, on a timer; publishes the key
+/// directory's epochs; keeps the deletion journal; lets idle push-to-talk channels lapse. Several may run:
 /// each batch is claimed with `FOR UPDATE SKIP LOCKED`, so no two delete the same one.
 public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
     buildHTTPService(
@@ -94,6 +103,13 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                     headMaxAge: settings.directoryHeadMaxAge, logger: environment.logger
                 ),
                 interval: settings.directoryInterval, logger: environment.logger
+             ),
+             DeletionJournalLoop.periodic(
+                journal: DeletionJournal(
+                    postgres: environment.postgres, redis: environment.redis, store: S3Client(signer: settings.s3.signer),
+                    instanceID: settings.common.instanceID, logger: environment.logger
+                ),
+                interval: settings.journalInterval, reapplyInterval: settings.journalReapplyInterval, logger: environment.logger
              ),
              IdleChannelsLoop.periodic(
                 channels: IdleChannels(postgres: environment.postgres, idleDays: settings.pttIdleDays, logger: environment.logger),

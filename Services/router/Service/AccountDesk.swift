@@ -8,7 +8,8 @@ import WhisperShared
 /// an owner's role passes to the member who joined earliest, a group left empty is
 /// deleted), then `AccountDeletion` ends the rest. The gateway checked the request and
 /// let go of the identity's live conversations and push-to-talk channels before it put
-/// the request on the stream.
+/// the request on the stream; a deletion applied again from the journal after a restore
+/// (`DeletionJournal`, put on the stream by gc-worker) finds those gone with its row.
 struct AccountDesk: Sendable {
     let groups: GroupDesk
     let deletion: AccountDeletion
@@ -25,8 +26,10 @@ struct AccountDesk: Sendable {
             try await deletion.announce(whisperId)
             return
         }
-        // Held to the rule again here, where the deletion happens: what is done cannot be undone.
-        try await deletion.verify(request.fields, session: whisperId)
+        // Held to the rule again here, where the deletion happens: what is done cannot be
+        // undone. One applied again from the journal after a restore (no gateway saw it)
+        // is held to the time it was first done.
+        try await deletion.verify(request.fields, session: whisperId, journaledAt: entry.journaledAt)
         for groupId in try await memberships(of: whisperId) {
             do {
                 let leave = GroupUpdate(sessionToken: request.sessionToken, GroupUpdateFields(groupId: groupId, removeMembers: [whisperId]))
@@ -35,7 +38,7 @@ struct AccountDesk: Sendable {
                 continue  // deleted meanwhile
             }
         }
-        let deletedAt = try await deletion.erase(whisperId)
+        let deletedAt = try await deletion.erase(whisperId, request: request.fields, journaledAt: entry.journaledAt)
         try await reply(ServerFrameCodec.encode(AccountDeleted(whisperId: whisperId, deletedAt: deletedAt), requestId: entry.requestId))
         try await deletion.announce(whisperId)
     }

@@ -332,6 +332,16 @@ public enum Migrations {
             "ALTER TABLE attachments DROP CONSTRAINT attachments_uploader_id_fkey",
             "ALTER TABLE attachments ADD CONSTRAINT attachments_uploader_id_fkey FOREIGN KEY (uploader_id) REFERENCES users (whisper_id) ON DELETE SET NULL",
         ]),
+        // The deletion journal (docs/operations.md, "Deletions and restores"): each deletion
+        // keeps the owner's signed request, and gc-worker copies it to the object store
+        // (`journaled_at` NULL until it has), so that a restore from a dump taken before
+        // it can apply it again.
+        Migration(version: 12, name: "deletion_journal", statements: [
+            "ALTER TABLE deleted_identities ADD COLUMN request_timestamp bigint",
+            "ALTER TABLE deleted_identities ADD COLUMN request_signature text",
+            "ALTER TABLE deleted_identities ADD COLUMN journaled_at timestamptz",
+            "CREATE INDEX deleted_identities_unjournaled ON deleted_identities (deleted_at) WHERE journaled_at IS NULL",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.
