@@ -133,7 +133,8 @@ public struct DeletionJournal: Sendable {
                 guard let body = try await store.get(Self.key(whisperId)),
                       let record = try? JSONDecoder().decode(Record.self, from: Data(body)), record.whisperId == whisperId, record.isWellFormed else {
                     result.skipped += 1
-                    logger.warning("deletion_journal_record_malformed", metadata: ["key": "\(Self.key(whisperId))"])
+                    // Logs name no one deleted (docs/security.md): counted, not named.
+                    logger.warning("deletion_journal_record_malformed")
                     continue
                 }
                 switch (try await isRegistered(whisperId), record.request) {
@@ -145,7 +146,7 @@ public struct DeletionJournal: Sendable {
                     result.routed += 1
                 case (true, nil):
                     result.skipped += 1
-                    logger.warning("deletion_journal_unsigned", metadata: ["key": "\(Self.key(whisperId))"])
+                    logger.warning("deletion_journal_unsigned")
                 }
             }
         } while continuation != nil
