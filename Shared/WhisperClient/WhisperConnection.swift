@@ -21,6 +21,8 @@ public enum WhisperClientError: Error, Equatable, Sendable {
     case unexpectedReply(String)
     /// Listening to live text needs a listener device (`WhisperSession.Configuration.listenerDevice`).
     case notListenerDevice
+    /// The session only listens (`WhisperSession(listeningWith:)`): it has no identity to act as.
+    case noIdentity
 }
 
 /// One WebSocket to a Whisper gateway: requests matched to answers by `requestId`,

@@ -145,6 +145,15 @@ public actor WhisperSession {
             self.pushToken = pushToken
             self.voipToken = voipToken
         }
+
+        /// For a session that only listens (``WhisperSession/init(listeningWith:logger:)``):
+        /// the listener device is all it is; nothing registers, so `deviceId` is the
+        /// device's and `platform` is never sent.
+        public static func listening(gateways: [String], device: ListenerDevice) -> Configuration {
+            var configuration = Configuration(gateways: gateways, deviceId: device.deviceId, platform: .android)
+            configuration.listenerDevice = device
+            return configuration
+        }
     }
 
     public nonisolated let states: AsyncStream<SessionState>
@@ -153,7 +162,8 @@ public actor WhisperSession {
     private let eventContinuation: AsyncStream<SessionEvent>.Continuation
 
     public nonisolated let configuration: Configuration
-    public nonisolated let keys: WhisperKeys
+    /// The identity's keys; nil for a session that only listens (``init(listeningWith:logger:)``).
+    public nonisolated let keys: WhisperKeys?
     /// The HTTP half, with the key directory this client holds (kept across reconnects).
     public nonisolated let api: WhisperAPI?
     /// The outbox: every message sent through ``send(_:)`` until the server accepted it.
@@ -188,6 +198,24 @@ public actor WhisperSession {
         configuration: Configuration, keys: WhisperKeys, credentials: SessionCredentials?, api: WhisperAPI? = nil,
         outbox: any OutboxStore = MemoryOutboxStore(), retry: RetryPolicy = RetryPolicy(),
         logger: Logger = Logger(label: "whisper-session")
+    ) {
+        self.init(configuration: configuration, keys: Optional(keys), credentials: credentials, api: api, outbox: outbox, retry: retry, logger: logger)
+    }
+
+    /// A session with no identity that only listens to live text, as the device a listen
+    /// link made (``Configuration/listenerDevice``, which it needs): it keeps its socket
+    /// up like any session (backoff, `reconnect` notices, pings) and takes its
+    /// listeners' places again after each reconnect. Whatever needs an identity
+    /// (messages, presence, floors, whispering, deleting) throws
+    /// ``WhisperClientError/noIdentity``.
+    public init(listeningWith configuration: Configuration, logger: Logger = Logger(label: "whisper-session")) {
+        precondition(configuration.listenerDevice != nil, "a listening session needs a listener device")
+        self.init(configuration: configuration, keys: nil, credentials: nil, api: nil, outbox: MemoryOutboxStore(), retry: RetryPolicy(), logger: logger)
+    }
+
+    private init(
+        configuration: Configuration, keys: WhisperKeys?, credentials: SessionCredentials?, api: WhisperAPI?, outbox: any OutboxStore,
+        retry: RetryPolicy, logger: Logger
     ) {
         precondition(!configuration.gateways.isEmpty, "a session needs at least one gateway URL")
         self.configuration = configuration
@@ -243,6 +271,7 @@ public actor WhisperSession {
     /// app then forgets the phrase's Whisper ID and everything it kept of the identity.
     @discardableResult
     public func deleteAccount() async throws -> AccountDeleted {
+        guard let keys else { throw WhisperClientError.noIdentity }
         guard let connection, state.isConnected else { throw WhisperClientError.notConnected }
         let deleted = try await connection.deleteAccount(keys: keys)
         let loop = stopLoop()
@@ -272,6 +301,7 @@ public actor WhisperSession {
     /// Puts a message in the outbox (persisted first) and sends it as soon as a socket is
     /// up; its progress comes as ``SessionEvent/outgoing(messageId:state:)``.
     public func send(_ message: SendMessage) async throws {
+        guard keys != nil else { throw WhisperClientError.noIdentity }
         try await outbox.enqueue(message)
         wake(.flush)
     }
@@ -280,6 +310,7 @@ public actor WhisperSession {
     /// and sends each as soon as a socket is up, resent with the message's one messageId
     /// until the server took it; each copy's progress comes as ``SessionEvent/outgoing(messageId:state:)``.
     public func send(group copies: [GroupSendMessage]) async throws {
+        guard keys != nil else { throw WhisperClientError.noIdentity }
         try await outbox.enqueue(group: copies)
         wake(.flush)
     }
@@ -305,6 +336,7 @@ public actor WhisperSession {
 
     /// Watches these peers' presence, now and after every reconnect.
     public func watchPresence(_ whisperIds: [String]) async throws {
+        guard keys != nil else { throw WhisperClientError.noIdentity }
         presenceWatched = whisperIds
         if let connection, state.isConnected {
             eventContinuation.yield(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
@@ -315,6 +347,7 @@ public actor WhisperSession {
     /// asks again after every reconnect until ``releaseFloor(_:)``, or until an answer
     /// refuses it; the floor as asked again comes as ``SessionEvent/floor(_:)``.
     public func requestFloor(_ channelId: String, queue: Bool = false) async throws -> PTTFloor {
+        guard keys != nil else { throw WhisperClientError.noIdentity }
         floorsWanted[channelId] = queue
         let floor = try await connected { connection, _ in try await connection.requestTalk(channelId, queue: queue) }
         if floor.outcome == .refused { floorsWanted[channelId] = nil }
@@ -358,7 +391,7 @@ public actor WhisperSession {
     public func listen(to conversationId: String, name: String, timeout: Duration = .seconds(30)) async throws -> LiveListener {
         guard configuration.listenerDevice != nil else { throw WhisperClientError.notListenerDevice }
         if let kept = listeners[conversationId] { return kept }
-        let socket = try await connected(timeout: timeout) { connection, _ in connection }
+        let socket = try await socket(timeout: timeout)
         let listener = LiveListener(connection: socket, conversationId: conversationId, name: name)
         try await listener.start()
         listeners[conversationId] = listener
@@ -376,11 +409,20 @@ public actor WhisperSession {
     public func connected<T: Sendable>(
         timeout: Duration = .seconds(30), _ body: @Sendable (WhisperConnection, String) async throws -> T
     ) async throws -> T {
+        guard keys != nil else { throw WhisperClientError.noIdentity }
+        let socket = try await socket(timeout: timeout)
+        guard let token = credentials?.sessionToken else { throw WhisperClientError.notConnected }
+        return try await body(socket, token)
+    }
+
+    /// The connected socket (signed in, unless the session only listens), waiting up to
+    /// `timeout` for one.
+    private func socket(timeout: Duration) async throws -> WhisperConnection {
         if connection == nil || !state.isConnected {
             try await waitForConnection(timeout: timeout)
         }
-        guard let connection, let token = credentials?.sessionToken else { throw WhisperClientError.notConnected }
-        return try await body(connection, token)
+        guard let connection else { throw WhisperClientError.notConnected }
+        return connection
     }
 
     // MARK: - The loop
@@ -394,7 +436,7 @@ public actor WhisperSession {
             var hint: Duration?
             do {
                 try await open(socket)
-                try await signIn(on: socket)
+                if let keys { try await signIn(with: keys, on: socket) }
                 connection = socket
                 try await restore(on: socket)
                 set(.connected(gateway: gateway))
@@ -438,7 +480,7 @@ public actor WhisperSession {
 
     /// The session on this socket: the kept one (refreshed when it ends soon), or a new
     /// one from the keys when there is none or the server no longer knows it.
-    private func signIn(on socket: WhisperConnection) async throws {
+    private func signIn(with keys: WhisperKeys, on socket: WhisperConnection) async throws {
         if let kept = credentials, kept.expiresAt - Clock.millisecondsNow() > 60_000 {
             await socket.resume(whisperId: kept.whisperId, sessionToken: kept.sessionToken)
             do {
@@ -457,11 +499,11 @@ public actor WhisperSession {
         } else if credentials != nil, !configuration.registerAgain {
             throw SessionEnded(reason: .sessionEnded)
         }
-        let ack = try await register(on: socket)
+        let ack = try await register(keys, on: socket)
         keep(SessionCredentials(whisperId: ack.whisperId, sessionToken: ack.sessionToken, expiresAt: ack.sessionExpiresAt))
     }
 
-    private func register(on socket: WhisperConnection) async throws -> RegisterAck {
+    private func register(_ keys: WhisperKeys, on socket: WhisperConnection) async throws -> RegisterAck {
         do {
             return try await socket.register(
                 keys: keys, deviceId: configuration.deviceId, platform: configuration.platform, whisperId: credentials?.whisperId,
@@ -514,7 +556,8 @@ public actor WhisperSession {
                 eventContinuation.yield(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
             }
         }
-        try await walk(socket)
+        // A session that only listens has no queue.
+        if keys != nil { try await walk(socket) }
     }
 
     private func walk(_ socket: WhisperConnection) async throws {
@@ -632,6 +675,7 @@ public actor WhisperSession {
 
     /// Sends what the outbox holds, as soon as it is due.
     private func flush(on socket: WhisperConnection) async {
+        guard let keys else { return }  // nothing to send without an identity
         while !Task.isCancelled {
             let token = credentials?.sessionToken ?? ""
             let me = credentials?.whisperId, signing = keys.signing
@@ -665,7 +709,7 @@ public actor WhisperSession {
 
     /// Checks the identity's own key directory entry now and every `monitorInterval`.
     private func monitor() async {
-        guard let api else { return }
+        guard let api, let keys else { return }
         while !Task.isCancelled {
             if let credentials {
                 do {

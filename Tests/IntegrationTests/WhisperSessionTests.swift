@@ -105,9 +105,10 @@ import WhisperShared
             try await stack.withRedis { try await MessagingStack.makePeers([aliceId, bob.whisperId], on: $0) }
             try await alice.watchPresence([bob.whisperId])
             let bobKeys = bob.peerKeys
+            let aliceKeys = try #require(alice.keys)
             func message(_ index: Int) async -> SendMessage {
                 let token = await alice.credentials?.sessionToken ?? ""
-                return MessageCrypto.makeMessage(Array("to bob \(index)".utf8), from: (aliceId, alice.keys), to: bobKeys, sessionToken: token)
+                return MessageCrypto.makeMessage(Array("to bob \(index)".utf8), from: (aliceId, aliceKeys), to: bobKeys, sessionToken: token)
             }
             var sent: [String] = []
             for index in 0..<20 {
@@ -126,7 +127,7 @@ import WhisperShared
             for index in 0..<10 {
                 let reply = MessageCrypto.makeMessage(
                     Array("to alice \(index)".utf8), from: (bob.whisperId, bob.keys),
-                    to: PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey),
+                    to: PeerKeys(whisperId: aliceId, encPublicKey: try #require(alice.keys).encPublicKey, signPublicKey: try #require(alice.keys).signPublicKey),
                     sessionToken: bob.token
                 )
                 try await bob.connection.send(reply)
@@ -231,6 +232,54 @@ import WhisperShared
         }
     }
 
+    /// A session with no identity, from a listen link's device only: it keeps itself
+    /// connected and listens again after a reconnect, like a signed-in one; what needs an
+    /// identity is refused before anything is sent.
+    @Test func aListeningSessionWithNoIdentityListensAgainAfterAReconnect() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let (alice, aliceWatch, _) = try await Self.started(stack)
+            defer { aliceWatch.cancel() }
+            let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
+            let ada = WhisperSession(listeningWith: .listening(gateways: [stack.websocketURL(1), stack.websocketURL(0)], device: device), logger: TestServers.logger)
+            let adaWatch = Watcher(ada)
+            defer { adaWatch.cancel() }
+            await ada.start()
+            #expect(ada.keys == nil)
+            await #expect(throws: WhisperClientError.noIdentity) { try await ada.watchPresence(["WSP-AAAA-BBBB-CCCC"]) }
+            await #expect(throws: WhisperClientError.noIdentity) { _ = try await ada.requestFloor(RandomID.uuid()) }
+            await #expect(throws: WhisperClientError.noIdentity) { _ = try await ada.deleteAccount() }
+
+            let conversation = try await alice.connected { connection, _ in try await connection.createLiveConversation(name: "Hall") }
+            let whisperer = try await alice.whisper(in: conversation.conversationId, name: "Alice")
+            _ = try await ada.listen(to: conversation.conversationId, name: "Ada")
+            var listenerId = ""
+            try await waitUntil {
+                for case .request(let id, "Ada") in aliceWatch.whispering.withLock({ $0 }) { listenerId = id }
+                return !listenerId.isEmpty
+            }
+            try await whisperer.admit(listenerId)
+            func hears(_ live: String, past: [String] = []) async throws {
+                try await waitUntil {
+                    adaWatch.listening.withLock { $0.contains { if case .text(let text) = $0 { text.live == live && text.past == past } else { false } } }
+                }
+            }
+            try await whisperer.type("welcome")
+            try await hears("welcome")
+
+            // Her socket goes: the session opens another (the next gateway) and listens
+            // again; she is let in again without asking.
+            await ada.networkChanged()
+            try await waitUntil(timeout: .seconds(30)) { adaWatch.connections(to: stack.websocketURL(0)) >= 1 }
+            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Ada") }.count == 2 } }
+            try await whisperer.newline()
+            try await whisperer.type("still here")
+            try await hears("still here", past: ["welcome"])
+            #expect(aliceWatch.whispering.withLock { $0.filter { if case .request = $0 { true } else { false } }.count } == 1, "asked once only")
+            await ada.stop()
+            await alice.stop()
+        }
+    }
+
     @Test func aGatewayWhoseSubscriptionCameBackTellsItsSocketsToReconnectAndTheSessionDoes() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let (bob, watcher, _) = try await Self.started(stack)
@@ -269,7 +318,7 @@ import WhisperShared
             let url = configuration.gateways[0]
             try await waitUntil { watcher.connections(to: url) == 1 }
             let aliceId = try #require(await alice.credentials?.whisperId)
-            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: try #require(alice.keys).encPublicKey, signPublicKey: try #require(alice.keys).signPublicKey)
 
             proxy.cut()
             let cutAt = ContinuousClock.now
@@ -277,7 +326,7 @@ import WhisperShared
             try await waitUntil(timeout: .seconds(10)) { await alice.state != .connected(gateway: url) }
             #expect(ContinuousClock.now - cutAt < .seconds(4), "the dead socket went unnoticed for \(ContinuousClock.now - cutAt)")
             // Meanwhile both sides write: alice's message waits in her outbox, bob's in her queue.
-            let mine = MessageCrypto.makeMessage(Array("sent offline".utf8), from: (aliceId, alice.keys), to: bob.peerKeys, sessionToken: "")
+            let mine = MessageCrypto.makeMessage(Array("sent offline".utf8), from: (aliceId, try #require(alice.keys)), to: bob.peerKeys, sessionToken: "")
             try await alice.send(mine)
             let theirs = MessageCrypto.makeMessage(Array("while you were away".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token)
             try await bob.connection.send(theirs)
@@ -310,7 +359,7 @@ import WhisperShared
             await alice.start()
             try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
             let aliceId = try #require(await alice.credentials?.whisperId)
-            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: alice.keys.encPublicKey, signPublicKey: alice.keys.signPublicKey)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: try #require(alice.keys).encPublicKey, signPublicKey: try #require(alice.keys).signPublicKey)
             let first = MessageCrypto.makeMessage(Array("one".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token)
             try await bob.connection.send(first)
             try await waitUntil { watcher.messages.withLock { $0.count } == 1 }

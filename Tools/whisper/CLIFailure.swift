@@ -61,6 +61,8 @@ enum CLIFailure: Error, CustomStringConvertible {
                 return .refused("\(what): unexpected answer `\(type)` from the server")
             case .notListenerDevice:
                 return .config("\(what): no listener device")
+            case .noIdentity:
+                return .config("\(what): this needs an identity (`whisper register` or `whisper recover`)")
             }
         case KeyTransparencyError.notYetPublished:
             return .tryLater("\(what): the identity is not in the key directory yet (registered moments ago); try again in a few seconds")

@@ -163,14 +163,33 @@ extension LiveCommand {
                     throw CLIFailure.badInput("not a listen link: \(link) (expected http(s)://host/listen/<conversation ID>)")
                 }
                 let device = try await Self.device(for: websocket, in: common.profile.directory)
-                let connection = WhisperConnection(url: websocket, listenerDevice: device, logger: common.logger)
-                do { try await connection.connect() } catch { throw CLIFailure.unavailable("cannot reach \(websocket): \(error)") }
-                let listener = LiveListener(connection: connection, conversationId: conversationId, name: String(name.prefix(64)))
-                try await listener.start()
+                // A session of the SDK's that only listens: it keeps the socket up by itself
+                // (backoff, drains, pings) and asks to listen again after every reconnect.
+                let session = WhisperSession(listeningWith: .listening(gateways: [websocket], device: device), logger: common.logger)
+                await session.start()
+                let states = Task {
+                    var wasConnected = false
+                    for await state in session.states {
+                        switch state {
+                        case .connected: wasConnected = true
+                        case .backingOff where wasConnected:
+                            wasConnected = false
+                            note("the connection was lost; reconnecting")
+                        default: continue
+                        }
+                    }
+                }
+                defer { states.cancel() }
+                do {
+                    _ = try await session.listen(to: conversationId, name: String(name.prefix(64)))
+                } catch {
+                    await session.stop()
+                    throw CLIFailure.unavailable("cannot reach \(websocket): \(error)")
+                }
                 note("waiting for the Whisperer to let you in")
                 var shownPast = 0
-                for await frame in connection.events {
-                    guard let event = try await listener.handle(frame) else { continue }
+                for await event in session.events {
+                    guard case .listener(_, let event) = event else { continue }
                     switch event {
                     case .offered(let conversationName, let whispererName):
                         note("asking \(whispererName) to let you in to \"\(conversationName)\"")
@@ -179,12 +198,15 @@ extension LiveCommand {
                         emit(["event": "admitted"])
                     case .refused:
                         emit(["event": "refused"])
+                        await session.stop()
                         throw CLIFailure.notAllowed("the Whisperer did not let you in")
                     case .removed:
                         emit(["event": "removed"])
+                        await session.stop()
                         throw CLIFailure.notAllowed("the Whisperer let you go")
                     case .whispererLeft(.deleted):
                         emit(["event": "deleted"])
+                        await session.stop()
                         throw CLIFailure.refused("NOT_FOUND: the conversation was deleted")
                     case .whispererLeft:
                         note("the Whisperer left; waiting for them to come back")
@@ -201,7 +223,7 @@ extension LiveCommand {
                         }
                     }
                 }
-                throw CLIFailure.unavailable("the connection closed")
+                throw CLIFailure.unavailable("the session ended")
             }
         }
 
