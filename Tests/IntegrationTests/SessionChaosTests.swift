@@ -157,7 +157,10 @@ import WhisperShared
                 let timeline = app.watcher.timeline.withLock { $0 }
                 if let before = timeline.last(where: { $0.at <= end })?.state, !before.isConnected {
                     let back = try #require(timeline.first { $0.at > end && $0.state.isConnected })
-                    #expect(back.at - end <= Self.comebackBound, "\(app.name) after \(what): back after \(back.at - end)")
+                    if back.at - end > Self.comebackBound {
+                        let states = timeline.filter { $0.at > start }.map { "\($0.state) at +\(Int(($0.at - start).milliseconds)) ms" }
+                        Issue.record("\(app.name) after \(what) (ended at +\(Int((end - start).milliseconds)) ms): back after \(back.at - end); \(states)\n\(stack.logTails())")
+                    }
                     report.append("\(what): \(app.name) back \(Int((back.at - end).milliseconds)) ms after")
                 }
             }

@@ -124,7 +124,8 @@ public func buildGateway(
     // Refusals that do not depend on the socket counts: the upgrade and GET /ws check
     // them first, in this order.
     let refusedOutright: @Sendable (_ origin: String?) -> HTTPError? = { origin in
-        UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins) ?? (draining.isDraining ? UpgradeRefusal.draining : nil)
+        UpgradeRefusal.origin(origin, allowed: settings.allowedOrigins)
+            ?? (draining.isDraining ? UpgradeRefusal.draining : subscriber.isSubscribed ? nil : UpgradeRefusal.unsubscribed)
     }
     ListenPage(devices: liveDevices) { request, context in
         let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)

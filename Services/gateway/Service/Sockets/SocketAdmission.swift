@@ -76,6 +76,10 @@ final class SocketAdmission: Sendable {
 /// Upgrades refused for what the request says or the instance's state.
 enum UpgradeRefusal {
     static let draining = HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "this gateway is shutting down; connect again")
+    /// While its Redis subscription is down (Redis restarting, failing over) the gateway
+    /// could not pass on the answers routers publish for a new socket (its sign-in's
+    /// fetch among them), so it takes none: the client tries again, here or elsewhere.
+    static let unsubscribed = HTTPError(.serviceUnavailable, headers: [.retryAfter: "1"], message: "this gateway cannot reach Redis just now; connect again")
 
     /// With allowed origins configured, a request naming another origin (a page on
     /// another site) is refused; one without `Origin` (a native app) is not.
