@@ -523,41 +523,95 @@ public actor WhisperSession {
 
     /// What the socket needs after every (re)connect: presence watched again, the
     /// floors asked for again, the live-text places taken again, the pending queue
-    /// walked, the own directory entry checked.
+    /// walked, the own directory entry checked. A place the server refuses for now
+    /// (over a limit, busy) is taken again later on the same socket (``retake(on:)``).
     private func restore(on socket: WhisperConnection) async throws {
-        if !presenceWatched.isEmpty {
-            eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
-        }
-        for (channelId, queue) in floorsWanted.sorted(by: { $0.key < $1.key }) {
-            let floor: PTTFloor
-            do {
-                floor = try await socket.requestTalk(channelId, queue: queue)
-            } catch WhisperClientError.refused(let code, _) where code == .notFound || code == .forbidden {
-                floorsWanted[channelId] = nil  // no longer a member, or the channel is gone
-                continue
-            }
-            if floor.outcome == .refused { floorsWanted[channelId] = nil }
-            eventContinuation.yield(.floor(floor))
-        }
-        for (conversationId, whisperer) in whisperers.sorted(by: { $0.key < $1.key }) {
-            do {
-                try await whisperer.moved(to: socket)
-            } catch WhisperClientError.refused(.notFound, _) {
-                // Deleted while the socket was away (from another device).
-                whisperers[conversationId] = nil
-                eventContinuation.yield(.whisperer(conversationId: conversationId, .deleted))
-            }
-        }
-        for (conversationId, listener) in listeners.sorted(by: { $0.key < $1.key }) {
-            do {
-                try await listener.moved(to: socket)
-            } catch WhisperClientError.refused(.notFound, _) {
-                listeners[conversationId] = nil
-                eventContinuation.yield(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
-            }
+        var places: [Place] = presenceWatched.isEmpty ? [] : [.presence]
+        places += floorsWanted.keys.sorted().map(Place.floor)
+        places += whisperers.keys.sorted().map(Place.whisperer)
+        places += listeners.keys.sorted().map(Place.listener)
+        deferred = []
+        for place in places where try await !take(place, on: socket) {
+            deferred.append(place)
         }
         // A session that only listens has no queue.
         if keys != nil { try await walk(socket) }
+    }
+
+    /// What the session holds on a socket and takes again on the next one.
+    private enum Place: Hashable {
+        case presence
+        case floor(String)
+        case whisperer(String)
+        case listener(String)
+    }
+
+    /// Takes one place on `socket`: true when it is taken, or gone for good (deleted, no
+    /// longer a member: dropped and told); false when the server refused it for now.
+    private func take(_ place: Place, on socket: WhisperConnection) async throws -> Bool {
+        do {
+            switch place {
+            case .presence:
+                guard !presenceWatched.isEmpty else { return true }
+                eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
+            case .floor(let channelId):
+                guard let queue = floorsWanted[channelId] else { return true }
+                do {
+                    let floor = try await socket.requestTalk(channelId, queue: queue)
+                    if floor.outcome == .refused { floorsWanted[channelId] = nil }
+                    eventContinuation.yield(.floor(floor))
+                } catch WhisperClientError.refused(let code, _) where code == .notFound || code == .forbidden {
+                    floorsWanted[channelId] = nil  // no longer a member, or the channel is gone
+                }
+            case .whisperer(let conversationId):
+                guard let whisperer = whisperers[conversationId] else { return true }
+                do {
+                    try await whisperer.moved(to: socket)
+                } catch WhisperClientError.refused(.notFound, _) {
+                    // Deleted while the socket was away (from another device).
+                    whisperers[conversationId] = nil
+                    eventContinuation.yield(.whisperer(conversationId: conversationId, .deleted))
+                }
+            case .listener(let conversationId):
+                guard let listener = listeners[conversationId] else { return true }
+                do {
+                    try await listener.moved(to: socket)
+                } catch WhisperClientError.refused(.notFound, _) {
+                    listeners[conversationId] = nil
+                    eventContinuation.yield(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
+                }
+            }
+            return true
+        } catch WhisperClientError.refused(let code, _) where Self.refusedForNow.contains(code) {
+            logger.debug("session_place_deferred", metadata: ["code": "\(code.rawValue)"])
+            return false
+        }
+    }
+
+    /// Refusals that say "not now" rather than "no": the place is asked for again.
+    private static let refusedForNow: Set<ErrorCode> = [.rateLimited, .internalError]
+
+    /// Places refused for now at the last restore, asked for again on the same socket
+    /// after a delay that doubles (1 s up to the backoff's maximum) until each is taken.
+    private var deferred: [Place] = []
+
+    private func retake(on socket: WhisperConnection) async {
+        var delay = Duration.seconds(1)
+        while !deferred.isEmpty, !Task.isCancelled {
+            try? await Task.sleep(for: delay)
+            if Task.isCancelled || connection !== socket { return }
+            var still: [Place] = []
+            for place in deferred {
+                do {
+                    if try await !take(place, on: socket) { still.append(place) }
+                } catch {
+                    return  // the socket is going; the next one restores everything
+                }
+            }
+            if connection !== socket { return }
+            deferred = still
+            delay = min(delay * 2, configuration.backoff.maximum)
+        }
     }
 
     private func walk(_ socket: WhisperConnection) async throws {
@@ -576,6 +630,7 @@ public actor WhisperSession {
             group.addTask { await self.keepAlive(socket); return nil }
             group.addTask { await self.flush(on: socket); return nil }
             group.addTask { await self.monitor(); return nil }
+            group.addTask { await self.retake(on: socket); return nil }
             // The pump ends with the socket; the helpers follow.
             var result: Served?
             for await served in group {

@@ -153,6 +153,41 @@ import WhisperShared
         }
     }
 
+    /// A place the server refuses for now after a reconnect (here the floor, over the
+    /// push-to-talk frames' limit) does not hold the session back: it is connected with
+    /// the rest, and asks for that place again on the same socket until it is given.
+    @Test func aPlaceRefusedForNowAfterAReconnectIsAskedForAgainOnTheSameSocket() async throws {
+        try await MessagingStack.start(routers: 1, gateway: { $0.limits[.pttPerIdentity] = RateLimitRule("4/8s")! }).running { stack in
+            let bob = try await stack.user(on: 1)
+            let (alice, watcher, _) = try await Self.started(stack)
+            defer { watcher.cancel() }
+            let channel = try await bob.connection.createChannel(name: "crew")
+            _ = try await alice.connected { connection, _ in try await connection.joinChannel(code: channel.joinCode) }
+            #expect(try await alice.requestFloor(channel.channelId).outcome == .granted)
+            // The rest of the bucket goes on listing channels.
+            try await waitUntil {
+                do {
+                    _ = try await alice.connected { connection, _ in try await connection.channels() }
+                    return false
+                } catch WhisperClientError.refused(.rateLimited, _) {
+                    return true
+                }
+            }
+            let floorsBefore = watcher.floors.withLock { $0.count }
+            let connectsBefore = watcher.states.withLock { $0.filter(\.isConnected).count }
+            await alice.networkChanged()
+            // Connected again while the floor is still refused ...
+            try await waitUntil(timeout: .seconds(30)) { watcher.states.withLock { $0.filter(\.isConnected).count } > connectsBefore }
+            #expect(watcher.floors.withLock { $0.count } == floorsBefore, "the floor came before the bucket refilled")
+            // ... and the floor comes once the bucket refills, on the same socket.
+            try await waitUntil(timeout: .seconds(30)) {
+                watcher.floors.withLock { $0.dropFirst(floorsBefore).contains { $0.channelId == channel.channelId && $0.outcome == .granted } }
+            }
+            #expect(watcher.states.withLock { $0.filter(\.isConnected).count } == connectsBefore + 1, "one socket")
+            await alice.stop()
+        }
+    }
+
     @Test func aFloorHeldBeforeAGatewayDrainsIsHeldAgainOnTheNextSocket() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let bob = try await stack.user(on: 1)
