@@ -64,6 +64,26 @@ import WhisperShared
             states.withLock { $0.filter { $0 == .connected(gateway: gateway) }.count }
         }
 
+        /// The listener ID of the first request to listen from `name` (a Whisperer's watcher).
+        func request(from name: String) -> String? {
+            whispering.withLock { events in
+                for case .request(let id, let who) in events where who == name { return id }
+                return nil
+            }
+        }
+
+        /// How often the listener `id` (`name`) joined (a Whisperer's watcher).
+        func joins(_ id: String, _ name: String) -> Int {
+            whispering.withLock { $0.filter { $0 == .joined(listenerId: id, name: name) }.count }
+        }
+
+        /// Waits until the listener (this watcher's session) hears `live` after `past`.
+        func hears(_ live: String, past: [String] = []) async throws {
+            try await waitUntil {
+                self.listening.withLock { $0.contains { if case .text(let text) = $0 { text.live == live && text.past == past } else { false } } }
+            }
+        }
+
         func cancel() { tasks.withLock { $0.forEach { $0.cancel() } } }
     }
 
@@ -225,38 +245,30 @@ import WhisperShared
             _ = try await bob.listen(to: conversation.conversationId, name: "Bob")
 
             // Bob asks, Alice lets him in, he hears her.
-            var listenerId = ""
-            try await waitUntil {
-                for case .request(let id, "Bob") in aliceWatch.whispering.withLock({ $0 }) { listenerId = id }
-                return !listenerId.isEmpty
-            }
+            try await waitUntil { aliceWatch.request(from: "Bob") != nil }
+            let listenerId = try #require(aliceWatch.request(from: "Bob"))
             try await whisperer.admit(listenerId)
             try await waitUntil { bobWatch.listening.withLock { $0.contains(.admitted) } }
-            try await waitUntil { aliceWatch.whispering.withLock { $0.contains(.joined(listenerId: listenerId, name: "Bob")) } }
-            func hears(_ live: String, past: [String] = []) async throws {
-                try await waitUntil {
-                    bobWatch.listening.withLock { $0.contains { if case .text(let text) = $0 { text.live == live && text.past == past } else { false } } }
-                }
-            }
+            try await waitUntil { aliceWatch.joins(listenerId, "Bob") == 1 }
             try await whisperer.type("hello")
-            try await hears("hello")
+            try await bobWatch.hears("hello")
 
             // Alice's socket goes: her session takes the Whisperer's place again on the next
             // one, and Bob, known, is let in again without anyone asking.
             await alice.networkChanged()
             try await waitUntil(timeout: .seconds(30)) { aliceWatch.connections(to: stack.websocketURL(1)) >= 1 }
-            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Bob") }.count == 2 } }
+            try await waitUntil { aliceWatch.joins(listenerId, "Bob") == 2 }
             try await whisperer.newline()
             try await whisperer.type("after the move")
-            try await hears("after the move", past: ["hello"])
+            try await bobWatch.hears("after the move", past: ["hello"])
 
             // Bob's socket goes: his session offers again, is let in again, and gets the
             // whole text.
             await bob.networkChanged()
             try await waitUntil(timeout: .seconds(30)) { bobWatch.connections(to: stack.websocketURL(0)) >= 1 }
-            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Bob") }.count == 3 } }
+            try await waitUntil { aliceWatch.joins(listenerId, "Bob") == 3 }
             try await whisperer.type("after the move, twice")
-            try await hears("after the move, twice", past: ["hello"])
+            try await bobWatch.hears("after the move, twice", past: ["hello"])
             #expect(aliceWatch.whispering.withLock { $0.filter { if case .request = $0 { true } else { false } }.count } == 1, "asked once only")
 
             // Deleted, it is not taken again.
@@ -287,28 +299,20 @@ import WhisperShared
             let conversation = try await alice.connected { connection, _ in try await connection.createLiveConversation(name: "Hall") }
             let whisperer = try await alice.whisper(in: conversation.conversationId, name: "Alice")
             _ = try await ada.listen(to: conversation.conversationId, name: "Ada")
-            var listenerId = ""
-            try await waitUntil {
-                for case .request(let id, "Ada") in aliceWatch.whispering.withLock({ $0 }) { listenerId = id }
-                return !listenerId.isEmpty
-            }
+            try await waitUntil { aliceWatch.request(from: "Ada") != nil }
+            let listenerId = try #require(aliceWatch.request(from: "Ada"))
             try await whisperer.admit(listenerId)
-            func hears(_ live: String, past: [String] = []) async throws {
-                try await waitUntil {
-                    adaWatch.listening.withLock { $0.contains { if case .text(let text) = $0 { text.live == live && text.past == past } else { false } } }
-                }
-            }
             try await whisperer.type("welcome")
-            try await hears("welcome")
+            try await adaWatch.hears("welcome")
 
             // Her socket goes: the session opens another (the next gateway) and listens
             // again; she is let in again without asking.
             await ada.networkChanged()
             try await waitUntil(timeout: .seconds(30)) { adaWatch.connections(to: stack.websocketURL(0)) >= 1 }
-            try await waitUntil { aliceWatch.whispering.withLock { $0.filter { $0 == .joined(listenerId: listenerId, name: "Ada") }.count == 2 } }
+            try await waitUntil { aliceWatch.joins(listenerId, "Ada") == 2 }
             try await whisperer.newline()
             try await whisperer.type("still here")
-            try await hears("still here", past: ["welcome"])
+            try await adaWatch.hears("still here", past: ["welcome"])
             #expect(aliceWatch.whispering.withLock { $0.filter { if case .request = $0 { true } else { false } }.count } == 1, "asked once only")
             await ada.stop()
             await alice.stop()
