@@ -1,7 +1,8 @@
 import Foundation
+import NIOPosix
 import ServiceLifecycle
 import Testing
-import WhisperShared
+@testable import WhisperShared
 
 /// The hiredis-based client against a real redis-server.
 @Suite struct RedisClientTests {
@@ -23,6 +24,49 @@ import WhisperShared
             #expect(try await redis.send("GET", key + ":missing") == .null)
             #expect(try await redis.send("DEL", key) == .integer(1))
         }
+    }
+
+    /// A server that takes the connection and never answers (one starting or stalled)
+    /// does not hold a connect for good: the handshake is bounded like the TCP connect,
+    /// so the client's reconnect loop goes on.
+    @Test func aHandshakeNobodyAnswersEndsAtTheConnectTimeout() async throws {
+        // A listening socket nobody accepts from: the kernel completes the TCP handshake
+        // and keeps what is sent.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        try #require(fd >= 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && listen(fd, 8) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        try #require(bound)
+        let configuration = RedisConfiguration(port: Int(UInt16(bigEndian: address.sin_port)), clientName: "silent", connectTimeout: .milliseconds(300))
+        let started = ContinuousClock.now
+        let outcome = await withTaskGroup(of: String.self) { group in
+            group.addTask {
+                do {
+                    _ = try await RedisConnection.connect(to: configuration, eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+                    return "connected"
+                } catch {
+                    return "failed"
+                }
+            }
+            group.addTask {
+                // Past any bound: closing the listener resets the connection, so a connect
+                // that would wait for good ends too (and the test with it).
+                try? await Task.sleep(for: .seconds(10))
+                return "still waiting"
+            }
+            let first = await group.next() ?? ""
+            close(fd)
+            group.cancelAll()
+            return first
+        }
+        #expect(outcome == "failed")
+        #expect(ContinuousClock.now - started < .seconds(5))
     }
 
     @Test func errorRepliesAreThrown() async throws {

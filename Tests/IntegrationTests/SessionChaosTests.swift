@@ -134,7 +134,7 @@ import WhisperShared
                 try await waitUntil(timeout: timeout, condition)
             } catch {
                 let states = apps.map { "\($0.name): \($0.watcher.states.withLock { $0.suffix(4) })" }.joined(separator: "; ")
-                Issue.record("\(what) did not come within \(timeout) (\(states))\n\(stack.logTails())")
+                Issue.record("\(what) did not come within \(timeout) (\(states))\n\(stack.logTails(lines: 60))")
                 throw error
             }
         }
@@ -159,7 +159,7 @@ import WhisperShared
                     let back = try #require(timeline.first { $0.at > end && $0.state.isConnected })
                     if back.at - end > Self.comebackBound {
                         let states = timeline.filter { $0.at > start }.map { "\($0.state) at +\(Int(($0.at - start).milliseconds)) ms" }
-                        Issue.record("\(app.name) after \(what) (ended at +\(Int((end - start).milliseconds)) ms): back after \(back.at - end); \(states)\n\(stack.logTails())")
+                        Issue.record("\(app.name) after \(what) (ended at +\(Int((end - start).milliseconds)) ms): back after \(back.at - end); \(states)\n\(stack.logTails(lines: 60))")
                     }
                     report.append("\(what): \(app.name) back \(Int((back.at - end).milliseconds)) ms after")
                 }

@@ -38,6 +38,13 @@ public final class RedisConnection: Sendable {
             .connect(host: configuration.host, port: configuration.port)
             .get()
         let connection = RedisConnection(channel: channel)
+        // The handshake is bounded like the TCP connect: a server that takes the
+        // connection and never answers (starting, stalled) must not hold this connect,
+        // and so the client's reconnect loop, for good. Closing fails what waits.
+        let deadline = channel.eventLoop.scheduleTask(in: .nanoseconds(configuration.connectTimeout.nanoseconds)) {
+            channel.close(promise: nil)
+        }
+        defer { deadline.cancel() }
         do {
             for command in configuration.handshake {
                 _ = try await connection.send(command)
