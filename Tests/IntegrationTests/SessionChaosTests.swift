@@ -153,7 +153,11 @@ import WhisperShared
             try await disturbance()
             let end = ContinuousClock.now
             for app in apps {
-                try await expectSoon("\(app.name) connected after \(what)", timeout: .seconds(60)) { await app.session.isConnectedNow() }
+                // What the app sees: its state stream says connected again (the session's own
+                // state can be ahead of the stream the watcher reads).
+                try await expectSoon("\(app.name) connected after \(what)", timeout: .seconds(60)) {
+                    app.watcher.timeline.withLock { $0.last?.state.isConnected ?? false }
+                }
                 let timeline = app.watcher.timeline.withLock { $0 }
                 if let before = timeline.last(where: { $0.at <= end })?.state, !before.isConnected {
                     let back = try #require(timeline.first { $0.at > end && $0.state.isConnected })
