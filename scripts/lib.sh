@@ -9,14 +9,18 @@ die() { log "error: $*"; exit 1; }
 
 # The services refuse a Redis less durable than WHISPER_REDIS_REQUIRED_PERSISTENCE
 # (always by default; docs/operations.md, "Redis settings checked at start"): ask of
-# them what the Redis these scripts start keeps (start_redis, below), unless told.
-if [ -z "${WHISPER_REDIS_REQUIRED_PERSISTENCE:-}" ]; then
+# them what the Redis these scripts start keeps (start_redis, below), unless told. A
+# script that sets WHISPER_REDIS_APPENDFSYNC from its own options calls this again.
+persistence_told="${WHISPER_REDIS_REQUIRED_PERSISTENCE:+yes}"
+require_started_redis_persistence() {
+    [ "$persistence_told" = yes ] && return 0
     case "${WHISPER_REDIS_APPENDONLY:-yes}:${WHISPER_REDIS_APPENDFSYNC:-always}" in
         no:* | *:no) export WHISPER_REDIS_REQUIRED_PERSISTENCE=none ;;
         *:everysec) export WHISPER_REDIS_REQUIRED_PERSISTENCE=everysec ;;
         *) export WHISPER_REDIS_REQUIRED_PERSISTENCE=always ;;
     esac
-fi
+}
+require_started_redis_persistence
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
