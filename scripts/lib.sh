@@ -9,8 +9,9 @@ die() { log "error: $*"; exit 1; }
 
 # The services refuse a Redis less durable than WHISPER_REDIS_REQUIRED_PERSISTENCE
 # (always by default; docs/operations.md, "Redis settings checked at start"): ask of
-# them what the Redis these scripts start keeps (start_redis, below), unless told. A
-# script that sets WHISPER_REDIS_APPENDFSYNC from its own options calls this again.
+# them what the Redis these scripts start keeps, unless told: here, for a script's own
+# settings, and again as start_redis and start_redis_cluster start Redis, for a script
+# that set WHISPER_REDIS_APPENDFSYNC from its options after sourcing this file.
 persistence_told="${WHISPER_REDIS_REQUIRED_PERSISTENCE:+yes}"
 require_started_redis_persistence() {
     [ "$persistence_told" = yes ] && return 0
@@ -204,6 +205,7 @@ stop_postgres() {
 # docs/operations.md) and WHISPER_REDIS_APPENDONLY (yes) choose its durability.
 start_redis() {
     local name="$1" port="$2" dir
+    require_started_redis_persistence
     dir="$DATA/$name"
     mkdir -p "$dir"
     if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
@@ -240,6 +242,7 @@ stop_redis() {
 start_redis_cluster() {
     local name="$1" first="$2" port dir i created=no
     local ports=()
+    require_started_redis_persistence
     for port in $(seq "$first" $((first + 5))); do ports+=("$port"); done
     for port in "${ports[@]}"; do
         dir="$DATA/$name/$port"

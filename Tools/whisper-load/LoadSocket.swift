@@ -9,8 +9,8 @@ import WhisperShared
 /// What one load socket does once bound to its session.
 struct LoadRole: Sendable {
     enum Kind: Sendable {
-        /// Sends to `peer` at `perSecond` (0: as fast as `window` allows) until `end`.
-        case sender(peer: PeerKeys, perSecond: Double, phase: Double, arrivals: Arrivals, window: Int, end: ContinuousClock.Instant)
+        /// Sends to `peer` on `pace`.
+        case sender(peer: PeerKeys, pace: SendPace)
         /// Acknowledges every message from `peer`; measures those that arrive after `measureFrom`.
         case recipient(peer: PeerKeys, verify: Bool, measureFrom: ContinuousClock.Instant)
     }
@@ -33,6 +33,16 @@ enum LoadSocket {
     /// identity's live one), and returns once that was answered. The role then runs by
     /// itself until the channel is closed.
     static func open(url: String, role: LoadRole, on eventLoop: any EventLoop) async throws -> any Channel {
+        try await open(url: url, on: eventLoop) { bound in LoadSocketHandler(role: role, bound: bound) }
+    }
+
+    /// Opens a WebSocket to `url` (`ws://host:port/path`, asking for `subprotocol` when
+    /// given) with the handler `makeHandler` makes, which succeeds the promise it is given
+    /// once its socket is ready for the load (signed in), and returns then.
+    static func open(
+        url: String, subprotocol: String? = nil, on eventLoop: any EventLoop,
+        makeHandler: @escaping @Sendable (EventLoopPromise<Void>) -> some ChannelHandler
+    ) async throws -> any Channel {
         guard let parsed = URL(string: url), let host = parsed.host else { throw LoadSocketError.badURL(url) }
         let port = parsed.port ?? 80
         let path = parsed.path.isEmpty ? "/" : parsed.path
@@ -42,11 +52,11 @@ enum LoadSocket {
             .channelInitializer { channel in
                 let upgrader = NIOWebSocketClientUpgrader(maxFrameSize: 1 << 22, automaticErrorHandling: true) { channel, _ in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(LoadSocketHandler(role: role, bound: bound))
+                        try channel.pipeline.syncOperations.addHandler(makeHandler(bound))
                     }
                 }
                 return channel.eventLoop.makeCompletedFuture {
-                    let requester = UpgradeRequester(host: "\(host):\(port)", path: path)
+                    let requester = UpgradeRequester(host: "\(host):\(port)", path: path, subprotocol: subprotocol)
                     try channel.pipeline.syncOperations.addHTTPClientHandlers(
                         withClientUpgrade: (upgraders: [upgrader], completionHandler: { _ in })
                     )
@@ -75,16 +85,19 @@ private final class UpgradeRequester: ChannelInboundHandler, RemovableChannelHan
 
     let host: String
     let path: String
+    let subprotocol: String?
 
-    init(host: String, path: String) {
+    init(host: String, path: String, subprotocol: String?) {
         self.host = host
         self.path = path
+        self.subprotocol = subprotocol
     }
 
     func channelActive(context: ChannelHandlerContext) {
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: host)
         headers.add(name: "Content-Length", value: "0")
+        if let subprotocol { headers.add(name: "Sec-WebSocket-Protocol", value: subprotocol) }
         context.write(wrapOutboundOut(.head(HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: headers))), promise: nil)
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
         context.fireChannelActive()
@@ -101,7 +114,7 @@ private final class UpgradeRequester: ChannelInboundHandler, RemovableChannelHan
 }
 
 /// One party of the load on its socket. All of its state lives on the channel's event loop.
-private final class LoadSocketHandler: ChannelInboundHandler {
+private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
 
@@ -118,17 +131,22 @@ private final class LoadSocketHandler: ChannelInboundHandler {
     let conversation: ConversationKey?
     // Sender state.
     var inFlight: [String: ContinuousClock.Instant] = [:]
-    var next = ContinuousClock.now
-    /// A send came due while `window` messages waited for their answer.
-    var due = 0
+    let pace: SendPace
+    var paceState = PaceState()
+    var unanswered: Int { inFlight.count }
     var bindAttempts = 0
-    var generator = SystemRandomNumberGenerator()
 
     init(role: LoadRole, bound: EventLoopPromise<Void>) {
         self.role = role
         self.bound = bound
-        let peer = switch role.kind {
-        case .sender(let peer, _, _, _, _, _), .recipient(let peer, _, _): peer
+        let peer: PeerKeys
+        switch role.kind {
+        case .sender(let to, let pace):
+            peer = to
+            self.pace = pace
+        case .recipient(let from, _, _):
+            peer = from
+            pace = SendPace(perSecond: 0, phase: 0, arrivals: .even, window: 0, end: .now)
         }
         conversation = ConversationKey(mine: role.keys, peer: peer)
     }
@@ -220,58 +238,20 @@ private final class LoadSocketHandler: ChannelInboundHandler {
                 let what = error?.message.prefix { $0 != ";" && !$0.isNumber }.trimmingCharacters(in: .whitespaces) ?? ""
                 role.stats.failed("refused " + (error?.code.rawValue ?? "?") + (what.isEmpty ? "" : " (\(what))"))
             }
-            if case .sender(let peer, let perSecond, _, _, let window, let end) = role.kind, ContinuousClock.now < end {
-                // Sends that came due while the window was full go now; unpaced, the next one does.
-                if perSecond <= 0 {
-                    send(to: peer, context: context)
-                } else if due > 0, inFlight.count < window {
-                    due -= 1
-                    send(to: peer, context: context)
-                }
-            }
+            answered(context: context)
         default:
             break
         }
     }
 
     private func start(context: ChannelHandlerContext) {
-        guard case .sender(let peer, let perSecond, let phase, _, let window, _) = role.kind else { return }
-        if perSecond <= 0 {
-            for _ in 0..<window { send(to: peer, context: context) }
-            return
-        }
-        next = .now + .nanoseconds(Int64(1_000_000_000 / perSecond * phase))
-        schedule(context: context)
+        guard case .sender = role.kind else { return }
+        startSending(context: context)
     }
 
-    /// The paced sender's timer: at each due time, a message goes out unless `window`
-    /// of them wait for their answer (then it goes when one is answered).
-    private func schedule(context: ChannelHandlerContext) {
-        guard case .sender(let peer, let perSecond, _, let arrivals, let window, let end) = role.kind, next < end else { return }
-        let wait = next - .now
-        let loopBound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
-        context.eventLoop.scheduleTask(in: .nanoseconds(max(0, wait.nanoseconds))) {
-            let (handler, context) = loopBound.value
-            guard context.channel.isActive else { return }
-            if handler.inFlight.count < window {
-                handler.send(to: peer, context: context)
-            } else {
-                handler.due += 1
-            }
-            handler.next += handler.gap(perSecond: perSecond, arrivals: arrivals)
-            handler.schedule(context: context)
-        }
-    }
-
-    private func gap(perSecond: Double, arrivals: Arrivals) -> Duration {
-        let mean = 1_000_000_000 / perSecond
-        switch arrivals {
-        case .even:
-            return .nanoseconds(Int64(mean))
-        case .poisson:
-            // Exponential gaps with this mean; 1 - u lies in (0, 1], so the log is finite.
-            return .nanoseconds(Int64(-log(1 - Double.random(in: 0..<1, using: &generator)) * mean))
-        }
+    func sendOne(context: ChannelHandlerContext) {
+        guard case .sender(let peer, _) = role.kind else { return }
+        send(to: peer, context: context)
     }
 
     private func send(to peer: PeerKeys, context: ChannelHandlerContext) {

@@ -57,6 +57,15 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --idle-sockets: registrations in flight at once.")
     var concurrency = 16
 
+    @Option(help: "Instead of Whisper: an XMPP server's WebSocket URL (RFC 7395), driven with the same job: users u1 ... u(2N) of --xmpp-domain, pairs u1 to u2, u3 to u4, ..., every message answered with an XEP-0184 receipt.")
+    var xmpp: String?
+
+    @Option(help: "With --xmpp: the users' domain.")
+    var xmppDomain = "localhost"
+
+    @Option(help: "With --xmpp: every user's password.")
+    var xmppPassword = "benchpw"
+
     @Option(help: "Instead of messages: live text, one Whisperer typing to this many joined listeners (keystroke-to-listener latency).")
     var liveListeners = 0
 
@@ -89,6 +98,10 @@ struct WhisperLoad: AsyncParsableCommand {
         }
         if liveListeners > 0 {
             try await LiveLoad(gateways: gateways, listeners: liveListeners, keysPerSecond: keysPerSecond, duration: Int(duration), logger: logger).run()
+            return
+        }
+        if let xmpp {
+            try await runXMPP(url: xmpp)
             return
         }
         print("registering \(pairs * 2) identities over \(gateways.count) gateway(s)...")
@@ -126,7 +139,8 @@ struct WhisperLoad: AsyncParsableCommand {
         for index in 0..<pairs {
             let (sender, recipient) = (senders[index], recipients[index])
             let kind = LoadRole.Kind.sender(
-                peer: recipient.peer, perSecond: perSender, phase: Double(index) / Double(pairs), arrivals: arrivals, window: window, end: end
+                peer: recipient.peer,
+                pace: SendPace(perSecond: perSender, phase: Double(index) / Double(pairs), arrivals: arrivals, window: window, end: end)
             )
             channels.append(try await LoadSocket.open(url: sender.url, role: sender.role(kind, stats: stats), on: eventLoop))
         }
@@ -136,10 +150,45 @@ struct WhisperLoad: AsyncParsableCommand {
             try? await channel.close()
         }
 
+        report(stats)
+    }
+
+    /// The XMPP run (`--xmpp`): the same pace, window, warm-up and report as the Whisper one.
+    func runXMPP(url: String) async throws {
+        // Each stanza the size of the Whisper frame the message load sends.
+        let keys = WhisperKeys(seed: Sodium.randomBytes(64))
+        let me = PeerKeys(whisperId: "WSP-AAAA-BBBB-CCCC", encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
+        let sample = MessageCrypto.makeMessage(
+            Array("load test message payload".utf8), from: (me.whisperId, keys), to: me, sessionToken: SessionStore.newToken(), key: nil
+        )
+        let stanzaBytes = ClientFrameCodec.encode(sample, requestId: RandomID.uuid()).count
+        print("signing in \(pairs * 2) XMPP users at \(url) (messages of \(stanzaBytes) bytes)...")
+        let clock = ContinuousClock()
+        let measureFrom = clock.now + .milliseconds(Int64(warmup * 1000))
+        let end = measureFrom + .milliseconds(Int64(duration * 1000))
+        let stats = Stats()
+        let load = XMPPLoad(url: url, domain: xmppDomain, password: xmppPassword, pairs: pairs, stanzaBytes: stanzaBytes)
+        let channels = try await load.open(
+            perSender: rate / Double(pairs), arrivals: arrivals, window: window, measureFrom: measureFrom, end: end, stats: stats,
+            on: MultiThreadedEventLoopGroup.singleton.any()
+        )
+        try await Task.sleep(until: end + .seconds(2))
+        for channel in channels {
+            try? await channel.close()
+        }
+        report(stats)
+    }
+
+    /// The run's figures, and the generator's own CPU.
+    private func report(_ stats: Stats) {
         let report = stats.report(seconds: duration)
         if timeline { print(stats.timeline()) }
         if let samples {
-            try stats.samplesText().write(toFile: samples, atomically: true, encoding: .utf8)
+            do {
+                try stats.samplesText().write(toFile: samples, atomically: true, encoding: .utf8)
+            } catch {
+                print("could not write \(samples): \(error)")
+            }
         }
         print(report)
         var usage = rusage()
@@ -224,7 +273,7 @@ final class Stats: Sendable {
     }
 
     private struct State {
-        var inFlight: [String: (message: SendMessage, at: ContinuousClock.Instant)] = [:]
+        var inFlight: [String: (message: Sent, at: ContinuousClock.Instant)] = [:]
         /// Per measured message, in arrival order: milliseconds since the start when it
         /// was sent, and its latency (the second it arrived in follows).
         var samples: [Sample] = []
@@ -233,6 +282,13 @@ final class Stats: Sendable {
         var errors = 0
         /// What the errors were, by kind (a refusal's code, an unknown delivery, ...).
         var errorKinds: [String: Int] = [:]
+    }
+
+    /// What was sent, to compare a delivery with: a Whisper message, or an XMPP
+    /// message's body text.
+    private enum Sent {
+        case whisper(SendMessage)
+        case xmpp(body: String)
     }
 
     private let state = Mutex(State())
@@ -262,9 +318,18 @@ final class Stats: Sendable {
     }
 
     func sending(_ message: SendMessage) {
+        sending(.whisper(message), id: message.messageId)
+    }
+
+    /// An XMPP message `id` with this body text.
+    func sending(xmppId id: String, body: String) {
+        sending(.xmpp(body: body), id: id)
+    }
+
+    private func sending(_ sent: Sent, id: String) {
         let now = ContinuousClock.now
         state.withLock {
-            $0.inFlight[message.messageId] = (message, now)
+            $0.inFlight[id] = (sent, now)
             $0.sent += 1
         }
     }
@@ -293,16 +358,31 @@ final class Stats: Sendable {
     /// Records a delivery. A message that differs in any signed or routed field from the
     /// one sent, or that was never sent, counts as an error and is not measured.
     func received(_ message: MessageReceived, measure: Bool) {
+        arrived(id: message.messageId, measure: measure) { sent in
+            guard case .whisper(let sent) = sent else { return false }
+            return sent.from == message.from && sent.to == message.to && sent.msgType == message.msgType
+                && sent.timestamp == message.timestamp && sent.nonce == message.nonce && sent.ciphertext == message.ciphertext
+                && sent.sig == message.sig && message.groupId == nil
+        }
+    }
+
+    /// Records the delivery of XMPP message `id` with this body text.
+    func received(xmppId id: String, body: Substring, measure: Bool) {
+        arrived(id: id, measure: measure) { sent in
+            guard case .xmpp(let text) = sent else { return false }
+            return text == body
+        }
+    }
+
+    private func arrived(id: String, measure: Bool, matches: (Sent) -> Bool) {
         let now = ContinuousClock.now
         state.withLock { state in
-            guard let (sent, sentAt) = state.inFlight.removeValue(forKey: message.messageId) else {
+            guard let (sent, sentAt) = state.inFlight.removeValue(forKey: id) else {
                 state.errors += 1
                 state.errorKinds["delivered twice or never sent", default: 0] += 1
                 return
             }
-            guard sent.from == message.from, sent.to == message.to, sent.msgType == message.msgType,
-                  sent.timestamp == message.timestamp, sent.nonce == message.nonce, sent.ciphertext == message.ciphertext,
-                  sent.sig == message.sig, message.groupId == nil else {
+            guard matches(sent) else {
                 state.errors += 1
                 state.errorKinds["delivered altered", default: 0] += 1
                 return
