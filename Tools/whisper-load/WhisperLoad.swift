@@ -66,6 +66,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --xmpp: every user's password.")
     var xmppPassword = "benchpw"
 
+    @Option(help: "A process of the server under test (repeat for each; their children count too): its CPU over the measured window is reported per delivered message, with the machine's busy share and the processes' memory (PSS).")
+    var serverPid: [Int32] = []
+
     @Option(help: "Instead of messages: live text, one Whisperer typing to this many joined listeners (keystroke-to-listener latency).")
     var liveListeners = 0
 
@@ -121,6 +124,7 @@ struct WhisperLoad: AsyncParsableCommand {
         let measureFrom = start + .milliseconds(Int64(warmup * 1000))
         let end = measureFrom + .milliseconds(Int64(duration * 1000))
         let stats = Stats()
+        let server = measureServer(from: measureFrom, to: end)
 
         // Recipients first, so that the first messages find them connected. Senders
         // that all started together would send together: bursts of one message per
@@ -150,7 +154,7 @@ struct WhisperLoad: AsyncParsableCommand {
             try? await channel.close()
         }
 
-        report(stats)
+        report(stats, server: await server.value)
     }
 
     /// The XMPP run (`--xmpp`): the same pace, window, warm-up and report as the Whisper one.
@@ -167,6 +171,7 @@ struct WhisperLoad: AsyncParsableCommand {
         let measureFrom = clock.now + .milliseconds(Int64(warmup * 1000))
         let end = measureFrom + .milliseconds(Int64(duration * 1000))
         let stats = Stats()
+        let server = measureServer(from: measureFrom, to: end)
         let load = XMPPLoad(url: url, domain: xmppDomain, password: xmppPassword, pairs: pairs, stanzaBytes: stanzaBytes)
         let channels = try await load.open(
             perSender: rate / Double(pairs), arrivals: arrivals, window: window, measureFrom: measureFrom, end: end, stats: stats,
@@ -176,11 +181,23 @@ struct WhisperLoad: AsyncParsableCommand {
         for channel in channels {
             try? await channel.close()
         }
-        report(stats)
+        report(stats, server: await server.value)
     }
 
-    /// The run's figures, and the generator's own CPU.
-    private func report(_ stats: Stats) {
+    /// Samples the server's usage (`--server-pid`) at the start and the end of the window.
+    func measureServer(from start: ContinuousClock.Instant, to end: ContinuousClock.Instant) -> Task<(ServerUsage.Sample, ServerUsage.Sample)?, Never> {
+        let usage = ServerUsage(roots: serverPid)
+        return Task {
+            guard !usage.roots.isEmpty else { return nil }
+            try? await Task.sleep(until: start)
+            let first = usage.sample()
+            try? await Task.sleep(until: end)
+            return (first, usage.sample())
+        }
+    }
+
+    /// The run's figures, the server's usage over the window, and the generator's own CPU.
+    private func report(_ stats: Stats, server: (ServerUsage.Sample, ServerUsage.Sample)? = nil) {
         let report = stats.report(seconds: duration)
         if timeline { print(stats.timeline()) }
         if let samples {
@@ -191,6 +208,9 @@ struct WhisperLoad: AsyncParsableCommand {
             }
         }
         print(report)
+        if let (first, last) = server {
+            print(ServerUsage(roots: serverPid).report(from: first, to: last, delivered: stats.measuredCount))
+        }
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
         let cpuSeconds = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1_000_000
@@ -349,6 +369,8 @@ final class Stats: Sendable {
     }
 
     var sentCount: Int { state.withLock { $0.sent } }
+    /// Deliveries measured (in the window).
+    var measuredCount: Int { state.withLock { $0.samples.count } }
 
     /// Whole seconds since the generator started.
     private func second(of instant: ContinuousClock.Instant) -> Int {
