@@ -72,6 +72,15 @@ public struct MessageSending: Sendable {
         /// Work to send in the store's write, and what to do with its replies (nil: the
         /// write failed).
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void)
+        /// Writes `frame` (`message_received`) to the recipient's socket before the store's
+        /// reply, when that socket is on this instance (known without a round trip) and
+        /// the sender is the recipient's direct peer: the socket written, or nil when the
+        /// message waits for its store. Each one written is `settle`d once the sender has
+        /// been told the store's answer.
+        func deliverEarly(_ frame: () -> [UInt8], message: Payload<SendMessageFields>, sender: Sender) -> PresenceRecord?
+        /// What the store did with a message delivered early (true: it is stored, now or
+        /// before), once the sender's socket was given `message_accepted` or the refusal.
+        func settle(_ socket: PresenceRecord, message: Payload<SendMessageFields>, stored: Bool)
         /// Whether `send` waits for what it publishes before it returns. A router must (it
         /// acknowledges the stream entry next, on another connection); a gateway need not:
         /// the publish is written before anything the socket sends next, on the same
@@ -110,6 +119,19 @@ public struct MessageSending: Sendable {
         // A group copy is not a stranger's: both ends are members of the group (a member
         // that is not the owner's direct peer joined by accepting an invitation).
         let fromStranger = try await group == nil ? !peers.arePeers(message.from, message.to, on: redis) : false
+        // A direct peer's message to a socket on this instance goes out while its store is
+        // written (docs/architecture.md, "Delivered while it is stored"); the sender is
+        // still told only once the store answers.
+        var encoded: [UInt8]?
+        func received() -> [UInt8] {
+            if let encoded { return encoded }
+            let frame = ServerFrameCodec.encode(.messageReceived, payloadJSON: body)
+            encoded = frame
+            return frame
+        }
+        let early = group == nil && !redeliver && !fromStranger ? caller.deliverEarly(received, message: message, sender: sender) : nil
+        var settledEarly = false
+        defer { if let early, !settledEarly { caller.settle(early, message: message, stored: false) } }
         var attempts = 0
         var outcome: PendingQueue.StoreOutcome
         while true {
@@ -144,6 +166,7 @@ public struct MessageSending: Sendable {
             depth = nil
         case .notMember:
             throw WhisperError(.forbidden, "to is not a member of this group")
+        // (A refusal thrown here settles an early delivery as not stored, above.)
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
         case .conflict, .limited, .full, .strangersFull:
@@ -167,10 +190,14 @@ public struct MessageSending: Sendable {
         if let accept = caller.accept(answer) {
             commands.append(accept)
         }
-        var live = false
+        if let early {
+            settledEarly = true
+            caller.settle(early, message: message, stored: true)
+        }
+        var live = early != nil && outcome.recipientSocket == early
         var published: Int?
-        if let socket = outcome.recipientSocket {
-            let frame = ServerFrameCodec.encode(.messageReceived, payloadJSON: body)
+        if let socket = outcome.recipientSocket, socket != early {
+            let frame = received()
             if let written = caller.deliverHere(frame, to: socket, message: message, sender: sender) {
                 live = written
             } else {

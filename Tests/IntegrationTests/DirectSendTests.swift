@@ -205,6 +205,78 @@ struct DirectSendTests {
 }
 
 @Suite struct TokenLeaseTests {
+    /// A direct peer's message to a socket of the same gateway is written to it while its
+    /// store is in flight (docs/architecture.md, "Delivered while it is stored"): the
+    /// sender hears `message_accepted` only once it is stored, and the recipient's
+    /// receipt, sent before that, reaches the sender after it, on the wire. The store is
+    /// held, not hoped slow: Redis holds writes (`CLIENT PAUSE ... WRITE`; reads go on)
+    /// while the message is already at its recipient and its queue is still empty. A
+    /// message the store refuses (another sender's messageId) may reach the recipient,
+    /// but its receipt never reaches the sender.
+    @Test func aPeersMessageReachesItsRecipientWhileItIsStored() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0)
+            let carol = try await stack.user(on: 1)
+            try await stack.makePeers([alice, bob])
+            try await stack.withRedis { redis in
+                try await WebSocketTestClient.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    // Alice's next frames until the answer to `requestId`, which comes last.
+                    func framesUntil(_ requestId: String) async throws -> [ServerFrame] {
+                        var frames: [ServerFrame] = []
+                        while true {
+                            let frame = try await socket.receive()
+                            frames.append(frame)
+                            if frame.requestId == requestId { return frames }
+                        }
+                    }
+                    // Two messages in a row leave Alice's socket a leased token (`TokenLease`),
+                    // so that the third needs no write but its store's.
+                    for index in 0..<2 {
+                        try await socket.send(ClientFrameCodec.encode(alice.message("lease \(index)", to: bob), requestId: "lease \(index)"))
+                        #expect(try await framesUntil("lease \(index)").last?.type == .messageAccepted)
+                    }
+                    _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
+                    let held = alice.message("while stored", to: bob)
+                    try await socket.send(ClientFrameCodec.encode(held, requestId: "held"))
+                    let arrived = try await bob.events(.messageReceived, count: 3).compactMap { $0.payload(as: MessageReceived.self) }
+                    let atBob = try #require(arrived.first { $0.messageId == held.messageId })
+                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 2, "at Bob before its store")
+                    // The receipt reaches the gateway while the store is held (until the pause
+                    // ends, two seconds after it began).
+                    try await bob.connection.acknowledge(atBob)
+                    let frames = try await framesUntil("held")
+                    #expect(frames.last?.type == .messageAccepted, "\(frames.map(\.type))")
+                    #expect(!frames.contains { $0.type == .messageDelivered }, "the receipt came before the store's answer and waited for it")
+                    let delivered = try await socket.receive(timeout: .seconds(10))
+                    #expect(delivered.type == .messageDelivered)
+                    #expect(delivered.payload(as: MessageDelivered.self)?.messageId == held.messageId)
+                    try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 2 }
+
+                    // Carol takes a messageId first; Alice's message with the same one is
+                    // refused, after it may have reached Bob.
+                    let taken = carol.message("first", to: bob)
+                    _ = try await carol.connection.send(taken)
+                    let clash = alice.message("second", to: bob, messageId: taken.messageId)
+                    try await socket.send(ClientFrameCodec.encode(clash, requestId: "clash"))
+                    let refusal = try #require(try await framesUntil("clash").last)
+                    #expect(refusal.type == .error && refusal.payload(as: ErrorPayload.self)?.code == .invalidPayload)
+                    let copies = await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+                    if let early = copies.first(where: { $0.messageId == taken.messageId && $0.from == alice.whisperId }) {
+                        try await bob.connection.acknowledge(early)
+                    }
+                    // Bob's receipt was served before his pong; whatever it gave Alice would
+                    // come before the answer to her ping, written after.
+                    _ = try await bob.connection.ping()
+                    try await socket.send(ClientFrameCodec.encode(Ping(), requestId: "after"))
+                    let afterwards = try await framesUntil("after")
+                    #expect(!afterwards.contains { $0.type == .messageDelivered }, "no receipt for a refused message: \(afterwards.map(\.type))")
+                    #expect(copies.contains { $0.messageId == taken.messageId && $0.from == alice.whisperId }, "delivered while stored, then refused")
+                }
+            }
+        }
+    }
+
     @Test func leasesGrowWhileFramesFollowAndTokensDoNotOutliveTheirSecond() {
         var lease = TokenLease()
         let second = TokenLease.lifetime

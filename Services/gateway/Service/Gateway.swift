@@ -75,7 +75,8 @@ public func buildGateway(
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity), redis: environment.redis,
                 pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false)
             ),
-            instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts
+            instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts,
+            deliversWhileStoring: settings.deliverWhileStoring
         ) : nil,
         sendWaitMax: settings.sendWaitMax,
         live: LiveRelay(

@@ -92,6 +92,10 @@ public struct GatewaySettings: ServiceSettings {
     /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
     /// capacity the wait of an admitted message stays near this bound; 0 turns it off.
     public var sendWaitMax: Duration = .milliseconds(100)
+    /// On the direct path: a direct peer's message to a socket of this instance is
+    /// written to it while its store is in flight (docs/architecture.md, "Delivered
+    /// while it is stored"); off: every message waits for its store's reply.
+    public var deliverWhileStoring = true
     /// The most tokens the gateway takes at once from an identity's bucket for messages
     /// (direct path) or receipts, to spend on that identity's next frames without a
     /// round trip each (`TokenLease`); 1: a round trip per frame.
@@ -158,6 +162,7 @@ public struct GatewaySettings: ServiceSettings {
         leaseMax = settings.int("gateway.rate.limit.lease.max", default: leaseMax, range: 1...1_000)
         receiptApplyMaxWait = settings.milliseconds("gateway.receipt.apply.max.wait.ms", default: receiptApplyMaxWait, range: 0...1_000)
         sendWaitMax = settings.milliseconds("gateway.send.wait.max.ms", default: sendWaitMax, range: 0...60_000)
+        deliverWhileStoring = settings.bool("gateway.deliver.while.storing", default: deliverWhileStoring)
         turnCredURL = settings.string("gateway.turn.cred.url", default: turnCredURL)
         if !turnCredURL.isEmpty, !(turnCredURL.hasPrefix("http://") || turnCredURL.hasPrefix("https://")) {
             settings.reject("gateway.turn.cred.url", because: "must be empty or an http:// or https:// URL")

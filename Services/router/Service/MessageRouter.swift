@@ -177,6 +177,11 @@ struct MessageRouter: Sendable {
 
         func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
 
+        /// A router holds no sockets: every message waits for its store.
+        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> PresenceRecord? { nil }
+
+        func settle(_ socket: PresenceRecord, message: SendMessage, stored: Bool) {}
+
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
 
         /// The entry is acknowledged next, on another connection: only once it is published.

@@ -425,6 +425,7 @@ struct FrameHandler: Sendable {
     /// After a registration on this socket: act for the new identity.
     private func rebind(_ connection: ClientConnection, to whisperId: String) async {
         if let previous = connection.unbind(), previous != whisperId {
+            sends?.connections.releasedPresence(previous, by: connection)
             await watching.unsubscribeAll(previous, on: connection)
             if (try? await presence.clear(previous, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))) == true {
                 await announce(previous, .offline, on: connection)
@@ -439,7 +440,10 @@ struct FrameHandler: Sendable {
     private func claimPresence(_ whisperId: String, for connection: ClientConnection) async {
         let mine = PresenceRecord(gateway: instanceID, connId: connection.id)
         do {
-            if let previous = try await presence.set(whisperId, to: mine) {
+            let previous = try await presence.set(whisperId, to: mine)
+            // Known here at once for messages written while they are stored (`SendDesk`).
+            if connection.whisperId == whisperId { sends?.connections.heldPresence(whisperId, by: connection) }
+            if let previous {
                 if previous != mine {
                     try await GatewayCommand(kind: .supersede, connId: previous.connId).publish(to: previous.gateway, on: environment.redis)
                 }
@@ -458,6 +462,7 @@ struct FrameHandler: Sendable {
     /// identity's watchers are told it went offline.
     func release(_ connection: ClientConnection) async {
         guard let whisperId = connection.unbind() else { return }
+        sends?.connections.releasedPresence(whisperId, by: connection)
         await watching.unsubscribeAll(whisperId, on: connection)
         if (try? await presence.clear(whisperId, ifOwnedBy: PresenceRecord(gateway: instanceID, connId: connection.id))) == true {
             await announce(whisperId, .offline, on: connection)

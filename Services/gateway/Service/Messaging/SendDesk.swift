@@ -11,7 +11,10 @@ import WhisperShared
 /// the sender's bucket is charged through the socket's lease, a round trip per lease),
 /// and one more to publish it to the recipient's gateway when that is another one.
 ///
-/// The guarantees do not change: nothing is acknowledged or delivered before it is
+/// A direct peer's message to a socket on this instance is written to it while the
+/// store is in flight (`deliverEarly`; docs/architecture.md, "Delivered while it is
+/// stored"): the recipient does not wait for the store's fsync, the sender still does.
+/// The other guarantees do not change: nothing is acknowledged before it is
 /// stored; a resend of a known messageId is answered as before and stores nothing; a
 /// gateway that dies mid-way leaves either nothing (the client resends) or a stored
 /// message (the resend is answered as a duplicate, and the recipient gets the message
@@ -25,6 +28,8 @@ struct SendDesk: Sendable {
     /// What this instance delivered to its own sockets is remembered there, and its
     /// waiting applications go with the store.
     let receipts: ReceiptDesk
+    /// `GATEWAY_DELIVER_WHILE_STORING` (`deliverEarly`).
+    let deliversWhileStoring: Bool
 
     var metrics: RoutingMetrics { sending.metrics }
 
@@ -65,6 +70,24 @@ struct SendDesk: Sendable {
             )
             desk.control.deliver(frame, to: recipient, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
             return true
+        }
+
+        /// The recipient's socket here, when this instance holds its presence, is written
+        /// before the store answers. Its receipt, should it come first, waits for the
+        /// store's answer before it is given to the sender (`ReceiptMemory.Settling`).
+        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> PresenceRecord? {
+            guard desk.deliversWhileStoring, let recipient = desk.connections.presenceHolder(message.to), recipient.whisperId == message.to, !recipient.isClosing
+            else { return nil }
+            desk.receipts.memory.remember(
+                recipient: message.to, messageId: message.messageId, sender: sender.whisperId, senderConnection: connection.id,
+                settling: ReceiptMemory.Settling()
+            )
+            desk.control.deliver(frame(), to: recipient, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
+            return PresenceRecord(gateway: desk.instanceID, connId: recipient.id)
+        }
+
+        func settle(_ socket: PresenceRecord, message: SendMessage, stored: Bool) {
+            desk.receipts.memory.settle(recipient: message.to, messageId: message.messageId, stored: stored)
         }
 
         /// The socket's next frame does not wait for the publish (`MessageSending.Caller`).

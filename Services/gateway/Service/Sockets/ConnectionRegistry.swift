@@ -8,8 +8,18 @@ import WhisperShared
 
 /// The sockets open on this instance, by connection id. A lock, not an actor: every
 /// delivered frame looks its socket up here.
+///
+/// It also knows which socket here holds each identity's presence (`live`), so that a
+/// message to a socket on this instance can be written while it is stored
+/// (`SendDesk.deliverEarly`). That is a memory of shared state (`presence:{id}` in Redis
+/// is the source): set once this instance's claim of the presence succeeded, cleared
+/// when the socket releases it or closes. It is stale for as long as another gateway's
+/// claim takes to close this socket (`supersede`); a message written meanwhile reaches
+/// the identity's older socket, and the store's reply, which reads the record itself,
+/// still has it delivered to the new one. It never refuses anything.
 public final class ConnectionRegistry: Sendable {
     private let connections = Mutex<[String: ClientConnection]>([:])
+    private let presenceHolders = Mutex<[String: ClientConnection]>([:])
     private let active: Gauge
 
     init(metrics: ServiceMetrics) {
@@ -25,11 +35,29 @@ public final class ConnectionRegistry: Sendable {
     }
 
     func remove(_ id: String) {
-        let count = connections.withLock {
-            $0[id] = nil
-            return $0.count
+        let (count, removed) = connections.withLock {
+            let removed = $0.removeValue(forKey: id)
+            return ($0.count, removed)
         }
         active.set(Double(count))
+        if let removed, let whisperId = removed.whisperId { releasedPresence(whisperId, by: removed) }
+    }
+
+    /// `connection` now holds `whisperId`'s presence (its claim succeeded).
+    func heldPresence(_ whisperId: String, by connection: ClientConnection) {
+        presenceHolders.withLock { $0[whisperId] = connection }
+    }
+
+    /// `connection` no longer stands for `whisperId` (released, unbound or closed).
+    func releasedPresence(_ whisperId: String, by connection: ClientConnection) {
+        presenceHolders.withLock { holders in
+            if holders[whisperId] === connection { holders[whisperId] = nil }
+        }
+    }
+
+    /// The socket here that holds `whisperId`'s presence, as this instance last knew it.
+    func presenceHolder(_ whisperId: String) -> ClientConnection? {
+        presenceHolders.withLock { $0[whisperId] }
     }
 
     public var count: Int { connections.withLock { $0.count } }

@@ -39,7 +39,7 @@ final class ReceiptApplier: Service, Sendable {
     }
 
     private let state = Mutex(State())
-    private let loop: any EventLoop
+    let loop: any EventLoop
 
     init(
         pending: PendingQueue, memory: ReceiptMemory, maxWait: Duration, logger: Logger,

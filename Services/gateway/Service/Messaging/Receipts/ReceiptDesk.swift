@@ -65,6 +65,11 @@ struct ReceiptDesk: Sendable {
     /// it is stored instead (a socket with frames waiting is not tried at all).
     static let handOverLimit: TimeAmount = .milliseconds(50)
 
+    /// How long a receipt for a message written while it was stored waits for the
+    /// store's answer before Redis is asked instead (a store answers in milliseconds;
+    /// one that failed answers at once).
+    static let settleLimit: TimeAmount = .seconds(2)
+
     init(
         redis: RedisClient, metrics: ServiceMetrics, receiptsWaitingMax: Int, applyMaxWait: Duration, instanceID: String,
         connections: ConnectionRegistry, presence: PresenceStore, logger: Logger
@@ -128,6 +133,17 @@ struct ReceiptDesk: Sendable {
     private func pass(
         _ receipt: DeliveryReceipt, _ application: PendingQueue.ReceiptApplication, delivery: ReceiptMemory.Delivery?
     ) async throws -> (outcome: Outcome, handled: Bool) {
+        // A message written while it was stored: its sender hears of the receipt only
+        // after hearing that it is stored, and never of one the store refused. No answer
+        // in time: Redis says (below).
+        var delivery = delivery
+        if let settling = delivery?.settling {
+            switch await settling.outcome(within: Self.settleLimit, on: applier.loop) {
+            case .some(true): break
+            case .some(false): return (.ignored, false)
+            case .none: delivery = nil
+            }
+        }
         // A message this gateway delivered itself, from a sender whose socket is still
         // known: step 1 is already known.
         if let delivery, delivery.sender == receipt.to {

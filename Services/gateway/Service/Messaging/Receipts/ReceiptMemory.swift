@@ -1,3 +1,4 @@
+import NIOCore
 import Synchronization
 import WhisperMessaging
 import WhisperShared
@@ -16,6 +17,11 @@ import WhisperShared
 ///   (`DeliveryOrigin`: the sender's socket is there). A receipt for one of them, from
 ///   that recipient, needs no look-up in Redis.
 ///
+/// - for a message written to the recipient's socket while its store was in flight
+///   (`SendDesk.deliverEarly`), whether that store has answered (`Settling`): its receipt
+///   may come first, and is given to the sender only once the sender has heard that the
+///   message is stored, never for a message the store refused.
+///
 /// A receipt that finds nothing here (forgotten, or from before) is looked up in Redis,
 /// which is always right; so is one whose handling failed (`release`). What is
 /// remembered is bounded by count (the oldest go) and by age: past `lifetime` Redis is
@@ -29,6 +35,63 @@ final class ReceiptMemory: Sendable {
         /// The gateway holding that socket when it is not this one (the message came
         /// through its channel, `DeliveryOrigin`); nil for this instance's own socket.
         var senderGateway: String? = nil
+        /// For a message written before its store answered: that answer, once given.
+        var settling: Settling? = nil
+
+        static func == (a: Delivery, b: Delivery) -> Bool {
+            a.sender == b.sender && a.senderConnection == b.senderConnection && a.senderGateway == b.senderGateway
+                && a.settling === b.settling
+        }
+    }
+
+    /// The store's answer for a message delivered while it was stored: true once it is
+    /// stored and the sender was told, false when it was refused or the store failed.
+    /// A receipt waits for it (`outcome(within:)`) at most a bound, after which Redis,
+    /// which is always right, is asked instead; so a store that never answers (a lost
+    /// connection, an entry evicted here before its answer) holds no receipt for good.
+    final class Settling: Sendable {
+        private struct State {
+            var stored: Bool?
+            var waiting: [(id: Int, continuation: CheckedContinuation<Bool?, Never>)] = []
+            var nextId = 0
+        }
+
+        private let state = Mutex(State())
+
+        /// Gives the answer to every receipt waiting for it (the first answer counts).
+        func settle(stored: Bool) {
+            let waiting = state.withLock { state -> [CheckedContinuation<Bool?, Never>] in
+                guard state.stored == nil else { return [] }
+                state.stored = stored
+                defer { state.waiting = [] }
+                return state.waiting.map(\.continuation)
+            }
+            for continuation in waiting { continuation.resume(returning: stored) }
+        }
+
+        /// The answer, waiting for it at most `limit`: nil when none came by then.
+        func outcome(within limit: TimeAmount, on loop: any EventLoop) async -> Bool? {
+            if let stored = state.withLock({ $0.stored }) { return stored }
+            return await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
+                let answered = state.withLock { state -> Bool? in
+                    if let stored = state.stored { return stored }
+                    state.nextId += 1
+                    let id = state.nextId
+                    state.waiting.append((id, continuation))
+                    loop.scheduleTask(in: limit) { [self] in self.giveUp(id) }
+                    return nil
+                }
+                if let answered { continuation.resume(returning: answered) }
+            }
+        }
+
+        private func giveUp(_ id: Int) {
+            let late = state.withLock { state -> CheckedContinuation<Bool?, Never>? in
+                guard let index = state.waiting.firstIndex(where: { $0.id == id }) else { return nil }
+                return state.waiting.remove(at: index).continuation
+            }
+            late?.resume(returning: nil)
+        }
     }
 
     /// What `claim` found.
@@ -72,9 +135,11 @@ final class ReceiptMemory: Sendable {
     }
 
     /// A message written to the recipient's socket here; called before the write, so
-    /// its receipt cannot come first.
-    func remember(recipient: String, messageId: String, sender: String, senderConnection: String, senderGateway: String? = nil) {
-        let delivery = Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway)
+    /// its receipt cannot come first. `settling`: written before its store answered.
+    func remember(
+        recipient: String, messageId: String, sender: String, senderConnection: String, senderGateway: String? = nil, settling: Settling? = nil
+    ) {
+        let delivery = Delivery(sender: sender, senderConnection: senderConnection, senderGateway: senderGateway, settling: settling)
         let until = ContinuousClock.now + lifetime
         let key = Self.key(recipient, messageId)
         table.withLock { table in
@@ -116,6 +181,13 @@ final class ReceiptMemory: Sendable {
             if receipt.delivered { entry.deliveredTaken = false } else { entry.readTaken = false }
             if entry.isEmpty { table.remove(key) } else { table.update(entry, for: key) }
         }
+    }
+
+    /// The store answered for a message remembered with a `Settling`.
+    func settle(recipient: String, messageId: String, stored: Bool) {
+        let key = Self.key(recipient, messageId)
+        let settling = table.withLock { $0.value(for: key)?.delivery?.settling }
+        settling?.settle(stored: stored)
     }
 
     var count: Int { table.withLock { $0.count } }
