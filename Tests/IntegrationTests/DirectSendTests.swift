@@ -202,9 +202,7 @@ struct DirectSendTests {
             _ = try await alice.connection.ping()
         }
     }
-}
 
-@Suite struct TokenLeaseTests {
     /// A direct peer's message to a socket of the same gateway is written to it while its
     /// store is in flight (docs/architecture.md, "Delivered while it is stored"): the
     /// sender hears `message_accepted` only once it is stored, and the recipient's
@@ -220,28 +218,51 @@ struct DirectSendTests {
             let carol = try await stack.user(on: 1)
             try await stack.makePeers([alice, bob])
             try await stack.withRedis { redis in
-                try await WebSocketTestClient.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    func frameText<P: ClientPayload>(_ payload: P, requestId: String) -> String {
+                        String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self)
+                    }
                     // Alice's next frames until the answer to `requestId`, which comes last.
                     func framesUntil(_ requestId: String) async throws -> [ServerFrame] {
                         var frames: [ServerFrame] = []
                         while true {
-                            let frame = try await socket.receive()
+                            let frame: ServerFrame
+                            do {
+                                frame = try await socket.receive()
+                            } catch {
+                                Issue.record("waiting for the answer to \(requestId), after \(frames.map { "\($0.type) \($0.payload(as: ErrorPayload.self).map { "\($0.code) \($0.message)" } ?? "")" })")
+                                throw error
+                            }
                             frames.append(frame)
                             if frame.requestId == requestId { return frames }
                         }
                     }
+                    // Alice's next frames until `count` message_delivered have come.
+                    func framesUntilDelivered(_ count: Int) async throws -> [ServerFrame] {
+                        var frames: [ServerFrame] = []
+                        while frames.filter({ $0.type == .messageDelivered }).count < count {
+                            frames.append(try await socket.receive())
+                        }
+                        return frames
+                    }
                     // Two messages in a row leave Alice's socket a leased token (`TokenLease`),
                     // so that the third needs no write but its store's.
                     for index in 0..<2 {
-                        try await socket.send(ClientFrameCodec.encode(alice.message("lease \(index)", to: bob), requestId: "lease \(index)"))
-                        #expect(try await framesUntil("lease \(index)").last?.type == .messageAccepted)
+                        try await socket.send(frameText(alice.message("lease \(index)", to: bob), requestId: "lease-\(index)"))
+                        #expect(try await framesUntil("lease-\(index)").last?.type == .messageAccepted)
                     }
+                    // Bob acknowledges those two in a row: his socket has a token for receipts too.
+                    for frame in try await bob.events(.messageReceived, count: 2) {
+                        try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self)))
+                    }
+                    _ = try await framesUntilDelivered(2)
+                    try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0 }
                     _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
                     let held = alice.message("while stored", to: bob)
-                    try await socket.send(ClientFrameCodec.encode(held, requestId: "held"))
+                    try await socket.send(frameText(held, requestId: "held"))
                     let arrived = try await bob.events(.messageReceived, count: 3).compactMap { $0.payload(as: MessageReceived.self) }
                     let atBob = try #require(arrived.first { $0.messageId == held.messageId })
-                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 2, "at Bob before its store")
+                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0, "at Bob before its store")
                     // The receipt reaches the gateway while the store is held (until the pause
                     // ends, two seconds after it began).
                     try await bob.connection.acknowledge(atBob)
@@ -251,14 +272,14 @@ struct DirectSendTests {
                     let delivered = try await socket.receive(timeout: .seconds(10))
                     #expect(delivered.type == .messageDelivered)
                     #expect(delivered.payload(as: MessageDelivered.self)?.messageId == held.messageId)
-                    try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 2 }
+                    try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0 }
 
                     // Carol takes a messageId first; Alice's message with the same one is
                     // refused, after it may have reached Bob.
                     let taken = carol.message("first", to: bob)
                     _ = try await carol.connection.send(taken)
                     let clash = alice.message("second", to: bob, messageId: taken.messageId)
-                    try await socket.send(ClientFrameCodec.encode(clash, requestId: "clash"))
+                    try await socket.send(frameText(clash, requestId: "clash"))
                     let refusal = try #require(try await framesUntil("clash").last)
                     #expect(refusal.type == .error && refusal.payload(as: ErrorPayload.self)?.code == .invalidPayload)
                     let copies = await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
@@ -268,7 +289,7 @@ struct DirectSendTests {
                     // Bob's receipt was served before his pong; whatever it gave Alice would
                     // come before the answer to her ping, written after.
                     _ = try await bob.connection.ping()
-                    try await socket.send(ClientFrameCodec.encode(Ping(), requestId: "after"))
+                    try await socket.send(frameText(Ping(), requestId: "after"))
                     let afterwards = try await framesUntil("after")
                     #expect(!afterwards.contains { $0.type == .messageDelivered }, "no receipt for a refused message: \(afterwards.map(\.type))")
                     #expect(copies.contains { $0.messageId == taken.messageId && $0.from == alice.whisperId }, "delivered while stored, then refused")
@@ -276,7 +297,9 @@ struct DirectSendTests {
             }
         }
     }
+}
 
+@Suite struct TokenLeaseTests {
     @Test func leasesGrowWhileFramesFollowAndTokensDoNotOutliveTheirSecond() {
         var lease = TokenLease()
         let second = TokenLease.lifetime
