@@ -52,7 +52,7 @@ final class ReceiptMemory: Sendable {
     final class Settling: Sendable {
         private struct State {
             var stored: Bool?
-            var waiting: [(id: Int, continuation: CheckedContinuation<Bool?, Never>)] = []
+            var waiting: [(id: Int, continuation: CheckedContinuation<Bool?, Never>, deadline: Scheduled<Void>?)] = []
             var nextId = 0
         }
 
@@ -60,13 +60,17 @@ final class ReceiptMemory: Sendable {
 
         /// Gives the answer to every receipt waiting for it (the first answer counts).
         func settle(stored: Bool) {
-            let waiting = state.withLock { state -> [CheckedContinuation<Bool?, Never>] in
+            let waiting = state.withLock { state -> [(id: Int, continuation: CheckedContinuation<Bool?, Never>, deadline: Scheduled<Void>?)] in
                 guard state.stored == nil else { return [] }
                 state.stored = stored
                 defer { state.waiting = [] }
-                return state.waiting.map(\.continuation)
+                return state.waiting
             }
-            for continuation in waiting { continuation.resume(returning: stored) }
+            for waiter in waiting {
+                // Answered in time: its deadline is not left on the event loop's timers.
+                waiter.deadline?.cancel()
+                waiter.continuation.resume(returning: stored)
+            }
         }
 
         /// The answer, waiting for it at most `limit`: nil when none came by then.
@@ -77,8 +81,8 @@ final class ReceiptMemory: Sendable {
                     if let stored = state.stored { return stored }
                     state.nextId += 1
                     let id = state.nextId
-                    state.waiting.append((id, continuation))
-                    loop.scheduleTask(in: limit) { [self] in self.giveUp(id) }
+                    let deadline = loop.scheduleTask(in: limit) { [self] in self.giveUp(id) }
+                    state.waiting.append((id, continuation, deadline))
                     return nil
                 }
                 if let answered { continuation.resume(returning: answered) }
