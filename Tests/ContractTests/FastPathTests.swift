@@ -156,6 +156,28 @@ import WhisperShared
         #expect(clientTaken > 100 && serverTaken > 100, "client \(clientTaken), server \(serverTaken)")
     }
 
+    /// Refusals are written by the fast writer too (past capacity there is one per
+    /// refused frame): the same JSON value as Foundation's encoder writes (its key order
+    /// varies on Linux, so the values are compared), whatever the message holds, and read
+    /// back the same both ways.
+    @Test func refusalsAreWrittenAsFoundationWritesThem() throws {
+        let awkward = ["plain", "quote \" here", "back\\slash", "new\nline\ttab\r", "\u{01}\u{1F}\u{7F}", "caf\u{e9} \u{1F600}", "a/b", ""]
+        for (index, text) in awkward.enumerated() {
+            for code in ErrorCode.allCases {
+                let payload = ErrorPayload(code: code, message: text, requestId: index % 2 == 0 ? "r-\(index)" : nil)
+                var writer = FastJSONWriter()
+                payload.write(to: &writer)
+                let foundation = try ProtocolJSON.encoder.encode(payload)
+                let fastValue = try JSONSerialization.jsonObject(with: Data(writer.bytes)) as? NSDictionary
+                let foundationValue = try JSONSerialization.jsonObject(with: foundation) as? NSDictionary
+                #expect(fastValue != nil && fastValue == foundationValue, "\(String(decoding: writer.bytes, as: UTF8.self)) against \(String(decoding: foundation, as: UTF8.self))")
+                let bytes = ServerFrameCodec.encodeError(code, text, requestId: payload.requestId)
+                #expect(try ServerFrameCodec.decodeGeneral(bytes).payload(as: ErrorPayload.self) == payload)
+                #expect(try ServerFrameCodec.decode(bytes).payload(as: ErrorPayload.self) == payload)
+            }
+        }
+    }
+
     @Test func writtenFramesReadBackTheSameAndPassTheirSchemas() throws {
         var random = SplitMix(seed: 42)
         let awkward = ["plain", "quote \" here", "back\\slash", "new\nline\ttab\r", "\u{01}\u{1F}\u{7F}", "caf\u{e9} \u{1F600}", "a/b", ""]
@@ -198,6 +220,7 @@ import WhisperShared
         frames.append(("delivery_receipt", String(decoding: ClientFrameCodec.encode(DeliveryReceipt(
             sessionToken: Self.session, .init(messageId: message.messageId, from: message.to, to: message.from, status: .delivered, timestamp: 7)
         ), requestId: "r-2"), as: UTF8.self)))
+        frames.append(("error", String(decoding: ServerFrameCodec.encodeError(.rateLimited, "the server is busy; retry in 25 ms", requestId: "r-3"), as: UTF8.self)))
         let verdicts = try ContractTests.schemaVerdicts(frames)
         for (name, _) in frames {
             #expect(verdicts[name]?.valid == true, "\(name): \(verdicts[name]?.error ?? "missing")")

@@ -20,6 +20,26 @@ struct LoadRole: Sendable {
     var sessionToken: String
     var kind: Kind
     var stats: Stats
+    /// A sender's messages made before the run (signed, sealed and encoded, each frame
+    /// with its messageId as its requestId), sent in order; past them, messages are
+    /// made as they are sent.
+    var prepared: [PreparedMessage] = []
+}
+
+/// One message made ahead of its send, with its frame.
+struct PreparedMessage: Sendable {
+    var message: SendMessage
+    var frame: [UInt8]
+
+    /// Messages from `sender` to `peer`, made now; the work of a client that is not
+    /// this machine's to measure (each costs an Ed25519 signature and a seal).
+    static func make(_ count: Int, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys, sessionToken: String) -> [PreparedMessage] {
+        let key = ConversationKey(mine: sender.keys, peer: peer)
+        return (0..<max(0, count)).map { _ in
+            let message = MessageCrypto.makeMessage(Array("load test message payload".utf8), from: sender, to: peer, sessionToken: sessionToken, key: key)
+            return PreparedMessage(message: message, frame: ClientFrameCodec.encode(message, requestId: message.messageId))
+        }
+    }
 }
 
 /// The generator's WebSocket: the same frames as the SDK (`ClientFrameCodec`,
@@ -134,6 +154,7 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     let pace: SendPace
     var paceState = PaceState()
     var unanswered: Int { inFlight.count }
+    var nextPrepared = 0
     var bindAttempts = 0
 
     init(role: LoadRole, bound: EventLoopPromise<Void>) {
@@ -255,6 +276,14 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     private func send(to peer: PeerKeys, context: ChannelHandlerContext) {
+        if nextPrepared < role.prepared.count {
+            let prepared = role.prepared[nextPrepared]
+            nextPrepared += 1
+            role.stats.sending(prepared.message)
+            inFlight[prepared.message.messageId] = .now
+            write(prepared.frame, context: context)
+            return
+        }
         let message = MessageCrypto.makeMessage(
             Array("load test message payload".utf8), from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: conversation
         )

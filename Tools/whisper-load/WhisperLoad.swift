@@ -36,6 +36,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Flag(help: "Leave each pair strangers. By default each pair first exchanges a message each way, as contacts have; strangers' messages are also counted against their share of the recipient's queue.")
     var strangers = false
 
+    @Flag(help: "Make each message as it is sent (signed and sealed in the run), instead of making a paced run's messages before it starts. By default they are made ahead, so that the clients' signatures and encryption do not take the CPU the server under test shares with the generator.")
+    var signAsSent = false
+
     @Flag(help: "Print latency percentiles for each second of the run.")
     var timeline = false
 
@@ -119,6 +122,24 @@ struct WhisperLoad: AsyncParsableCommand {
                 try await Party.introduce(senders[index], recipients[index], logger: logger)
             }
         }
+        let perSender = rate / Double(pairs)
+        // A paced run's messages, made before it starts, on every core.
+        var prepared: [[PreparedMessage]] = Array(repeating: [], count: pairs)
+        if !signAsSent, perSender > 0 {
+            let count = Int(((warmup + duration) * perSender).rounded(.up)) + 1
+            print("making \(count * pairs) messages ahead...")
+            prepared = await withTaskGroup(of: (Int, [PreparedMessage]).self) { group in
+                for index in 0..<pairs {
+                    let (sender, recipient) = (senders[index], recipients[index])
+                    group.addTask {
+                        (index, PreparedMessage.make(count, from: (sender.whisperId, sender.keys), to: recipient.peer, sessionToken: sender.token))
+                    }
+                }
+                var all: [[PreparedMessage]] = Array(repeating: [], count: pairs)
+                for await (index, messages) in group { all[index] = messages }
+                return all
+            }
+        }
         let clock = ContinuousClock()
         let start = clock.now
         let measureFrom = start + .milliseconds(Int64(warmup * 1000))
@@ -129,7 +150,6 @@ struct WhisperLoad: AsyncParsableCommand {
         // Recipients first, so that the first messages find them connected. Senders
         // that all started together would send together: bursts of one message per
         // pair instead of a steady load, so each starts at its own phase.
-        let perSender = rate / Double(pairs)
         let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         var channels: [any Channel] = []
         for index in 0..<pairs {
@@ -146,7 +166,9 @@ struct WhisperLoad: AsyncParsableCommand {
                 peer: recipient.peer,
                 pace: SendPace(perSecond: perSender, phase: Double(index) / Double(pairs), arrivals: arrivals, window: window, end: end)
             )
-            channels.append(try await LoadSocket.open(url: sender.url, role: sender.role(kind, stats: stats), on: eventLoop))
+            var role = sender.role(kind, stats: stats)
+            role.prepared = prepared[index]
+            channels.append(try await LoadSocket.open(url: sender.url, role: role, on: eventLoop))
         }
         // Two seconds after the last send for the last answers and deliveries.
         try await Task.sleep(until: end + .seconds(2))

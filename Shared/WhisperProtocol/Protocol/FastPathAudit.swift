@@ -46,6 +46,7 @@ public enum FastPathAudit {
         case let payload as MessageReceived: payload == general.payload as? MessageReceived
         case let payload as MessageAccepted: payload == general.payload as? MessageAccepted
         case let payload as MessageDelivered: payload == general.payload as? MessageDelivered
+        case let payload as ErrorPayload: payload == general.payload as? ErrorPayload
         default: false
         }
         return same ? nil : "server payloads differ"

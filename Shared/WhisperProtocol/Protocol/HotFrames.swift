@@ -249,6 +249,34 @@ extension MessageAccepted: HotPayload {
     }
 }
 
+/// Refusals: one per refused frame, many of them past capacity ("the server is busy").
+extension ErrorPayload: HotPayload {
+    public init?(fast object: FastJSON.Object) {
+        var code: ErrorCode?, message: String?, requestId: String?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("code", .string(let value)):
+                guard let value = ErrorCode(rawValue: value) else { return nil }
+                code = value
+            case ("message", .string(let value)): message = value
+            case ("requestId", .string(let value)): requestId = value
+            case ("requestId", .null): continue
+            default: return nil
+            }
+        }
+        guard let code, let message else { return nil }
+        self.init(code: code, message: message, requestId: requestId)
+    }
+
+    public func write(to writer: inout FastJSONWriter) {
+        writer.beginObject()
+        writer.field("code", code.rawValue)
+        writer.field("message", message)
+        writer.field("requestId", requestId)
+        writer.endObject()
+    }
+}
+
 extension MessageDelivered: HotPayload {
     public init?(fast object: FastJSON.Object) {
         var messageId: String?, status: ReceiptStatus?, timestamp: Int64?, from: String?
@@ -330,6 +358,7 @@ enum HotFrames {
         case .messageReceived: MessageReceived(fast: payloadObject)
         case .messageAccepted: MessageAccepted(fast: payloadObject)
         case .messageDelivered: MessageDelivered(fast: payloadObject)
+        case .error: ErrorPayload(fast: payloadObject)
         default: nil
         }
         return payload.map { ServerFrame(type: type, requestId: requestId, payload: $0) }
