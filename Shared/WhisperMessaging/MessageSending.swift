@@ -80,7 +80,7 @@ public struct MessageSending: Sendable {
         func deliverEarly(_ frame: () -> [UInt8], message: Payload<SendMessageFields>, sender: Sender) -> PresenceRecord?
         /// What the store did with a message delivered early (true: it is stored, now or
         /// before), once the sender's socket was given `message_accepted` or the refusal.
-        func settle(_ socket: PresenceRecord, message: Payload<SendMessageFields>, stored: Bool)
+        func settle(_ message: Payload<SendMessageFields>, stored: Bool)
         /// Whether `send` waits for what it publishes before it returns. A router must (it
         /// acknowledges the stream entry next, on another connection); a gateway need not:
         /// the publish is written before anything the socket sends next, on the same
@@ -130,8 +130,9 @@ public struct MessageSending: Sendable {
             return frame
         }
         let early = group == nil && !redeliver && !fromStranger ? caller.deliverEarly(received, message: message, sender: sender) : nil
+        // Any refusal or failure thrown from here on settles it as not stored.
         var settledEarly = false
-        defer { if let early, !settledEarly { caller.settle(early, message: message, stored: false) } }
+        defer { if early != nil, !settledEarly { caller.settle(message, stored: false) } }
         var attempts = 0
         var outcome: PendingQueue.StoreOutcome
         while true {
@@ -166,7 +167,6 @@ public struct MessageSending: Sendable {
             depth = nil
         case .notMember:
             throw WhisperError(.forbidden, "to is not a member of this group")
-        // (A refusal thrown here settles an early delivery as not stored, above.)
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
         case .conflict, .limited, .full, .strangersFull:
@@ -190,9 +190,9 @@ public struct MessageSending: Sendable {
         if let accept = caller.accept(answer) {
             commands.append(accept)
         }
-        if let early {
+        if early != nil {
             settledEarly = true
-            caller.settle(early, message: message, stored: true)
+            caller.settle(message, stored: true)
         }
         var live = early != nil && outcome.recipientSocket == early
         var published: Int?

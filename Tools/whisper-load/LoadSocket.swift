@@ -26,19 +26,57 @@ struct LoadRole: Sendable {
     var prepared: [PreparedMessage] = []
 }
 
-/// One message made ahead of its send, with its frame.
+/// One load message with its frame (whose requestId is the messageId), made ahead of
+/// its send or as it is sent.
 struct PreparedMessage: Sendable {
     var message: SendMessage
     var frame: [UInt8]
 
-    /// Messages from `sender` to `peer`, made now; the work of a client that is not
-    /// this machine's to measure (each costs an Ed25519 signature and a seal).
+    /// One message from `sender` to `peer` (an Ed25519 signature and a seal).
+    init(from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys, sessionToken: String, key: ConversationKey?) {
+        message = MessageCrypto.makeMessage(Array("load test message payload".utf8), from: sender, to: peer, sessionToken: sessionToken, key: key)
+        frame = ClientFrameCodec.encode(message, requestId: message.messageId)
+    }
+
+    /// `count` messages made now; the work of a client that is not this machine's to
+    /// measure.
     static func make(_ count: Int, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys, sessionToken: String) -> [PreparedMessage] {
         let key = ConversationKey(mine: sender.keys, peer: peer)
-        return (0..<max(0, count)).map { _ in
-            let message = MessageCrypto.makeMessage(Array("load test message payload".utf8), from: sender, to: peer, sessionToken: sessionToken, key: key)
-            return PreparedMessage(message: message, frame: ClientFrameCodec.encode(message, requestId: message.messageId))
+        return (0..<max(0, count)).map { _ in PreparedMessage(from: sender, to: peer, sessionToken: sessionToken, key: key) }
+    }
+}
+
+/// The client side of a WebSocket's messages, for the generator's socket handlers:
+/// answers pings, closes on the server's close, and puts fragmented messages together.
+struct WebSocketMessages {
+    private var fragments: ByteBuffer?
+
+    /// The complete text or binary message `frame` ends, if any.
+    mutating func read(_ frame: WebSocketFrame, context: ChannelHandlerContext) -> ByteBuffer? {
+        switch frame.opcode {
+        case .ping:
+            context.writeAndFlush(NIOAny(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData)), promise: nil)
+        case .connectionClose:
+            context.close(promise: nil)
+        case .text, .binary:
+            if frame.fin { return frame.unmaskedData }
+            fragments = frame.unmaskedData
+        case .continuation:
+            var data = frame.unmaskedData
+            fragments?.writeBuffer(&data)
+            if frame.fin, let whole = fragments {
+                fragments = nil
+                return whole
+            }
+        default:
+            break
         }
+        return nil
+    }
+
+    /// Writes one text message (masked, as a client must).
+    static func write(_ data: ByteBuffer, context: ChannelHandlerContext) {
+        context.writeAndFlush(NIOAny(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: data)), promise: nil)
     }
 }
 
@@ -143,8 +181,7 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     /// The request that binds the socket; its answer starts the role.
     let bindRequestId = RandomID.uuid()
     var started = false
-    /// A message arriving in several frames, until its last.
-    var fragments: ByteBuffer?
+    var messages = WebSocketMessages()
 
     /// The shared key with the peer (`crypto_box_beforenm`), for sealing and opening
     /// (nil for an unusable peer key: `MessageCrypto` then works from the key pair each time).
@@ -182,28 +219,8 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.opcode {
-        case .ping:
-            let pong = WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData)
-            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
-        case .connectionClose:
-            context.close(promise: nil)
-        case .text, .binary:
-            if frame.fin {
-                handle(Array(frame.unmaskedData.readableBytesView), context: context)
-            } else {
-                fragments = frame.unmaskedData
-            }
-        case .continuation:
-            var data = frame.unmaskedData
-            fragments?.writeBuffer(&data)
-            if frame.fin, let whole = fragments {
-                fragments = nil
-                handle(Array(whole.readableBytesView), context: context)
-            }
-        default:
-            break
+        if let message = messages.read(unwrapInboundIn(data), context: context) {
+            handle(Array(message.readableBytesView), context: context)
         }
     }
 
@@ -276,26 +293,20 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     private func send(to peer: PeerKeys, context: ChannelHandlerContext) {
+        let prepared: PreparedMessage
         if nextPrepared < role.prepared.count {
-            let prepared = role.prepared[nextPrepared]
+            prepared = role.prepared[nextPrepared]
             nextPrepared += 1
-            role.stats.sending(prepared.message)
-            inFlight[prepared.message.messageId] = .now
-            write(prepared.frame, context: context)
-            return
+        } else {
+            prepared = PreparedMessage(from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: conversation)
         }
-        let message = MessageCrypto.makeMessage(
-            Array("load test message payload".utf8), from: (role.whisperId, role.keys), to: peer, sessionToken: role.sessionToken, key: conversation
-        )
-        let requestId = RandomID.uuid()
-        role.stats.sending(message)
-        inFlight[requestId] = .now
-        write(ClientFrameCodec.encode(message, requestId: requestId), context: context)
+        role.stats.sending(prepared.message)
+        inFlight[prepared.message.messageId] = .now
+        write(prepared.frame, context: context)
     }
 
     private func write(_ bytes: [UInt8], context: ChannelHandlerContext) {
-        let data = context.channel.allocator.buffer(bytes: bytes)
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: data)), promise: nil)
+        WebSocketMessages.write(context.channel.allocator.buffer(bytes: bytes), context: context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -123,7 +123,7 @@ struct WhisperLoad: AsyncParsableCommand {
             }
         }
         let perSender = rate / Double(pairs)
-        // A paced run's messages, made before it starts, on every core.
+        // A paced run's messages, made before it starts (a task per sender).
         var prepared: [[PreparedMessage]] = Array(repeating: [], count: pairs)
         if !signAsSent, perSender > 0 {
             let count = Int(((warmup + duration) * perSender).rounded(.up)) + 1
@@ -184,10 +184,7 @@ struct WhisperLoad: AsyncParsableCommand {
         // Each stanza the size of the Whisper frame the message load sends.
         let keys = WhisperKeys(seed: Sodium.randomBytes(64))
         let me = PeerKeys(whisperId: "WSP-AAAA-BBBB-CCCC", encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
-        let sample = MessageCrypto.makeMessage(
-            Array("load test message payload".utf8), from: (me.whisperId, keys), to: me, sessionToken: SessionStore.newToken(), key: nil
-        )
-        let stanzaBytes = ClientFrameCodec.encode(sample, requestId: RandomID.uuid()).count
+        let stanzaBytes = PreparedMessage(from: (me.whisperId, keys), to: me, sessionToken: SessionStore.newToken(), key: nil).frame.count
         print("signing in \(pairs * 2) XMPP users at \(url) (messages of \(stanzaBytes) bytes)...")
         let clock = ContinuousClock()
         let measureFrom = clock.now + .milliseconds(Int64(warmup * 1000))

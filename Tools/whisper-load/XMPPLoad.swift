@@ -76,7 +76,7 @@ private final class XMPPSocketHandler: ChannelInboundHandler, PacedSender {
     let stats: Stats
     let bound: EventLoopPromise<Void>
     private var stage = Stage.opening
-    var fragments: ByteBuffer?
+    var messages = WebSocketMessages()
 
     // Sender state.
     let pace: SendPace
@@ -106,28 +106,8 @@ private final class XMPPSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.opcode {
-        case .ping:
-            let pong = WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: frame.unmaskedData)
-            context.writeAndFlush(wrapOutboundOut(pong), promise: nil)
-        case .connectionClose:
-            context.close(promise: nil)
-        case .text, .binary:
-            if frame.fin {
-                handle(String(buffer: frame.unmaskedData), context: context)
-            } else {
-                fragments = frame.unmaskedData
-            }
-        case .continuation:
-            var data = frame.unmaskedData
-            fragments?.writeBuffer(&data)
-            if frame.fin, let whole = fragments {
-                fragments = nil
-                handle(String(buffer: whole), context: context)
-            }
-        default:
-            break
+        if let message = messages.read(unwrapInboundIn(data), context: context) {
+            handle(String(buffer: message), context: context)
         }
     }
 
@@ -225,8 +205,7 @@ private final class XMPPSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     private func write(_ text: String, context: ChannelHandlerContext) {
-        let data = context.channel.allocator.buffer(string: text)
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: data)), promise: nil)
+        WebSocketMessages.write(context.channel.allocator.buffer(string: text), context: context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -180,7 +180,7 @@ struct MessageRouter: Sendable {
         /// A router holds no sockets: every message waits for its store.
         func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> PresenceRecord? { nil }
 
-        func settle(_ socket: PresenceRecord, message: SendMessage, stored: Bool) {}
+        func settle(_ message: SendMessage, stored: Bool) {}
 
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
 

@@ -86,7 +86,7 @@ struct SendDesk: Sendable {
             return PresenceRecord(gateway: desk.instanceID, connId: recipient.id)
         }
 
-        func settle(_ socket: PresenceRecord, message: SendMessage, stored: Bool) {
+        func settle(_ message: SendMessage, stored: Bool) {
             desk.receipts.memory.settle(recipient: message.to, messageId: message.messageId, stored: stored)
         }
 

@@ -9,7 +9,7 @@ import WhisperShared
 /// The sockets open on this instance, by connection id. A lock, not an actor: every
 /// delivered frame looks its socket up here.
 ///
-/// It also knows which socket here holds each identity's presence (`live`), so that a
+/// It also knows which socket here holds each identity's presence (`presenceHolder`), so that a
 /// message to a socket on this instance can be written while it is stored
 /// (`SendDesk.deliverEarly`). That is a memory of shared state (`presence:{id}` in Redis
 /// is the source): set once this instance's claim of the presence succeeded, cleared
@@ -35,12 +35,11 @@ public final class ConnectionRegistry: Sendable {
     }
 
     func remove(_ id: String) {
-        let (count, removed) = connections.withLock {
-            let removed = $0.removeValue(forKey: id)
-            return ($0.count, removed)
+        let count = connections.withLock {
+            $0[id] = nil
+            return $0.count
         }
         active.set(Double(count))
-        if let removed, let whisperId = removed.whisperId { releasedPresence(whisperId, by: removed) }
     }
 
     /// `connection` now holds `whisperId`'s presence (its claim succeeded).
@@ -48,7 +47,8 @@ public final class ConnectionRegistry: Sendable {
         presenceHolders.withLock { $0[whisperId] = connection }
     }
 
-    /// `connection` no longer stands for `whisperId` (released, unbound or closed).
+    /// `connection` no longer stands for `whisperId` (released or unbound; a closing
+    /// socket is released before it leaves the registry).
     func releasedPresence(_ whisperId: String, by connection: ClientConnection) {
         presenceHolders.withLock { holders in
             if holders[whisperId] === connection { holders[whisperId] = nil }

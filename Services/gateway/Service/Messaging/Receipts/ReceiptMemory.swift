@@ -50,9 +50,16 @@ final class ReceiptMemory: Sendable {
     /// which is always right, is asked instead; so a store that never answers (a lost
     /// connection, an entry evicted here before its answer) holds no receipt for good.
     final class Settling: Sendable {
+        /// A receipt waiting for the answer, and when it stops waiting.
+        private struct Waiter {
+            var id: Int
+            var continuation: CheckedContinuation<Bool?, Never>
+            var deadline: Scheduled<Void>
+        }
+
         private struct State {
             var stored: Bool?
-            var waiting: [(id: Int, continuation: CheckedContinuation<Bool?, Never>, deadline: Scheduled<Void>?)] = []
+            var waiting: [Waiter] = []
             var nextId = 0
         }
 
@@ -60,7 +67,7 @@ final class ReceiptMemory: Sendable {
 
         /// Gives the answer to every receipt waiting for it (the first answer counts).
         func settle(stored: Bool) {
-            let waiting = state.withLock { state -> [(id: Int, continuation: CheckedContinuation<Bool?, Never>, deadline: Scheduled<Void>?)] in
+            let waiting = state.withLock { state -> [Waiter] in
                 guard state.stored == nil else { return [] }
                 state.stored = stored
                 defer { state.waiting = [] }
@@ -68,7 +75,7 @@ final class ReceiptMemory: Sendable {
             }
             for waiter in waiting {
                 // Answered in time: its deadline is not left on the event loop's timers.
-                waiter.deadline?.cancel()
+                waiter.deadline.cancel()
                 waiter.continuation.resume(returning: stored)
             }
         }
@@ -82,7 +89,7 @@ final class ReceiptMemory: Sendable {
                     state.nextId += 1
                     let id = state.nextId
                     let deadline = loop.scheduleTask(in: limit) { [self] in self.giveUp(id) }
-                    state.waiting.append((id, continuation, deadline))
+                    state.waiting.append(Waiter(id: id, continuation: continuation, deadline: deadline))
                     return nil
                 }
                 if let answered { continuation.resume(returning: answered) }
