@@ -200,6 +200,7 @@ targets.append(.executableTarget(
     dependencies: [
         "WhisperClient", "WhisperShared",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        .product(name: "Crypto", package: "swift-crypto"),
         .product(name: "Logging", package: "swift-log"),
         .product(name: "NIOCore", package: "swift-nio"),
         .product(name: "NIOPosix", package: "swift-nio"),

@@ -60,6 +60,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --idle-sockets: registrations in flight at once.")
     var concurrency = 16
 
+    @Option(help: "With --idle-sockets: once every socket is open, print a line saying so and keep them open (pinging as apps do) this many seconds, or until SIGTERM, before closing them; for a benchmark that measures the gateways from outside while they hold them (scripts/bench --sockets).")
+    var hold = 0.0
+
     @Option(help: "Instead of Whisper: an XMPP server's WebSocket URL (RFC 7395), driven with the same job: users u1 ... u(2N) of --xmpp-domain, pairs u1 to u2, u3 to u4, ..., every message answered with an XEP-0184 receipt.")
     var xmpp: String?
 
@@ -77,6 +80,9 @@ struct WhisperLoad: AsyncParsableCommand {
 
     @Option(help: "With --live-listeners: keystrokes per second.")
     var keysPerSecond = 20
+
+    @Option(help: "Instead of a run: time this many Ed25519 verifications of a message's signed bytes with each library the project links (libsodium, which the services use, and swift-crypto), interleaved, and print each one's time per verification.")
+    var ed25519 = 0
 
     static func main() async {
         // Before any task starts: the generator's tasks run on NIO's event loops, as the
@@ -98,6 +104,10 @@ struct WhisperLoad: AsyncParsableCommand {
         var logger = Logger(label: "whisper-load")
         logger.logLevel = .error
         let gateways = self.gateways
+        if ed25519 > 0 {
+            VerifySpeed(verifications: ed25519).run()
+            return
+        }
         if idleSockets > 0 {
             try await holdIdleSockets(gateways: gateways, logger: logger)
             return
@@ -282,6 +292,13 @@ extension WhisperLoad {
         }
         let opened = ContinuousClock.now - started
         print(String(format: "%d sockets registered and open after %.1f s", sessions.count, Double(opened.components.seconds)))
+        if hold > 0 {
+            // Written at once (print's buffer is flushed only at exit when stdout is a file).
+            FileHandle.standardOutput.write(Data("holding \(sessions.count) sockets for \(Int(hold)) s\n".utf8))
+            await Self.sleepUnlessTerminated(for: .milliseconds(Int64(hold * 1000)))
+            for session in sessions { await session.stop() }
+            return
+        }
         // Let the gateway settle (buffers of the registration handed back) before reading.
         try await Task.sleep(for: .seconds(5))
         if let pid = rssOf, let before, let after = Self.residentKiB(pid) {
@@ -290,6 +307,23 @@ extension WhisperLoad {
                          before, after, sessions.count, perSocket))
         }
         for session in sessions { await session.stop() }
+    }
+
+    /// Sleeps `duration`, or until the process gets SIGTERM (which then no longer ends it).
+    static func sleepUnlessTerminated(for duration: Duration) async {
+        signal(SIGTERM, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGTERM)
+        let (terminated, continuation) = AsyncStream<Void>.makeStream()
+        source.setEventHandler { continuation.finish() }
+        source.resume()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await Task.sleep(for: duration) }
+            group.addTask { for await _ in terminated {} }
+            await group.next()
+            group.cancelAll()
+            continuation.finish()
+        }
+        source.cancel()
     }
 
     /// VmRSS of a process, in KiB.
