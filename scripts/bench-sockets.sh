@@ -11,12 +11,12 @@
 # WHISPER_BENCH_IDLE_WINDOW (seconds, default 60) is the idle window's length.
 
 # VmRSS of a process, in KiB (0 when it is gone).
-rss_kib() { awk '/^VmRSS:/ { print $2; found = 1 } END { if (!found) print 0 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+rss_kib() { local kib; kib="$(ps -o rss= -p "$1" 2>/dev/null | tr -d ' ')"; echo "${kib:-0}"; }
 
 hold_sockets() {
     local window="${WHISPER_BENCH_IDLE_WINDOW:-60}"
     local gateway_pids=("${pids[@]:1:$GATEWAYS}")
-    local redis_pid per index url loaders=() rss_before=0 rss_after=0 pid
+    local redis_pid per index url rss_before=0 rss_after=0 pid
     redis_pid="$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info server | tr -d '\r' | sed -n 's/^process_id://p')"
     for pid in "${gateway_pids[@]}"; do rss_before=$((rss_before + $(rss_kib "$pid"))); done
     local redis_memory_before
@@ -24,22 +24,23 @@ hold_sockets() {
 
     per=$(( (SOCKETS + GATEWAYS - 1) / GATEWAYS ))
     log "opening $SOCKETS idle sockets: $per on each of $GATEWAYS gateways, one load process each"
+    SOCKET_LOADERS=()
     stop_loaders() {
-        [ "${#loaders[@]}" -eq 0 ] || kill -TERM "${loaders[@]}" 2>/dev/null || true
-        [ "${#loaders[@]}" -eq 0 ] || wait "${loaders[@]}" 2>/dev/null || true
-        loaders=()
+        [ "${#SOCKET_LOADERS[@]}" -eq 0 ] || kill -TERM "${SOCKET_LOADERS[@]}" 2>/dev/null || true
+        [ "${#SOCKET_LOADERS[@]}" -eq 0 ] || wait "${SOCKET_LOADERS[@]}" 2>/dev/null || true
+        SOCKET_LOADERS=()
     }
     trap 'stop_loaders; cleanup' EXIT
     for index in $(seq 1 "$GATEWAYS"); do
         url="ws://127.0.0.1:$((18070 + index * 10))/ws"
         "$BIN/whisper-load" --gateway "$url" --idle-sockets "$per" --concurrency 32 --hold 86400 \
             >"$DATA/bench-logs/sockets-$index.log" 2>&1 &
-        loaders+=($!)
+        SOCKET_LOADERS+=($!)
     done
     local started=$SECONDS
     for index in $(seq 1 "$GATEWAYS"); do
         until grep -q '^holding ' "$DATA/bench-logs/sockets-$index.log"; do
-            kill -0 "${loaders[$((index - 1))]}" 2>/dev/null \
+            kill -0 "${SOCKET_LOADERS[$((index - 1))]}" 2>/dev/null \
                 || die "load process $index stopped before its sockets were open: $(tail -3 "$DATA/bench-logs/sockets-$index.log")"
             [ $((SECONDS - started)) -lt 3600 ] || die "the sockets were not all open within an hour"
             sleep 2
@@ -82,7 +83,7 @@ hold_sockets() {
     log "messages among 50 more pairs while the sockets are held"
     if [ "$#" -gt 0 ]; then load "$@"; else load --pairs 50 --rate 1000 --duration 20; fi
     for index in $(seq 1 "$GATEWAYS"); do
-        kill -0 "${loaders[$((index - 1))]}" 2>/dev/null || echo "warning: load process $index had stopped: $(tail -2 "$DATA/bench-logs/sockets-$index.log")"
+        kill -0 "${SOCKET_LOADERS[$((index - 1))]}" 2>/dev/null || echo "warning: load process $index had stopped: $(tail -2 "$DATA/bench-logs/sockets-$index.log")"
     done
     local open
     open="$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" --scan --pattern 'presence:*' | wc -l)"
