@@ -13,14 +13,16 @@
 # VmRSS of a process, in KiB (0 when it is gone).
 rss_kib() { local kib; kib="$(ps -o rss= -p "$1" 2>/dev/null | tr -d ' ')"; echo "${kib:-0}"; }
 
+# Redis's used_memory, in bytes.
+redis_used_memory() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p'; }
+
 hold_sockets() {
     local window="${WHISPER_BENCH_IDLE_WINDOW:-60}"
     local gateway_pids=("${pids[@]:1:$GATEWAYS}")
-    local redis_pid per index url rss_before=0 rss_after=0 pid
-    redis_pid="$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info server | tr -d '\r' | sed -n 's/^process_id://p')"
+    local per index url rss_before=0 rss_after=0 pid
     for pid in "${gateway_pids[@]}"; do rss_before=$((rss_before + $(rss_kib "$pid"))); done
     local redis_memory_before
-    redis_memory_before="$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p')"
+    redis_memory_before="$(redis_used_memory)"
 
     per=$(( (SOCKETS + GATEWAYS - 1) / GATEWAYS ))
     log "opening $SOCKETS idle sockets: $per on each of $GATEWAYS gateways, one load process each"
@@ -57,28 +59,18 @@ hold_sockets() {
     cpu_snapshot >"$after"
     for pid in "${gateway_pids[@]}"; do rss_after=$((rss_after + $(rss_kib "$pid"))); done
     local redis_memory_after
-    redis_memory_after="$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p')"
+    redis_memory_after="$(redis_used_memory)"
 
     echo "idle: $SOCKETS sockets over $GATEWAYS gateways, a ${window} s window with no messages"
     awk -v n="$SOCKETS" -v kb="$rss_before" -v ka="$rss_after" 'BEGIN {
         printf "  gateways resident memory: %.0f MB before, %.0f MB with the sockets: %.2f KiB per socket\n", kb / 1024, ka / 1024, (ka - kb) / n }'
     awk -v n="$SOCKETS" -v b="$redis_memory_before" -v a="$redis_memory_after" 'BEGIN {
         printf "  Redis used_memory: %.0f MB before, %.0f MB with the sockets: %.0f bytes per socket\n", b / 1048576, a / 1048576, (a - b) / n }'
-    # CPU by process name over the window: per second, and per socket and second.
-    awk -v hz="$(getconf CLK_TCK)" -v n="$SOCKETS" -v w="$window" '
-        NR == FNR { before[$1] = $3; next }
-        { used = $3 - before[$1]; if (used > 0) total[$2] += used }
-        END {
-            for (name in total) {
-                ms = total[name] * 1000 / hz
-                printf "  %-14s %6.1f %% of a core, %6.2f us CPU per socket per second\n", name, ms / w / 10, ms * 1000 / w / n
-            }
-        }' "$before" "$after" | sort -k2 -n -r
+    # CPU by process name over the window: share of a core, and per socket and second.
+    cpu_used "$before" "$after" | awk -v n="$SOCKETS" -v w="$window" '
+        { printf "  %-14s %6.1f %% of a core, %6.2f us CPU per socket per second\n", $1, $2 / w / 10, $2 * 1000 / w / n }' | sort -k2 -n -r
     echo "Redis commands per socket per minute (the keepers and presence):"
-    redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats | tr -d '\r' \
-        | awk -F'[:,=]' -v n="$SOCKETS" -v w="$window" '/^cmdstat_/ {
-            rate = $3 * 60 / w / n
-            if (rate >= 0.01) printf "  %-14s %6.2f per socket per minute, %6.1f us each\n", substr($1, 9), rate, $5 / $3 }' | sort -k2 -n -r
+    redis_report "$(awk -v n="$SOCKETS" -v w="$window" 'BEGIN { print n * w / 60 }')" | sed "s/per message/per socket per minute/"
 
     log "messages among 50 more pairs while the sockets are held"
     if [ "$#" -gt 0 ]; then load "$@"; else load --pairs 50 --rate 1000 --duration 20; fi

@@ -4,9 +4,9 @@ import WhisperShared
 
 /// Ed25519 verification time per library: libsodium (`Ed25519.verify`, the services')
 /// and swift-crypto (`Curve25519.Signing`, BoringSSL's code, what the SDK can carry
-/// without a system library). Both verify the same signatures over messages the size
-/// of a `send_message`'s signed bytes, in alternating rounds, so that a slow spell of
-/// this shared machine falls on both.
+/// without a system library). Both verify the same signatures, over random 420-byte
+/// messages (about what a short text message's signature covers), in alternating
+/// rounds, so that a slow spell of this shared machine falls on both.
 struct VerifySpeed {
     var verifications: Int
 
