@@ -166,20 +166,28 @@ public actor WhisperConnection {
         return frame
     }
 
+    /// Whether the sweeper runs (it does only while requests wait).
+    var isSweeping: Bool { sweeper != nil }
+
+    /// Runs while requests wait: an idle socket wakes its app only for its pings.
     private func startSweeper() {
         guard sweeper == nil else { return }
         sweeper = Task { [weak self] in
             while !Task.isCancelled {
-                // NIO's timer: the socket's event loop is awake anyway.
                 try? await Task.sleep(for: .milliseconds(250))
                 guard let self, await self.expireOverdue() else { return }
             }
         }
     }
 
-    /// Fails requests past their deadline; false once the socket is closed.
+    /// Fails requests past their deadline; false once the socket is closed or nothing
+    /// waits any more (the sweeper then ends, and the next request starts another).
     private func expireOverdue() -> Bool {
         guard closedCode == nil else { return false }
+        guard !waiting.isEmpty else {
+            sweeper = nil
+            return false
+        }
         let now = ContinuousClock.now
         for (requestId, pending) in waiting {
             switch pending {

@@ -38,6 +38,37 @@ import WhisperShared
         #expect(inbox.push([9]).startHandling)
     }
 
+    /// Only the message that starts a handling run has waited for the gateway (from when
+    /// it was read); one queued behind its socket's earlier messages waited for them, and
+    /// is not timed (`waitingSince` 0), so a socket's own backlog is never refused as busy.
+    @Test func onlyARunsFirstMessageIsTimed() {
+        let inbox = SocketInbox(bounds: .standard)
+        let before = NIODeadline.now().uptimeNanoseconds
+        _ = inbox.push([1])
+        _ = inbox.push([2])
+        let after = NIODeadline.now().uptimeNanoseconds
+        let first = inbox.nextTimed()
+        guard case .message(let bytes, _) = first.next else {
+            Issue.record("expected the first message")
+            return
+        }
+        #expect(bytes == [1])
+        #expect(first.waitingSince >= before && first.waitingSince <= after, "timed from when it was read")
+        let second = inbox.nextTimed()
+        guard case .message([2], _) = second.next else {
+            Issue.record("expected the second message")
+            return
+        }
+        #expect(second.waitingSince == 0, "queued behind the socket's own first message")
+        guard case .idle = inbox.next() else {
+            Issue.record("expected the run to end")
+            return
+        }
+        // A message read while nothing was handled starts a new run, and is timed again.
+        #expect(inbox.push([3]).startHandling)
+        #expect(inbox.nextTimed().waitingSince > 0)
+    }
+
     @Test func bytesPauseReadingToo() {
         let inbox = SocketInbox(bounds: .init(pauseAtMessages: 100, pauseAtBytes: 1_000, resumeAtMessages: 10))
         #expect(!inbox.push([UInt8](repeating: 1, count: 600)).pauseReading)

@@ -160,7 +160,11 @@ public func buildGateway(
         closeTimeout: TimeAmount(settings.drainTimeout),
         authenticationDeadline: TimeAmount(settings.authenticationDeadline),
         maxMessageBytes: Limits.MAX_WS_FRAME_BYTES,
-        holdsLivePlace: { liveRegistry.holdsAny($0.id) }
+        holdsLivePlace: { liveRegistry.holdsAny($0.id) },
+        readsPaused: environment.metrics.counter(
+            "gateway_socket_reads_paused",
+            help: "Times a socket's queue of frames not yet handled filled (16 frames or 1 MiB) and the gateway stopped reading it until it drained: its client sent faster than the gateway served it, and TCP held it back."
+        )
     )
     let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?) = { head, channel in
         let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)
@@ -174,8 +178,8 @@ public func buildGateway(
     }
     // Made once and shared by every socket: a closure made per socket would copy what
     // it captures (the frame handler and its desks) into each socket's memory.
-    let onMessage: SocketHandler.MessageHandler = { bytes, arrivedAt, connection in
-        await frames.handle(bytes, arrivedAt: arrivedAt, on: connection)
+    let onMessage: SocketHandler.MessageHandler = { bytes, waitingSince, connection in
+        await frames.handle(bytes, waitingSince: waitingSince, on: connection)
     }
     // Once the socket closed and what it sent was handled, it gives up its identity
     // (presence) and then leaves the registry: a frame for it that arrives meanwhile

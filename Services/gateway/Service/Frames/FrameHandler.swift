@@ -35,9 +35,9 @@ struct FrameHandler: Sendable {
 
     var instanceID: String { environment.settings.instanceID }
 
-    /// Handles one frame of the socket; `arrivedAt` is when it was read (`NIODeadline`
-    /// uptime, ns; 0 when unknown).
-    func handle(_ bytes: [UInt8], arrivedAt: UInt64 = 0, on connection: ClientConnection) async {
+    /// Handles one frame of the socket; `waitingSince` is since when it has waited for the
+    /// gateway (`NIODeadline` uptime, ns; 0 when it did not: `SocketInbox.nextTimed()`).
+    func handle(_ bytes: [UInt8], waitingSince: UInt64 = 0, on connection: ClientConnection) async {
         // Frames a client sent before closing are still handled (a receipt written just
         // before the close must not be lost); the answers have nowhere to go and are
         // dropped. A socket the server ended is not read any further.
@@ -60,7 +60,7 @@ struct FrameHandler: Sendable {
         }
         do {
             guard try await admitSender(frame, route, on: connection),
-                  let served = try await admitLimits(frame, route, arrivedAt: arrivedAt, on: connection) else { return }
+                  let served = try await admitLimits(frame, route, waitingSince: waitingSince, on: connection) else { return }
             if route.answersRefusals {
                 do {
                     try await route.serve(self, served)
@@ -109,7 +109,7 @@ struct FrameHandler: Sendable {
     }
 
     /// The limits stage: the route's gates in order. Nil once the frame was refused.
-    private func admitLimits(_ frame: InboundFrame, _ route: FrameRoute, arrivedAt: UInt64, on connection: ClientConnection) async throws -> FrameRoute.Served? {
+    private func admitLimits(_ frame: InboundFrame, _ route: FrameRoute, waitingSince: UInt64, on connection: ClientConnection) async throws -> FrameRoute.Served? {
         var whisperId: String?
         for gate in route.gates {
             switch gate {
@@ -140,7 +140,7 @@ struct FrameHandler: Sendable {
                 }
             }
         }
-        return FrameRoute.Served(frame: frame, connection: connection, whisperId: whisperId, arrivedAt: arrivedAt)
+        return FrameRoute.Served(frame: frame, connection: connection, whisperId: whisperId, waitingSince: waitingSince)
     }
 
     /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per
@@ -312,9 +312,10 @@ struct FrameHandler: Sendable {
     /// the identity's bucket for messages (the one group copies are charged to as they
     /// enter the stream), then checked, stored and passed on without a router. What the
     /// router would refuse is answered the same way, and, as from a router, not counted
-    /// against the socket; a frame that waited past `sendWaitMax` is refused as busy.
+    /// against the socket; a frame the gateway kept waiting past `sendWaitMax` is refused
+    /// as busy (a socket's own backlog is held back by TCP instead: `SocketInbox.nextTimed()`).
     func serveSend(_ message: SendMessage, whisperId: String, by sends: SendDesk, _ served: FrameRoute.Served) async throws {
-        let requestId = served.frame.requestId, connection = served.connection, arrivedAt = served.arrivedAt
+        let requestId = served.frame.requestId, connection = served.connection, waitingSince = served.waitingSince
         // Far too large whatever else it holds (the stored payload carries the
         // ciphertext as it is): refused before any work, as on the router path.
         if message.ciphertext.utf8.count > Limits.MAX_STORED_MESSAGE_BYTES {
@@ -324,8 +325,8 @@ struct FrameHandler: Sendable {
             )
             return
         }
-        if arrivedAt > 0, sendWaitMax > .zero {
-            let waited = NIODeadline.now().uptimeNanoseconds &- arrivedAt
+        if waitingSince > 0, sendWaitMax > .zero {
+            let waited = NIODeadline.now().uptimeNanoseconds &- waitingSince
             if waited > UInt64(clamping: sendWaitMax.nanoseconds) {
                 limits.busyRefusals.increment()
                 await reply(error: .rateLimited, limits.busyRefusal, requestId: requestId, on: connection)

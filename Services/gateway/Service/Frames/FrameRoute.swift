@@ -39,8 +39,9 @@ struct FrameRoute: Sendable {
         let connection: ClientConnection
         /// The identity the socket acts for; set for routes with the `identity` gate.
         let whisperId: String?
-        /// When the frame was read (`NIODeadline` uptime, ns; 0 when unknown).
-        let arrivedAt: UInt64
+        /// Since when the frame has waited for the gateway (`NIODeadline` uptime, ns; 0
+        /// when it did not: `SocketInbox.nextTimed()`).
+        let waitingSince: UInt64
 
         /// Answers the frame with `payload`.
         func answer(_ payload: some ServerPayload) {

@@ -1,4 +1,5 @@
 import Logging
+import Prometheus
 import NIOCore
 import NIOWebSocket
 import Synchronization
@@ -38,6 +39,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         /// Whether a listener device's socket holds a live-text place: one that does not
         /// by the sign-in deadline is closed like a socket without a session.
         var holdsLivePlace: @Sendable (ClientConnection) -> Bool = { _ in false }
+        /// Counts the times a socket's queue filled and its reading paused: its client
+        /// sent faster than its frames were handled, and TCP now holds it back.
+        var readsPaused: Counter?
     }
 
     /// Handles one complete message of the socket (in arrival order, one at a time),
@@ -173,6 +177,7 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         guard !closeSent else { return }
         let arrival = connection.inbox.push(Array(message.readableBytesView))
         if arrival.pauseReading {
+            settings.readsPaused?.increment()
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
         if arrival.startHandling {
@@ -186,13 +191,13 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let onClosed = onClosed
         Task {
             while true {
-                let (next, arrivedAt) = connection.inbox.nextTimed()
+                let (next, waitingSince) = connection.inbox.nextTimed()
                 switch next {
                 case .message(let bytes, let resumeReading):
                     if resumeReading {
                         connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
                     }
-                    await onMessage(bytes, arrivedAt, connection)
+                    await onMessage(bytes, waitingSince, connection)
                 case .idle:
                     return
                 case .ended:
@@ -311,6 +316,8 @@ final class SocketInbox: Sendable {
         var closed = false
         var finished = false
         var paused = false
+        /// The head message starts a handling run: it was read while nothing was handled.
+        var runStarts = false
 
         var count: Int { messages.count - head }
     }
@@ -330,6 +337,7 @@ final class SocketInbox: Sendable {
             state.bytes += message.count
             let start = !state.handling
             state.handling = true
+            if start { state.runStarts = true }
             let pause = !state.paused && (state.count >= bounds.pauseAtMessages || state.bytes >= bounds.pauseAtBytes)
             if pause { state.paused = true }
             return (start, pause)
@@ -349,12 +357,19 @@ final class SocketInbox: Sendable {
     /// The next step of the handling task.
     func next() -> Next { nextTimed().next }
 
-    /// The next step, and for a message when it was read (`NIODeadline` uptime, ns; 0
-    /// otherwise), so that a frame that waited too long can be turned away.
-    func nextTimed() -> (next: Next, arrivedAt: UInt64) {
+    /// The next step, and for a message since when it has waited for the gateway
+    /// (`NIODeadline` uptime, ns), so that a frame the gateway kept waiting too long can
+    /// be turned away. Only a run's first message has waited for the gateway: it was read
+    /// while nothing of its socket was being handled, and waited from then until a task
+    /// came to it. A message queued behind its socket's earlier ones waited for them, a
+    /// backlog of the socket's own making that TCP holds back (the socket is not read past
+    /// `Bounds`): for it, and for anything that is not a message, 0.
+    func nextTimed() -> (next: Next, waitingSince: UInt64) {
         state.withLock { state in
             if state.count > 0 {
                 let (message, arrivedAt) = state.messages[state.head]
+                let waitingSince = state.runStarts ? arrivedAt : 0
+                state.runStarts = false
                 state.messages[state.head] = ([], 0)
                 state.head += 1
                 state.bytes -= message.count
@@ -367,7 +382,7 @@ final class SocketInbox: Sendable {
                 }
                 let resume = state.paused && state.count <= bounds.resumeAtMessages && state.bytes < bounds.pauseAtBytes
                 if resume { state.paused = false }
-                return (.message(message, resumeReading: resume), arrivedAt)
+                return (.message(message, resumeReading: resume), waitingSince)
             }
             if state.closed, !state.finished {
                 state.finished = true
