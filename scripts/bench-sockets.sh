@@ -58,14 +58,17 @@ hold_sockets() {
     sleep "$window"
     cpu_snapshot >"$after"
     for pid in "${gateway_pids[@]}"; do rss_after=$((rss_after + $(rss_kib "$pid"))); done
-    local redis_memory_after
+    local redis_memory_after loaders_rss=0
     redis_memory_after="$(redis_used_memory)"
+    for pid in "${SOCKET_LOADERS[@]}"; do loaders_rss=$((loaders_rss + $(rss_kib "$pid"))); done
 
     echo "idle: $SOCKETS sockets over $GATEWAYS gateways, a ${window} s window with no messages"
     awk -v n="$SOCKETS" -v kb="$rss_before" -v ka="$rss_after" 'BEGIN {
         printf "  gateways resident memory: %.0f MB before, %.0f MB with the sockets: %.2f KiB per socket\n", kb / 1024, ka / 1024, (ka - kb) / n }'
     awk -v n="$SOCKETS" -v b="$redis_memory_before" -v a="$redis_memory_after" 'BEGIN {
         printf "  Redis used_memory: %.0f MB before, %.0f MB with the sockets: %.0f bytes per socket\n", b / 1048576, a / 1048576, (a - b) / n }'
+    awk -v n="$SOCKETS" -v k="$loaders_rss" 'BEGIN {
+        printf "  load processes (the apps) resident memory: %.0f MB, %.1f KiB per socket\n", k / 1024, k / n }'
     # CPU by process name over the window: share of a core, and per socket and second.
     cpu_used "$before" "$after" | awk -v n="$SOCKETS" -v w="$window" '
         { printf "  %-14s %6.1f %% of a core, %6.2f us CPU per socket per second\n", $1, $2 / w / 10, $2 * 1000 / w / n }' | sort -k2 -n -r

@@ -11,6 +11,9 @@ import WhisperShared
     static let session = String(repeating: "t", count: 43)
     static let sendMessage = #"{"type":"send_message","requestId":"req-1","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)","messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-AAAA-BBBB-CCCC","to":"WSP-DDDD-EEEE-FFFF","msgType":"text","timestamp":1767268800000,"nonce":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","ciphertext":"SGVsbG8sIHdvcmxkIQ==","sig":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==","replyTo":"0b7a1c52-3f4e-4b8a-9d1e-2a7c5b9e0f11"}}"#
     static let receipt = #"{"type":"delivery_receipt","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)","messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-DDDD-EEEE-FFFF","to":"WSP-AAAA-BBBB-CCCC","status":"delivered","timestamp":1767268800000}}"#
+    static let ping = #"{"type":"ping","requestId":"p-1","payload":{"protocolVersion":1,"cryptoVersion":1}}"#
+    static let barePing = #"{"type":"ping","payload":{}}"#
+    static let pong = #"{"type":"pong","requestId":"p-1","payload":{"serverTime":1767268800000}}"#
     static let received = #"{"type":"message_received","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","from":"WSP-AAAA-BBBB-CCCC","to":"WSP-DDDD-EEEE-FFFF","msgType":"text","timestamp":1767268800000,"nonce":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","ciphertext":"SGVsbG8sIHdvcmxkIQ==","sig":"AAAA","replyTo":null}}"#
     static let accepted = #"{"type":"message_accepted","requestId":"r","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","status":"sent"}}"#
     static let delivered = #"{"type":"message_delivered","payload":{"messageId":"6f1c7a52-3f4e-4b8a-9d1e-2a7c5b9e0f11","status":"read","timestamp":5}}"#
@@ -36,7 +39,9 @@ import WhisperShared
     @Test func theCommonFramesTakeTheFastPath() {
         #expect(Self.agree(Array(Self.sendMessage.utf8), "send_message"))
         #expect(Self.agree(Array(Self.receipt.utf8), "delivery_receipt"))
-        for frame in [Self.received, Self.accepted, Self.delivered] {
+        #expect(Self.agree(Array(Self.ping.utf8), "ping"))
+        #expect(Self.agree(Array(Self.barePing.utf8), "ping without versions"))
+        for frame in [Self.received, Self.accepted, Self.delivered, Self.pong] {
             #expect(Self.agreeOnServerFrame(Array(frame.utf8), frame))
         }
         // White space between tokens is still the common shape.
@@ -57,6 +62,9 @@ import WhisperShared
             Self.sendMessage.replacingOccurrences(of: "WSP-AAAA", with: "WSP-aaaa"),           // breaks a rule
             Self.sendMessage + " x",                                                           // trailing text
             Self.sendMessage.replacingOccurrences(of: "\"req-1\"", with: "\"req 1\""),         // a requestId off its alphabet
+            Self.ping.replacingOccurrences(of: "\"cryptoVersion\":1", with: "\"cryptoVersion\":9"), // a ping's unsupported version
+            Self.ping.replacingOccurrences(of: "\"cryptoVersion\":1", with: "\"cryptoVersion\":1,\"extra\":1"), // an unknown field
+            Self.ping.replacingOccurrences(of: "\"protocolVersion\":1", with: "\"protocolVersion\":\"1\""), // a version as a string
         ]
         for (index, text) in cases.enumerated() {
             #expect(HotFrames.clientFrame(Array(text.utf8)) == nil, "case \(index) took the fast path")
@@ -221,6 +229,17 @@ import WhisperShared
             sessionToken: Self.session, .init(messageId: message.messageId, from: message.to, to: message.from, status: .delivered, timestamp: 7)
         ), requestId: "r-2"), as: UTF8.self)))
         frames.append(("error", String(decoding: ServerFrameCodec.encodeError(.rateLimited, "the server is busy; retry in 25 ms", requestId: "r-3"), as: UTF8.self)))
+        frames.append(("ping", String(decoding: ClientFrameCodec.encode(Ping(protocolVersion: 1, cryptoVersion: 1), requestId: "r-4"), as: UTF8.self)))
+        frames.append(("ping without versions", String(decoding: ClientFrameCodec.encode(Ping()), as: UTF8.self)))
+        frames.append(("pong", String(decoding: ServerFrameCodec.encode(Pong(serverTime: 1_767_268_800_000), requestId: "r-4"), as: UTF8.self)))
+        for ping in [Ping(), Ping(protocolVersion: 1, cryptoVersion: 1), Ping(protocolVersion: 1)] {
+            let bytes = ClientFrameCodec.encode(ping, requestId: "r-5")
+            #expect(try ClientFrameDecoder().decodeGeneral(bytes).get().payload as? Ping == ping)
+            #expect(HotFrames.clientFrame(bytes)?.payload as? Ping == ping)
+        }
+        let pong = ServerFrameCodec.encode(Pong(serverTime: 5), requestId: "r-6")
+        #expect(try ServerFrameCodec.decodeGeneral(pong).payload(as: Pong.self) == Pong(serverTime: 5))
+        #expect(HotFrames.serverFrame(pong)?.payload as? Pong == Pong(serverTime: 5))
         let verdicts = try ContractTests.schemaVerdicts(frames)
         for (name, _) in frames {
             #expect(verdicts[name]?.valid == true, "\(name): \(verdicts[name]?.error ?? "missing")")

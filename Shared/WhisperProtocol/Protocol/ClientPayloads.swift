@@ -340,7 +340,7 @@ public struct AccountDeleteFields: SessionFields, Equatable {
 }
 public typealias AccountDelete = Payload<AccountDeleteFields>
 
-public struct Ping: ClientPayload {
+public struct Ping: ClientPayload, Equatable {
     public static let frameType = ClientFrameType.ping
     public static let fieldNames = ["protocolVersion", "cryptoVersion"]
     public var presentedSessionToken: String? { nil }

@@ -25,6 +25,7 @@ public enum FastPathAudit {
         let forwarded: (any ClientPayload)? = switch fast.payload {
         case is SendMessage: try? ProtocolJSON.decoder.decode(SendMessage.self, from: Data(text))
         case is DeliveryReceipt: try? ProtocolJSON.decoder.decode(DeliveryReceipt.self, from: Data(text))
+        case is Ping: try? ProtocolJSON.decoder.decode(Ping.self, from: Data(text))
         default: nil
         }
         guard let forwarded, samePayload(forwarded, general.payload) else {
@@ -47,6 +48,7 @@ public enum FastPathAudit {
         case let payload as MessageAccepted: payload == general.payload as? MessageAccepted
         case let payload as MessageDelivered: payload == general.payload as? MessageDelivered
         case let payload as ErrorPayload: payload == general.payload as? ErrorPayload
+        case let payload as Pong: payload == general.payload as? Pong
         default: false
         }
         return same ? nil : "server payloads differ"
@@ -60,6 +62,7 @@ public enum FastPathAudit {
         switch a {
         case let payload as SendMessage: payload == b as? SendMessage
         case let payload as DeliveryReceipt: payload == b as? DeliveryReceipt
+        case let payload as Ping: payload == b as? Ping
         default: false
         }
     }

@@ -66,6 +66,31 @@ public protocol HotFieldsReader {
     var fields: Fields? { get }
 }
 
+/// What every idle app sends.
+extension Ping: HotPayload {
+    /// At most the two versions, both supported when present; anything else goes the
+    /// general way, which words the refusal.
+    public init?(fast object: FastJSON.Object) {
+        var protocolVersion: Int?, cryptoVersion: Int?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("protocolVersion", .integer(let value)): protocolVersion = Int(value)
+            case ("cryptoVersion", .integer(let value)): cryptoVersion = Int(value)
+            default: return nil
+            }
+        }
+        guard HotFrames.supportsIfPresent(protocolVersion, cryptoVersion) else { return nil }
+        self.init(protocolVersion: protocolVersion, cryptoVersion: cryptoVersion)
+    }
+
+    public func write(to writer: inout FastJSONWriter) {
+        writer.beginObject()
+        if let protocolVersion { writer.field("protocolVersion", protocolVersion) }
+        if let cryptoVersion { writer.field("cryptoVersion", cryptoVersion) }
+        writer.endObject()
+    }
+}
+
 extension Payload: HotPayload where Fields: HotFields {
     public init?(fast object: FastJSON.Object) {
         var reader = Fields.Reader()
@@ -249,6 +274,27 @@ extension MessageAccepted: HotPayload {
     }
 }
 
+/// The answer to every idle app's `ping`.
+extension Pong: HotPayload {
+    public init?(fast object: FastJSON.Object) {
+        var serverTime: Int64?
+        for field in object.fields {
+            switch (field.key, field.value) {
+            case ("serverTime", .integer(let value)): serverTime = value
+            default: return nil
+            }
+        }
+        guard let serverTime else { return nil }
+        self.init(serverTime: serverTime)
+    }
+
+    public func write(to writer: inout FastJSONWriter) {
+        writer.beginObject()
+        writer.field("serverTime", serverTime)
+        writer.endObject()
+    }
+}
+
 /// Refusals: one per refused frame, many of them past capacity ("the server is busy").
 extension ErrorPayload: HotPayload {
     public init?(fast object: FastJSON.Object) {
@@ -327,7 +373,8 @@ enum HotFrames {
         return (type, requestId, payload)
     }
 
-    /// A `send_message` or `delivery_receipt` that passes every check, or nil.
+    /// A `send_message`, `delivery_receipt` or `ping` (what every idle app sends) that
+    /// passes every check, or nil.
     static func clientFrame(_ bytes: [UInt8]) -> InboundFrame? {
         guard let (typeName, requestId, payloadObject) = envelope(bytes), let type = ClientFrameType(rawValue: typeName) else { return nil }
         let payload: any ClientPayload
@@ -338,6 +385,9 @@ enum HotFrames {
         case .deliveryReceipt:
             guard let receipt = DeliveryReceipt(fast: payloadObject), supports(receipt.protocolVersion, receipt.cryptoVersion) else { return nil }
             payload = receipt
+        case .ping:
+            guard let ping = Ping(fast: payloadObject) else { return nil }
+            payload = ping
         default:
             return nil
         }
@@ -347,11 +397,18 @@ enum HotFrames {
         return InboundFrame(type: type, requestId: requestId, payload: payload, payloadJSON: text)
     }
 
+    /// `ping`'s payload: nothing, or versions the server supports.
+    static func supportsIfPresent(_ protocolVersion: Int?, _ cryptoVersion: Int?) -> Bool {
+        protocolVersion.map { Limits.SUPPORTED_PROTOCOL_VERSIONS.contains($0) } ?? true
+            && cryptoVersion.map { Limits.SUPPORTED_CRYPTO_VERSIONS.contains($0) } ?? true
+    }
+
     private static func supports(_ protocolVersion: Int, _ cryptoVersion: Int) -> Bool {
         Limits.SUPPORTED_PROTOCOL_VERSIONS.contains(protocolVersion) && Limits.SUPPORTED_CRYPTO_VERSIONS.contains(cryptoVersion)
     }
 
-    /// A `message_received`, `message_accepted` or `message_delivered` frame, or nil.
+    /// A `message_received`, `message_accepted`, `message_delivered`, `error` or `pong`
+    /// frame, or nil.
     static func serverFrame(_ bytes: [UInt8]) -> ServerFrame? {
         guard let (typeName, requestId, payloadObject) = envelope(bytes), let type = ServerFrameType(rawValue: typeName) else { return nil }
         let payload: (any ServerPayload)? = switch type {
@@ -359,6 +416,7 @@ enum HotFrames {
         case .messageAccepted: MessageAccepted(fast: payloadObject)
         case .messageDelivered: MessageDelivered(fast: payloadObject)
         case .error: ErrorPayload(fast: payloadObject)
+        case .pong: Pong(fast: payloadObject)
         default: nil
         }
         return payload.map { ServerFrame(type: type, requestId: requestId, payload: $0) }
