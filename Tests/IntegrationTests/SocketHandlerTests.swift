@@ -2,9 +2,12 @@ import HTTPTypes
 import AsyncHTTPClient
 import Foundation
 @testable import GatewayService
+import Logging
 import NIOCore
+import NIOEmbedded
 import NIOHTTP1
 import NIOPosix
+import NIOWebSocket
 import Synchronization
 import Testing
 import WhisperShared
@@ -67,6 +70,41 @@ import WhisperShared
         // A message read while nothing was handled starts a new run, and is timed again.
         #expect(inbox.push([3]).startHandling)
         #expect(inbox.nextTimed().waitingSince > 0)
+    }
+
+    /// The gateway pings only a client it heard nothing from since its last look: an
+    /// app that sends frames of its own more often (the SDK pings every 20 s) costs no
+    /// ping and no pong; a silent one is pinged, and dropped when the ping goes
+    /// unanswered until the next look.
+    @Test func aClientHeardFromSinceTheLastLookIsNotPinged() throws {
+        let channel = EmbeddedChannel()
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+        let connection = ClientConnection(
+            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
+            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
+        )
+        let settings = SocketHandler.Settings(
+            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
+        )
+        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
+        func sent() throws -> [WebSocketOpcode] {
+            var opcodes: [WebSocketOpcode] = []
+            while let frame = try channel.readOutbound(as: WebSocketFrame.self) { opcodes.append(frame.opcode) }
+            return opcodes
+        }
+        func hear() throws {
+            try channel.writeInbound(WebSocketFrame(fin: true, opcode: .pong, maskKey: WebSocketMaskingKey([1, 2, 3, 4]), data: channel.allocator.buffer(capacity: 0)))
+        }
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(try sent() == [.ping], "silent since it opened: pinged")
+        try hear()
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(try sent() == [], "heard from since the last look: not pinged")
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(try sent() == [.ping], "silent again: pinged")
+        channel.embeddedEventLoop.advanceTime(by: .seconds(1))
+        #expect(try sent() == [.connectionClose], "the ping went unanswered: dropped")
+        _ = try? channel.finish()
     }
 
     @Test func bytesPauseReadingToo() {

@@ -27,8 +27,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     struct Settings: Sendable {
-        /// How often the server pings; a client that sends nothing (no pong, no frame)
-        /// between two pings is dropped.
+        /// How often the server looks at the socket: it pings a client that sent nothing
+        /// since the last look, and drops one that sent nothing (no pong, no frame)
+        /// between two pings.
         var pingInterval: TimeAmount
         /// How long a close the server started waits for the client's close frame.
         var closeTimeout: TimeAmount
@@ -59,6 +60,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var fragments: ByteBuffer?
     /// A ping went out and nothing came back since.
     private var awaitingAnswer = false
+    /// Something came from the client since the last ping tick: it is alive, and needs
+    /// no ping (apps that ping themselves more often than the server are never pinged).
+    private var heardSinceTick = false
     /// This side sent its close frame: the next close frame ends the connection.
     private var closeSent = false
     private var pinger: RepeatedTask?
@@ -97,6 +101,7 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
         awaitingAnswer = false
+        heardSinceTick = true
         guard frame.maskKey != nil, frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
             fail(context: context, .protocolError, "client frames must be masked and use no extension bits")
             return
@@ -210,6 +215,10 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func ping(context: ChannelHandlerContext) {
         guard !closeSent else { return }
+        if heardSinceTick {
+            heardSinceTick = false
+            return
+        }
         // A socket whose reading is paused cannot show its pongs; it is not dead.
         if awaitingAnswer, !connection.inbox.isPaused {
             connection.logger.info("socket_ping_timeout")
