@@ -35,7 +35,7 @@ hold_sockets() {
     trap 'stop_loaders; cleanup' EXIT
     for index in $(seq 1 "$GATEWAYS"); do
         url="ws://127.0.0.1:$((18070 + index * 10))/ws"
-        "$BIN/whisper-load" --gateway "$url" --idle-sockets "$per" --concurrency 32 --hold 86400 \
+        "$BIN/whisper-load" --gateway "$url" --idle-sockets "$per" "${LEAN[@]}" --concurrency 32 --hold 86400 \
             >"$DATA/bench-logs/sockets-$index.log" 2>&1 &
         SOCKET_LOADERS+=($!)
     done

@@ -13,6 +13,9 @@ struct LoadRole: Sendable {
         case sender(peer: PeerKeys, pace: SendPace)
         /// Acknowledges every message from `peer`; measures those that arrive after `measureFrom`.
         case recipient(peer: PeerKeys, verify: Bool, measureFrom: ContinuousClock.Instant)
+        /// An idle app: bound, holding its presence, sending a `ping` frame every
+        /// `pingEvery` (the SDK's default is 20 s), from a random phase.
+        case idle(pingEvery: TimeAmount)
     }
 
     var whisperId: String
@@ -193,11 +196,13 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     var unanswered: Int { inFlight.count }
     var nextPrepared = 0
     var bindAttempts = 0
+    /// An idle socket's pings.
+    var pinger: RepeatedTask?
 
     init(role: LoadRole, bound: EventLoopPromise<Void>) {
         self.role = role
         self.bound = bound
-        let peer: PeerKeys
+        let peer: PeerKeys?
         switch role.kind {
         case .sender(let to, let pace):
             peer = to
@@ -205,8 +210,11 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
         case .recipient(let from, _, _):
             peer = from
             pace = SendPace(perSecond: 0, phase: 0, arrivals: .even, window: 0, end: .now)
+        case .idle:
+            peer = nil
+            pace = SendPace(perSecond: 0, phase: 0, arrivals: .even, window: 0, end: .now)
         }
-        conversation = ConversationKey(mine: role.keys, peer: peer)
+        conversation = peer.flatMap { ConversationKey(mine: role.keys, peer: $0) }
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -283,8 +291,25 @@ private final class LoadSocketHandler: ChannelInboundHandler, PacedSender {
     }
 
     private func start(context: ChannelHandlerContext) {
-        guard case .sender = role.kind else { return }
-        startSending(context: context)
+        switch role.kind {
+        case .sender:
+            startSending(context: context)
+        case .idle(let every):
+            let ping = context.channel.allocator.buffer(bytes: ClientFrameCodec.encode(Ping()))
+            let handlerContext = NIOLoopBound(context, eventLoop: context.eventLoop)
+            let phase = TimeAmount.nanoseconds(Int64.random(in: 0..<max(1, every.nanoseconds)))
+            pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: phase, delay: every) { _ in
+                WebSocketMessages.write(ping, context: handlerContext.value)
+            }
+        case .recipient:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        pinger?.cancel()
+        pinger = nil
+        context.fireChannelInactive()
     }
 
     func sendOne(context: ChannelHandlerContext) {

@@ -57,6 +57,9 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --idle-sockets: the gateway's process ID, whose resident memory is read before and after the sockets open.")
     var rssOf: Int32?
 
+    @Flag(help: "With --idle-sockets: after registering through the SDK, hold each socket on a lean handler on the event loop (bound with fetch_pending, a ping frame every 20 s as the SDK sends, no task or actor per socket) instead of a WhisperSession: the apps' side of a benchmark of many sockets costs a few microseconds per socket and second instead of tens, so that the machine measures the gateways.")
+    var lean = false
+
     @Option(help: "With --idle-sockets: registrations in flight at once.")
     var concurrency = 16
 
@@ -253,6 +256,10 @@ extension WhisperLoad {
     /// presence, pinging as an app does between messages, and reconnecting by itself if
     /// the socket goes), then reports the gateway's resident memory per socket.
     func holdIdleSockets(gateways: [String], logger: Logger) async throws {
+        if lean {
+            try await holdLeanIdleSockets(gateways: gateways, logger: logger)
+            return
+        }
         let count = idleSockets
         let before = rssOf.flatMap(Self.residentKiB)
         print("opening \(count) registered idle sockets over \(gateways.count) gateway(s)...")
@@ -307,6 +314,41 @@ extension WhisperLoad {
                          before, after, sessions.count, perSocket))
         }
         for session in sessions { await session.stop() }
+    }
+
+    /// `--lean`: registers `idleSockets` identities through the SDK, then holds each on a
+    /// `LoadSocket` with the idle role (bound, presence held, a `ping` every 20 s).
+    func holdLeanIdleSockets(gateways: [String], logger: Logger) async throws {
+        let count = idleSockets
+        print("registering \(count) identities over \(gateways.count) gateway(s), then holding each on a lean socket...")
+        let started = ContinuousClock.now
+        let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
+        let stats = Stats()
+        var channels: [any Channel] = []
+        channels.reserveCapacity(count)
+        try await withThrowingTaskGroup(of: (any Channel).self) { group in
+            var next = 0
+            func addOne() {
+                let url = gateways[next % gateways.count]
+                next += 1
+                group.addTask {
+                    let party = try await Party.register(url: url, logger: logger)
+                    return try await LoadSocket.open(url: url, role: party.role(.idle(pingEvery: .seconds(20)), stats: stats), on: eventLoop)
+                }
+            }
+            for _ in 0..<min(max(1, concurrency), count) { addOne() }
+            for try await channel in group {
+                channels.append(channel)
+                if next < count { addOne() }
+            }
+        }
+        let opened = ContinuousClock.now - started
+        print(String(format: "%d sockets registered and open after %.1f s", channels.count, Double(opened.components.seconds)))
+        FileHandle.standardOutput.write(Data("holding \(channels.count) sockets for \(Int(hold)) s\n".utf8))
+        await Self.sleepUnlessTerminated(for: .milliseconds(Int64(max(hold, 0) * 1000)))
+        let closed = channels.filter { !$0.isActive }.count
+        if closed > 0 { print("\(closed) of the \(channels.count) sockets had closed") }
+        for channel in channels { try? await channel.close() }
     }
 
     /// Sleeps `duration`, or until the process gets SIGTERM (which then no longer ends it).
