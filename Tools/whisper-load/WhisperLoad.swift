@@ -264,38 +264,24 @@ extension WhisperLoad {
         let before = rssOf.flatMap(Self.residentKiB)
         print("opening \(count) registered idle sockets over \(gateways.count) gateway(s)...")
         let started = ContinuousClock.now
-        var sessions: [WhisperSession] = []
-        sessions.reserveCapacity(count)
-        try await withThrowingTaskGroup(of: WhisperSession.self) { group in
-            var next = 0
-            func addOne() {
-                let url = gateways[next % gateways.count]
-                next += 1
-                group.addTask {
-                    let configuration = WhisperSession.Configuration(gateways: [url], deviceId: RandomID.uuid(), platform: .android)
-                    let session = WhisperSession(
-                        configuration: configuration, keys: try WhisperKeys(seed: Sodium.randomBytes(64)), credentials: nil, logger: logger
-                    )
-                    await session.start()
-                    for await state in session.states {
-                        switch state {
-                        case .connected: return session
-                        case .backingOff(let attempt, _) where attempt >= 3:
-                            await session.stop()
-                            throw LoadFailure("an idle app could not sign in (\(state))")
-                        case .signedOut:
-                            throw LoadFailure("an idle app could not sign in (\(state))")
-                        default: continue
-                        }
-                    }
-                    throw LoadFailure("an idle app stopped before it signed in")
+        let sessions = try await Self.openAll(count, over: gateways, concurrency: concurrency) { url in
+            let configuration = WhisperSession.Configuration(gateways: [url], deviceId: RandomID.uuid(), platform: .android)
+            let session = WhisperSession(
+                configuration: configuration, keys: try WhisperKeys(seed: Sodium.randomBytes(64)), credentials: nil, logger: logger
+            )
+            await session.start()
+            for await state in session.states {
+                switch state {
+                case .connected: return session
+                case .backingOff(let attempt, _) where attempt >= 3:
+                    await session.stop()
+                    throw LoadFailure("an idle app could not sign in (\(state))")
+                case .signedOut:
+                    throw LoadFailure("an idle app could not sign in (\(state))")
+                default: continue
                 }
             }
-            for _ in 0..<min(max(1, concurrency), count) { addOne() }
-            for try await session in group {
-                sessions.append(session)
-                if next < count { addOne() }
-            }
+            throw LoadFailure("an idle app stopped before it signed in")
         }
         let opened = ContinuousClock.now - started
         print(String(format: "%d sockets registered and open after %.1f s", sessions.count, Double(opened.components.seconds)))
@@ -324,23 +310,9 @@ extension WhisperLoad {
         let started = ContinuousClock.now
         let eventLoop = MultiThreadedEventLoopGroup.singleton.any()
         let stats = Stats()
-        var channels: [any Channel] = []
-        channels.reserveCapacity(count)
-        try await withThrowingTaskGroup(of: (any Channel).self) { group in
-            var next = 0
-            func addOne() {
-                let url = gateways[next % gateways.count]
-                next += 1
-                group.addTask {
-                    let party = try await Party.register(url: url, logger: logger)
-                    return try await LoadSocket.open(url: url, role: party.role(.idle(pingEvery: .seconds(20)), stats: stats), on: eventLoop)
-                }
-            }
-            for _ in 0..<min(max(1, concurrency), count) { addOne() }
-            for try await channel in group {
-                channels.append(channel)
-                if next < count { addOne() }
-            }
+        let channels = try await Self.openAll(count, over: gateways, concurrency: concurrency) { url in
+            let party = try await Party.register(url: url, logger: logger)
+            return try await LoadSocket.open(url: url, role: party.role(.idle(pingEvery: .seconds(20)), stats: stats), on: eventLoop)
         }
         let opened = ContinuousClock.now - started
         print(String(format: "%d sockets registered and open after %.1f s", channels.count, Double(opened.components.seconds)))
@@ -349,6 +321,29 @@ extension WhisperLoad {
         let closed = channels.filter { !$0.isActive }.count
         if closed > 0 { print("\(closed) of the \(channels.count) sockets had closed") }
         for channel in channels { try? await channel.close() }
+    }
+
+    /// Makes `count` of something, each with the gateway URL it is to use (round robin),
+    /// with at most `concurrency` being made at once.
+    static func openAll<T: Sendable>(
+        _ count: Int, over gateways: [String], concurrency: Int, _ open: @escaping @Sendable (String) async throws -> T
+    ) async throws -> [T] {
+        var opened: [T] = []
+        opened.reserveCapacity(count)
+        try await withThrowingTaskGroup(of: T.self) { group in
+            var next = 0
+            func addOne() {
+                let url = gateways[next % gateways.count]
+                next += 1
+                group.addTask { try await open(url) }
+            }
+            for _ in 0..<min(max(1, concurrency), count) { addOne() }
+            for try await one in group {
+                opened.append(one)
+                if next < count { addOne() }
+            }
+        }
+        return opened
     }
 
     /// Sleeps `duration`, or until the process gets SIGTERM (which then no longer ends it).
