@@ -404,7 +404,7 @@ enum HotFrames {
     }
 
     private static func supports(_ protocolVersion: Int, _ cryptoVersion: Int) -> Bool {
-        Limits.SUPPORTED_PROTOCOL_VERSIONS.contains(protocolVersion) && Limits.SUPPORTED_CRYPTO_VERSIONS.contains(cryptoVersion)
+        supportsIfPresent(protocolVersion, cryptoVersion)
     }
 
     /// A `message_received`, `message_accepted`, `message_delivered`, `error` or `pong`
