@@ -176,7 +176,10 @@ public actor WhisperSession {
     private var connection: WhisperConnection?
     /// Wakes a backoff early (`networkChanged`) or the flusher (a new message).
     private var alarms: [Alarm: CheckedContinuation<Void, Never>] = [:]
-    private var connectedWaiters: [CheckedContinuation<Void, any Error>] = []
+    /// Callers waiting for a connected socket, each under its own number (its deadline
+    /// fails it alone).
+    private var connectedWaiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+    private var nextWaiter = 0
     private var shown = MessageDeduplicator()
     private var acknowledged = MessageDeduplicator(capacity: 1_000)
     private var presenceWatched: [String] = []
@@ -417,12 +420,17 @@ public actor WhisperSession {
 
     /// The connected socket (signed in, unless the session only listens), waiting up to
     /// `timeout` for one.
+    /// A socket that went again between being connected and this call resuming (the
+    /// session's actor runs other work in between) is waited for again, within the same
+    /// `timeout`.
     private func socket(timeout: Duration) async throws -> WhisperConnection {
-        if connection == nil || !state.isConnected {
-            try await waitForConnection(timeout: timeout)
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            if let connection, state.isConnected { return connection }
+            let left = deadline - .now
+            guard left > .zero else { throw WhisperClientError.timedOut }
+            try await waitForConnection(timeout: left)
         }
-        guard let connection else { throw WhisperClientError.notConnected }
-        return connection
     }
 
     // MARK: - The loop
@@ -786,23 +794,32 @@ public actor WhisperSession {
         state = new
         stateContinuation.yield(new)
         if case .connected = new {
-            connectedWaiters.forEach { $0.resume() }
+            connectedWaiters.values.forEach { $0.resume() }
             connectedWaiters.removeAll()
         }
     }
 
+    /// Waits until the session is connected, `timeout` at most (then
+    /// ``WhisperClientError/timedOut``, for this caller alone).
     private func waitForConnection(timeout: Duration) async throws {
         if case .signedOut = state { throw WhisperClientError.notConnected }
+        let number = nextWaiter
+        nextWaiter += 1
         let deadline = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            await self?.failWaiters(WhisperClientError.timedOut)
+            // Cancelled: the wait ended before its time.
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            await self?.timeOut(waiter: number)
         }
         defer { deadline.cancel() }
-        try await withCheckedThrowingContinuation { connectedWaiters.append($0) }
+        try await withCheckedThrowingContinuation { connectedWaiters[number] = $0 }
+    }
+
+    private func timeOut(waiter number: Int) {
+        connectedWaiters.removeValue(forKey: number)?.resume(throwing: WhisperClientError.timedOut)
     }
 
     private func failWaiters(_ error: any Error) {
-        connectedWaiters.forEach { $0.resume(throwing: error) }
+        connectedWaiters.values.forEach { $0.resume(throwing: error) }
         connectedWaiters.removeAll()
     }
 

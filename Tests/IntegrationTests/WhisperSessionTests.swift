@@ -388,6 +388,47 @@ import WhisperShared
         }
     }
 
+    /// Callers of `connected` while there is no socket: each waits its own time. One that
+    /// gives up fails alone, and the others get the socket once it comes.
+    @Test func callersWaitingForASocketEachWaitTheirOwnTime() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let proxy = try await CuttableProxy.start(to: stack.gateways[0].port)
+            defer { Task { await proxy.stop() } }
+            proxy.cut()
+            var configuration = WhisperSession.Configuration(gateways: ["ws://127.0.0.1:\(proxy.port)/ws"], deviceId: RandomID.uuid(), platform: .ios)
+            configuration.backoff = .init(initial: .milliseconds(100), maximum: .milliseconds(500))
+            configuration.connectTimeout = .seconds(1)
+            let session = WhisperSession(
+                configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
+            )
+            await session.start()
+            let patientAnswer = Mutex<Result<String, any Error>?>(nil)
+            let patient = Task {
+                do {
+                    let id = try await session.connected(timeout: .seconds(30)) { connection, _ in await connection.whisperId ?? "" }
+                    patientAnswer.withLock { $0 = .success(id) }
+                } catch {
+                    patientAnswer.withLock { $0 = .failure(error) }
+                }
+            }
+            defer { patient.cancel() }
+            // A hasty caller gives up while the network is down...
+            await #expect(throws: WhisperClientError.timedOut) {
+                try await session.connected(timeout: .milliseconds(500)) { _, _ in () }
+            }
+            // ...and so does one that was waiting with it, once the first is told.
+            let hastyAgain = Task { try await session.connected(timeout: .milliseconds(300)) { _, _ in () } }
+            await #expect(throws: WhisperClientError.timedOut) { try await hastyAgain.value }
+            #expect(patientAnswer.withLock { $0 } == nil, "a caller waiting 30 s was answered once another caller's wait ended")
+
+            proxy.restore()
+            try await waitUntil { patientAnswer.withLock { $0 } != nil }
+            let answer = try #require(patientAnswer.withLock { $0 })
+            #expect(try answer.get() == (try #require(await session.credentials?.whisperId)))
+            await session.stop()
+        }
+    }
+
     @Test func aMessageComingAgainIsShownOnceAndOneAcknowledgedOfflineLeavesTheQueueOnTheNextSocket() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let bob = try await stack.user(on: 1)
