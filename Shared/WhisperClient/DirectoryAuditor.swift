@@ -1,3 +1,4 @@
+import Foundation
 import WhisperProtocol
 
 /// An auditor of the key directory (docs/key-transparency.md, "Auditing"): it reads
@@ -6,17 +7,26 @@ import WhisperProtocol
 /// - the log it signs is the log of all epochs so far (rebuilt here leaf by leaf);
 /// - the epoch's prefix tree is the previous one with exactly the listed changes
 ///   (``EpochUpdate/verify(previousRoot:)``): nothing removed, nothing else changed;
-/// - no label changes value twice: an entry is set once and may later say it was
-///   deleted, never anything else, so a key swapped in and swapped back is caught even
-///   when its owner was offline.
+/// - an entry that exists changes only to its label's tombstone
+///   (``KeyDirectory/tombstone(label:)``): keys never change, so the one change an entry
+///   may have is its deletion, which anyone can recompute. A key committed over a live
+///   entry, or over a deleted one, is caught here whether or not its owner is watching.
 ///
-/// Memory: 32 bytes per changed label and O(log n) for the log.
+/// Memory: O(log n) for the log.
 public actor DirectoryAuditor {
     /// What a failed check says: the epoch and what is wrong with it.
     public struct Finding: Error, Equatable, Sendable, CustomStringConvertible {
         public var epoch: Int64
         public var problem: String
-        public var description: String { "epoch \(epoch): \(problem)" }
+        /// The entry the finding is about (its label, base64), when it is about one.
+        public var label: String?
+        public var description: String { "epoch \(epoch): \(problem)" + (label.map { " (label \($0))" } ?? "") }
+
+        public init(epoch: Int64, problem: String, label: String? = nil) {
+            self.epoch = epoch
+            self.problem = problem
+            self.label = label
+        }
     }
 
     public let keys: DirectoryKeys
@@ -26,10 +36,9 @@ public actor DirectoryAuditor {
     private var prefixRoot = PrefixTree.empty
     /// The log's perfect subtrees, largest first (a binary counter of the leaves).
     private var frontier: [(level: Int, hash: LogTree.Hash)] = []
-    private var changedOnce: Set<[UInt8]> = []
-    /// Entries added and changed, all epochs so far.
+    /// Entries added, and entries deleted (changed to their tombstones), all epochs so far.
     public private(set) var added = 0
-    public private(set) var changed = 0
+    public private(set) var deleted = 0
 
     public init(keys: DirectoryKeys) {
         self.keys = keys
@@ -47,10 +56,11 @@ public actor DirectoryAuditor {
         } catch {
             throw Finding(epoch: next, problem: "the update proof does not lead from the previous tree to this one (\(error))")
         }
-        for label in checked.changedLabels {
-            guard changedOnce.insert(label).inserted else {
-                throw Finding(epoch: next, problem: "a label changed value a second time")
-            }
+        for entry in checked.changed where entry.value != KeyDirectory.tombstone(label: entry.label) {
+            throw Finding(
+                epoch: next, problem: "an existing entry was given a value other than its tombstone (keys never change; only a deletion may change an entry)",
+                label: Data(entry.label).base64EncodedString()
+            )
         }
         guard let newRoot = head.prefixRootBytes, let logRoot = head.logRootBytes else { throw Finding(epoch: next, problem: "malformed head") }
         var frontier = self.frontier
@@ -73,7 +83,7 @@ public actor DirectoryAuditor {
         self.head = head
         epoch = next
         added += checked.addedLabels.count
-        changed += checked.changedLabels.count
+        deleted += checked.changed.count
     }
 
     /// Checks every epoch published since the last one checked; returns how many. A 429

@@ -87,27 +87,27 @@ import WhisperMessaging
             #expect(fresh.whisperId != alice.whisperId)
             await again.close()
 
-            // The directory publishes the deletion: the entry's value commits to "deleted".
+            // The directory publishes the deletion: the entry's value is its label's tombstone.
             try await waitUntil {
                 try await stack.withPostgres { client in
                     try await client.query("SELECT 1 FROM deleted_identities WHERE whisper_id = \(alice.whisperId) AND kt_epoch IS NOT NULL", logger: TestServers.logger)
                         .decode(Int.self).first { _ in true } != nil
                 }
             }
-            let (opening, value) = try await stack.withPostgres { client in
+            let (label, value) = try await stack.withPostgres { client in
                 let rows = try await client.query(
                     """
-                    SELECT l.opening, n.leaf_value FROM kt_leaves l JOIN kt_nodes n ON n.leaf_label = l.label WHERE l.whisper_id = \(alice.whisperId)
+                    SELECT l.label, n.leaf_value FROM kt_leaves l JOIN kt_nodes n ON n.leaf_label = l.label WHERE l.whisper_id = \(alice.whisperId)
                     """,
                     logger: TestServers.logger
                 )
                 var found: ([UInt8], [UInt8]) = ([], [])
-                for try await (opening, value) in rows.decode((ByteBuffer, ByteBuffer).self) {
-                    found = (Array(opening.readableBytesView), Array(value.readableBytesView))
+                for try await (label, value) in rows.decode((ByteBuffer, ByteBuffer).self) {
+                    found = (Array(label.readableBytesView), Array(value.readableBytesView))
                 }
                 return found
             }
-            #expect(value == KeyDirectory.commitment(opening: opening, whisperId: alice.whisperId, state: .deleted))
+            #expect(!label.isEmpty && value == KeyDirectory.tombstone(label: label))
             // The auditor accepts every epoch: the deletion is the entry's one change.
             let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
             _ = try await auditor.follow(api)

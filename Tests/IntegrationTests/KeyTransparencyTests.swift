@@ -81,7 +81,8 @@ import WhisperShared
             }
 
             // The attacker also has the directory publish the new key: the lookup now passes,
-            // but bob's monitor sees keys that are not his, and the auditor a changed entry.
+            // but bob's monitor sees keys that are not his, and the auditor, with no help
+            // from bob, an entry changed to something other than its tombstone.
             try await stack.withPostgres { client in
                 _ = try await client.query("UPDATE users SET kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger)
             }
@@ -91,20 +92,82 @@ import WhisperShared
             await #expect(throws: KeyTransparencyError.keysNotMine) {
                 try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
             }
-            _ = try await auditor.follow(api)
-            #expect(await auditor.changed == 1, "the auditor sees one entry changed")
+            try await Self.expectFinding(stack, auditor, api, epoch: swapped.head.epoch, about: bob.whisperId)
+        }
+    }
 
-            // Swapping back (to hide it from a monitor that was offline) is a second change:
-            // the auditor refuses the epoch.
+    /// After a real deletion nobody watches the entry: its tombstone is the one value it
+    /// may ever take again, so a key committed over it is the auditor's finding.
+    @Test func aKeyCommittedOverADeletedEntryIsTheAuditorsFinding() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let api = Self.api(stack)
+            _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            _ = try await bob.connection.deleteAccount(keys: bob.keys)
+            let label = try await stack.withPostgres { client in
+                try await waitUntil {
+                    try await client.query("SELECT 1 FROM deleted_identities WHERE whisper_id = \(bob.whisperId) AND kt_epoch IS NOT NULL", logger: TestServers.logger)
+                        .decode(Int.self).first { _ in true } != nil
+                }
+                return try await Self.label(of: bob.whisperId, on: client)
+            }
+            // The deletion is the entry's tombstone, which the auditor recomputes and accepts.
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            _ = try await auditor.follow(api)
+            #expect(await auditor.deleted == 1)
+            let leaf = try await stack.withPostgres { client in
+                try await client.query("SELECT leaf_value FROM kt_nodes WHERE leaf_label = \(ByteBuffer(bytes: label))", logger: TestServers.logger)
+                    .decode(ByteBuffer.self).first { _ in true }.map { Array($0.readableBytesView) }
+            }
+            #expect(leaf == KeyDirectory.tombstone(label: label))
+
+            // The operator brings bob back with keys of its own, and the directory commits them.
+            let mallory = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
             try await stack.withPostgres { client in
                 _ = try await client.query(
-                    "UPDATE users SET enc_public_key = \(ByteBuffer(bytes: bob.keys.encPublicKey)), kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)",
+                    """
+                    INSERT INTO users (whisper_id, enc_public_key, sign_public_key)
+                    VALUES (\(bob.whisperId), \(ByteBuffer(bytes: mallory.encPublicKey)), \(ByteBuffer(bytes: mallory.signPublicKey)))
+                    """,
                     logger: TestServers.logger
                 )
             }
             try await Self.waitForPublication(stack)
-            await #expect(throws: DirectoryAuditor.Finding.self) { _ = try await auditor.follow(api) }
+            let forged = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            #expect(forged.keys.signPublicKey == mallory.signPublicKey, "a client is served the forged keys with a valid proof")
+            try await Self.expectFinding(stack, auditor, api, epoch: forged.head.epoch, about: bob.whisperId)
         }
+    }
+
+    /// The entry's label as the directory stores it.
+    static func label(of whisperId: String, on client: PostgresClient) async throws -> [UInt8] {
+        let label = try await client.query("SELECT label FROM kt_leaves WHERE whisper_id = \(whisperId)", logger: TestServers.logger)
+            .decode(ByteBuffer.self).first { _ in true }
+        return Array(try #require(label).readableBytesView)
+    }
+
+    /// The auditor in this process and `whisper-audit` from the start both find epoch
+    /// `epoch` wrong, naming `whisperId`'s entry by its label.
+    static func expectFinding(_ stack: MessagingStack, _ auditor: DirectoryAuditor, _ api: WhisperAPI, epoch: Int64, about whisperId: String) async throws {
+        let label = Data(try await stack.withPostgres { try await Self.label(of: whisperId, on: $0) }).base64EncodedString()
+        do {
+            _ = try await auditor.follow(api)
+            Issue.record("the auditor passed epoch \(epoch)")
+        } catch let finding as DirectoryAuditor.Finding {
+            #expect(finding.epoch == epoch)
+            #expect(finding.label == label)
+        }
+        let audit = Process()
+        audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
+        audit.arguments = ["--server", stack.auth.baseURL]
+        let output = Pipe()
+        audit.standardOutput = output
+        audit.standardError = FileHandle.nullDevice
+        try audit.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        audit.waitUntilExit()
+        #expect(audit.terminationStatus == 1, "whisper-audit printed: \(printed)")
+        #expect(printed.contains("FAILED: epoch \(epoch):") && printed.contains(label), "whisper-audit printed: \(printed)")
     }
 
     @Test func aHeadRolledBackIsRefusedAndTwoHeadsForOneEpochAreCaughtWhenComparedAlsoInMessages() async throws {

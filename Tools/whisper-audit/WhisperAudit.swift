@@ -36,8 +36,8 @@ struct WhisperAudit: AsyncParsableCommand {
             do {
                 let checked = try await auditor.follow(api)
                 if checked > 0 || !follow {
-                    let epoch = await auditor.epoch, added = await auditor.added, changed = await auditor.changed
-                    print("checked \(checked) epoch(s); up to epoch \(epoch): \(added) entries added, \(changed) changed, every check passed")
+                    let epoch = await auditor.epoch, added = await auditor.added, deleted = await auditor.deleted
+                    print("checked \(checked) epoch(s); up to epoch \(epoch): \(added) entries added, \(deleted) deleted, every check passed")
                 }
             } catch let finding as DirectoryAuditor.Finding {
                 print("FAILED: \(finding)")

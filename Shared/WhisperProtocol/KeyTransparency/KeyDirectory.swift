@@ -19,22 +19,30 @@ public enum KeyDirectory {
     public enum KeyState: Sendable, Equatable {
         case active(encPublicKey: [UInt8], signPublicKey: [UInt8])
         case deleted
+    }
 
-        /// `0x01 ‖ encPublicKey ‖ signPublicKey`, or `0x02` alone.
-        public var encoded: [UInt8] {
-            switch self {
-            case .active(let enc, let sign): [0x01] + enc + sign
-            case .deleted: [0x02]
-            }
+    /// A leaf's value for an entry in `state`: an active entry's hiding commitment to its
+    /// keys, or a deleted entry's public tombstone.
+    public static func value(label: [UInt8], opening: [UInt8], whisperId: String, state: KeyState) -> [UInt8] {
+        switch state {
+        case .active(let enc, let sign): commitment(opening: opening, whisperId: whisperId, encPublicKey: enc, signPublicKey: sign)
+        case .deleted: tombstone(label: label)
         }
     }
 
-    /// A leaf's value: `HMAC-SHA-256(key: opening, "whisper-kt-commit-v1\n" ‖ whisperId ‖ "\n" ‖ state)`.
+    /// An active entry's value: `HMAC-SHA-256(key: opening, "whisper-kt-commit-v1\n" ‖ whisperId ‖ "\n" ‖ 0x01 ‖ encPublicKey ‖ signPublicKey)`.
     /// The opening is 32 random bytes kept by the directory and given with each lookup
     /// of that ID, so the value says nothing to anyone without it.
-    public static func commitment(opening: [UInt8], whisperId: String, state: KeyState) -> [UInt8] {
-        let message = Array("whisper-kt-commit-v1\n\(whisperId)\n".utf8) + state.encoded
+    public static func commitment(opening: [UInt8], whisperId: String, encPublicKey: [UInt8], signPublicKey: [UInt8]) -> [UInt8] {
+        let message = Array("whisper-kt-commit-v1\n\(whisperId)\n".utf8) + [0x01] + encPublicKey + signPublicKey
         return Array(HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: opening)))
+    }
+
+    /// A deleted entry's value: `SHA-256("whisper-kt-tombstone-v1\n" ‖ label)`. Anyone
+    /// computes it from the label alone, so an auditor tells a deletion (the one change an
+    /// entry may have: keys never change) from a substitution without the owner's help.
+    public static func tombstone(label: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: Array("whisper-kt-tombstone-v1\n".utf8) + label))
     }
 
     static func bigEndian(_ value: Int64) -> [UInt8] {
@@ -204,8 +212,8 @@ extension KeyProof {
             guard let hash = DirectoryHead.bytes(sibling, 32) else { throw .malformed("sibling") }
             path.append(hash)
         }
-        let value = KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
         let label = KeyDirectory.label(vrfOutput: output)
+        let value = KeyDirectory.value(label: label, opening: opening, whisperId: whisperId, state: state)
         guard let root = head.prefixRootBytes,
               (try? PrefixTree.verify(label: label, proof: PrefixTree.Proof(siblings: path, end: .found(value: value)), root: root)) == value
         else { throw .badInclusionProof }
@@ -275,8 +283,8 @@ public struct EpochUpdate: Codable, Sendable, Equatable {
 
     /// What an auditor learns from checking this epoch against the previous prefix root.
     public struct Checked: Sendable, Equatable {
-        /// Labels that were already present and got a new value.
-        public var changedLabels: [[UInt8]]
+        /// Entries that were already present, with the value they were set to.
+        public var changed: [PrefixTree.Entry]
         /// Labels new in this epoch.
         public var addedLabels: [[UInt8]]
     }
@@ -312,7 +320,7 @@ public struct EpochUpdate: Codable, Sendable, Equatable {
             throw .malformed("update proof")
         }
         return Checked(
-            changedLabels: changes.filter { existing.contains($0.label) }.map(\.label),
+            changed: changes.filter { existing.contains($0.label) },
             addedLabels: changes.filter { !existing.contains($0.label) }.map(\.label)
         )
     }

@@ -100,7 +100,7 @@ public struct DirectoryPublisher: Sendable {
             if let previous, waiting.isEmpty, Double(now - previous.head.publishedAt) < headMaxAge.milliseconds { return nil }
 
             let epoch = (previous?.head.epoch ?? 0) + 1
-            let changes = waiting.map { PrefixTree.Entry(label: $0.label, value: $0.commitment) }
+            let changes = waiting.map { PrefixTree.Entry(label: $0.label, value: $0.value) }
             let update = try await PrefixTree.update(changes) { positions in
                 try await DirectoryStore.nodes(positions, on: connection, logger: logger)
             }
@@ -146,12 +146,13 @@ public struct DirectoryPublisher: Sendable {
         var label: [UInt8]
         var vrfProof: [UInt8]
         var opening: [UInt8]
-        var commitment: [UInt8]
+        /// The leaf's new value: a fresh commitment, or the label's tombstone.
+        var value: [UInt8]
     }
 
     /// The entries to publish: identities not yet in an epoch, oldest first, locked for
     /// this transaction; each with its label (kept from an earlier epoch, else proven
-    /// now) and a fresh commitment.
+    /// now) and its value (a fresh commitment, or for a deleted identity its tombstone).
     private func waiting(on connection: PostgresConnection) async throws -> [Waiting] {
         // Deletions first (their entries must say so soon), then new and changed identities.
         let deleted = try await connection.query(
@@ -190,7 +191,7 @@ public struct DirectoryPublisher: Sendable {
                         guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
                         let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
                         let opening = Sodium.randomBytes(32)
-                        // A deleted identity has no keys: its entry says so.
+                        // A deleted identity has no keys: its entry is its label's tombstone.
                         let state: KeyDirectory.KeyState = if let enc, let sign {
                             .active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))
                         } else {
@@ -198,7 +199,7 @@ public struct DirectoryPublisher: Sendable {
                         }
                         made.append(Waiting(
                             whisperId: whisperId, label: label, vrfProof: proof, opening: opening,
-                            commitment: KeyDirectory.commitment(opening: opening, whisperId: whisperId, state: state)
+                            value: KeyDirectory.value(label: label, opening: opening, whisperId: whisperId, state: state)
                         ))
                     }
                     return (index, made)
