@@ -13,10 +13,23 @@ import WhisperProtocol
 public actor DirectoryView {
     public private(set) var keys: DirectoryKeys?
     public private(set) var head: DirectoryHead?
+    /// A head published longer ago than this is refused as
+    /// ``KeyTransparencyError/staleHead(epoch:publishedAt:)``, also when it is the one held.
+    public let maxHeadAge: Duration
 
-    public init(keys: DirectoryKeys? = nil, head: DirectoryHead? = nil) {
+    public init(keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, maxHeadAge: Duration = KeyDirectory.staleHeadAge) {
         self.keys = keys
         self.head = head
+        self.maxHeadAge = maxHeadAge
+    }
+
+    /// Refuses a head past ``maxHeadAge``: a directory that keeps showing one epoch (the
+    /// held one, or any old one) freezes this client's view, so that what changed since
+    /// is kept from it.
+    func checkFresh(_ head: DirectoryHead, now: Int64 = Clock.millisecondsNow()) throws(KeyTransparencyError) {
+        guard now - head.publishedAt <= Int64(maxHeadAge.milliseconds) else {
+            throw .staleHead(epoch: head.epoch, publishedAt: head.publishedAt)
+        }
     }
 
     /// The directory's keys: the pinned ones, or `fetch`'s answer kept from then on.
@@ -41,6 +54,7 @@ public actor DirectoryView {
     /// Checks a lookup's proof that `whisperId` holds `state` and holds its head from now on.
     func accept(_ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys) throws(KeyTransparencyError) -> DirectoryHead {
         let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: head)
+        try checkFresh(checked)
         if checked.epoch >= head?.epoch ?? 0 { head = checked }
         return checked
     }
@@ -67,11 +81,13 @@ public actor DirectoryView {
                 let (newest, proof) = try await newest(held.epoch)
                 guard newest.isSigned(by: keys) else { throw KeyTransparencyError.badHeadSignature }
                 try DirectoryHead.checkExtends(newest, held: held, consistency: proof)
+                try checkFresh(newest)
                 fromHeld = newest
             }
             let (fromOther, proof) = try await newest(other.epoch)
             guard fromOther.isSigned(by: keys) else { throw KeyTransparencyError.badHeadSignature }
             try DirectoryHead.checkExtends(fromOther, held: other, consistency: proof)
+            try checkFresh(fromOther)
             guard let fromHeld else {
                 head = fromOther
                 return

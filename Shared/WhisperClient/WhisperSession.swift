@@ -125,8 +125,15 @@ public actor WhisperSession {
         public var connectTimeout: Duration = .seconds(15)
         /// A session with less than this left is refreshed.
         public var refreshBefore: Duration = .seconds(86_400)
-        /// How often the identity's own key directory entry is checked (also on every connect).
+        /// How often the identity's own key directory entry is checked: at the first
+        /// sign-in, then on this clock whatever the reconnects (a reconnect checks only
+        /// when a check is due, so a gateway's restart does not send every app's lookup
+        /// to auth at once).
         public var monitorInterval: Duration = .seconds(300)
+        /// Once the own entry was proven, how long checks may keep failing (the server
+        /// unreachable, or answering errors) before ``KeyTransparencyError/ownEntryHidden``.
+        /// An answer that the entry waits for an epoch, or a 404, is that alert at once.
+        public var ownEntryGrace: Duration = .seconds(900)
         /// When the server no longer knows the session (it expired, or its store lost it),
         /// register again from the keys (the same identity, this device). Off: the state
         /// becomes ``SessionState/signedOut(_:)`` with ``SignOutReason/sessionEnded`` and the
@@ -192,6 +199,8 @@ public actor WhisperSession {
     private var whisperers: [String: LiveWhisperer] = [:]
     private var listeners: [String: LiveListener] = [:]
     private var gatewayIndex = 0
+    /// The own-entry monitor's memory, kept across sockets.
+    private var ownEntry = OwnEntryWatch()
     /// Set by `networkChanged`: the next try starts at once.
     private var skipBackoff = false
 
@@ -770,20 +779,27 @@ public actor WhisperSession {
         }
     }
 
-    /// Checks the identity's own key directory entry now and every `monitorInterval`.
+    /// Checks the identity's own key directory entry when a check is due (the first
+    /// sign-in, then every `monitorInterval`), while the socket lasts.
     private func monitor() async {
         guard let api, let keys else { return }
         while !Task.isCancelled {
-            if let credentials {
-                do {
-                    try await api.checkOwnEntry(whisperId: credentials.whisperId, keys: keys, sessionToken: credentials.sessionToken)
-                } catch let error as KeyTransparencyError where error != .notYetPublished {
-                    eventContinuation.yield(.directoryAlert(error))
-                } catch {
-                    // Unreachable or not published yet: the next round tries again.
-                }
+            if let due = ownEntry.dueAt, due > .now {
+                guard (try? await Task.sleep(until: due, clock: .continuous)) != nil else { return }
+                continue
             }
-            try? await Task.sleep(for: configuration.monitorInterval)
+            ownEntry.dueAt = .now + configuration.monitorInterval
+            guard let credentials else { continue }
+            let outcome: Result<Void, any Error>
+            do {
+                try await api.checkOwnEntry(whisperId: credentials.whisperId, keys: keys, sessionToken: credentials.sessionToken)
+                outcome = .success(())
+            } catch {
+                outcome = .failure(error)
+            }
+            if let alert = ownEntry.checked(outcome, grace: configuration.ownEntryGrace) {
+                eventContinuation.yield(.directoryAlert(alert))
+            }
         }
     }
 
@@ -844,4 +860,47 @@ public actor WhisperSession {
 /// The server ended the session for a reason the session object must not undo.
 private struct SessionEnded: Error {
     var reason: SignOutReason
+}
+
+/// What the session's monitor remembers of its own directory entry (docs/sdk.md, "Key
+/// transparency"): when the next check is due, and whether the entry was proven before,
+/// so that the server cannot blind the monitor by no longer showing the entry to its
+/// owner (lookups are authenticated: the server knows who asks).
+struct OwnEntryWatch {
+    /// When the next check is due; nil before the first.
+    var dueAt: ContinuousClock.Instant?
+    /// The entry was proven with the owner's keys at least once.
+    private(set) var proven = false
+    /// Since when checks of a proven entry have failed.
+    private(set) var failingSince: ContinuousClock.Instant?
+    /// `ownEntryHidden` was reported since the entry was last proven (it is reported once).
+    private(set) var hiddenReported = false
+
+    /// Takes a check's outcome; returns the alert for the app, if any.
+    /// - a proof failure (`keysNotMine`, `badInclusionProof`, `staleHead`, ...): that alert;
+    /// - after a proof: "waiting" or 404 at once, other failures past `grace`: `ownEntryHidden`;
+    /// - before any proof, "waiting" is a new identity's first epoch still to come.
+    mutating func checked(_ outcome: Result<Void, any Error>, grace: Duration, now: ContinuousClock.Instant = .now) -> KeyTransparencyError? {
+        let error: any Error
+        switch outcome {
+        case .success:
+            proven = true
+            failingSince = nil
+            hiddenReported = false
+            return nil
+        case .failure(let failure):
+            error = failure
+        }
+        if let problem = error as? KeyTransparencyError, problem != .notYetPublished { return problem }
+        guard proven else { return nil }
+        let since = failingSince ?? now
+        failingSince = since
+        let withheld: Bool = switch error {
+        case KeyTransparencyError.notYetPublished, WhisperAPIError.refused(404, _, _): true
+        default: now - since >= grace
+        }
+        guard withheld, !hiddenReported else { return nil }
+        hiddenReported = true
+        return .ownEntryHidden
+    }
 }

@@ -139,6 +139,78 @@ import WhisperShared
         }
     }
 
+    /// A directory that stops publishing keeps every client on its last head: past the
+    /// bound, that head is refused as stale by the SDK and reported by whisper-audit.
+    @Test func aHeadPastItsAgeIsStale() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let bound = Duration.seconds(2)
+            let api = Self.api(stack, directory: DirectoryView(maxHeadAge: bound))
+            let fresh = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            // Nothing changes, so nothing is published (the heartbeat epoch is an hour away).
+            try await waitUntil { Clock.millisecondsNow() - fresh.head.publishedAt > Int64(bound.milliseconds) + 200 }
+            await #expect(throws: KeyTransparencyError.staleHead(epoch: fresh.head.epoch, publishedAt: fresh.head.publishedAt)) {
+                _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            }
+            let (status, printed) = try Self.audit(stack, "--max-head-age", "2")
+            #expect(status == 1 && printed.contains("STALE: the newest head, epoch \(fresh.head.epoch),"), "whisper-audit printed: \(printed)")
+        }
+    }
+
+    /// Lookups are authenticated, so the server could hide the owner's entry from the
+    /// owner alone ("waiting", or 404) while serving others a key of its own: once the
+    /// entry was proven, the session's monitor tells the app.
+    @Test func theOwnersEntryHiddenFromItsSessionIsAnAlert() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            func watched() async throws -> (WhisperSession, WhisperSessionTests.Watcher, WhisperAPI, String) {
+                var configuration = WhisperSession.Configuration(gateways: [stack.websocketURL(0)], deviceId: RandomID.uuid(), platform: .ios)
+                configuration.monitorInterval = .milliseconds(500)
+                var api = Self.api(stack)
+                api.directoryWait = .seconds(1)
+                let session = WhisperSession(
+                    configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, api: api, logger: TestServers.logger
+                )
+                let watcher = WhisperSessionTests.Watcher(session)
+                await session.start()
+                // Proven once: the monitor's lookup held a head.
+                try await waitUntil(timeout: .seconds(20)) { await api.directory.head != nil }
+                return (session, watcher, api, try #require(await session.credentials?.whisperId))
+            }
+            let (alice, aliceWatch, _, aliceId) = try await watched()
+            defer { aliceWatch.cancel() }
+            let (bob, bobWatch, _, bobId) = try await watched()
+            defer { bobWatch.cancel() }
+            #expect(aliceWatch.alerts.withLock { $0 }.isEmpty && bobWatch.alerts.withLock { $0 }.isEmpty)
+
+            // Alice's entry answered as waiting for an epoch (its label taken away), Bob's as 404.
+            try await stack.withPostgres { client in
+                _ = try await client.query("DELETE FROM kt_leaves WHERE whisper_id = \(aliceId)", logger: TestServers.logger)
+                _ = try await client.query("DELETE FROM users WHERE whisper_id = \(bobId)", logger: TestServers.logger)
+            }
+            // Within a check's interval and the lookup's wait.
+            try await waitUntil(timeout: .seconds(10)) { aliceWatch.alerts.withLock { $0.contains(.ownEntryHidden) } }
+            try await waitUntil(timeout: .seconds(10)) { bobWatch.alerts.withLock { $0.contains(.ownEntryHidden) } }
+            // Once, not at every check (Alice's monitor checked again while Bob's alert came).
+            #expect(aliceWatch.alerts.withLock { $0.filter { $0 == .ownEntryHidden }.count } == 1)
+            await alice.stop()
+            await bob.stop()
+        }
+    }
+
+    /// Runs `whisper-audit` against the stack's auth; its exit status and what it printed.
+    static func audit(_ stack: MessagingStack, _ arguments: String...) throws -> (Int32, String) {
+        let audit = Process()
+        audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
+        audit.arguments = ["--server", stack.auth.baseURL] + arguments
+        let output = Pipe()
+        audit.standardOutput = output
+        audit.standardError = FileHandle.nullDevice
+        try audit.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        audit.waitUntilExit()
+        return (audit.terminationStatus, printed)
+    }
+
     /// The entry's label as the directory stores it.
     static func label(of whisperId: String, on client: PostgresClient) async throws -> [UInt8] {
         let label = try await client.query("SELECT label FROM kt_leaves WHERE whisper_id = \(whisperId)", logger: TestServers.logger)
@@ -157,16 +229,8 @@ import WhisperShared
             #expect(finding.epoch == epoch)
             #expect(finding.label == label)
         }
-        let audit = Process()
-        audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
-        audit.arguments = ["--server", stack.auth.baseURL]
-        let output = Pipe()
-        audit.standardOutput = output
-        audit.standardError = FileHandle.nullDevice
-        try audit.run()
-        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        audit.waitUntilExit()
-        #expect(audit.terminationStatus == 1, "whisper-audit printed: \(printed)")
+        let (status, printed) = try Self.audit(stack)
+        #expect(status == 1, "whisper-audit printed: \(printed)")
         #expect(printed.contains("FAILED: epoch \(epoch):") && printed.contains(label), "whisper-audit printed: \(printed)")
     }
 

@@ -5,7 +5,8 @@ import WhisperProtocol
 
 /// Audits a Whisper server's key directory from outside (docs/key-transparency.md,
 /// "Auditing"): reads every epoch from the first through the public endpoints and checks
-/// each one (``DirectoryAuditor``). Exits 1 with the finding when a check fails.
+/// each one (``DirectoryAuditor``). Exits 1 with the finding when a check fails, or when
+/// the newest head is older than clients accept (a frozen view).
 @main
 struct WhisperAudit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -24,6 +25,9 @@ struct WhisperAudit: AsyncParsableCommand {
     @Option(help: "Seconds between looks for new epochs when following.")
     var interval = 5
 
+    @Option(help: "The oldest the newest head may be, in seconds, before the view counts as frozen (the directory publishes at least hourly).")
+    var maxHeadAge = Int(KeyDirectory.staleHeadAge.components.seconds)
+
     func run() async throws {
         let base = server.hasSuffix("/") ? String(server.dropLast()) : server
         let pinned = try keys.map { try JSONDecoder().decode(DirectoryKeys.self, from: Data(contentsOf: URL(fileURLWithPath: $0))) }
@@ -41,6 +45,12 @@ struct WhisperAudit: AsyncParsableCommand {
                 }
             } catch let finding as DirectoryAuditor.Finding {
                 print("FAILED: \(finding)")
+                throw ExitCode(1)
+            }
+            // A directory that stops publishing freezes every client's view at its last head.
+            if let head = await auditor.head, Clock.millisecondsNow() - head.publishedAt > Int64(maxHeadAge) * 1_000 {
+                let age = (Clock.millisecondsNow() - head.publishedAt) / 1_000
+                print("STALE: the newest head, epoch \(head.epoch), was published \(age) s ago (more than \(maxHeadAge) s): clients refuse it as staleHead")
                 throw ExitCode(1)
             }
             if follow { try await Task.sleep(for: .seconds(interval)) }

@@ -37,7 +37,7 @@ public struct GCWorkerSettings: ServiceSettings {
     /// Entries one epoch takes at most.
     public var directoryBatch = 5_000
     /// An epoch is published at least this often, changes or not.
-    public var directoryHeadMaxAge: Duration = .seconds(3_600)
+    public var directoryHeadMaxAge: Duration = KeyDirectory.longestEpochInterval
     /// Time between copies of new deletions to the deletion journal.
     public var journalInterval: Duration = .seconds(5)
     /// Time between walks of the whole deletion journal (one also at each start).
@@ -74,7 +74,10 @@ public struct GCWorkerSettings: ServiceSettings {
             "gc.worker.kt.interval.ms", default: .milliseconds(Self.defaultDirectoryIntervalMilliseconds), range: 100...60_000
         )
         directoryBatch = settings.int("gc.worker.kt.batch", default: 5_000, range: 1...100_000)
-        directoryHeadMaxAge = settings.seconds("gc.worker.kt.head.max.age.seconds", default: .seconds(3_600), range: 10...86_400)
+        directoryHeadMaxAge = settings.seconds(
+            "gc.worker.kt.head.max.age.seconds", default: KeyDirectory.longestEpochInterval,
+            range: 10...Int(KeyDirectory.longestEpochInterval.components.seconds)
+        )
         journalInterval = settings.seconds("gc.worker.journal.interval.seconds", default: journalInterval, range: 1...3_600)
         journalReapplyInterval = .seconds(
             settings.int("gc.worker.journal.reapply.hours", default: 24, range: 1...720) * 3_600

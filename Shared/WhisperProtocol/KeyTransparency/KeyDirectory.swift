@@ -45,6 +45,15 @@ public enum KeyDirectory {
         Array(SHA256.hash(data: Array("whisper-kt-tombstone-v1\n".utf8) + label))
     }
 
+    /// The longest a directory goes without publishing an epoch: its publisher writes
+    /// one at least this often, with or without changes (`GC_WORKER_KT_HEAD_MAX_AGE_SECONDS`
+    /// may be set lower, never higher), so a head's age says whether a view is frozen.
+    public static let longestEpochInterval: Duration = .seconds(3_600)
+
+    /// A head published longer ago than this is stale (``KeyTransparencyError/staleHead(epoch:publishedAt:)``):
+    /// twice the longest interval between epochs, plus 10 minutes for clocks that differ.
+    public static let staleHeadAge: Duration = longestEpochInterval * 2 + .seconds(600)
+
     static func bigEndian(_ value: Int64) -> [UInt8] {
         (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) }
     }
@@ -193,6 +202,14 @@ public enum KeyTransparencyError: Error, Equatable, Sendable {
     case entryDeleted
     /// The ID is not in the directory yet (newly registered: it is in the next epoch).
     case notYetPublished
+    /// The newest head the directory showed was published longer ago than the client's
+    /// bound (``KeyDirectory/staleHeadAge`` by default): the view may be frozen, so that
+    /// changes since (a key given to someone else) are kept from this client.
+    case staleHead(epoch: Int64, publishedAt: Int64)
+    /// The owner's own entry, proven before, is no longer shown to the owner (the lookup
+    /// answers "waiting", 404, or keeps failing): a server may be hiding it from its
+    /// monitor while serving others other keys.
+    case ownEntryHidden
     /// A field of the proof is not what the format says.
     case malformed(String)
 }
