@@ -105,6 +105,7 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
                     postgres: environment.postgres, signer: settings.directorySigner, batchSize: settings.directoryBatch,
                     headMaxAge: settings.directoryHeadMaxAge, logger: environment.logger
                 ),
+                store: DirectoryStore(postgres: environment.postgres, logger: environment.logger), metrics: environment.metrics,
                 interval: settings.directoryInterval, logger: environment.logger
              ),
              DeletionJournalLoop.periodic(
