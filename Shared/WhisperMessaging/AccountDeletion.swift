@@ -128,10 +128,13 @@ public struct AccountDeletion: Sendable {
 
     /// The identity's own keys (every key tagged with its Whisper ID: queue, message
     /// records, peers, groups, watchers, receipts and owed frames, call line, limits), its
-    /// session, and its name in its direct peers' records.
+    /// session, and its name in the records of everyone it wrote to or heard from.
     private func eraseRedis(_ whisperId: String) async throws {
-        // Before its own records go: whom it exchanged messages with, and its own keys.
-        let peers = (try await redis.send("ZRANGE", RedisKeys.peers(whisperId), 0, -1).array ?? []).compactMap(\.string).filter(Format.isWhisperID)
+        // Before its own records go: whom it heard from and whom it wrote to, and its own keys.
+        let listed = try await redis.pipeline([
+            RedisCommand("ZRANGE", RedisKeys.peers(whisperId), 0, -1), RedisCommand("ZRANGE", RedisKeys.wrote(whisperId), 0, -1),
+        ])
+        let peers = Set(listed.flatMap { ($0.array ?? []).compactMap(\.string) }).filter(Format.isWhisperID).sorted()
         let own = try await redis.keys(taggedWith: whisperId)
         _ = try await SessionStore(redis: redis).revokeAll(of: whisperId)
         // Its name in its peers' records; its buckets for routed frames, which live in the
@@ -139,7 +142,10 @@ public struct AccountDeletion: Sendable {
         let shards = redis.configuration.streamShards
         let buckets = Set(Limit.registry.filter { $0.scope == .identity }.map { RouterStream.bucket($0, whisperId, in: shards) })
         let commands = peers.flatMap { peer in
-            [RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("DEL", PendingQueue.pairBucket(recipient: peer, sender: whisperId))]
+            [
+                RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("ZREM", RedisKeys.unanswered(peer), whisperId),
+                RedisCommand("ZREM", RedisKeys.wrote(peer), whisperId), RedisCommand("DEL", PendingQueue.pairBucket(recipient: peer, sender: whisperId)),
+            ]
         } + (buckets.sorted() + own).map { RedisCommand("DEL", $0) }
         for start in stride(from: 0, to: commands.count, by: 200) {
             _ = try await redis.pipeline(Array(commands[start..<min(start + 200, commands.count)]))

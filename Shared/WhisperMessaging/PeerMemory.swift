@@ -30,15 +30,23 @@ public final class PeerMemory: Sendable {
 
     public init() {}
 
-    /// Whether `sender` and `recipient` are direct peers: from memory, else asked of Redis
-    /// (the two `ZSCORE`s of `Peers.exchanged`, one round trip).
+    /// Whether `sender`, who is writing to `recipient`, and `recipient` are direct peers:
+    /// from memory, else asked of Redis (the two `ZSCORE`s of `Peers.exchanged`) in the
+    /// round trip that also records, in the sender's slot, that it wrote to the recipient
+    /// (`peer-wrote.lua`: `RedisKeys.wrote`, refreshed at least once per trust period
+    /// while the sender writes, well within `Peers.window`).
     public func arePeers(_ sender: String, _ recipient: String, on redis: RedisClient) async throws -> Bool {
         let pair = Pair(sender: sender, recipient: recipient)
         let now = ContinuousClock.now
         if let remembered = known.withLock({ $0[pair] }), remembered.until > now {
             return remembered.peers
         }
-        let peers = try await Peers.exchanged(sender, with: [recipient], on: redis).first ?? false
+        let (_, scores) = try await redis.evaluate(
+            Self.wroteScript, keys: [RedisKeys.wrote(sender), RedisKeys.unanswered(sender)],
+            arguments: [recipient, Peers.capacity, Int(Peers.window.milliseconds)],
+            alongside: [RedisCommand("ZSCORE", RedisKeys.peers(sender), recipient), RedisCommand("ZSCORE", RedisKeys.peers(recipient), sender)]
+        )
+        let peers = Peers.exchanged(scores, now: Clock.millisecondsNow())
         let trusted = peers ? Self.peersTrusted : Self.strangersTrusted
         known.withLock { memory in
             if memory.count >= Self.capacity { memory.removeAll(keepingCapacity: true) }
@@ -46,4 +54,7 @@ public final class PeerMemory: Sendable {
         }
         return peers
     }
+
+    /// `peer-wrote.lua` (its header says what it takes).
+    static let wroteScript = RedisScript(RateLimiter.bucketLua + LuaSource.peerWrote)
 }

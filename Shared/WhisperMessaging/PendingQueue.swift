@@ -138,7 +138,7 @@ public struct PendingQueue: Sendable {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
-            Self.strangersKey(recipient),
+            Self.strangersKey(recipient), RedisKeys.unanswered(recipient), RedisKeys.wrote(recipient),
         ]
         let strangers = capacity.strangers, perStranger = capacity.perStranger
         var arguments: [any RedisArgument] = [sender, body, Int(Self.ttl.milliseconds), messageId, redeliver ? 1 : 0]

@@ -1,10 +1,11 @@
 -- KEYS: queue, message key, presence key, the pair's bucket, byte count, the
--- recipient's peers, its strangers hash (all in the recipient's slot). ARGV: sender,
+-- recipient's peers, its strangers hash, its unanswered peers, its wrote set (all in
+-- the recipient's slot). ARGV: sender,
 -- body, ttl ms, messageId, redeliver flag, the bucket's capacity and refill per ms,
 -- the queue's cap in messages and in bytes, the peers' cap and their expiry ms, 1 when
 -- the sender is a stranger to the recipient (not a direct peer), and strangers' caps:
 -- together in messages and in bytes, then each in messages and in bytes. For a group
--- copy also KEYS[8], the recipient's groups, and ARGV 17 and 18, the groupId and the
+-- copy also KEYS[10], the recipient's groups, and ARGV 17 and 18, the groupId and the
 -- membership version the router checked the sender against. Returns
 -- {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
 -- is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
@@ -26,7 +27,7 @@ if known then
     return {'duplicate', '', 0, socket}
 end
 if ARGV[17] then
-    local epoch = redis.call('HGET', KEYS[8], ARGV[17])
+    local epoch = redis.call('HGET', KEYS[10], ARGV[17])
     if not epoch then return {'not_member'} end
     if epoch ~= ARGV[18] then return {'stale', epoch} end
 end
@@ -66,9 +67,21 @@ redis.call('PEXPIRE', KEYS[5], ARGV[3])
 redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
 if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
--- Only a sender new to the set can take it past its cap.
-if redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1 and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then
-    redis.call('ZREMRANGEBYRANK', KEYS[6], 0, -(tonumber(ARGV[10]) + 1))
+-- The sender joins the recipient's peers; one the recipient never wrote to is also
+-- unanswered. Only a sender new to the set can take it past its cap, and then the
+-- oldest unanswered sender leaves (the oldest of all only when every one was
+-- answered): strangers push out strangers, never someone the recipient writes to.
+local new_peer = redis.call('ZADD', KEYS[6], now, ARGV[1]) == 1
+if redis.call('ZSCORE', KEYS[9], ARGV[1]) then
+    redis.call('ZREM', KEYS[8], ARGV[1])
+else
+    redis.call('ZADD', KEYS[8], now, ARGV[1])
+    redis.call('PEXPIRE', KEYS[8], ARGV[11])
+end
+if new_peer and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then
+    local leaving = redis.call('ZRANGE', KEYS[8], 0, 0)[1] or redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+    redis.call('ZREM', KEYS[6], leaving)
+    redis.call('ZREM', KEYS[8], leaving)
 end
 redis.call('PEXPIRE', KEYS[6], ARGV[11])
 return {'stored', id, length + 1, redis.call('GET', KEYS[3])}

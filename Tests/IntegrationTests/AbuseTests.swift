@@ -113,6 +113,60 @@ import WhisperShared
         }
     }
 
+    /// An army of one-message strangers, each a new account, cannot push a real contact
+    /// out of the recipient's peers: when the set is full the senders the recipient never
+    /// wrote to leave first. Once any gateway asks Redis again (its peer memory's trust
+    /// lapsed, or, here, a gateway that never saw the pair), the contact is still a
+    /// contact: its message is stored beside the strangers' full share, and delivered.
+    @Test func anArmyOfOneMessageStrangersCannotPushAContactOut() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 0)
+            // Bob's first message was a stranger's; alice takes it off her queue.
+            let (_, first) = try await bob.sendAndWaitForArrival("hi alice", to: alice)
+            try await alice.connection.acknowledge(first)
+            _ = try await alice.sendAndWaitForArrival("hi bob", to: bob)
+            try await waitUntil { try await stack.pendingDepth(alice.whisperId) == 0 }
+            await alice.connection.close()
+            try await stack.waitUntilOffline(alice)
+
+            // As many strangers as the peer set holds, one message each, eight at a time.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for batch in 0..<8 {
+                    group.addTask {
+                        for _ in 0..<(Peers.capacity / 8) {
+                            let stranger = try await stack.user(on: batch % 2)
+                            _ = try await stranger.connection.send(stranger.message("buy now", to: alice))
+                            await stranger.connection.close()
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let (members, bobStays) = try await stack.withRedis { redis in
+                (
+                    try await redis.send("ZCARD", RedisKeys.peers(alice.whisperId)).int,
+                    try await Peers.exchanged(alice.whisperId, with: [bob.whisperId], on: redis)
+                )
+            }
+            #expect(members == Int64(Peers.capacity), "the strangers filled the set")
+            #expect(bobStays == [true], "bob was pushed out of alice's peers")
+
+            // Bob writes again through the other gateway, which has no memory of the pair.
+            let bobElsewhere = try await stack.reconnect(bob, on: 1)
+            let again = bobElsewhere.message("still your friend", to: alice)
+            _ = try await bobElsewhere.connection.send(again)
+            let back = try await stack.reconnect(alice, on: 0)
+            var cursor: String?
+            var fetched: [String] = []
+            repeat {
+                let page = try await back.connection.fetchPending(cursor: cursor, limit: 200)
+                fetched += page.messages.map(\.messageId)
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(fetched.contains(again.messageId))
+        }
+    }
+
     @Test func aMessageToOneselfIsRefused() async throws {
         try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)

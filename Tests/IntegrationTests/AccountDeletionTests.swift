@@ -25,6 +25,10 @@ import WhisperMessaging
             _ = try await bob.connection.joinChannel(code: ownChannel.joinCode)
             let bobsChannel = try await bob.connection.createChannel(name: "bob's channel")
             _ = try await alice.connection.joinChannel(code: bobsChannel.joinCode)
+            // A stranger alice wrote to, who never answered: she is in his peers (unanswered).
+            let dan = try await stack.user(on: 1)
+            let (_, toDan) = try await alice.sendAndWaitForArrival("hello stranger", to: dan)
+            try await dan.connection.acknowledge(toDan)
             // Messages both ways: bob's to alice waits for her; hers to bob he acknowledges.
             try await bob.connection.send(bob.message("for alice", to: alice))
             let (_, received) = try await alice.sendAndWaitForArrival("for bob", to: bob)
@@ -145,10 +149,12 @@ import WhisperMessaging
             #expect(naming == [DeletionJournal.key(alice.whisperId)], "left in the object store: \(naming) of \(keys.count) objects")
 
             // Redis, key by key: only what others hold of what alice sent them names her
-            // (docs/security.md): bob's records of the messages he took (kept for duplicate
-            // detection with his queue's lifetime) and carol's queue, where one still waits.
+            // (docs/security.md): bob's and dan's records of the messages they took (kept for
+            // duplicate detection with their queues' lifetime) and carol's queue, where one
+            // still waits. Not dan's peers: alice wrote to him one way, and her own record of
+            // that names him.
             let leftovers = try await stack.withRedis { try await Self.keysNaming(alice.whisperId, on: $0) }
-            let othersHold = ["pending:{\(bob.whisperId)}:msg:", "pending:{\(carol.whisperId)}"]
+            let othersHold = ["pending:{\(bob.whisperId)}:msg:", "pending:{\(dan.whisperId)}:msg:", "pending:{\(carol.whisperId)}"]
             #expect(leftovers.allSatisfy { key in othersHold.contains { key.hasPrefix($0) } }, "left in Redis: \(leftovers)")
             #expect(!leftovers.isEmpty, "bob's records of alice's messages are what the check lists; none found means it looked at nothing")
         }

@@ -23,6 +23,15 @@ public enum RedisKeys {
     /// Two identities are direct peers when each is in the other's set within
     /// `Peers.window` (`Peers.exchanged`, docs/protocol.md section 8).
     public static func peers(_ whisperId: String) -> String { "peers:{\(whisperId)}" }
+    /// The members of `peers:{W}` that W never wrote to (one-way senders: strangers, or
+    /// contacts W has not answered yet), scored like `peers:{W}`. When `peers:{W}` is full,
+    /// these go first, so strangers can only push out one another, never someone W
+    /// writes to. Kept by the store script and by `peerWroteScript`.
+    public static func unanswered(_ whisperId: String) -> String { "peers:{\(whisperId)}:unanswered" }
+    /// Whom this identity wrote a 1:1 message to lately: a sorted set scored by time (ms),
+    /// the newest `Peers.capacity`, kept `Peers.window`. Only the identity's own sends
+    /// write it (`PeerMemory`), so nobody else can grow it.
+    public static func wrote(_ whisperId: String) -> String { "wrote:{\(whisperId)}" }
     /// The groups an identity belongs to: a hash of groupId → the group's membership
     /// version (`groups.epoch`) as of the last change. Written by the router that
     /// changes a group, before the change is answered; read by the store script of each
@@ -42,7 +51,8 @@ public enum RedisKeys {
 /// Direct peers: identities that each sent the other a message within `window`.
 public enum Peers {
     public static let window: Duration = .seconds(30 * 86_400)
-    /// Senders remembered per identity (the most recent ones).
+    /// Senders remembered per identity: the most recent ones, those the identity never
+    /// wrote to leaving first (`RedisKeys.unanswered`).
     public static let capacity = 1_000
 
     /// The rule, in one place: A and B are direct peers when B is in `peers:{A}` and A

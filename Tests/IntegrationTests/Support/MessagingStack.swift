@@ -96,7 +96,8 @@ struct MessagingStack {
     }
 
     /// Makes every pair of `whisperIds` direct peers, as if each had sent the other a
-    /// message (the record each stored message leaves, `RedisKeys.peers`): a group's
+    /// message (the records each stored message leaves, `RedisKeys.peers` and
+    /// `RedisKeys.wrote`): a group's
     /// owner adds only its direct peers, and invites anyone else.
     static func makePeers(_ whisperIds: [String], on redis: RedisClient) async throws {
         let now = Clock.millisecondsNow()
@@ -104,6 +105,7 @@ struct MessagingStack {
         for id in whisperIds {
             for other in whisperIds where other != id {
                 commands.append(RedisCommand("ZADD", RedisKeys.peers(id), now, other))
+                commands.append(RedisCommand("ZADD", RedisKeys.wrote(id), now, other))
             }
         }
         guard !commands.isEmpty else { return }
