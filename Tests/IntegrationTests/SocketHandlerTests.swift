@@ -226,6 +226,29 @@ import WhisperShared
         }
     }
 
+    /// An IPv6 subscriber holds a whole /64: every address in it is one client for the
+    /// per-address limits (here the socket cap), another /64 is another client, and an
+    /// IPv4 address mapped into IPv6 is that IPv4 address.
+    @Test func everyAddressOfOneIPv6PrefixIsOneClient() async throws {
+        @Sendable func via(_ client: String) -> HTTPFields { [HTTPField.Name("X-Forwarded-For")!: client] }
+        try await withGateway({
+            $0.maxSocketsPerAddress = 1
+            $0.common.trustedProxies = TrustedProxies("127.0.0.1/32")!
+        }) { port in
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("2001:db8:1:2::7")) { _ in
+                #expect(try await Self.upgrade(port: port, forwardedFor: "2001:db8:1:2:ffff:ffff:ffff:9").status == 429, "the same /64")
+                try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("2001:db8:1:3::7")) { socket in
+                    try await socket.send(#"{"type":"ping","requestId":"next-prefix","payload":{}}"#)
+                    #expect(try await socket.receive().requestId == "next-prefix")
+                }
+            }
+            try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws", headers: via("::ffff:203.0.113.7")) { _ in
+                let same = try await Self.upgrade(port: port, forwardedFor: "203.0.113.7")
+                #expect(same.status == 429, "an IPv4-mapped address is its IPv4 address")
+            }
+        }
+    }
+
     @Test func aRefusedUpgradeIsAnsweredWithItsReason() async throws {
         try await withGateway({ $0.maxSocketsPerAddress = 1 }) { port in
             try await WebSocketTest.connect("ws://127.0.0.1:\(port)/ws") { _ in

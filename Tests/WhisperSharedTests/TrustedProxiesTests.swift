@@ -23,10 +23,10 @@ import WhisperShared
         // From a trusted proxy: the rightmost hop that is not a proxy, whatever the client claims to its left.
         #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["6.6.6.6, 203.0.113.7"]) == "203.0.113.7")
         #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["6.6.6.6", "203.0.113.7, 10.2.2.2"]) == "203.0.113.7")
-        #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["[2001:db8::7]"]) == "2001:db8::7")
+        #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["[2001:db8::7]"]) == "2001:db8::/64")
         #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["203.0.113.7:4711"]) == "203.0.113.7")
-        // One spelling per address.
-        #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["2001:DB8:0:0::7"]) == "2001:db8::7")
+        // One spelling per client.
+        #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["2001:DB8:0:0::7"]) == "2001:db8::/64")
         // No header, or only proxies in it: the last proxy.
         #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: []) == "10.1.1.1")
         #expect(proxies.clientAddress(peer: "10.1.1.1", forwardedFor: ["10.3.3.3"]) == "10.3.3.3")
@@ -36,5 +36,26 @@ import WhisperShared
         // From anyone else the header is ignored.
         #expect(proxies.clientAddress(peer: "203.0.113.9", forwardedFor: ["1.2.3.4"]) == "203.0.113.9")
         #expect(TrustedProxies.none.clientAddress(peer: "10.1.1.1", forwardedFor: ["1.2.3.4"]) == "10.1.1.1")
+    }
+
+    @Test func anIPv6ClientIsItsPrefixAndAMappedIPv4AddressIsThatAddress() throws {
+        var proxies = TrustedProxies.none
+        // Every address of one /64 (the default) is one client, from a proxy or not.
+        let one = ["2001:db8:1:2::7", "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:DB8:1:2:0:0:0:1"].map { proxies.clientAddress(peer: $0, forwardedFor: []) }
+        #expect(Set(one) == ["2001:db8:1:2::/64"])
+        #expect(proxies.clientAddress(peer: "2001:db8:1:3::7", forwardedFor: []) == "2001:db8:1:3::/64")
+        #expect(try #require(TrustedProxies("10.0.0.0/8")).clientAddress(peer: "10.1.1.1", forwardedFor: ["2001:db8:1:2::9"]) == "2001:db8:1:2::/64")
+        #expect(proxies.clientAddress(peer: "::ffff:203.0.113.7", forwardedFor: []) == "203.0.113.7")
+        #expect(proxies.clientAddress(peer: "203.0.113.7", forwardedFor: []) == "203.0.113.7")
+        #expect(proxies.clientAddress(peer: "::1", forwardedFor: []) == "::/64")
+        // Another prefix length, and a whole address.
+        proxies.ipv6Prefix = 48
+        #expect(proxies.clientAddress(peer: "2001:db8:1:2::7", forwardedFor: []) == "2001:db8:1::/48")
+        proxies.ipv6Prefix = 56
+        #expect(proxies.clientAddress(peer: "2001:db8:1:2ff::7", forwardedFor: []) == "2001:db8:1:200::/56")
+        proxies.ipv6Prefix = 128
+        #expect(proxies.clientAddress(peer: "2001:db8:1:2::7", forwardedFor: []) == "2001:db8:1:2::7")
+        // Not an address: kept as it came (the channel's "unknown").
+        #expect(proxies.clientAddress(peer: "unknown", forwardedFor: []) == "unknown")
     }
 }

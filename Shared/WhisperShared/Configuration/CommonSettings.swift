@@ -141,5 +141,6 @@ public struct CommonSettings: Sendable {
         } else {
             settings.reject("whisper.trusted.proxies", because: "must list IP addresses or CIDR ranges, comma-separated (10.0.0.0/8, fd00::/8)")
         }
+        self.trustedProxies.ipv6Prefix = settings.int("whisper.client.ipv6.prefix", default: TrustedProxies.standardIPv6Prefix, range: 32...128)
     }
 }

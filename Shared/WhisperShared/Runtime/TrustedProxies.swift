@@ -28,7 +28,12 @@ public struct TrustedProxies: Sendable, Equatable {
     }
 
     let networks: [Network]
+    /// How many leading bits of an IPv6 client address name the client
+    /// (`WHISPER_CLIENT_IPV6_PREFIX`, 64 by default): one subscriber is given a whole
+    /// /64 (or more), so counting /128s would give each billions of addresses.
+    public var ipv6Prefix: Int = Self.standardIPv6Prefix
 
+    public static let standardIPv6Prefix = 64
     public static let none = TrustedProxies(networks: [])
 
     init(networks: [Network]) {
@@ -59,20 +64,40 @@ public struct TrustedProxies: Sendable, Equatable {
         return networks.contains { $0.contains(bytes) }
     }
 
-    /// The client's address: the peer's, unless the peer is a trusted proxy; then the
-    /// nearest address in `X-Forwarded-For` (read right to left) that is not itself a
-    /// trusted proxy. An entry that is not an address ends the search with the last
-    /// trusted hop, so nothing but an address a trusted proxy wrote can become a key.
+    /// The client as every per-address limit keys it: its address (the peer's, unless the
+    /// peer is a trusted proxy; then the nearest address in `X-Forwarded-For`, read right
+    /// to left, that is not itself a trusted proxy), as ``clientKey(_:)`` writes it. An
+    /// entry that is not an address ends the search with the last trusted hop, so nothing
+    /// but an address a trusted proxy wrote can become a key.
     public func clientAddress(peer: String, forwardedFor headers: [String]) -> String {
-        guard !networks.isEmpty, contains(peer) else { return peer }
+        guard !networks.isEmpty, contains(peer) else { return clientKey(peer) }
         var client = peer
         let hops = headers.flatMap { $0.split(separator: ",") }.map { Self.normalize(String($0)) }
         for hop in hops.reversed() {
-            guard let bytes = Self.parse(hop) else { return client }
+            guard let bytes = Self.parse(hop) else { return clientKey(client) }
             client = hop
-            if !networks.contains(where: { $0.contains(bytes) }) { return Self.canonical(bytes) ?? hop }
+            if !networks.contains(where: { $0.contains(bytes) }) { return clientKey(hop) }
         }
-        return client
+        return clientKey(client)
+    }
+
+    /// One spelling per client: an IPv4 address as it is written, an IPv4 address mapped
+    /// into IPv6 (`::ffff:203.0.113.7`) as that IPv4 address, and an IPv6 address as its
+    /// network of ``ipv6Prefix`` bits (`2001:db8:1:2::/64`), so that every address of one
+    /// subscriber's prefix shares its buckets. Anything else is kept as it came.
+    public func clientKey(_ address: String) -> String {
+        guard var bytes = Self.parse(address) else { return address }
+        if bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
+            bytes = Array(bytes[12...])
+        }
+        guard bytes.count == 16 else { return Self.canonical(bytes) ?? address }
+        let prefix = min(max(ipv6Prefix, 0), 128)
+        guard prefix < 128 else { return Self.canonical(bytes) ?? address }
+        for index in bytes.indices {
+            let kept = min(max(prefix - 8 * index, 0), 8)
+            bytes[index] &= UInt8(truncatingIfNeeded: 0xFF << (8 - kept))
+        }
+        return (Self.canonical(bytes) ?? address) + "/\(prefix)"
     }
 
     /// Strips spaces, IPv6 brackets and an IPv4 port (`203.0.113.7:4711`).
