@@ -29,7 +29,9 @@ public actor DirectoryAuditor {
         }
     }
 
-    public let keys: DirectoryKeys
+    /// The directory's keys as the auditor holds them: those it started with, and those
+    /// endorsed since by a held key (``DirectoryKeys/learning(from:now:)``).
+    public private(set) var keys: DirectoryKeys
     /// The last epoch checked (0 before the first).
     public private(set) var epoch: Int64 = 0
     public private(set) var head: DirectoryHead?
@@ -94,7 +96,12 @@ public actor DirectoryAuditor {
         var count = 0
         while epoch < newest.epoch {
             let next = epoch + 1
-            try check(try await Self.patiently { try await api.epochUpdate(next) })
+            let update = try await Self.patiently { try await api.epochUpdate(next) }
+            if keys.signingKey(update.head.keyId) == nil {
+                // A rotation: the new key counts once a held key endorsed it.
+                keys = keys.learning(from: try await Self.patiently { try await api.servedDirectoryKeys() })
+            }
+            try check(update)
             count += 1
         }
         return count

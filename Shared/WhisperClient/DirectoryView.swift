@@ -16,11 +16,20 @@ public actor DirectoryView {
     /// A head published longer ago than this is refused as
     /// ``KeyTransparencyError/staleHead(epoch:publishedAt:)``, also when it is the one held.
     public let maxHeadAge: Duration
+    /// How often the directory's key statements are read again (`GET /kt/keys`) although
+    /// every head is signed by a held key: a key retired since signs nothing from then on.
+    public let keysRefreshInterval: Duration
+    /// When the held keys were last compared with what the directory lists.
+    private var keysReadAt: ContinuousClock.Instant?
 
-    public init(keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, maxHeadAge: Duration = KeyDirectory.staleHeadAge) {
+    public init(
+        keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, maxHeadAge: Duration = KeyDirectory.staleHeadAge,
+        keysRefreshInterval: Duration = .seconds(3_600)
+    ) {
         self.keys = keys
         self.head = head
         self.maxHeadAge = maxHeadAge
+        self.keysRefreshInterval = keysRefreshInterval
     }
 
     /// Refuses a head past ``maxHeadAge``: a directory that keeps showing one epoch (the
@@ -32,23 +41,34 @@ public actor DirectoryView {
         }
     }
 
-    /// The directory's keys: the pinned ones, or `fetch`'s answer kept from then on.
+    /// The directory's keys: the pinned ones, or `fetch`'s answer kept from then on
+    /// (trust on first use: ``DirectoryKeys/firstUse()``).
     func directoryKeys(fetch: () async throws -> DirectoryKeys) async throws -> DirectoryKeys {
         if let keys { return keys }
-        let fetched = try await fetch()
+        let fetched = try await fetch().firstUse()
         if let keys { return keys }
         keys = fetched
+        keysReadAt = .now
         return fetched
     }
 
-    /// Adds signing keys the directory lists now (a rotation: docs/key-transparency.md)
-    /// to the held ones, when its VRF key is the held one; returns the keys held after.
+    /// Whether the held keys should be compared with the directory's list again before a
+    /// head signed by `keyId` is checked: the key is not held (a rotation), or the last
+    /// look is older than ``keysRefreshInterval`` (a retirement).
+    func wantsKeys(for keyId: String) -> Bool {
+        guard let keys else { return true }
+        return keys.signingKey(keyId) == nil || keysReadAt.map { ContinuousClock.now - $0 >= keysRefreshInterval } ?? true
+    }
+
+    /// Takes what the directory lists now through the statements held keys signed (a
+    /// rotation or a retirement: docs/key-transparency.md, "Rotation"); a key listed
+    /// without one is not taken. Returns the keys held after.
     func learn(_ listed: DirectoryKeys) -> DirectoryKeys? {
         guard let held = keys, listed.vrfPublicKey == held.vrfPublicKey else { return nil }
-        var merged = held
-        for key in listed.signingKeys where !merged.signingKeys.contains(key) { merged.signingKeys.append(key) }
-        keys = merged
-        return merged
+        let learned = held.learning(from: listed)
+        keys = learned
+        keysReadAt = .now
+        return learned
     }
 
     /// Checks a lookup's proof that `whisperId` holds `state` and holds its head from now on.

@@ -145,8 +145,9 @@ public struct WhisperAPI: Sendable {
                 continue
             }
             let peer = PeerKeys(whisperId: whisperId, encPublicKey: [UInt8](enc), signPublicKey: [UInt8](sign))
-            if keys.signingKey(proof.head.keyId) == nil {
-                // A head signed by a key not held yet: the directory may have rotated.
+            if await directory.wantsKeys(for: proof.head.keyId) {
+                // A head signed by a key not held yet (the directory may have rotated), or
+                // keys last read long ago (one may have retired).
                 keys = await directory.learn(try await servedDirectoryKeys()) ?? keys
             }
             let head = try await directory.accept(
@@ -181,7 +182,7 @@ public struct WhisperAPI: Sendable {
     }
 
     /// `GET /kt/keys`, as the server answers it (checked by ``DirectoryView`` before use).
-    private func servedDirectoryKeys() async throws -> DirectoryKeys {
+    func servedDirectoryKeys() async throws -> DirectoryKeys {
         try await call(.GET, endpoints.auth, "/kt/keys", token: nil, limit: 16_384)
     }
 

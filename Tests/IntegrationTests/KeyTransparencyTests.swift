@@ -197,6 +197,92 @@ import WhisperShared
         }
     }
 
+    /// Whoever can write the server's database can list a signing key of its own in
+    /// `kt_keys` and sign heads with it: a client that holds the directory's keys takes a
+    /// new one only through a statement a held key signed, so that head is refused.
+    @Test func aSigningKeyAddedInPostgresAloneIsRefused() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let api = Self.api(stack)
+            _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            let mallory = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+            try await stack.withPostgres { client in
+                _ = try await client.query(
+                    """
+                    INSERT INTO kt_keys (purpose, position, key_id, public_key)
+                    VALUES ('signing', 7, \(Ed25519.keyId(mallory.publicKey)), \(ByteBuffer(bytes: mallory.publicKey)))
+                    """,
+                    logger: TestServers.logger
+                )
+                _ = try await Self.signNewestHeadAgain(with: mallory, on: client)
+            }
+            let listed = try await stack.withPostgres { try await DirectoryStore(postgres: $0, logger: TestServers.logger).keys() }
+            #expect(listed?.signingKey(Ed25519.keyId(mallory.publicKey)) != nil, "the key is listed")
+            await #expect(throws: KeyTransparencyError.badHeadSignature) { _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token) }
+            #expect(await api.directory.keys?.signingKey(Ed25519.keyId(mallory.publicKey)) == nil)
+        }
+    }
+
+    /// The operator's rotation (add the new key last, move it first, drop the old one):
+    /// a client that pinned the old key follows it through the old key's endorsement,
+    /// and once the old key is dropped it is retired, so a head it signs later, by
+    /// whoever kept it, is refused.
+    @Test func aRotationIsFollowedThroughItsEndorsementAndARetiredKeySignsNothingMore() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let api = Self.api(stack, directory: DirectoryView(keys: TestServers.directorySigner.publicKeys, keysRefreshInterval: .zero))
+            _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            try await stack.directory.stop()
+            let old = TestServers.directorySigningSeed, new = Sodium.randomBytes(32)
+            let newId = Ed25519.keyId(Ed25519.KeyPair(seed: new).publicKey)
+            @Sendable func publisher(_ seeds: [[UInt8]], _ client: PostgresClient) -> DirectoryPublisher {
+                DirectoryPublisher(
+                    postgres: client, signer: DirectorySigner(vrfSeed: TestServers.directoryVRFSeed, signingSeeds: seeds), batchSize: 100,
+                    headMaxAge: .seconds(3_600), logger: TestServers.logger
+                )
+            }
+            let carol = try await stack.user(on: 0)
+            try await stack.withPostgres { client in
+                try await publisher([old, new], client).recordKeys()
+                try await publisher([new, old], client).recordKeys()
+                #expect(try await publisher([new, old], client).publish()?.head.keyId == newId)
+            }
+            let signedByNew = try await api.keys(of: carol.whisperId, sessionToken: alice.token)
+            #expect(signedByNew.head.keyId == newId, "followed through the old key's endorsement")
+
+            // The old key is dropped: retired from now on.
+            let dave = try await stack.user(on: 1)
+            let retiredAt = Clock.millisecondsNow()
+            try await stack.withPostgres { client in
+                try await publisher([new], client).recordKeys()
+                try await waitUntil { Clock.millisecondsNow() > retiredAt + 1 }
+                _ = try await publisher([new], client).publish()
+                _ = try await Self.signNewestHeadAgain(with: Ed25519.KeyPair(seed: old), on: client)
+            }
+            await #expect(throws: KeyTransparencyError.badHeadSignature) { _ = try await api.keys(of: dave.whisperId, sessionToken: alice.token) }
+            #expect(await api.directory.keys?.retiredAt(Ed25519.keyId(Ed25519.KeyPair(seed: old).publicKey)) != nil)
+        }
+    }
+
+    /// Signs the newest epoch's head again with `pair` (as someone holding that key and the
+    /// database would); returns the epoch.
+    static func signNewestHeadAgain(with pair: Ed25519.KeyPair, on client: PostgresClient) async throws -> Int64 {
+        let rows = try await client.query(
+            "SELECT epoch, log_root, prefix_root, published_at FROM kt_epochs ORDER BY epoch DESC LIMIT 1", logger: TestServers.logger
+        )
+        var newest: (Int64, [UInt8], [UInt8], Int64)?
+        for try await (epoch, log, prefix, at) in rows.decode((Int64, ByteBuffer, ByteBuffer, Int64).self) {
+            newest = (epoch, Array(log.readableBytesView), Array(prefix.readableBytesView), at)
+        }
+        let (epoch, logRoot, prefixRoot, publishedAt) = try #require(newest)
+        let signature = pair.sign(DirectoryHead.signedBytes(epoch: epoch, logRoot: logRoot, prefixRoot: prefixRoot, publishedAt: publishedAt))
+        _ = try await client.query(
+            "UPDATE kt_epochs SET key_id = \(Ed25519.keyId(pair.publicKey)), signature = \(ByteBuffer(bytes: signature)) WHERE epoch = \(epoch)",
+            logger: TestServers.logger
+        )
+        return epoch
+    }
+
     /// Runs `whisper-audit` against the stack's auth; its exit status and what it printed.
     static func audit(_ stack: MessagingStack, _ arguments: String...) throws -> (Int32, String) {
         let audit = Process()

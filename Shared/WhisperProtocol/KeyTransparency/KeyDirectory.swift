@@ -97,10 +97,12 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
         Array("whisper-kt-epoch-v1\n".utf8) + KeyDirectory.bigEndian(epoch) + prefixRoot + KeyDirectory.bigEndian(publishedAt)
     }
 
-    /// Whether one of `keys` signed this head.
+    /// Whether one of `keys` signed this head (a key retired before the head's time
+    /// signs nothing: ``DirectoryKeys/retiredAt(_:)``).
     public func isSigned(by keys: DirectoryKeys) -> Bool {
         guard epoch > 0, let logRoot = logRootBytes, let prefixRoot = prefixRootBytes,
               let signature = Self.bytes(self.signature, 64), let key = keys.signingKey(keyId) else { return false }
+        if let retired = keys.retiredAt(keyId), publishedAt >= retired { return false }
         return Ed25519.verify(
             signature: signature, message: Self.signedBytes(epoch: epoch, logRoot: logRoot, prefixRoot: prefixRoot, publishedAt: publishedAt),
             publicKey: key
@@ -128,17 +130,22 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
 }
 
 /// The directory's public keys (`GET /kt/keys`): its VRF key, fixed for the directory's
-/// life, and the keys heads may be signed with (the signing one first; older ones stay
-/// listed so that heads they signed still check).
+/// life, the keys heads may be signed with (the signing one first; older ones stay
+/// listed so that heads they signed still check), and the statements by which its keys
+/// announced each other and retired (``KeyStatement``). A client that holds keys adds
+/// a listed key only through a statement one of them signed (``learning(from:)``).
 public struct DirectoryKeys: Codable, Sendable, Equatable {
     public typealias SigningKey = ListedKey
 
     public var vrfPublicKey: String
     public var signingKeys: [SigningKey]
+    /// Endorsements and retirements (absent when there are none).
+    public var statements: [KeyStatement]?
 
-    public init(vrfPublicKey: [UInt8], signingKeys: [[UInt8]]) {
+    public init(vrfPublicKey: [UInt8], signingKeys: [[UInt8]], statements: [KeyStatement]? = nil) {
         self.vrfPublicKey = Data(vrfPublicKey).base64EncodedString()
         self.signingKeys = signingKeys.map { ListedKey(publicKey: $0) }
+        self.statements = statements
     }
 
     public var vrfPublicKeyBytes: [UInt8]? { DirectoryHead.bytes(vrfPublicKey, VRF.publicKeyBytes) }
@@ -146,6 +153,105 @@ public struct DirectoryKeys: Codable, Sendable, Equatable {
     /// The listed key with this ID, when its ID is the key's own.
     public func signingKey(_ keyId: String) -> [UInt8]? {
         signingKeys.publicKey(keyId)
+    }
+
+    /// When the key `keyId` was retired (ms since 1970): it signs no head published from then on.
+    public func retiredAt(_ keyId: String) -> Int64? {
+        (statements ?? []).filter { $0.kind == .retire && $0.keyId == keyId }.map(\.at).min()
+    }
+
+    /// The keys a client takes at first contact (trust on first use): the listed signing
+    /// keys, and the statements one of them signed.
+    public func firstUse() -> DirectoryKeys {
+        var taken = self
+        taken.statements = nil
+        return taken.learning(from: self)
+    }
+
+    /// These keys with what `listed` announces through statements they signed: a key
+    /// another held key endorsed is added (and, in turn, what it signed is read), a
+    /// retirement a held key signed is kept. A listed key that no held key endorsed is
+    /// not taken, whoever listed it (a key written into the server's database alone), and
+    /// a key retired before `now` endorses and retires nothing more.
+    public func learning(from listed: DirectoryKeys, now: Int64 = Clock.millisecondsNow()) -> DirectoryKeys {
+        guard listed.vrfPublicKey == vrfPublicKey else { return self }
+        var held = self
+        var waiting = listed.statements ?? []
+        var progress = true
+        while progress {
+            progress = false
+            var left: [KeyStatement] = []
+            for statement in waiting {
+                guard let signer = held.signingKey(statement.by), statement.isSigned(by: signer) else {
+                    left.append(statement)
+                    continue
+                }
+                if let retired = held.retiredAt(statement.by), retired < now { continue }
+                if !(held.statements ?? []).contains(statement) { held.statements = (held.statements ?? []) + [statement] }
+                if statement.kind == .endorse, held.signingKey(statement.keyId) == nil, let key = statement.subjectKey {
+                    held.signingKeys.append(ListedKey(publicKey: key))
+                    progress = true
+                }
+            }
+            waiting = left
+        }
+        return held
+    }
+}
+
+/// A statement one of the directory's signing keys makes about another key: that it is
+/// the directory's (`endorse`), or that it signs no head published at or after `at`
+/// (`retire`). Signed with the key named `by`, over
+/// `"whisper-kt-key-v1\n" ‖ kind (0x01 endorse, 0x02 retire) ‖ publicKey (32) ‖ at (8 bytes, big-endian)`.
+public struct KeyStatement: Codable, Sendable, Equatable, Hashable {
+    public enum Kind: String, Codable, Sendable {
+        case endorse, retire
+    }
+
+    public var kind: Kind
+    /// The key the statement is about: its ID and public key (base64).
+    public var keyId: String
+    public var publicKey: String
+    /// For `endorse`, when it was made; for `retire`, the time from which the key signs
+    /// no head (ms since 1970).
+    public var at: Int64
+    /// The signing key's ID.
+    public var by: String
+    /// Ed25519, base64.
+    public var signature: String
+
+    public init(kind: Kind, publicKey: [UInt8], at: Int64, by signer: Ed25519.KeyPair) {
+        self.kind = kind
+        self.keyId = Ed25519.keyId(publicKey)
+        self.publicKey = Data(publicKey).base64EncodedString()
+        self.at = at
+        self.by = Ed25519.keyId(signer.publicKey)
+        self.signature = Data(signer.sign(Self.signedBytes(kind: kind, publicKey: publicKey, at: at))).base64EncodedString()
+    }
+
+    public init(kind: Kind, publicKey: [UInt8], at: Int64, by: String, signature: [UInt8]) {
+        self.kind = kind
+        self.keyId = Ed25519.keyId(publicKey)
+        self.publicKey = Data(publicKey).base64EncodedString()
+        self.at = at
+        self.by = by
+        self.signature = Data(signature).base64EncodedString()
+    }
+
+    public static func signedBytes(kind: Kind, publicKey: [UInt8], at: Int64) -> [UInt8] {
+        Array("whisper-kt-key-v1\n".utf8) + [kind == .endorse ? 0x01 : 0x02] + publicKey + KeyDirectory.bigEndian(at)
+    }
+
+    /// The key the statement is about, when its ID is the key's own.
+    public var subjectKey: [UInt8]? {
+        guard let key = DirectoryHead.bytes(publicKey, Ed25519.publicKeyBytes), Ed25519.keyId(key) == keyId else { return nil }
+        return key
+    }
+
+    /// Whether `signer` (the key named `by`) signed this statement.
+    public func isSigned(by signer: [UInt8]) -> Bool {
+        guard let key = subjectKey, let signature = DirectoryHead.bytes(signature, 64) else { return false }
+        return Ed25519.verify(signature: signature, message: Self.signedBytes(kind: kind, publicKey: key, at: at), publicKey: signer)
     }
 }
 

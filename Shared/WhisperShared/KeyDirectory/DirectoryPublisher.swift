@@ -23,8 +23,12 @@ public struct DirectorySigner: Sendable, RedactedDescription {
         signing = pairs[0]
         signingId = Ed25519.keyId(pairs[0].publicKey)
         signingKeys = pairs.map(\.publicKey)
+        signingPairs = pairs
         publicKeys = DirectoryKeys(vrfPublicKey: vrf.publicKey, signingKeys: signingKeys)
     }
+
+    /// Every configured signing key, the signing one first.
+    let signingPairs: [Ed25519.KeyPair]
 }
 
 /// Publishes the key directory's epochs (docs/key-transparency.md): takes the identities
@@ -52,14 +56,49 @@ public struct DirectoryPublisher: Sendable {
         self.logger = logger
     }
 
-    /// Records the signer's public keys for `GET /kt/keys`. Refuses a VRF key other than
-    /// the one the directory was started with: every label would change.
+    /// Records the signer's public keys for `GET /kt/keys`, with the statements that let
+    /// clients follow a rotation (docs/key-transparency.md, "Rotation"): each configured
+    /// key endorses every other one, and a signing key recorded before but no longer
+    /// configured is retired now, by the signing key. Statements are kept for good.
+    /// Refuses a VRF key other than the one the directory was started with: every label
+    /// would change.
     public func recordKeys() async throws {
         try await postgres.withTransaction(logger: logger) { connection in
             _ = try await connection.query("SELECT pg_advisory_xact_lock(\(Self.advisoryLock))", logger: logger)
-            let rows = try await connection.query("SELECT public_key FROM kt_keys WHERE purpose = 'vrf'", logger: logger)
-            for try await stored in rows.decode(ByteBuffer.self) where Array(stored.readableBytesView) != signer.vrf.publicKey {
-                throw WhisperError(.internalError, "GC_WORKER_KT_VRF_KEY is not the key this directory was started with (docs/key-transparency.md)")
+            let rows = try await connection.query("SELECT purpose, public_key FROM kt_keys", logger: logger)
+            var recordedSigning: [[UInt8]] = []
+            for try await (purpose, stored) in rows.decode((String, ByteBuffer).self) {
+                let key = Array(stored.readableBytesView)
+                if purpose == "signing" {
+                    recordedSigning.append(key)
+                } else if key != signer.vrf.publicKey {
+                    throw WhisperError(.internalError, "GC_WORKER_KT_VRF_KEY is not the key this directory was started with (docs/key-transparency.md)")
+                }
+            }
+            let now = Clock.millisecondsNow()
+            var statements: [KeyStatement] = []
+            for subject in signer.signingKeys {
+                for endorser in signer.signingPairs where endorser.publicKey != subject {
+                    statements.append(KeyStatement(kind: .endorse, publicKey: subject, at: now, by: endorser))
+                }
+            }
+            for dropped in recordedSigning where !signer.signingKeys.contains(dropped) {
+                statements.append(KeyStatement(kind: .retire, publicKey: dropped, at: now, by: signer.signing))
+            }
+            if !statements.isEmpty {
+                // The first statement of its kind about a key by a signer stands: a retirement keeps its time.
+                _ = try await connection.query(
+                    """
+                    INSERT INTO kt_key_statements (kind, public_key, signer_id, at, signature)
+                    SELECT * FROM unnest(
+                        \(statements.map(\.kind.rawValue))::text[], \(statements.map { ByteBuffer(bytes: $0.subjectKey ?? []) })::bytea[],
+                        \(statements.map(\.by))::text[], \(statements.map(\.at))::bigint[],
+                        \(statements.map { ByteBuffer(data: Data(base64Encoded: $0.signature) ?? Data()) })::bytea[]
+                    )
+                    ON CONFLICT (kind, public_key, signer_id) DO NOTHING
+                    """,
+                    logger: logger
+                )
             }
             _ = try await connection.query("DELETE FROM kt_keys", logger: logger)
             let keys = [signer.vrf.publicKey] + signer.signingKeys

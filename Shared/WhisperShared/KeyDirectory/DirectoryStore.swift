@@ -36,7 +36,8 @@ public struct DirectoryStore: Sendable {
         )
     }
 
-    /// The directory's public keys, as its signer last started with them (nil before it has).
+    /// The directory's public keys, as its signer last started with them, with every key
+    /// statement made (nil before it has).
     public func keys() async throws -> DirectoryKeys? {
         var vrf: [UInt8]?
         var signing: [[UInt8]] = []
@@ -45,7 +46,17 @@ public struct DirectoryStore: Sendable {
             if purpose == "vrf" { vrf = Array(key.readableBytesView) } else { signing.append(Array(key.readableBytesView)) }
         }
         guard let vrf, !signing.isEmpty else { return nil }
-        return DirectoryKeys(vrfPublicKey: vrf, signingKeys: signing)
+        var statements: [KeyStatement] = []
+        let made = try await postgres.query(
+            "SELECT kind, public_key, signer_id, at, signature FROM kt_key_statements ORDER BY at, kind, signer_id", logger: logger
+        )
+        for try await (kind, key, signer, at, signature) in made.decode((String, ByteBuffer, String, Int64, ByteBuffer).self) {
+            guard let kind = KeyStatement.Kind(rawValue: kind) else { continue }
+            statements.append(KeyStatement(
+                kind: kind, publicKey: Array(key.readableBytesView), at: at, by: signer, signature: Array(signature.readableBytesView)
+            ))
+        }
+        return DirectoryKeys(vrfPublicKey: vrf, signingKeys: signing, statements: statements.isEmpty ? nil : statements)
     }
 
     /// The newest head, or epoch `epoch`'s; nil when there is none.

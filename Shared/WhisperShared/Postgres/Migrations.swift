@@ -342,6 +342,21 @@ public enum Migrations {
             "ALTER TABLE deleted_identities ADD COLUMN journaled_at timestamptz",
             "CREATE INDEX deleted_identities_unjournaled ON deleted_identities (deleted_at) WHERE journaled_at IS NULL",
         ]),
+        // The key directory's key statements (docs/key-transparency.md, "Rotation"): which
+        // signing key endorsed which, and which retired when, kept for good so that a
+        // client that held any key of the directory can follow every rotation since.
+        Migration(version: 13, name: "key_statements", statements: [
+            """
+            CREATE TABLE kt_key_statements (
+                kind       text NOT NULL CHECK (kind IN ('endorse', 'retire')),
+                public_key bytea NOT NULL CHECK (octet_length(public_key) = 32),
+                signer_id  text NOT NULL,
+                at         bigint NOT NULL,
+                signature  bytea NOT NULL CHECK (octet_length(signature) = 64),
+                PRIMARY KEY (kind, public_key, signer_id)
+            )
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.
