@@ -428,10 +428,9 @@ public actor WhisperSession {
     }
 
     /// The connected socket (signed in, unless the session only listens), waiting up to
-    /// `timeout` for one.
-    /// A socket that went again between being connected and this call resuming (the
-    /// session's actor runs other work in between) is waited for again, within the same
-    /// `timeout`.
+    /// `timeout` for one. A socket that went again between being connected and this
+    /// call resuming (the session's actor runs other work in between) is waited for
+    /// again, within the same `timeout`.
     private func socket(timeout: Duration) async throws -> WhisperConnection {
         let deadline = ContinuousClock.now + timeout
         while true {
@@ -862,8 +861,8 @@ private struct SessionEnded: Error {
     var reason: SignOutReason
 }
 
-/// What the session's monitor remembers of its own directory entry (docs/sdk.md, "Key
-/// transparency"): when the next check is due, and whether the entry was proven before,
+/// What the session's monitor remembers of its own directory entry
+/// (docs/key-transparency.md, "What the SDK checks"): when the next check is due, and whether the entry was proven before,
 /// so that the server cannot blind the monitor by no longer showing the entry to its
 /// owner (lookups are authenticated: the server knows who asks).
 struct OwnEntryWatch {
