@@ -36,7 +36,7 @@ public actor DirectoryView {
     /// held one, or any old one) freezes this client's view, so that what changed since
     /// is kept from it.
     func checkFresh(_ head: DirectoryHead, now: Int64 = Clock.millisecondsNow()) throws(KeyTransparencyError) {
-        guard now - head.publishedAt <= Int64(maxHeadAge.milliseconds) else {
+        guard head.age(now: now) <= Int64(maxHeadAge.milliseconds) else {
             throw .staleHead(epoch: head.epoch, publishedAt: head.publishedAt)
         }
     }

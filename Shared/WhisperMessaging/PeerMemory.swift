@@ -44,7 +44,7 @@ public final class PeerMemory: Sendable {
         let (_, scores) = try await redis.evaluate(
             Self.wroteScript, keys: [RedisKeys.wrote(sender), RedisKeys.unanswered(sender)],
             arguments: [recipient, Peers.capacity, Int(Peers.window.milliseconds)],
-            alongside: [RedisCommand("ZSCORE", RedisKeys.peers(sender), recipient), RedisCommand("ZSCORE", RedisKeys.peers(recipient), sender)]
+            alongside: Peers.lookups(sender, recipient)
         )
         let peers = Peers.exchanged(scores, now: Clock.millisecondsNow())
         let trusted = peers ? Self.peersTrusted : Self.strangersTrusted

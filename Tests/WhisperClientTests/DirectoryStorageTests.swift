@@ -105,4 +105,12 @@ import WhisperProtocol
             }
         }
     }
+
+    /// A head's time is the server's to choose: its age never traps, whatever it says.
+    @Test func aHeadsAgeSaturatesInsteadOfTrapping() {
+        #expect(DirectoryHead.age(publishedAt: 1_000, now: 4_000) == 3_000)
+        #expect(DirectoryHead.age(publishedAt: 5_000, now: 4_000) == -1_000)
+        #expect(DirectoryHead.age(publishedAt: .min, now: 4_000) == .max)
+        #expect(DirectoryHead.age(publishedAt: .max, now: -4_000) == .min)
+    }
 }

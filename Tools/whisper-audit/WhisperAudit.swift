@@ -48,8 +48,8 @@ struct WhisperAudit: AsyncParsableCommand {
                 throw ExitCode(1)
             }
             // A directory that stops publishing freezes every client's view at its last head.
-            if let head = await auditor.head, Clock.millisecondsNow() - head.publishedAt > Int64(maxHeadAge) * 1_000 {
-                let age = (Clock.millisecondsNow() - head.publishedAt) / 1_000
+            if let head = await auditor.head, Double(head.age()) > Double(maxHeadAge) * 1_000 {
+                let age = head.age() / 1_000
                 print("STALE: the newest head, epoch \(head.epoch), was published \(age) s ago (more than \(maxHeadAge) s): clients refuse it as staleHead")
                 throw ExitCode(1)
             }

@@ -67,7 +67,7 @@ enum CLIFailure: Error, CustomStringConvertible {
         case KeyTransparencyError.notYetPublished:
             return .tryLater("\(what): the identity is not in the key directory yet (registered moments ago); try again in a few seconds")
         case KeyTransparencyError.staleHead(let epoch, let publishedAt):
-            let minutes = max(0, Clock.millisecondsNow() - publishedAt) / 60_000
+            let minutes = max(0, DirectoryHead.age(publishedAt: publishedAt)) / 60_000
             return .refused(
                 "\(what): the key directory's newest head (epoch \(epoch)) is \(minutes) minutes old, and a directory publishes at least hourly: "
                     + "this server may be keeping you on an old view; do not trust keys it serves until it publishes again"

@@ -26,8 +26,7 @@ enum DirectoryLoop {
                 newest = try await store.head()
             }
             if let newest {
-                let (age, overflow) = Clock.millisecondsNow().subtractingReportingOverflow(newest.publishedAt)
-                headAge.set(overflow ? 0 : Double(max(0, age)) / 1_000)
+                headAge.set(Double(max(0, newest.age())) / 1_000)
             }
             return nil
         }

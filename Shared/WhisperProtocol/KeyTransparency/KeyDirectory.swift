@@ -84,6 +84,19 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
     }
 
     public var logRootBytes: [UInt8]? { Self.bytes(logRoot, 32) }
+
+    /// How long ago the head was published (ms; negative for a head from the future).
+    /// `publishedAt` is the server's to choose, so no value of it may trap: past Int64's
+    /// range the age is the bound on that side.
+    public func age(now: Int64 = Clock.millisecondsNow()) -> Int64 {
+        Self.age(publishedAt: publishedAt, now: now)
+    }
+
+    /// The age of a head published at `publishedAt` (``age(now:)``).
+    public static func age(publishedAt: Int64, now: Int64 = Clock.millisecondsNow()) -> Int64 {
+        let (age, overflow) = now.subtractingReportingOverflow(publishedAt)
+        return overflow ? (publishedAt < 0 ? .max : .min) : age
+    }
     public var prefixRootBytes: [UInt8]? { Self.bytes(prefixRoot, 32) }
 
     /// `"whisper-kt-head-v1\n" ‖ epoch (8 bytes, big-endian) ‖ logRoot ‖ prefixRoot ‖ publishedAt (8 bytes)`.

@@ -26,7 +26,7 @@ public enum RedisKeys {
     /// The members of `peers:{W}` that W never wrote to (one-way senders: strangers, or
     /// contacts W has not answered yet), scored like `peers:{W}`. When `peers:{W}` is full,
     /// these go first, so strangers can only push out one another, never someone W
-    /// writes to. Kept by the store script and by `peerWroteScript`.
+    /// writes to. Kept by the store script and by `peer-wrote.lua`.
     public static func unanswered(_ whisperId: String) -> String { "peers:{\(whisperId)}:unanswered" }
     /// Whom this identity wrote a 1:1 message to lately: a sorted set scored by time (ms),
     /// the newest `Peers.capacity`, kept `Peers.window`. Only the identity's own sends
@@ -64,13 +64,16 @@ public enum Peers {
         return scores.count == 2 && times.count == 2 && times.allSatisfy { $0 >= since }
     }
 
+    /// The two look-ups `exchanged` answers for `one` and `other`, in that order.
+    public static func lookups(_ one: String, _ other: String) -> [RedisCommand] {
+        [RedisCommand("ZSCORE", RedisKeys.peers(one), other), RedisCommand("ZSCORE", RedisKeys.peers(other), one)]
+    }
+
     /// Whether `one` and each of `others` are direct peers: the two look-ups of each pair
     /// in one pipeline, answered by `exchanged`.
     public static func exchanged(_ one: String, with others: [String], on redis: RedisClient) async throws -> [Bool] {
         guard !others.isEmpty else { return [] }
-        let scores = try await redis.pipeline(others.flatMap { other in
-            [RedisCommand("ZSCORE", RedisKeys.peers(one), other), RedisCommand("ZSCORE", RedisKeys.peers(other), one)]
-        })
+        let scores = try await redis.pipeline(others.flatMap { lookups(one, $0) })
         let now = Clock.millisecondsNow()
         return others.indices.map { index in
             scores.count > 2 * index + 1 && exchanged([scores[2 * index], scores[2 * index + 1]], now: now)
