@@ -88,12 +88,10 @@ import WhisperShared
         )
         try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
         func sent() throws -> [WebSocketOpcode] {
-            var opcodes: [WebSocketOpcode] = []
-            while let frame = try channel.readOutbound(as: WebSocketFrame.self) { opcodes.append(frame.opcode) }
-            return opcodes
+            try WireFrames.written(to: channel).map(\.opcode)
         }
         func hear() throws {
-            try channel.writeInbound(WebSocketFrame(fin: true, opcode: .pong, maskKey: WebSocketMaskingKey([1, 2, 3, 4]), data: channel.allocator.buffer(capacity: 0)))
+            try channel.writeInbound(WireFrames.clientBytes(.pong, []))
         }
         channel.embeddedEventLoop.advanceTime(by: .seconds(1))
         #expect(try sent() == [.ping], "silent since it opened: pinged")
@@ -105,6 +103,49 @@ import WhisperShared
         channel.embeddedEventLoop.advanceTime(by: .seconds(1))
         #expect(try sent() == [.connectionClose], "the ping went unanswered: dropped")
         _ = try? channel.finish()
+    }
+
+    /// The sockets of one event loop share one timer (`SocketLooks`): each is looked at
+    /// once per interval, counted from when it opened, and a socket that closes leaves
+    /// the wheel whatever its place, so the timer stops with the last one.
+    @Test func theSocketsOfALoopShareOneTimerAndLeaveItWhenTheyClose() throws {
+        let loop = EmbeddedEventLoop()
+        let settings = SocketHandler.Settings(
+            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
+        )
+        func open() throws -> EmbeddedChannel {
+            let channel = EmbeddedChannel(loop: loop)
+            try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
+            let connection = ClientConnection(
+                channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
+                controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
+            )
+            try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
+            return channel
+        }
+        func pinged(_ channel: EmbeddedChannel) throws -> Bool {
+            try WireFrames.written(to: channel).map(\.opcode) == [.ping]
+        }
+        let wheel = settings.looks.wheel(of: loop)
+        let first = try open()
+        loop.advanceTime(by: .milliseconds(500))
+        let second = try open(), third = try open()
+        #expect(wheel.sockets == 3)
+        loop.advanceTime(by: .milliseconds(500))
+        #expect(try pinged(first), "one interval after it opened")
+        #expect(try !pinged(second) && !pinged(third), "half an interval after they opened")
+        // The second leaves its slot; the third takes its place there.
+        // (Closed, not finished: an EmbeddedChannel's finish cancels its loop's timers.)
+        try second.close().wait()
+        #expect(wheel.sockets == 2)
+        loop.advanceTime(by: .milliseconds(500))
+        #expect(try pinged(third), "still looked at after moving within its slot")
+        #expect(try !pinged(first))
+        try third.close().wait()
+        try first.close().wait()
+        #expect(wheel.sockets == 0, "every socket left, wherever it had moved to")
+        #expect(!wheel.ticking, "the loop's timer stopped with its last socket")
+        for channel in [first, second, third] { _ = try? channel.finish(acceptAlreadyClosed: true) }
     }
 
     @Test func bytesPauseReadingToo() {

@@ -208,7 +208,7 @@ public func buildGateway(
         server: HTTPServerBuilder { responder in
             GatewayServerChannel(
                 responder: responder, handshakeTimeout: settings.handshakeTimeout, cap: connectionCap,
-                maxFrameBytes: Limits.MAX_WS_FRAME_BYTES, admit: admit, upgraded: upgraded
+                admit: admit, upgraded: upgraded
             )
         },
         configuration: .init(

@@ -176,9 +176,7 @@ public final class ClientConnection: Sendable {
             channel.close(promise: nil)
             return
         }
-        var buffer = channel.allocator.buffer(capacity: bytes.count)
-        buffer.writeBytes(bytes)
-        let frame = WebSocketFrame(fin: true, opcode: .text, data: buffer)
+        let frame = WebSocketWire.serverFrame(.text, bytes, allocator: channel.allocator)
         guard let onWritten else {
             channel.writeAndFlush(frame, promise: nil)
             return
@@ -194,9 +192,7 @@ public final class ClientConnection: Sendable {
     /// out later). A caller that must not lose the frame stores it on `false`.
     func sendConfirmed(_ bytes: [UInt8], within limit: TimeAmount) async -> Bool {
         guard !closing.load(ordering: .relaxed), channel.isWritable else { return false }
-        var buffer = channel.allocator.buffer(capacity: bytes.count)
-        buffer.writeBytes(bytes)
-        let frame = WebSocketFrame(fin: true, opcode: .text, data: buffer)
+        let frame = WebSocketWire.serverFrame(.text, bytes, allocator: channel.allocator)
         let loop = channel.eventLoop
         let written = loop.makePromise(of: Void.self)
         if loop.inEventLoop {
@@ -212,7 +208,7 @@ public final class ClientConnection: Sendable {
 
     /// Writes on the channel's own event loop; returns whether the socket took the
     /// frame when that was known before the write returned, else nil.
-    private func writeOnLoop(_ frame: WebSocketFrame, promise written: EventLoopPromise<Void>) -> Bool? {
+    private func writeOnLoop(_ frame: ByteBuffer, promise written: EventLoopPromise<Void>) -> Bool? {
         let inline = InlineWrite()
         written.futureResult.assumeIsolated().whenComplete { result in
             if case .success = result { inline.taken = true } else { inline.taken = false }

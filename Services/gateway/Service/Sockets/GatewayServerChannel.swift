@@ -39,7 +39,6 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     let responder: Responder
     let handshakeTimeout: Duration
     let cap: ConnectionCap
-    let maxFrameBytes: Int
     /// The client's address (`ClientAddress`) and why this upgrade request may not become
     /// a socket (path, origin, draining, caps), or nil when it may; runs on the
     /// connection's event loop.
@@ -49,14 +48,13 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void
 
     init(
-        responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap, maxFrameBytes: Int,
+        responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap,
         admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?),
         upgraded: @escaping @Sendable (any Channel, String, String?) throws -> Void
     ) {
         self.responder = Self.sendingUpgradesToANewConnection(responder)
         self.handshakeTimeout = handshakeTimeout
         self.cap = cap
-        self.maxFrameBytes = maxFrameBytes
         self.admit = admit
         self.upgraded = upgraded
     }
@@ -79,9 +77,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
             let refusal = NIOLoopBoundBox<HTTPError?>(nil, eventLoop: channel.eventLoop)
             let address = NIOLoopBoundBox<String?>(nil, eventLoop: channel.eventLoop)
             let device = NIOLoopBoundBox<String?>(nil, eventLoop: channel.eventLoop)
-            let upgrader = NIOTypedWebSocketServerUpgrader<Negotiated>(
-                maxFrameSize: maxFrameBytes,
-                enableAutomaticErrorHandling: true,
+            let upgrader = SocketUpgrader<Negotiated>(
                 shouldUpgrade: { channel, head in
                     let decision = admit(head, channel)
                     (address.value, refusal.value, device.value) = (decision.address, decision.refusal, decision.liveDevice)

@@ -6,8 +6,9 @@ import Synchronization
 import WhisperShared
 
 /// The WebSocket protocol of one client socket, run on the socket's event loop once the
-/// upgrade is done: puts fragmented messages together (at most `maxMessageBytes`, else
-/// close 1009), answers pings, pings the client and drops it when it stops answering,
+/// upgrade is done: reads the frames from the socket's bytes and writes its own
+/// (`WebSocketWire`: one handler in the pipeline, no codec handlers of NIO's), puts
+/// fragmented messages together (at most `maxMessageBytes`, else close 1009), answers pings, pings the client and drops it when it stops answering,
 /// carries out the close handshake from either side, and closes a socket that holds no
 /// session after the sign-in deadline (4004).
 ///
@@ -15,10 +16,11 @@ import WhisperShared
 /// another and ends when the inbox is empty. So an idle socket costs its channel, this
 /// handler and its `ClientConnection`, and no task, stream or buffer: the gateway holds
 /// tens of thousands of them (docs/benchmarks.md, "Today's figures").
-final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
-    typealias InboundIn = WebSocketFrame
-    typealias OutboundIn = WebSocketFrame
-    typealias OutboundOut = WebSocketFrame
+final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    /// Whole frames (`WebSocketWire.serverFrame`): whoever writes to a client socket's
+    /// channel writes them.
+    typealias OutboundOut = ByteBuffer
 
     /// Asks the handler to close with this code (sent by `ClientConnection.close`).
     struct CloseRequest: Sendable {
@@ -26,23 +28,36 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let reason: String
     }
 
-    struct Settings: Sendable {
-        /// How often the server looks at the socket: it pings a client that sent nothing
-        /// since the last look, and drops one that sent nothing (no pong, no frame)
-        /// between two pings.
-        var pingInterval: TimeAmount
+    /// Shared by every socket of a gateway (one reference per socket, not a copy).
+    final class Settings: Sendable {
+        /// How often the server looks at the socket (`SocketLooks`, whose `interval` it
+        /// is): it pings a client that sent nothing since the last look, and drops one
+        /// that sent nothing (no pong, no frame) between two pings.
+        let looks: SocketLooks
         /// How long a close the server started waits for the client's close frame.
-        var closeTimeout: TimeAmount
+        let closeTimeout: TimeAmount
         /// Time from the upgrade to holding a session.
-        var authenticationDeadline: TimeAmount
-        /// Largest message, fragments put together.
-        var maxMessageBytes: Int
+        let authenticationDeadline: TimeAmount
+        /// Largest message, fragments put together (and so the largest frame).
+        let maxMessageBytes: Int
         /// Whether a listener device's socket holds a live-text place: one that does not
         /// by the sign-in deadline is closed like a socket without a session.
-        var holdsLivePlace: @Sendable (ClientConnection) -> Bool = { _ in false }
+        let holdsLivePlace: @Sendable (ClientConnection) -> Bool
         /// Counts the times a socket's queue filled and its reading paused: its client
         /// sent faster than its frames were handled, and TCP now holds it back.
-        var readsPaused: Counter?
+        let readsPaused: Counter?
+
+        init(
+            pingInterval: TimeAmount, closeTimeout: TimeAmount, authenticationDeadline: TimeAmount, maxMessageBytes: Int,
+            holdsLivePlace: @escaping @Sendable (ClientConnection) -> Bool = { _ in false }, readsPaused: Counter? = nil
+        ) {
+            self.looks = SocketLooks(interval: pingInterval)
+            self.closeTimeout = closeTimeout
+            self.authenticationDeadline = authenticationDeadline
+            self.maxMessageBytes = maxMessageBytes
+            self.holdsLivePlace = holdsLivePlace
+            self.readsPaused = readsPaused
+        }
     }
 
     /// Handles one complete message of the socket (in arrival order, one at a time),
@@ -56,8 +71,12 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let onMessage: MessageHandler
     private let onClosed: Farewell
 
+    /// The start of a frame whose bytes have not all come yet (at most one frame's).
+    private var partial: ByteBuffer?
     /// A text or binary message whose later fragments have not all come yet.
-    private var fragments: ByteBuffer?
+    private var fragments: [UInt8]?
+    /// The client broke the protocol: nothing more it sends is read.
+    private var broken = false
     /// A ping went out and nothing came back since.
     private var awaitingAnswer = false
     /// Something came from the client since the last ping tick: it is alive, and needs
@@ -65,7 +84,11 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var heardSinceTick = false
     /// This side sent its close frame: the next close frame ends the connection.
     private var closeSent = false
-    private var pinger: RepeatedTask?
+    /// Set while the handler is in its pipeline: what `look` writes through.
+    private var context: ChannelHandlerContext?
+    /// The event loop's wheel of looks and this socket's place in it, while it has one.
+    private var wheel: SocketLooks.Wheel?
+    private var place = (slot: 0, index: 0)
     private var signInDeadline: Scheduled<Void>?
     private var closeDeadline: Scheduled<Void>?
 
@@ -77,13 +100,16 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
-        pinger = context.eventLoop.scheduleRepeatedTask(initialDelay: settings.pingInterval, delay: settings.pingInterval) { _ in
-            bound.value.handler.ping(context: bound.value.context)
-        }
+        self.context = context
+        let wheel = settings.looks.wheel(of: context.eventLoop)
+        place = wheel.join(self)
+        self.wheel = wheel
         let connection = connection
         let holdsLivePlace = settings.holdsLivePlace
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         signInDeadline = context.eventLoop.scheduleTask(in: settings.authenticationDeadline) {
+            // What the scheduled task held is let go once it ran.
+            bound.value.signInDeadline = nil
             // A listener device's socket acts without a session (live text), while it
             // holds a place in a conversation; one that holds none is closed, so devices
             // cannot keep sockets open for nothing.
@@ -99,13 +125,42 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
+        let incoming = unwrapInboundIn(data)
+        guard !broken else { return }
         awaitingAnswer = false
         heardSinceTick = true
-        guard frame.maskKey != nil, frame.rsv1 == false, frame.rsv2 == false, frame.rsv3 == false else {
-            fail(context: context, .protocolError, "client frames must be masked and use no extension bits")
+        // `owned`: the buffer is this handler's own, not the read buffer NIO reuses.
+        var buffer: ByteBuffer
+        let owned: Bool
+        if var held = partial {
+            partial = nil
+            var more = incoming
+            held.writeBuffer(&more)
+            (buffer, owned) = (held, true)
+        } else {
+            (buffer, owned) = (incoming, false)
+        }
+        do {
+            while let frame = try WebSocketWire.nextClientFrame(&buffer, maxPayload: settings.maxMessageBytes) {
+                handle(frame, context: context)
+                if broken { return }
+            }
+        } catch {
+            fail(context: context, error.code, error.reason)
             return
         }
+        guard buffer.readableBytes > 0 else { return }
+        if owned {
+            buffer.discardReadBytes()
+            partial = buffer
+        } else {
+            var kept = context.channel.allocator.buffer(capacity: buffer.readableBytes)
+            kept.writeBuffer(&buffer)
+            partial = kept
+        }
+    }
+
+    private func handle(_ frame: WebSocketWire.ClientFrame, context: ChannelHandlerContext) {
         switch frame.opcode {
         case .text, .binary:
             guard fragments == nil else {
@@ -113,9 +168,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             if frame.fin {
-                deliver(frame.unmaskedData, context: context)
+                deliver(frame.payload, context: context)
             } else {
-                fragments = frame.unmaskedData
+                fragments = frame.payload
             }
         case .continuation:
             guard var message = fragments else {
@@ -123,12 +178,11 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 return
             }
             fragments = nil
-            var part = frame.unmaskedData
-            guard message.readableBytes <= settings.maxMessageBytes - part.readableBytes else {
+            guard message.count <= settings.maxMessageBytes - frame.payload.count else {
                 fail(context: context, .messageTooLarge, "message too large")
                 return
             }
-            message.writeBuffer(&part)
+            message.append(contentsOf: frame.payload)
             if frame.fin {
                 deliver(message, context: context)
             } else {
@@ -136,11 +190,11 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         case .ping:
             guard !closeSent else { return }
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(WebSocketWire.serverFrame(.pong, frame.payload, allocator: context.channel.allocator)), promise: nil)
         case .pong:
             break
         case .connectionClose:
-            receivedClose(frame, context: context)
+            receivedClose(frame.payload, context: context)
         default:
             fail(context: context, .protocolError, "unknown opcode")
         }
@@ -160,6 +214,8 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         stopTimers()
+        partial = nil
+        fragments = nil
         connection.markClosing()
         if connection.inbox.end() {
             startHandling()
@@ -168,9 +224,8 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // Frame decoding errors were answered with their close code by NIO's
-        // WebSocketProtocolErrorHandler, ahead of this handler; the rest are the
-        // connection's (reset, broken pipe): either way the socket is done.
+        // The connection's errors (reset, broken pipe; frames the client got wrong are
+        // answered in `channelRead`): the socket is done.
         connection.logger.debug("socket_error", metadata: ["error": "\(error)"])
         connection.markClosing()
         context.close(promise: nil)
@@ -178,9 +233,9 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     // MARK: -
 
-    private func deliver(_ message: ByteBuffer, context: ChannelHandlerContext) {
+    private func deliver(_ message: [UInt8], context: ChannelHandlerContext) {
         guard !closeSent else { return }
-        let arrival = connection.inbox.push(Array(message.readableBytesView))
+        let arrival = connection.inbox.push(message)
         if arrival.pauseReading {
             settings.readsPaused?.increment()
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
@@ -213,8 +268,15 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    private func ping(context: ChannelHandlerContext) {
-        guard !closeSent else { return }
+    /// The wheel moved this socket within its slot.
+    func moved(to index: Int) {
+        place.index = index
+    }
+
+    /// The periodic look (`SocketLooks`): pings a client heard nothing from since the
+    /// last look, drops one whose ping went unanswered until this one.
+    func look() {
+        guard let context, wheel != nil, !closeSent else { return }
         if heardSinceTick {
             heardSinceTick = false
             return
@@ -227,29 +289,27 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         awaitingAnswer = true
-        var payload = context.channel.allocator.buffer(capacity: 8)
-        payload.writeInteger(UInt64.random(in: .min ... .max))
-        context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: payload)), promise: nil)
+        let payload = withUnsafeBytes(of: UInt64.random(in: .min ... .max)) { Array($0) }
+        context.writeAndFlush(wrapOutboundOut(WebSocketWire.serverFrame(.ping, payload, allocator: context.channel.allocator)), promise: nil)
     }
 
-    private func receivedClose(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+    private func receivedClose(_ payload: [UInt8], context: ChannelHandlerContext) {
         connection.markClosing()
         guard !closeSent else {
             context.close(promise: nil)
             return
         }
         // The answer repeats the client's code (RFC 6455, 5.5.1).
-        var data = frame.unmaskedData
-        let code = data.readableBytes >= 2 ? data.readInteger(as: UInt16.self) : nil
         closeSent = true
-        var answer = context.channel.allocator.buffer(capacity: 2)
-        if let code { answer.writeInteger(code) }
-        closeAfterWriting(WebSocketFrame(fin: true, opcode: .connectionClose, data: answer), context: context)
+        let answer = WebSocketWire.serverFrame(.connectionClose, payload.prefix(payload.count >= 2 ? 2 : 0), allocator: context.channel.allocator)
+        closeAfterWriting(answer, context: context)
     }
 
     private func fail(context: ChannelHandlerContext, _ code: WebSocketErrorCode, _ reason: String) {
         connection.logger.info("socket_protocol_error", metadata: ["reason": "\(reason)"])
         connection.markClosing()
+        broken = true
+        partial = nil
         fragments = nil
         guard !closeSent else {
             context.close(promise: nil)
@@ -264,10 +324,7 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private func sendClose(context: ChannelHandlerContext, code: WebSocketErrorCode, reason: String, closeNow: Bool) {
         guard !closeSent, context.channel.isActive else { return }
         closeSent = true
-        var data = context.channel.allocator.buffer(capacity: 2 + reason.utf8.count)
-        data.write(webSocketErrorCode: code)
-        data.writeString(String(decoding: reason.utf8.prefix(123), as: UTF8.self))
-        let frame = WebSocketFrame(fin: true, opcode: .connectionClose, data: data)
+        let frame = WebSocketWire.closeFrame(code, reason: reason, allocator: context.channel.allocator)
         if closeNow {
             closeAfterWriting(frame, context: context)
         } else {
@@ -277,7 +334,7 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
-    private func closeAfterWriting(_ frame: WebSocketFrame, context: ChannelHandlerContext) {
+    private func closeAfterWriting(_ frame: ByteBuffer, context: ChannelHandlerContext) {
         let written = context.eventLoop.makePromise(of: Void.self)
         context.writeAndFlush(wrapOutboundOut(frame), promise: written)
         let channel = context.channel
@@ -285,8 +342,11 @@ final class SocketHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private func stopTimers() {
-        pinger?.cancel()
-        pinger = nil
+        if let wheel {
+            wheel.leave(place)
+            self.wheel = nil
+        }
+        context = nil
         signInDeadline?.cancel()
         signInDeadline = nil
         closeDeadline?.cancel()
