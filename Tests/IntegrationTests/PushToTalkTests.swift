@@ -1,5 +1,5 @@
 import Foundation
-import GatewayService
+@testable import GatewayService
 import GCWorkerService
 import PostgresNIO
 import Testing
@@ -188,6 +188,29 @@ import WhisperShared
             let written = files.filter { $0.path.contains("appendonly") }.compactMap { try? Data(contentsOf: $0) }
             #expect(!written.isEmpty, "no append-only file to look into")
             #expect(!written.contains { String(decoding: $0, as: UTF8.self).contains(here) }, "the cell is in Redis's append-only file")
+        }
+    }
+
+    /// One identity's public channels take a fair share of a cell: past it the owner is
+    /// told (`RATE_LIMITED` with the reason), and the channel is listed nowhere.
+    @Test func anOwnerIsToldWhenItsShareOfACellIsTaken() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let here = Geohash.encode(latitude: 47.6097, longitude: -122.3331)
+            var channels: [String] = []
+            for index in 0...NearbyBoard.maxPerOwnerInCell {
+                channels.append(try await alice.connection.createChannel(name: "Crew \(index)", isPublic: true).channelId)
+            }
+            for channel in channels.dropLast() { try await alice.connection.announceChannel(channel, in: here) }
+            await expectRefused(.rateLimited, "a fourth channel of one owner in one cell") {
+                try await alice.connection.announceChannel(channels.last!, in: here)
+            }
+            try await waitUntil { try await bob.connection.nearbyChannels(in: here).count == NearbyBoard.maxPerOwnerInCell }
+            #expect(try await !bob.connection.nearbyChannels(in: here).map(\.channelId).contains(channels.last!))
+            // Another identity's channel is listed beside them.
+            let bobs = try await bob.connection.createChannel(name: "Bob's", isPublic: true)
+            try await bob.connection.announceChannel(bobs.channelId, in: here)
+            #expect(try await alice.connection.nearbyChannels(in: here).map(\.channelId).contains(bobs.channelId))
         }
     }
 

@@ -39,7 +39,7 @@ public func buildGateway(
     )
     let liveRegistry = LiveRegistry()
     let liveDevices = LiveDevices(internalToken: settings.internalToken, previousToken: settings.previousInternalToken)
-    let nearbyBoard = NearbyBoard(ttl: settings.pttAnnounceTTL)
+    let nearbyBoard = NearbyBoard(ttl: settings.pttAnnounceTTL, metrics: environment.metrics)
     let control = ControlChannel(
         connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
         live: liveRegistry, nearby: nearbyBoard, logger: environment.logger

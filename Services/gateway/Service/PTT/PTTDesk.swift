@@ -222,7 +222,7 @@ struct PTTDesk: Sendable {
         for try await _ in rows.decode(String.self) { deleted = true }
         guard deleted else { throw Self.notFound }
         _ = try await redis.pipeline([RedisCommand("DEL", Self.floorKey(request.channelId)), RedisCommand("DEL", Self.queueKey(request.channelId))])
-        try await post(request.channelId, cell: nil, until: 0)
+        try await post(request.channelId, cell: nil, until: 0, owner: owner)
         let gone = PTTMembership(channelId: request.channelId, whisperId: owner, change: .deleted)
         try await tell(gone, to: members.filter { $0 != owner })
         return gone
@@ -301,15 +301,20 @@ struct PTTDesk: Sendable {
         guard let isPublic else { throw Self.notFound }
         guard isPublic else { throw WhisperError(.forbidden, "only a public channel is announced to people nearby") }
         let until = request.cell == nil ? 0 : Clock.millisecondsNow() + Int64(settings.announceTTL.milliseconds)
-        try await post(request.channelId, cell: request.cell, until: until)
+        try await post(request.channelId, cell: request.cell, until: until, owner: owner)
         return PTTAnnounced(channelId: request.channelId, until: request.cell == nil ? nil : until)
     }
 
     /// Puts the announcement on this gateway's board at once (so the owner's next
-    /// `ptt_nearby` here sees it) and tells every gateway.
-    private func post(_ channelId: String, cell: String?, until: Int64) async throws {
-        nearbyBoard.record(channelId, cell: cell, until: until)
-        _ = try await redis.send("PUBLISH", NearbyBoard.channel, NearbyBoard.encode(channelId: channelId, cell: cell, until: until))
+    /// `ptt_nearby` here sees it) and tells every gateway; one the board refuses (over the
+    /// owner's share, or a new cell of a full board) is answered `RATE_LIMITED` with the
+    /// reason, and no gateway hears of it.
+    private func post(_ channelId: String, cell: String?, until: Int64, owner: String) async throws {
+        if let refusal = nearbyBoard.record(channelId, cell: cell, until: until, owner: owner) {
+            nearbyBoard.countRefused(refusal)
+            throw WhisperError(.rateLimited, refusal.message)
+        }
+        _ = try await redis.send("PUBLISH", NearbyBoard.channel, NearbyBoard.encode(channelId: channelId, cell: cell, until: until, owner: owner))
     }
 
     /// The public channels announced in the cell and the eight around it.
