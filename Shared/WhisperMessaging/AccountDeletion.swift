@@ -147,6 +147,8 @@ public struct AccountDeletion: Sendable {
                 RedisCommand("ZREM", RedisKeys.wrote(peer), whisperId), RedisCommand("DEL", PendingQueue.pairBucket(recipient: peer, sender: whisperId)),
             ]
         } + (buckets.sorted() + own).map { RedisCommand("DEL", $0) }
+            // Last, once its own keys are gone: what others still owe it is not kept.
+            + [RedisCommand("SET", RedisKeys.deleted(whisperId), "1", "PX", Int(PendingQueue.ttl.milliseconds))]
         for start in stride(from: 0, to: commands.count, by: 200) {
             _ = try await redis.pipeline(Array(commands[start..<min(start + 200, commands.count)]))
         }

@@ -41,13 +41,16 @@ public struct OwedFrames: Sendable {
     /// socket's gateway as a `GatewayCommand` (kind `receipt`, built here in Swift: the
     /// store comes first, and the channel may live in another slot than the owner's keys).
     /// Returns the stored entry (`StoredReceipt`'s entryId): a caller that writes the
-    /// frame to the owner's socket itself (a gateway holding it) settles that entry.
+    /// frame to the owner's socket itself (a gateway holding it) settles that entry. Nil
+    /// when the owner's account was deleted (`RedisKeys.deleted`): nothing is kept for
+    /// it, and nothing handed over.
     @discardableResult
-    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> String {
+    public func keep(_ frame: [UInt8], for owner: String, handingTo socket: PresenceRecord?) async throws -> String? {
         let reply = try await redis.evaluate(
-            Self.keepScript, keys: [store.key(owner)], arguments: [frame, Int(PendingQueue.ttl.milliseconds), capacity]
+            Self.keepScript, keys: [store.key(owner), RedisKeys.deleted(owner)], arguments: [frame, Int(PendingQueue.ttl.milliseconds), capacity]
         )
-        guard let id = reply.string, !id.isEmpty else { throw RedisError.unexpectedReply("receipt keep") }
+        guard let id = reply.string else { throw RedisError.unexpectedReply("receipt keep") }
+        if id.isEmpty { return nil }
         if let socket {
             let command = GatewayCommand(kind: .receipt, connId: socket.connId, frame: frame, stored: StoredReceipt(owner: owner, entryId: id, store: store))
             _ = try await command.publish(to: socket.gateway, on: redis)

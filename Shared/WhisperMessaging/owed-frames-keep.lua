@@ -1,4 +1,7 @@
--- KEYS: the owner's receipts. ARGV: frame, ttl ms, capacity. Returns the entry's ID.
+-- KEYS: the owner's owed frames, the owner's deletion mark (RedisKeys.deleted).
+-- ARGV: frame, ttl ms, capacity. Returns the entry's ID, or '' when the owner was deleted
+-- (nothing kept).
+if redis.call('EXISTS', KEYS[2]) == 1 then return '' end
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], '*', 'f', ARGV[1])
 -- Receipts older than the ttl go, though newer ones keep the stream alive.
 local clock = redis.call('TIME')

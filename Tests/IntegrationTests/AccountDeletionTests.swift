@@ -153,9 +153,22 @@ import WhisperMessaging
             // duplicate detection with their queues' lifetime) and carol's queue, where one
             // still waits. Not dan's peers: alice wrote to him one way, and her own record of
             // that names him.
+            // Carol takes alice's waiting message only now: its receipt is owed to nobody
+            // and is not kept (before, it made alice a new receipts stream for 72 hours).
+            let carols = await carol.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+            let fromAlice = try #require(carols.first { $0.message.from == alice.whisperId })
+            try await carol.connection.acknowledge(fromAlice)
+            try await waitUntil {
+                try await !stack.withRedis { try await Self.keysNaming(alice.whisperId, on: $0) }.contains(RedisKeys.pending(carol.whisperId))
+            }
             let leftovers = try await stack.withRedis { try await Self.keysNaming(alice.whisperId, on: $0) }
-            let othersHold = ["pending:{\(bob.whisperId)}:msg:", "pending:{\(dan.whisperId)}:msg:", "pending:{\(carol.whisperId)}"]
+            // Beside them, the mark that keeps frames owed to alice from being kept, which
+            // lapses with the last message others may hold of hers.
+            let mark = RedisKeys.deleted(alice.whisperId)
+            let othersHold = ["pending:{\(bob.whisperId)}:msg:", "pending:{\(dan.whisperId)}:msg:", "pending:{\(carol.whisperId)}:msg:", mark]
             #expect(leftovers.allSatisfy { key in othersHold.contains { key.hasPrefix($0) } }, "left in Redis: \(leftovers)")
+            let markTTL = try await stack.withRedis { try await $0.send("PTTL", mark).int ?? -2 }
+            #expect(markTTL > 0 && markTTL <= Int64(PendingQueue.ttl.milliseconds), "the mark lapses with the queues")
             #expect(!leftovers.isEmpty, "bob's records of alice's messages are what the check lists; none found means it looked at nothing")
         }
     }
