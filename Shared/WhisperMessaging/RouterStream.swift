@@ -221,7 +221,24 @@ public enum PushStream {
     /// provider that refuses them): a stream an operator reads and replays
     /// (`push-sender replay-dead`).
     public static func deadKey(of shardKey: String) -> String { "{\(shardKey)}:dead" }
+    /// The dead letters kept: the newest 100,000 at most, none older than 7 days (each
+    /// names the identity it was to wake, so an account deletion's traces there lapse).
     public static let deadMaxLength = 100_000
+    public static let deadMaxAge: Duration = .seconds(7 * 86_400)
+
+    /// Adds a dead letter of the shard `shardKey` (its `fields`, at most 16, each cut to
+    /// 256 bytes, then why and after how many attempts), and drops those past
+    /// `deadMaxLength` or older than `deadMaxAge`.
+    public static func deadLetter(_ fields: [String], reason: String, attempts: Int, of shardKey: String, now: Int64) -> [RedisCommand] {
+        let key = deadKey(of: shardKey)
+        let kept = fields.prefix(16 - fields.count % 2).map { String($0.prefix(256)) as any RedisArgument }
+        return [
+            RedisCommand("XADD", [key, "MAXLEN", "~", deadMaxLength, "*"] + kept + [
+                "reason", String(reason.prefix(300)), "attempts", attempts, "failedAt", now,
+            ]),
+            RedisCommand("XTRIM", key, "MINID", "=", "\(max(0, now - Int64(deadMaxAge.milliseconds)))"),
+        ]
+    }
 
     /// The wake-up window's key (`RedisKeys.pushWoken`: presence deletes it too).
     public static func wokenKey(_ whisperId: String) -> String { RedisKeys.pushWoken(whisperId) }

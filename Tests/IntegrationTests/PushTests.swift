@@ -200,6 +200,26 @@ struct PushTests {
         }
     }
 
+    /// Dead letters are kept a week at most (each names the identity it was to wake):
+    /// adding one drops those older than `PushStream.deadMaxAge`, to the millisecond.
+    @Test func deadLettersOlderThanAWeekGoAsTheNextIsAdded() async throws {
+        try await RedisClientTests().withClient { redis in
+            let shard = "stream:push-test-\(UUID().uuidString)"
+            let key = PushStream.deadKey(of: shard)
+            let now = Clock.millisecondsNow(), week = Int64(PushStream.deadMaxAge.milliseconds)
+            _ = try await redis.send("XADD", key, "\(now - week - 1_000)-0", "to", "WSP-AAAA-BBBB-CCCC", "reason", "old")
+            _ = try await redis.send("XADD", key, "\(now - week + 60_000)-0", "to", "WSP-AAAA-BBBB-DDDD", "reason", "recent")
+            _ = try await redis.pipeline(PushStream.deadLetter(["to", "WSP-AAAA-BBBB-EEEE"], reason: "provider", attempts: 3, of: shard, now: now))
+            let left = try await redis.send("XRANGE", key, "-", "+").array ?? []
+            let reasons = left.compactMap { entry -> String? in
+                guard let fields = entry.array?.last?.array?.compactMap(\.string), let at = fields.firstIndex(of: "reason") else { return nil }
+                return fields[at + 1]
+            }
+            #expect(reasons == ["recent", "provider"], "the week-old letter went, the others stay")
+            _ = try await redis.send("DEL", key)
+        }
+    }
+
     @Test func anOutageEndsInTheDeadLetterStreamAndReplaySendsThem() async throws {
         try await Providers().running { providers in
             providers.answerAPNs(ProviderReply(status: 503, body: #"{"reason":"ServiceUnavailable"}"#))

@@ -262,11 +262,7 @@ struct PushWorker: Service, CustomStringConvertible {
         metrics.deadLettered(reason)
         logger.warning("push_dead_lettered", metadata: ["reason": "\(reason)", "attempts": "\(attempts)"])
         do {
-            try await redis.send(RedisCommand("XADD", [
-                PushStream.deadKey(of: streamKey), "MAXLEN", "~", PushStream.deadMaxLength, "*",
-            ] + fields.prefix(16 - fields.count % 2).map { String($0.prefix(256)) as any RedisArgument } + [
-                "reason", String(reason.prefix(300)), "attempts", attempts, "failedAt", Clock.millisecondsNow(),
-            ]))
+            try await redis.pipeline(PushStream.deadLetter(fields, reason: reason, attempts: attempts, of: streamKey, now: Clock.millisecondsNow()))
         } catch {
             logger.error("push_dead_letter_failed", metadata: ["error": "\(error)"])
         }
