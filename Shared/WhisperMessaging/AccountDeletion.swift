@@ -50,6 +50,9 @@ public struct AccountDeletion: Sendable {
         return nil
     }
 
+    /// What the operators' audit record says instead of a deleted identity's ID.
+    public static let deletedTarget = "deleted identity"
+
     /// When the identity was deleted; nil while it is not.
     public func deletedAt(_ whisperId: String) async throws -> Int64? {
         try await Self.deletedAt(whisperId, on: postgres, logger: logger)
@@ -107,6 +110,19 @@ public struct AccountDeletion: Sendable {
             // Its invitations, received and sent (those it sent are withdrawn).
             _ = try await connection.query(
                 "DELETE FROM group_invitations WHERE whisper_id = \(whisperId) OR invited_by = \(whisperId)", logger: logger
+            )
+            // The operators' record keeps what they did (who, what, when, until when), not
+            // whom it was done to, nor what they wrote about it.
+            _ = try await connection.query(
+                "UPDATE audit_events SET target = \(Self.deletedTarget), details = details - 'reason' - 'note' WHERE target = \(whisperId)",
+                logger: logger
+            )
+            _ = try await connection.query(
+                """
+                UPDATE audit_events SET details = (details - 'note') || jsonb_build_object('reported', \(Self.deletedTarget)::text)
+                WHERE details->>'reported' = \(whisperId)
+                """,
+                logger: logger
             )
             let removed = try await connection.query("DELETE FROM users WHERE whisper_id = \(whisperId) RETURNING whisper_id", logger: logger)
             var wasThere = false

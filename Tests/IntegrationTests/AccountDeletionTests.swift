@@ -56,6 +56,20 @@ import WhisperMessaging
             let others = alice.keys.accountDeletion(whisperId: bob.whisperId)
             await #expect(throws: WhisperClientError.self) { _ = try await alice.connection.request(AccountDelete(sessionToken: alice.token, others)) }
 
+            // The operators banned her once and reviewed a report about her (the rows the
+            // admin service writes with those actions).
+            try await stack.withPostgres { client in
+                let ban = #"{"reason":"spam from \#(alice.whisperId)","expiresAt":"1800000000000"}"#
+                let unban = #"{"ban":"1","note":"appealed"}"#
+                let review = #"{"decision":"dismissed","reported":"\#(alice.whisperId)","note":"nothing there"}"#
+                for (action, target, details) in [("ban", alice.whisperId, ban), ("unban", alice.whisperId, unban), ("report.review", UUID().uuidString, review)] {
+                    _ = try await client.query(
+                        "INSERT INTO audit_events (actor, action, target, details) VALUES ('operator', \(action), \(target), \(details)::jsonb)",
+                        logger: TestServers.logger
+                    )
+                }
+            }
+
             let deleted = try await alice.connection.deleteAccount(keys: alice.keys)
             #expect(deleted.whisperId == alice.whisperId)
             // The socket is told and closed.
@@ -123,6 +137,20 @@ import WhisperMessaging
             ]
             let named = try await stack.withPostgres { try await Self.columnsNaming(alice.whisperId, on: $0) }
             #expect(Set(named).subtracting(allowedColumns).isEmpty, "left in Postgres: \(named)")
+            // The operators' record still says what they did, and no longer to whom or why.
+            let audit = try await stack.withPostgres { client in
+                var rows: [String] = []
+                let result = try await client.query(
+                    "SELECT action || ' ' || coalesce(target, '') || ' ' || details::text FROM audit_events WHERE actor = 'operator' ORDER BY id",
+                    logger: TestServers.logger
+                )
+                for try await row in result.decode(String.self) { rows.append(row) }
+                return rows
+            }
+            #expect(audit.count == 3)
+            #expect(audit[0].hasPrefix("ban \(AccountDeletion.deletedTarget) ") && audit[0].contains("expiresAt") && !audit[0].contains("spam"))
+            #expect(audit[1].hasPrefix("unban \(AccountDeletion.deletedTarget) ") && !audit[1].contains("appealed"))
+            #expect(audit[2].contains(#""reported": "\#(AccountDeletion.deletedTarget)""#) && !audit[2].contains("nothing there"))
             // The object store: gc-worker's next run deletes the blob and its rows, and its
             // journal keeps the deletion (the ID and the signed request) for restores.
             #expect(try await signer.store.head(objectKey) != nil)
