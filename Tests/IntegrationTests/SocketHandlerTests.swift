@@ -148,6 +148,22 @@ import WhisperShared
         for channel in [first, second, third] { _ = try? channel.finish(acceptAlreadyClosed: true) }
     }
 
+    /// A proven token is trusted for a few seconds; past them the socket's look lets go
+    /// of it, so an idle socket holds no copy.
+    @Test func aTokenWhoseTrustLapsedIsLetGo() throws {
+        let channel = EmbeddedChannel()
+        let connection = ClientConnection(
+            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
+            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
+        )
+        connection.rememberVerified("a-token")
+        connection.forgetLapsedTrust()
+        #expect(connection.holdsVerifiedToken && connection.hasVerified("a-token"), "still trusted")
+        connection.forgetLapsedTrust(now: .now + ClientConnection.verifiedFor)
+        #expect(!connection.holdsVerifiedToken, "lapsed: let go")
+        _ = try? channel.finish()
+    }
+
     @Test func bytesPauseReadingToo() {
         let inbox = SocketInbox(bounds: .init(pauseAtMessages: 100, pauseAtBytes: 1_000, resumeAtMessages: 10))
         #expect(!inbox.push([UInt8](repeating: 1, count: 600)).pauseReading)

@@ -143,6 +143,17 @@ public final class ClientConnection: Sendable {
         }
     }
 
+    /// Lets go of a token whose trust lapsed (the socket's periodic look, `SocketHandler`):
+    /// an idle socket then holds no copy of it.
+    func forgetLapsedTrust(now: ContinuousClock.Instant = .now) {
+        verified.withLock { entry in
+            if let current = entry, now >= current.until { entry = nil }
+        }
+    }
+
+    /// Whether a token is held as verified (for tests).
+    var holdsVerifiedToken: Bool { verified.withLock { $0 != nil } }
+
     func rememberVerified(_ token: String) {
         verified.withLock { $0 = (token, ContinuousClock.now + Self.verifiedFor) }
     }

@@ -277,6 +277,7 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// last look, drops one whose ping went unanswered until this one.
     func look() {
         guard let context, wheel != nil, !closeSent else { return }
+        connection.forgetLapsedTrust()
         if heardSinceTick {
             heardSinceTick = false
             return
