@@ -79,10 +79,7 @@ import WhisperShared
     @Test func aClientHeardFromSinceTheLastLookIsNotPinged() throws {
         let channel = EmbeddedChannel()
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let connection = ClientConnection(
-            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
-        )
+        let connection = ClientConnection.forTest(on: channel)
         let settings = SocketHandler.Settings(
             pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
         )
@@ -116,10 +113,7 @@ import WhisperShared
         func open() throws -> EmbeddedChannel {
             let channel = EmbeddedChannel(loop: loop)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-            let connection = ClientConnection(
-                channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-                controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
-            )
+            let connection = ClientConnection.forTest(on: channel)
             try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
             return channel
         }
@@ -152,10 +146,7 @@ import WhisperShared
     /// of it, so an idle socket holds no copy.
     @Test func aTokenWhoseTrustLapsedIsLetGo() throws {
         let channel = EmbeddedChannel()
-        let connection = ClientConnection(
-            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
-        )
+        let connection = ClientConnection.forTest(on: channel)
         connection.rememberVerified("a-token")
         connection.forgetLapsedTrust()
         #expect(connection.holdsVerifiedToken && connection.hasVerified("a-token"), "still trusted")

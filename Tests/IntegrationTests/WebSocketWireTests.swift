@@ -127,10 +127,7 @@ import WhisperShared
     @Test func theSocketPutsReadsAndFragmentsTogetherInOrder() async throws {
         let channel = EmbeddedChannel()
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
-        let connection = ClientConnection(
-            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
-        )
+        let connection = ClientConnection.forTest(on: channel)
         let settings = SocketHandler.Settings(
             pingInterval: .seconds(30), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1_000
         )

@@ -1,6 +1,9 @@
+import Logging
 import NIOCore
 import NIOEmbedded
 import NIOWebSocket
+import WhisperShared
+@testable import GatewayService
 
 /// WebSocket frames as bytes on the wire, made and read by NIO's own codec: the tests of
 /// the gateway's framing (`WebSocketWire`, `SocketHandler`) hold it to an implementation
@@ -35,5 +38,15 @@ enum WireFrames {
         var frames: [WebSocketFrame] = []
         while let bytes = try channel.readOutbound(as: ByteBuffer.self) { frames += try serverFrames(bytes) }
         return frames
+    }
+}
+
+extension ClientConnection {
+    /// A client socket's connection on a test channel, with the gateway's usual limits.
+    static func forTest(on channel: any Channel) -> ClientConnection {
+        ClientConnection(
+            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
+            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
+        )
     }
 }
