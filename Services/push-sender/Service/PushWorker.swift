@@ -262,7 +262,10 @@ struct PushWorker: Service, CustomStringConvertible {
         metrics.deadLettered(reason)
         logger.warning("push_dead_lettered", metadata: ["reason": "\(reason)", "attempts": "\(attempts)"])
         do {
-            try await redis.pipeline(PushStream.deadLetter(fields, reason: reason, attempts: attempts, of: streamKey, now: Clock.millisecondsNow()))
+            let replies = try await redis.pipeline(PushStream.deadLetter(fields, reason: reason, attempts: attempts, of: streamKey, now: Clock.millisecondsNow()))
+            for case .error(let message) in replies {
+                logger.error("push_dead_letter_failed", metadata: ["error": "\(message)"])
+            }
         } catch {
             logger.error("push_dead_letter_failed", metadata: ["error": "\(error)"])
         }

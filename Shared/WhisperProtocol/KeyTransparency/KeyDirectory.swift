@@ -84,6 +84,7 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
     }
 
     public var logRootBytes: [UInt8]? { Self.bytes(logRoot, 32) }
+    public var prefixRootBytes: [UInt8]? { Self.bytes(prefixRoot, 32) }
 
     /// How long ago the head was published (ms; negative for a head from the future).
     /// `publishedAt` is the server's to choose, so no value of it may trap: past Int64's
@@ -97,7 +98,6 @@ public struct DirectoryHead: Codable, Sendable, Equatable, Hashable {
         let (age, overflow) = now.subtractingReportingOverflow(publishedAt)
         return overflow ? (publishedAt < 0 ? .max : .min) : age
     }
-    public var prefixRootBytes: [UInt8]? { Self.bytes(prefixRoot, 32) }
 
     /// `"whisper-kt-head-v1\n" ‖ epoch (8 bytes, big-endian) ‖ logRoot ‖ prefixRoot ‖ publishedAt (8 bytes)`.
     public static func signedBytes(epoch: Int64, logRoot: [UInt8], prefixRoot: [UInt8], publishedAt: Int64) -> [UInt8] {

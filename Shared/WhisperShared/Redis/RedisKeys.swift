@@ -36,12 +36,12 @@ public enum RedisKeys {
     /// version (`groups.epoch`) as of the last change. Written by the router that
     /// changes a group, before the change is answered; read by the store script of each
     /// group copy, in the recipient's slot (docs/architecture.md, "Groups").
+    public static func groups(_ whisperId: String) -> String { "groups:{\(whisperId)}" }
     /// Set by an account deletion for as long as others may still hold the deleted
     /// identity's messages (the pending queue's 72 hours): frames owed to it (receipts
     /// of those messages, group events, missed calls) are then not kept
     /// (`owed-frames-keep.lua`), so nothing of the identity comes back after it went.
     public static func deleted(_ whisperId: String) -> String { "deleted:{\(whisperId)}" }
-    public static func groups(_ whisperId: String) -> String { "groups:{\(whisperId)}" }
     /// Who watches an identity's presence: a hash of watcher Whisper ID →
     /// `<expires ms> <gateway> <connId>` (the watcher's socket that subscribed).
     public static func watchers(_ whisperId: String) -> String { "watchers:{\(whisperId)}" }

@@ -84,7 +84,8 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var heardSinceTick = false
     /// This side sent its close frame: the next close frame ends the connection.
     private var closeSent = false
-    /// Set while the handler is in its pipeline: what `look` writes through.
+    /// Set while the socket is in its wheel (from `handlerAdded` to `stopTimers`): what
+    /// `look` writes through.
     private var context: ChannelHandlerContext?
     /// The event loop's wheel of looks and this socket's place in it, while it has one.
     private var wheel: SocketLooks.Wheel?
@@ -276,7 +277,7 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// The periodic look (`SocketLooks`): pings a client heard nothing from since the
     /// last look, drops one whose ping went unanswered until this one.
     func look() {
-        guard let context, wheel != nil, !closeSent else { return }
+        guard let context, !closeSent else { return }
         connection.forgetLapsedTrust()
         if heardSinceTick {
             heardSinceTick = false

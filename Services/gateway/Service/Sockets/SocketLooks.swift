@@ -42,7 +42,7 @@ final class SocketLooks: Sendable {
         private var slots = [[SocketHandler]](repeating: [], count: SocketLooks.slotCount)
         /// The slot the next tick visits.
         private var cursor = 0
-        private var count = 0
+        private var count: Int { slots.reduce(0) { $0 + $1.count } }
         /// Runs while the wheel holds a socket.
         private var timer: RepeatedTask?
 
@@ -56,7 +56,6 @@ final class SocketLooks: Sendable {
             eventLoop.assertInEventLoop()
             let slot = (cursor + SocketLooks.slotCount - 1) % SocketLooks.slotCount
             slots[slot].append(handler)
-            count += 1
             if timer == nil {
                 timer = eventLoop.scheduleRepeatedTask(initialDelay: tick, delay: tick) { [self] _ in visit() }
             }
@@ -74,7 +73,6 @@ final class SocketLooks: Sendable {
                 slots[place.slot][place.index].moved(to: place.index)
             }
             slots[place.slot].removeLast()
-            count -= 1
             if count == 0 {
                 timer?.cancel()
                 timer = nil

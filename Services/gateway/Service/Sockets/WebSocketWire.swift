@@ -58,12 +58,12 @@ enum WebSocketWire {
               buffer.readableBytes - headerLength - 4 >= count
         else { return nil }
         buffer.moveReaderIndex(forwardBy: headerLength + 4)
-        let payload = buffer.readableBytesView.prefix(count).withContiguousStorageIfAvailable { masked in
+        let payload = buffer.withUnsafeReadableBytes { masked in
             [UInt8](unsafeUninitializedCapacity: count) { bytes, initialized in
                 for index in 0..<count { bytes[index] = masked[index] ^ mask[index & 3] }
                 initialized = count
             }
-        } ?? []
+        }
         buffer.moveReaderIndex(forwardBy: count)
         return ClientFrame(fin: fin, opcode: opcode, payload: payload)
     }
@@ -93,7 +93,7 @@ enum WebSocketWire {
     static func closeFrame(_ code: WebSocketErrorCode, reason: String, allocator: ByteBufferAllocator) -> ByteBuffer {
         var payload = allocator.buffer(capacity: 2 + min(reason.utf8.count, 123))
         payload.write(webSocketErrorCode: code)
-        payload.writeString(String(decoding: reason.utf8.prefix(123), as: UTF8.self))
+        payload.writeBytes(reason.utf8.prefix(123))
         return serverFrame(.connectionClose, payload.readableBytesView, allocator: allocator)
     }
 }
