@@ -142,32 +142,57 @@ public struct AccountDeletion: Sendable {
         }
     }
 
-    /// The identity's own keys (every key tagged with its Whisper ID: queue, message
-    /// records, peers, groups, watchers, receipts and owed frames, call line, limits), its
-    /// session, and its name in the records of everyone it wrote to or heard from.
+    /// The identity's own keys (``keys(of:records:others:shards:)``), its session, and its
+    /// name in the records of everyone it wrote to or heard from. The keys are named from
+    /// what the deletion knows, never looked for in the key space: its cost is the
+    /// identity's own size, however many keys Redis holds.
     private func eraseRedis(_ whisperId: String) async throws {
-        // Before its own records go: whom it heard from and whom it wrote to, and its own keys.
+        // Before its own records go: whom it heard from and whom it wrote to, and which
+        // message records its queue's index names.
         let listed = try await redis.pipeline([
             RedisCommand("ZRANGE", RedisKeys.peers(whisperId), 0, -1), RedisCommand("ZRANGE", RedisKeys.wrote(whisperId), 0, -1),
         ])
-        let peers = Set(listed.flatMap { ($0.array ?? []).compactMap(\.string) }).filter(Format.isWhisperID).sorted()
-        let own = try await redis.keys(taggedWith: whisperId)
+        let others = Set(listed.flatMap { ($0.array ?? []).compactMap(\.string) }).filter(Format.isWhisperID).sorted()
+        let records = try await PendingQueue(redis: redis).records(of: whisperId)
         _ = try await SessionStore(redis: redis).revokeAll(of: whisperId)
-        // Its name in its peers' records; its buckets for routed frames, which live in the
-        // router stream's slot, not its own; then its own keys.
-        let shards = redis.configuration.streamShards
-        let buckets = Set(Limit.registry.filter { $0.scope == .identity }.map { RouterStream.bucket($0, whisperId, in: shards) })
-        let commands = peers.flatMap { peer in
-            [
-                RedisCommand("ZREM", RedisKeys.peers(peer), whisperId), RedisCommand("ZREM", RedisKeys.unanswered(peer), whisperId),
-                RedisCommand("ZREM", RedisKeys.wrote(peer), whisperId), RedisCommand("DEL", PendingQueue.pairBucket(recipient: peer, sender: whisperId)),
-            ]
-        } + (buckets.sorted() + own).map { RedisCommand("DEL", $0) }
+        let own = Self.keys(of: whisperId, records: records, others: others, shards: redis.configuration.streamShards)
+        // Its name in the others' records, then its own keys (each pipeline's commands in
+        // one slot or several: the client sends each to its node).
+        let commands = others.flatMap { other in
+            [RedisCommand("ZREM", RedisKeys.peers(other), whisperId), RedisCommand("ZREM", RedisKeys.unanswered(other), whisperId),
+             RedisCommand("ZREM", RedisKeys.wrote(other), whisperId)]
+        } + own.map { RedisCommand("DEL", $0) }
             // Last, once its own keys are gone: what others still owe it is not kept.
             + [RedisCommand("SET", RedisKeys.deleted(whisperId), "1", "PX", Int(PendingQueue.ttl.milliseconds))]
         for start in stride(from: 0, to: commands.count, by: 200) {
             _ = try await redis.pipeline(Array(commands[start..<min(start + 200, commands.count)]))
         }
-        logger.info("account_deleted", metadata: ["redisKeys": "\(own.count)", "peers": "\(peers.count)"])
+        logger.info("account_deleted", metadata: ["redisKeys": "\(own.count)", "peers": "\(others.count)"])
+    }
+
+    /// Every key an account deletion deletes for `whisperId`: the families kept under its
+    /// hash tag, its buckets of every identity-scoped limit (in its own slot, and in its
+    /// router shard's for routed frames), its message records (`records`, from their
+    /// index), and the keys of each pair it has with `others` (whom it heard from or wrote
+    /// to: the pair's message and call buckets and typing throttles, both ways). A key
+    /// family added without its line here is left behind by deletions, which
+    /// `AccountDeletionTests` finds key by key.
+    static func keys(of whisperId: String, records: [String], others: [String], shards: StreamShards) -> [String] {
+        let families = [
+            RedisKeys.pending(whisperId), PendingQueue.bytesKey(whisperId), PendingQueue.strangersKey(whisperId),
+            PendingQueue.recordsKey(whisperId), RedisKeys.presence(whisperId), RedisKeys.pushWoken(whisperId),
+            RedisKeys.line(whisperId), RedisKeys.peers(whisperId), RedisKeys.unanswered(whisperId), RedisKeys.wrote(whisperId),
+            RedisKeys.groups(whisperId), RedisKeys.watchers(whisperId), SessionStore.userKey(whisperId),
+        ] + OwedStore.allCases.map { $0.key(whisperId) }
+        let buckets = Limit.registry.filter { $0.scope == .identity }.flatMap {
+            [RedisKeys.rateLimit(whisperId, $0.bucket), RouterStream.bucket($0, whisperId, in: shards)]
+        }
+        let pairs = others.flatMap { other in
+            [Limit.sendPerPair, Limit.callsPerPair].flatMap {
+                [RedisKeys.rateLimit(whisperId, $0.pairAction(other)), RedisKeys.rateLimit(other, $0.pairAction(whisperId))]
+            } + [RedisKeys.typing(whisperId, other), RedisKeys.typing(other, whisperId)]
+        }
+        var seen = Set<String>()
+        return (families + buckets + records + pairs).filter { seen.insert($0).inserted }
     }
 }

@@ -138,7 +138,7 @@ public struct PendingQueue: Sendable {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
-            Self.strangersKey(recipient), RedisKeys.unanswered(recipient), RedisKeys.wrote(recipient),
+            Self.strangersKey(recipient), RedisKeys.unanswered(recipient), RedisKeys.wrote(recipient), Self.recordsKey(recipient),
         ]
         let strangers = capacity.strangers, perStranger = capacity.perStranger
         var arguments: [any RedisArgument] = [sender, body, Int(Self.ttl.milliseconds), messageId, redeliver ? 1 : 0]
@@ -220,7 +220,7 @@ public struct PendingQueue: Sendable {
 
     /// The bucket of messages from `sender` to `recipient`, in the recipient's hash slot.
     static func pairBucket(recipient: String, sender: String) -> String {
-        RedisKeys.rateLimit(recipient, "from:\(sender)")
+        RedisKeys.rateLimit(recipient, Limit.sendPerPair.pairAction(sender))
     }
 
     /// The total size of the bodies in the queue (kept with it, in its slot).
@@ -233,6 +233,18 @@ public struct PendingQueue: Sendable {
     /// Bytes the recipient's queue holds, as counted.
     public func bytes(recipient: String) async throws -> Int {
         Int(try await redis.send("GET", Self.bytesKey(recipient)).string.flatMap(Int.init) ?? 0)
+    }
+
+    /// The recipient's message records (`messageKey`) by when each was stored: a sorted
+    /// set of lowercased messageIds scored in ms, kept by the store script for the
+    /// records' lifetime. An account deletion finds the records here (`records(of:)`).
+    static func recordsKey(_ recipient: String) -> String { "pending:{\(recipient)}:records" }
+
+    /// The keys of the recipient's message records that may still exist (those the
+    /// index names; any of them may have lapsed since).
+    public func records(of recipient: String) async throws -> [String] {
+        let ids = try await redis.send("ZRANGE", Self.recordsKey(recipient), 0, -1)
+        return (ids.array ?? []).compactMap(\.string).map { Self.messageKey(recipient, $0) }
     }
 
     public static func messageKey(_ recipient: String, _ messageId: String) -> String {

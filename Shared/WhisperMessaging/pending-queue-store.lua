@@ -1,11 +1,11 @@
 -- KEYS: queue, message key, presence key, the pair's bucket, byte count, the
--- recipient's peers, its strangers hash, its unanswered peers, its wrote set (all in
--- the recipient's slot). ARGV: sender,
+-- recipient's peers, its strangers hash, its unanswered peers, its wrote set, its
+-- message records' index (all in the recipient's slot). ARGV: sender,
 -- body, ttl ms, messageId, redeliver flag, the bucket's capacity and refill per ms,
 -- the queue's cap in messages and in bytes, the peers' cap and their expiry ms, 1 when
 -- the sender is a stranger to the recipient (not a direct peer), and strangers' caps:
 -- together in messages and in bytes, then each in messages and in bytes. For a group
--- copy also KEYS[10], the recipient's groups, and ARGV 17 and 18, the groupId and the
+-- copy also KEYS[11], the recipient's groups, and ARGV 17 and 18, the groupId and the
 -- membership version the router checked the sender against. Returns
 -- {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
 -- is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
@@ -27,7 +27,7 @@ if known then
     return {'duplicate', '', 0, socket}
 end
 if ARGV[17] then
-    local epoch = redis.call('HGET', KEYS[10], ARGV[17])
+    local epoch = redis.call('HGET', KEYS[11], ARGV[17])
     if not epoch then return {'not_member'} end
     if epoch ~= ARGV[18] then return {'stale', epoch} end
 end
@@ -67,6 +67,11 @@ redis.call('PEXPIRE', KEYS[5], ARGV[3])
 redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
 if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
+-- The index of the recipient's message records, by when each was stored: what an
+-- account deletion reads to find them. Records past the TTL leave it as others come.
+redis.call('ZADD', KEYS[10], now, string.lower(ARGV[4]))
+redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - tonumber(ARGV[3])))
+redis.call('PEXPIRE', KEYS[10], ARGV[3])
 -- The sender joins the recipient's peers; one the recipient never wrote to is also
 -- unanswered. Only a sender new to the set can take it past its cap, and then the
 -- oldest unanswered sender leaves (the oldest of all only when every one was

@@ -33,6 +33,10 @@ import WhisperMessaging
             try await bob.connection.send(bob.message("for alice", to: alice))
             let (_, received) = try await alice.sendAndWaitForArrival("for bob", to: bob)
             try await bob.connection.acknowledge(received)
+            // Each tells the other they are typing: a throttle in each one's slot names the other.
+            try await alice.connection.sendTyping(to: bob.whisperId, isTyping: true)
+            try await bob.connection.sendTyping(to: alice.whisperId, isTyping: true)
+            try await waitUntil { await alice.events.all(.peerTyping).count > 0 }
             let api = KeyTransparencyTests.api(stack)
             _ = try await api.pushContactsBackup(ContactsBackup(contacts: [.init(whisperId: bob.whisperId, addedAt: Clock.millisecondsNow(), displayName: "bob")]), keys: alice.keys, sessionToken: alice.token)
             // An attachment alice uploaded and sent to bob, who takes its message, and to
@@ -70,8 +74,11 @@ import WhisperMessaging
                 }
             }
 
+            let scansBefore = try await stack.withRedis { try await Self.scans(on: $0) }
             let deleted = try await alice.connection.deleteAccount(keys: alice.keys)
             #expect(deleted.whisperId == alice.whisperId)
+            // Its keys were named, not looked for: the key space was never walked.
+            #expect(try await stack.withRedis { try await Self.scans(on: $0) } == scansBefore, "the deletion walked the key space")
             // The socket is told and closed.
             try await waitUntil { await alice.events.all(.sessionRevoked).contains { $0.payload(as: SessionRevoked.self)?.reason == .accountDeleted } }
 
@@ -233,6 +240,51 @@ import WhisperMessaging
         }
     }
 
+    /// Deletions cost their address and their identity a token each before anything is
+    /// checked: an identity's unsigned attempts run out, and an address that churns
+    /// identities cannot delete past its share, over the frame or over HTTP.
+    @Test func deletionsAreLimitedPerAddressAndPerIdentity() async throws {
+        try await MessagingStack.start(routers: 1, gateway: { settings in
+            settings.limits[.deletionsPerAddress] = RateLimitRule("4/1h")!
+            settings.limits[.deletionsPerIdentity] = RateLimitRule("2/1h")!
+        }).running { stack in
+            let erin = try await stack.user(on: 0), frank = try await stack.user(on: 1), gina = try await stack.user(on: 0)
+            let forger = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            for _ in 0..<2 {
+                await #expect(throws: WhisperClientError.refused(.authFailed, "signature does not verify with the identity's signing key")) {
+                    _ = try await erin.connection.request(AccountDelete(sessionToken: erin.token, forger.accountDeletion(whisperId: erin.whisperId)))
+                }
+            }
+            // Her own signature comes too late: the identity's attempts are used up.
+            await #expect(performing: { _ = try await erin.connection.deleteAccount(keys: erin.keys) }, throws: { refusal in
+                if case .refused(.rateLimited, let message) = refusal as? WhisperClientError { message.hasPrefix("too many account deletion attempts") } else { false }
+            })
+            // The address has had three; frank's is its fourth and last.
+            #expect(try await frank.connection.deleteAccount(keys: frank.keys).whisperId == frank.whisperId)
+            let refusedForAddress: @Sendable (any Error) -> Bool = { refusal in
+                switch refusal {
+                case WhisperClientError.refused(.rateLimited, let message): message.hasPrefix("too many account deletions from this address")
+                case WhisperAPIError.retryLater(let status, _): status == 429
+                default: false
+                }
+            }
+            await #expect(performing: { _ = try await gina.connection.deleteAccount(keys: gina.keys) }, throws: refusedForAddress)
+            let auth = stack.auth.baseURL, websocket = "ws://127.0.0.1:\(stack.gateways[0].port)/ws"
+            let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: websocket, auth: auth, attachments: auth, turn: auth), directory: DirectoryView())
+            await #expect(performing: { _ = try await api.deleteAccount(whisperId: gina.whisperId, keys: gina.keys, sessionToken: gina.token) }, throws: refusedForAddress)
+            let remaining = try await stack.withPostgres { client in
+                var ids: [String] = []
+                let rows = try await client.query(
+                    "SELECT whisper_id FROM users WHERE whisper_id = ANY(\([erin.whisperId, frank.whisperId, gina.whisperId])::text[]) ORDER BY whisper_id",
+                    logger: TestServers.logger
+                )
+                for try await id in rows.decode(String.self) { ids.append(id) }
+                return ids
+            }
+            #expect(remaining == [erin.whisperId, gina.whisperId].sorted())
+        }
+    }
+
     /// `table.column` of every text, JSON or array column of the schema with a value that
     /// holds `text`.
     static func columnsNaming(_ text: String, on client: PostgresClient) async throws -> [String] {
@@ -256,6 +308,16 @@ import WhisperMessaging
             if count > 0 { naming.append("\(table).\(column)") }
         }
         return naming
+    }
+
+    /// How many `SCAN`s (and slot listings) the server has answered.
+    static func scans(on redis: RedisClient) async throws -> Int {
+        let stats = try await redis.send("INFO", "commandstats").string ?? ""
+        return stats.split(whereSeparator: \.isNewline).reduce(0) { total, line in
+            guard line.hasPrefix("cmdstat_scan:") || line.hasPrefix("cmdstat_cluster|getkeysinslot:"),
+                  let calls = line.split(separator: ":").last?.split(separator: ",").first(where: { $0.hasPrefix("calls=") }) else { return total }
+            return total + (Int(calls.dropFirst("calls=".count)) ?? 0)
+        }
     }
 
     /// Every key whose name or value holds `text`.

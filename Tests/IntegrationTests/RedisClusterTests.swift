@@ -114,23 +114,6 @@ import Testing
 /// auth, every Redis command routed to its slot's master: messages, receipts, groups,
 /// calls and presence.
 @Suite(.serialized) struct ClusterMessagingTests {
-    /// An identity's keys on a cluster (what an account deletion deletes): read from its
-    /// slot alone, and only the keys tagged with it, not others that share the slot.
-    @Test func theKeysTaggedWithAnIdentityAreFoundInItsSlot() async throws {
-        try await RedisClusterProcess.withClient { _, client in
-            let whisperId = WhisperID.generate()
-            let tagged = ["pending:{\(whisperId)}", "pending:{\(whisperId)}:msg:1", "peers:{\(whisperId)}", "ratelimit:{\(whisperId)}:send"]
-            // A tag of another identity's in the same slot: in the slot's reply, not in the answer.
-            let slot = RedisClusterSlots.slot(of: "{\(whisperId)}")
-            var neighbour = WhisperID.generate()
-            while RedisClusterSlots.slot(of: "{\(neighbour)}") != slot || neighbour == whisperId { neighbour = WhisperID.generate() }
-            let others = (0..<200).map { _ in "pending:{\(WhisperID.generate())}" }
-                + ["\(whisperId) untagged", "{stream:router}:send:\(whisperId)", "pending:{\(neighbour)}"]
-            _ = try await client.pipeline((tagged + others).map { RedisCommand("SET", $0, "1") })
-            #expect(Set(try await client.keys(taggedWith: whisperId)) == Set(tagged))
-        }
-    }
-
     @Test func messagesReceiptsAndGroupsOnACluster() async throws {
         let nodes = try RedisClusterProcess()
         defer { nodes.stop() }

@@ -84,6 +84,15 @@ struct WhisperLoad: AsyncParsableCommand {
     @Option(help: "With --live-listeners: keystrokes per second.")
     var keysPerSecond = 20
 
+    @Option(help: "Instead of a run: delete this many accounts one at a time (each with a contact, messages taken and messages waiting) and report Redis's time per deletion and the key-space walks it answered, read from Redis at --redis.")
+    var deletions = 0
+
+    @Option(help: "With --deletions: Redis's URL (redis://host:port).")
+    var redis: String?
+
+    @Option(help: "With --deletions: first add this many other keys to Redis, as a server with many users holds.")
+    var fillerKeys = 0
+
     @Option(help: "Instead of a run: time this many Ed25519 verifications of a message's signed bytes with each library the project links (libsodium, which the services use, and swift-crypto), interleaved, and print each one's time per verification.")
     var ed25519 = 0
 
@@ -109,6 +118,11 @@ struct WhisperLoad: AsyncParsableCommand {
         let gateways = self.gateways
         if ed25519 > 0 {
             VerifySpeed(verifications: ed25519).run()
+            return
+        }
+        if deletions > 0 {
+            guard let redis else { throw LoadFailure("--deletions needs --redis") }
+            try await DeletionLoad(gateways: gateways, accounts: deletions, fillerKeys: fillerKeys, redisURL: redis, logger: logger).run()
             return
         }
         if idleSockets > 0 {

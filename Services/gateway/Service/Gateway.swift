@@ -146,7 +146,7 @@ public func buildGateway(
         guard limits.take(.groupOpsPerAddress, address: client) else {
             throw WhisperHTTPError(.rateLimited, Limit.groupOpsPerAddress.refusal(retryAfterMs: nil))
         }
-        return try await frames.deleteAccount(over: request)
+        return try await frames.deleteAccount(over: request, address: client)
     }
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }

@@ -62,8 +62,8 @@ struct CallDesk: Sendable {
         // after its router died is not an attempt of the caller's.)
         if !redelivery {
             let limiter = RateLimiter(redis: redis), pair = Limit.callsPerPair
-            // The caller's bucket for this callee: the limit's bucket name and the callee.
-            if case .limited(let retry) = try await limiter.take("\(pair.bucket):\(signal.to)", key: signal.from, rule: settings.limits[pair]) {
+            // The caller's bucket for this callee.
+            if case .limited(let retry) = try await limiter.take(pair.pairAction(signal.to), key: signal.from, rule: settings.limits[pair]) {
                 throw pair.refused(retryAfterMs: retry)
             }
             if !fromPeer { try await limiter.charge(.strangerCallsPerCallee, key: signal.to, rules: settings.limits) }

@@ -52,6 +52,11 @@ public struct Limit: Sendable, Hashable, CustomStringConvertible {
         self.counts = counts
     }
 
+    /// The action of a pair-scoped limit's bucket for one other party (`from:<sender>` in
+    /// the recipient's slot, `call_to:<callee>` in the caller's): its Redis key is
+    /// `RedisKeys.rateLimit(party, pairAction(other))`.
+    public func pairAction(_ other: String) -> String { bucket + ":" + other }
+
     /// The environment variable that sets it.
     public var variable: String { SettingsReader.variableName(key) }
 

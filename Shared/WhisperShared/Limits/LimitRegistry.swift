@@ -17,11 +17,21 @@ extension Limit {
     public static let routedPerAddress = Limit("gateway.rate.limit.routed.per.address", "12000/60s", per: .address, bucket: "routed", counts: "frames from this address")
     /// `group_create` and `group_update` per client address, this instance's count.
     public static let groupOpsPerAddress = Limit("gateway.rate.limit.group.per.address", "120/60s", per: .address, bucket: "group", counts: "group changes from this address")
+    /// `account_delete` (the frame and `POST /account/delete`) per client address, every
+    /// gateway together (Redis): an address cannot churn registrations and deletions.
+    public static let deletionsPerAddress = Limit(
+        "gateway.rate.limit.account.delete.per.address", "20/1h", per: .address, bucket: "account_delete", counts: "account deletions from this address"
+    )
 
     // MARK: gateway: frames of one identity, all gateways together (Redis)
 
     /// `send_message` and each `group_send_message` copy per sender.
     public static let sendPerSender = Limit("gateway.rate.limit.send.per.sender", "600/60s", per: .identity, bucket: "send", counts: "messages")
+    /// `account_delete` attempts per identity, signed or not (one deletes it; a few more
+    /// finish a deletion that failed half-way).
+    public static let deletionsPerIdentity = Limit(
+        "gateway.rate.limit.account.delete.per.identity", "6/1h", per: .identity, bucket: "account_delete", counts: "account deletion attempts"
+    )
     /// `session_refresh`, `logout`, `update_tokens` per identity.
     public static let controlPerIdentity = Limit("gateway.rate.limit.control.per.identity", "60/60s", per: .identity, bucket: "control", counts: "session and token frames")
     /// `delivery_receipt` per identity (through leases).
@@ -109,8 +119,8 @@ extension Limit {
 
     /// Every limit, in the order of docs/configuration.md's table.
     public static let registry: [Limit] = [
-        controlPerSocket, controlPerAddress, refusalsPerSocket, refusalsPerAddress, routedPerAddress, groupOpsPerAddress,
-        sendPerSender, controlPerIdentity, receiptsPerIdentity, fetchPerIdentity, groupOpsPerIdentity,
+        controlPerSocket, controlPerAddress, refusalsPerSocket, refusalsPerAddress, routedPerAddress, groupOpsPerAddress, deletionsPerAddress,
+        sendPerSender, deletionsPerIdentity, controlPerIdentity, receiptsPerIdentity, fetchPerIdentity, groupOpsPerIdentity,
         presenceSubscribePerIdentity, presenceEventsPerIdentity, callsPerIdentity, callSignalsPerIdentity,
         liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
         liveOffersPerDevice, liveOffersPerAddress, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,

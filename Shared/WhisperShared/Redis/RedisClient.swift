@@ -292,26 +292,6 @@ extension RedisClient {
         }
     }
 
-    /// Every key whose hash tag is `tag` (`…{tag}…`). On a cluster only the tag's slot is
-    /// read (`CLUSTER GETKEYSINSLOT` on its master, whose keys share the slot with others'
-    /// tags); on a single server the whole key space is walked with `SCAN`.
-    public func keys(taggedWith tag: String, batch: Int = 1_000) async throws -> [String] {
-        let marker = "{\(tag)}"
-        var found: [String] = []
-        if let cluster = try mappedCluster() {
-            // A slot holds about 1/16,384 of all keys: one reply.
-            let slot = RedisClusterSlots.slot(of: marker)
-            let reply = try await cluster.send(RedisCommand("CLUSTER", "COUNTKEYSINSLOT", slot), toNodeOf: Array(marker.utf8))
-            let count = max(Int(reply.int ?? 0), 0)
-            let all = try await cluster.send(RedisCommand("CLUSTER", "GETKEYSINSLOT", slot, max(count, 1)), toNodeOf: Array(marker.utf8))
-            found = (all.array ?? []).compactMap(\.string).filter { $0.contains(marker) }
-        } else {
-            let pattern = marker.map { "*?[]\\".contains($0) ? "\\\($0)" : String($0) }.joined()
-            try await scan(matching: "*\(pattern)*", batch: batch) { found += $0 }
-        }
-        return found
-    }
-
     /// `evaluate` on a cluster: the script runs on its first key's master (the others go
     /// to theirs), and a node that does not know the script yet is taught it there.
     private func evaluate(

@@ -49,6 +49,9 @@ public enum RedisKeys {
     /// `<gateway> <connId>` → `<expires ms> <W|L> <Whisper ID or listener ID> <0|1 joined>`,
     /// each renewed by its gateway while the socket is open (`LiveRelay`).
     public static func liveSockets(_ conversationId: String) -> String { "live:{\(conversationId)}" }
+    /// The typing throttle of one (sender, peer) pair, in the sender's slot: set for the
+    /// throttle's interval when a `typing` frame to the peer is relayed.
+    public static func typing(_ sender: String, _ peer: String) -> String { "typing:{\(sender)}:\(peer)" }
     /// The pub/sub channel a gateway instance listens on for frames to its sockets.
     public static func gatewayChannel(_ instanceID: String) -> String { "gateway:\(instanceID)" }
 }

@@ -35,7 +35,7 @@ public struct SessionStore: Sendable {
         self.redis = redis
     }
 
-    static func userKey(_ whisperId: String) -> String { "user:{\(whisperId)}:session" }
+    public static func userKey(_ whisperId: String) -> String { "user:{\(whisperId)}:session" }
 
     /// The name a token's digest goes by: lower-case hex SHA-256 of its characters.
     public static func digest(_ token: String) -> String {

@@ -328,6 +328,7 @@ extension TestServers {
         settings.limits[.sendPerSender] = RateLimitRule("100000/60s")!
         // Every test client comes from 127.0.0.1: per-address limits would join them all.
         settings.limits[.routedPerAddress] = RateLimitRule("1000000/60s")!
+        settings.limits[.deletionsPerAddress] = RateLimitRule("100000/60s")!
         settings.maxSocketsPerAddress = 100_000
         // A busy test machine can hold a frame past the production wait (100 ms) and turn a
         // burst of sends into busy refusals; the test of that wait sets it itself.

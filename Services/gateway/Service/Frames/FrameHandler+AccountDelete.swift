@@ -9,14 +9,17 @@ extension FrameHandler {
     /// (`prepareDeletion`), then the router takes the groups and the rest (`AccountDesk`)
     /// and answers `account_deleted` through this instance's channel.
     func deleteAccount(_ request: AccountDelete, whisperId: String, _ served: FrameRoute.Served) async throws {
-        try await prepareDeletion(request, whisperId: whisperId, by: accountDeletion(logger: served.connection.logger))
+        try await prepareDeletion(
+            request, whisperId: whisperId, address: served.connection.remoteAddress, by: accountDeletion(logger: served.connection.logger)
+        )
         try await enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
     }
 
     /// `POST /account/delete`, the HTTP twin: the session in `Authorization: Bearer`, the
-    /// signed fields as the body. The router's answer goes to no socket: this waits until
-    /// the deletion is recorded (at most `wait`), then answers as the frame would.
-    func deleteAccount(over request: Request, wait: Duration = .seconds(20)) async throws -> Response {
+    /// signed fields as the body, from `address` (the client's, `TrustedProxies.clientKey`).
+    /// The router's answer goes to no socket: this waits until the deletion is recorded
+    /// (at most `wait`), then answers as the frame would.
+    func deleteAccount(over request: Request, address: String, wait: Duration = .seconds(20)) async throws -> Response {
         let session = try await sessions.authenticate(request)
         let token = SessionStore.bearerToken(of: request) ?? ""
         let body = try await request.body.collect(upTo: 4_096)
@@ -34,7 +37,7 @@ extension FrameHandler {
         let payload = AccountDelete(sessionToken: token, fields)
         let deletion = accountDeletion(logger: environment.logger)
         do {
-            try await prepareDeletion(payload, whisperId: whisperId, by: deletion)
+            try await prepareDeletion(payload, whisperId: whisperId, address: address, by: deletion)
             let entry = RouterStream.Entry(
                 gateway: instanceID, connId: "", whisperId: whisperId, type: .accountDelete, requestId: nil,
                 payload: try RouterStream.storedPayload(payload), receivedAt: Clock.millisecondsNow()
@@ -58,11 +61,18 @@ extension FrameHandler {
         throw WhisperHTTPError(.internalError, "the deletion is under way but not done yet; send the request again")
     }
 
-    /// The request held to its rule (the session's own identity, signed by its key at about
-    /// the server's time), then the identity's live conversations and push-to-talk channels
-    /// let go, as their owner deleting them or a member leaving would (listeners and members
-    /// are told). A request that failed half-way is sent again: every step finds what is left.
-    private func prepareDeletion(_ request: AccountDelete, whisperId: String, by deletion: AccountDeletion) async throws {
+    /// The attempt charged to its address and its identity (`Limit.deletionsPerAddress`,
+    /// `.deletionsPerIdentity`, every gateway together), the request held to its rule (the
+    /// session's own identity, signed by its key at about the server's time), then the
+    /// identity's live conversations and push-to-talk channels let go, as their owner
+    /// deleting them or a member leaving would (listeners and members are told). A request
+    /// that failed half-way is sent again: every step finds what is left.
+    private func prepareDeletion(_ request: AccountDelete, whisperId: String, address: String, by deletion: AccountDeletion) async throws {
+        for (limit, key) in [(Limit.deletionsPerAddress, "ip:" + address), (.deletionsPerIdentity, whisperId)] {
+            if case .limited(let retry) = try await limits.limiter.take(limit, key: key, rules: limits.rules) {
+                throw limit.refused(retryAfterMs: retry)
+            }
+        }
         try await deletion.verify(request.fields, session: whisperId)
         let logger = deletion.logger
         let conversations = LiveConversationDesk(postgres: environment.postgres, logger: logger)

@@ -88,7 +88,7 @@ struct PresenceDesk: Sendable {
     func announce(_ whisperId: String, _ status: PresenceStatus) async throws {
         let now = Clock.millisecondsNow()
         let reply = try await redis.evaluate(
-            Self.announceScript, keys: [RedisKeys.watchers(whisperId), RedisKeys.rateLimit(whisperId, "presence")],
+            Self.announceScript, keys: [RedisKeys.watchers(whisperId), RedisKeys.rateLimit(whisperId, Limit.presenceEventsPerIdentity.bucket)],
             arguments: RateLimiter.arguments(eventsPerIdentity) + [now]
         )
         guard let parts = reply.array, let outcome = parts.first?.int else { throw RedisError.unexpectedReply("presence announce") }

@@ -24,9 +24,6 @@ struct TypingDesk: Sendable {
         })
     }
 
-    /// The throttle of one (sender, peer) pair, in the sender's slot.
-    static func throttleKey(_ sender: String, _ peer: String) -> String { "typing:{\(sender)}:\(peer)" }
-
     @discardableResult
     func relay(_ typing: Typing, from sender: String) async throws -> Outcome {
         let outcome = try await decide(typing, from: sender)
@@ -41,7 +38,7 @@ struct TypingDesk: Sendable {
         // sender); the peer's slot beside it (when the sender last wrote to the peer, and
         // where the peer is connected).
         let (reply, others) = try await redis.evaluate(
-            Self.gateScript, keys: [RedisKeys.peers(sender), Self.throttleKey(sender, typing.to)],
+            Self.gateScript, keys: [RedisKeys.peers(sender), RedisKeys.typing(sender, typing.to)],
             arguments: [typing.to, Int(Self.interval.milliseconds)],
             alongside: [RedisCommand("ZSCORE", RedisKeys.peers(typing.to), sender), RedisCommand("GET", RedisKeys.presence(typing.to))]
         )
