@@ -19,9 +19,7 @@ extension Limit {
     public static let groupOpsPerAddress = Limit("gateway.rate.limit.group.per.address", "120/60s", per: .address, bucket: "group", counts: "group changes from this address")
     /// `account_delete` (the frame and `POST /account/delete`) per client address, every
     /// gateway together (Redis): an address cannot churn registrations and deletions.
-    public static let deletionsPerAddress = Limit(
-        "gateway.rate.limit.account.delete.per.address", "20/1h", per: .address, bucket: "account_delete", counts: "account deletions from this address"
-    )
+    public static let deletionsPerAddress = Limit("gateway.rate.limit.account.delete.per.address", "20/1h", per: .address, bucket: "account_delete", counts: "account deletions from this address")
 
     // MARK: gateway: frames of one identity, all gateways together (Redis)
 
@@ -29,9 +27,7 @@ extension Limit {
     public static let sendPerSender = Limit("gateway.rate.limit.send.per.sender", "600/60s", per: .identity, bucket: "send", counts: "messages")
     /// `account_delete` attempts per identity, signed or not (one deletes it; a few more
     /// finish a deletion that failed half-way).
-    public static let deletionsPerIdentity = Limit(
-        "gateway.rate.limit.account.delete.per.identity", "6/1h", per: .identity, bucket: "account_delete", counts: "account deletion attempts"
-    )
+    public static let deletionsPerIdentity = Limit("gateway.rate.limit.account.delete.per.identity", "6/1h", per: .identity, bucket: "account_delete", counts: "account deletion attempts")
     /// `session_refresh`, `logout`, `update_tokens` per identity.
     public static let controlPerIdentity = Limit("gateway.rate.limit.control.per.identity", "60/60s", per: .identity, bucket: "control", counts: "session and token frames")
     /// `delivery_receipt` per identity (through leases).
