@@ -97,7 +97,7 @@ var targets: [Target] = [
     // and push streams (Redis). Server-only: the services that move messages link it.
     .target(
         name: "WhisperMessaging",
-        dependencies: ["WhisperShared", .product(name: "NIOCore", package: "swift-nio")],
+        dependencies: ["WhisperShared", .product(name: "NIOCore", package: "swift-nio"), .product(name: "Crypto", package: "swift-crypto")],
         path: "Shared/WhisperMessaging"
     ),
     .target(

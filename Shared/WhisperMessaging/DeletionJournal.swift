@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Logging
 import PostgresNIO
@@ -5,10 +6,16 @@ import WhisperShared
 
 /// The deletion journal (docs/operations.md, "Deletions and restores"): every account
 /// deletion, with the owner's signed request, copied out of PostgreSQL into the object
-/// store, one object per identity (`deletions/<Whisper ID>`). A database restored from a
-/// dump taken before a deletion would bring the identity back; the journal, which the
-/// dump does not hold, gives the deletion back to it. gc-worker writes the journal
-/// (``write()``) and applies it (``reapply()``).
+/// store, one object per identity. A database restored from a dump taken before a
+/// deletion would bring the identity back; the journal, which the dump does not hold,
+/// gives the deletion back to it. gc-worker writes the journal (``write()``) and applies
+/// it (``reapply()``).
+///
+/// Nobody who reads the bucket learns who deleted: an object is named
+/// `deletions/<key ID>/<keyed hash of the Whisper ID>` and holds its record sealed
+/// (``JournalKeys``), with keys only gc-workers hold. Objects of the first format
+/// (`deletions/<Whisper ID>`, the record in the clear) and objects under a key that is
+/// no longer the first are rewritten under the first key as a walk meets them.
 public struct DeletionJournal: Sendable {
     public static let prefix = "deletions/"
 
@@ -47,11 +54,17 @@ public struct DeletionJournal: Sendable {
         public var recorded = 0
         /// Records left alone: malformed, or unsigned for an identity that is there.
         public var skipped = 0
+        /// Objects rewritten under the first key (from the first format, or another key).
+        public var rewritten = 0
+        /// Objects nothing configured opens: under a key no longer configured, or not
+        /// the journal's (`whisper_gc_deletion_journal_unreadable`).
+        public var unreadable = 0
     }
 
     let postgres: PostgresClient
     let redis: RedisClient
     let store: S3Client
+    let keys: JournalKeys
     let deletion: AccountDeletion
     /// The instance writing to the router stream (its entries' `gw`: the router's answer
     /// goes to a channel nobody reads).
@@ -59,17 +72,22 @@ public struct DeletionJournal: Sendable {
     let batchSize: Int
     let logger: Logger
 
-    public init(postgres: PostgresClient, redis: RedisClient, store: S3Client, instanceID: String, batchSize: Int = 100, logger: Logger) {
+    public init(
+        postgres: PostgresClient, redis: RedisClient, store: S3Client, keys: JournalKeys, instanceID: String, batchSize: Int = 100, logger: Logger
+    ) {
         self.postgres = postgres
         self.redis = redis
         self.store = store
+        self.keys = keys
         self.deletion = AccountDeletion(postgres: postgres, redis: redis, logger: logger)
         self.instanceID = instanceID
         self.batchSize = batchSize
         self.logger = logger
     }
 
-    public static func key(_ whisperId: String) -> String { prefix + whisperId }
+    /// An object's name in the first format, the Whisper ID in the clear (read, and
+    /// rewritten, by ``reapply()``; never written).
+    static func plainName(_ whisperId: String) -> String { prefix + whisperId }
 
     /// Copies the deletions not yet journaled to the store, a batch per transaction (rows
     /// claimed with `SKIP LOCKED`, so several gc-workers share the work); returns how many.
@@ -95,20 +113,20 @@ public struct DeletionJournal: Sendable {
                 let request = timestamp.flatMap { timestamp in signature.map { AccountDeleteFields(whisperId: whisperId, timestamp: timestamp, signature: $0) } }
                 records.append(Record(whisperId: whisperId, deletedAt: deletedAt, request: request))
             }
-            var copied: [String] = []
+            var copied: [(whisperId: String, name: String)] = []
             for record in records {
                 do {
-                    try await store.put(Self.key(record.whisperId), body: Array(try JSONEncoder().encode(record)), contentType: "application/json")
-                    copied.append(record.whisperId)
+                    copied.append((record.whisperId, try await put(record)))
                 } catch {
                     logger.warning("deletion_journal_write_failed", metadata: ["error": "\(error)"])
                     break
                 }
             }
             if !copied.isEmpty {
-                _ = try await connection.query(
-                    "UPDATE deleted_identities SET journaled_at = now() WHERE whisper_id = ANY(\(copied)::text[])", logger: logger
-                )
+                _ = try await connection.query("""
+                    UPDATE deleted_identities d SET journaled_at = now(), journal_name = c.name
+                    FROM unnest(\(copied.map(\.whisperId))::text[], \(copied.map(\.name))::text[]) AS c(id, name) WHERE d.whisper_id = c.id
+                    """, logger: logger)
             }
             return (copied.count, records.count)
         }
@@ -119,54 +137,106 @@ public struct DeletionJournal: Sendable {
     /// deleted again through the router stream, as its owner's request was (held to its
     /// signature and to the time it was first done; its groups are left as by a member
     /// leaving); one that is not (it registered after the dump) is recorded as deleted.
-    /// A journal whose deletions the database holds costs one listing per 1,000 of them.
+    /// On the way, an object of the first format or under a key other than the first is
+    /// rewritten under the first key. A journal whose deletions the database holds under
+    /// the first key costs one listing per 1,000 of them.
     public func reapply() async throws -> Reapplied {
         var result = Reapplied()
         var continuation: String?
         repeat {
             let page = try await store.list(prefix: Self.prefix, continuation: continuation)
             continuation = page.next
-            let ids = page.keys.map { String($0.dropFirst(Self.prefix.count)) }.filter(Format.isWhisperID)
-            result.checked += ids.count
-            result.skipped += page.keys.count - ids.count
-            for whisperId in try await notRecorded(ids) {
-                guard let body = try await store.get(Self.key(whisperId)),
-                      let record = try? JSONDecoder().decode(Record.self, from: Data(body)), record.whisperId == whisperId, record.isWellFormed else {
-                    result.skipped += 1
-                    // Logs name no one deleted (docs/security.md): counted, not named.
-                    logger.warning("deletion_journal_record_malformed")
-                    continue
-                }
-                switch (try await isRegistered(whisperId), record.request) {
-                case (false, _):
-                    try await deletion.recordAgain(record)
-                    result.recorded += 1
-                case (true, let request?):
-                    try await route(request, deletedAt: record.deletedAt)
-                    result.routed += 1
-                case (true, nil):
-                    result.skipped += 1
-                    logger.warning("deletion_journal_unsigned")
+            var sealed: [(name: String, key: JournalKeys.Key)] = [], plain: [String] = []
+            for name in page.keys {
+                let rest = String(name.dropFirst(Self.prefix.count))
+                if Format.isWhisperID(rest) {
+                    plain.append(rest)
+                } else if let key = keys.key(naming: name) {
+                    sealed.append((name, key))
+                } else {
+                    // Under a key no longer configured, or not the journal's: nothing can open it.
+                    result.unreadable += 1
                 }
             }
+            result.checked += sealed.count + plain.count
+            let unknownNames = Set(try await notRecorded(names: sealed.map(\.name)))
+            for (name, key) in sealed where unknownNames.contains(name) || key.id != keys.first.id {
+                guard let body = try await store.get(name), let record = key.open(body, name: name) else {
+                    result.unreadable += 1
+                    continue
+                }
+                try await apply(record, from: name, to: &result)
+            }
+            for whisperId in plain {
+                guard let body = try await store.get(Self.plainName(whisperId)),
+                      let record = try? JSONDecoder().decode(Record.self, from: Data(body)), record.whisperId == whisperId else {
+                    result.unreadable += 1
+                    continue
+                }
+                try await apply(record, from: Self.plainName(whisperId), to: &result)
+            }
         } while continuation != nil
-        if result.routed + result.recorded + result.skipped > 0 {
+        if result.routed + result.recorded + result.skipped + result.rewritten + result.unreadable > 0 {
+            // Logs name no one deleted (docs/security.md): counted, not named.
             logger.notice("deletion_journal_reapplied", metadata: [
                 "checked": "\(result.checked)", "routed": "\(result.routed)", "recorded": "\(result.recorded)", "skipped": "\(result.skipped)",
+                "rewritten": "\(result.rewritten)", "unreadable": "\(result.unreadable)",
             ])
         }
         return result
     }
 
-    /// The IDs among `ids` that `deleted_identities` does not hold.
-    private func notRecorded(_ ids: [String]) async throws -> [String] {
-        guard !ids.isEmpty else { return [] }
+    /// One record met by the walk, read from the object `name`: applied unless the
+    /// database holds the deletion, then kept under the first key alone.
+    private func apply(_ record: Record, from name: String, to result: inout Reapplied) async throws {
+        guard record.isWellFormed else {
+            result.skipped += 1
+            logger.warning("deletion_journal_record_malformed")
+            return
+        }
+        if try await deletion.deletedAt(record.whisperId) == nil {
+            switch (try await isRegistered(record.whisperId), record.request) {
+            case (false, _):
+                try await deletion.recordAgain(record)
+                result.recorded += 1
+            case (true, let request?):
+                try await route(request, deletedAt: record.deletedAt)
+                result.routed += 1
+            case (true, nil):
+                // Nothing shows its owner asked: left alone (and kept, sealed, below).
+                result.skipped += 1
+                logger.warning("deletion_journal_unsigned")
+            }
+        }
+        // Under the first key: written there (the same name again is the same object), the
+        // row told its name, then the other object deleted.
+        let current = try await put(record)
+        _ = try await postgres.query(
+            "UPDATE deleted_identities SET journal_name = \(current), journaled_at = coalesce(journaled_at, now()) WHERE whisper_id = \(record.whisperId)",
+            logger: logger
+        )
+        if current != name {
+            try await store.delete(name)
+            result.rewritten += 1
+        }
+    }
+
+    /// Writes `record` under the first key; returns the object's name.
+    private func put(_ record: Record) async throws -> String {
+        let name = keys.first.name(of: record.whisperId)
+        try await store.put(name, body: keys.first.seal(try JSONEncoder().encode(record), name: name), contentType: "application/octet-stream")
+        return name
+    }
+
+    /// The names among `names` that no row of `deleted_identities` has.
+    private func notRecorded(names: [String]) async throws -> [String] {
+        guard !names.isEmpty else { return [] }
         let rows = try await postgres.query("""
-            SELECT j.id FROM unnest(\(ids)::text[]) AS j(id)
-            WHERE NOT EXISTS (SELECT 1 FROM deleted_identities d WHERE d.whisper_id = j.id) ORDER BY j.id
+            SELECT j.name FROM unnest(\(names)::text[]) AS j(name)
+            WHERE NOT EXISTS (SELECT 1 FROM deleted_identities d WHERE d.journal_name = j.name) ORDER BY j.name
             """, logger: logger)
         var missing: [String] = []
-        for try await id in rows.decode(String.self) { missing.append(id) }
+        for try await name in rows.decode(String.self) { missing.append(name) }
         return missing
     }
 
@@ -186,4 +256,69 @@ public struct DeletionJournal: Sendable {
         )
         _ = try await redis.send(entry.addCommand(in: redis.configuration.streamShards))
     }
+}
+
+/// The deletion journal's keys (`GC_WORKER_JOURNAL_KEYS`, only gc-workers hold them):
+/// the first names and seals every object written; each one configured opens the
+/// objects under it. Each key is a 32-byte secret from which three are derived with
+/// HMAC-SHA-256 under fixed labels: the key's ID (the first 8 bytes, in hex, named in
+/// the object's name), the key that names an object (a keyed hash of the Whisper ID, so
+/// that nobody without it can tell whose deletion an object is, even knowing the ID)
+/// and the key that seals its record (AES-256-GCM, the object's name as associated
+/// data, so that a record cannot be moved to another identity's name).
+public struct JournalKeys: Sendable {
+    public struct Key: Sendable {
+        public let id: String
+        let naming: SymmetricKey
+        let sealing: SymmetricKey
+
+        public init(secret: [UInt8]) {
+            let secret = SymmetricKey(data: secret)
+            func derived(_ label: String) -> [UInt8] { Array(HMAC<SHA256>.authenticationCode(for: Array(label.utf8), using: secret)) }
+            id = derived("whisper-deletion-journal-key-id-v1").prefix(8).hexString
+            naming = SymmetricKey(data: derived("whisper-deletion-journal-name-v1"))
+            sealing = SymmetricKey(data: derived("whisper-deletion-journal-seal-v1"))
+        }
+
+        /// `deletions/<key ID>/<HMAC-SHA-256 of the Whisper ID, hex>`.
+        public func name(of whisperId: String) -> String {
+            DeletionJournal.prefix + id + "/" + Array(HMAC<SHA256>.authenticationCode(for: Array(whisperId.utf8), using: naming)).hexString
+        }
+
+        /// The 12-byte nonce, the ciphertext and the 16-byte tag.
+        func seal(_ record: Data, name: String) throws -> [UInt8] {
+            guard let combined = try AES.GCM.seal(record, using: sealing, authenticating: Array(name.utf8)).combined else {
+                throw JournalKeyError.sealFailed
+            }
+            return Array(combined)
+        }
+
+        /// The record sealed in `body`, if it opens under this key with `name` and is the
+        /// record of the identity `name` names.
+        public func open(_ body: [UInt8], name: String) -> DeletionJournal.Record? {
+            guard let box = try? AES.GCM.SealedBox(combined: body), let plain = try? AES.GCM.open(box, using: sealing, authenticating: Array(name.utf8)),
+                  let record = try? JSONDecoder().decode(DeletionJournal.Record.self, from: plain), self.name(of: record.whisperId) == name else { return nil }
+            return record
+        }
+    }
+
+    public let first: Key
+    let all: [Key]
+
+    /// `secrets`: 32 bytes each, the first the one that writes; at least one.
+    public init(secrets: [[UInt8]]) {
+        all = secrets.map(Key.init(secret:))
+        first = all.first ?? Key(secret: [UInt8](repeating: 0, count: 32))
+    }
+
+    /// The configured key an object's name says it is under.
+    func key(naming name: String) -> Key? {
+        let parts = name.dropFirst(DeletionJournal.prefix.count).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, parts[1].count == 64 else { return nil }
+        return all.first { $0.id == parts[0] }
+    }
+}
+
+enum JournalKeyError: Error {
+    case sealFailed
 }

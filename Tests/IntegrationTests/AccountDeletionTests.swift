@@ -159,17 +159,19 @@ import WhisperMessaging
             #expect(audit[1].hasPrefix("unban \(AccountDeletion.deletedTarget) ") && !audit[1].contains("appealed"))
             #expect(audit[2].contains(#""reported": "\#(AccountDeletion.deletedTarget)""#) && !audit[2].contains("nothing there"))
             // The object store: gc-worker's next run deletes the blob and its rows, and its
-            // journal keeps the deletion (the ID and the signed request) for restores.
+            // journal keeps the deletion (the ID and the signed request, sealed) for restores.
             #expect(try await signer.store.head(objectKey) != nil)
             try await GCTests.collector(stack, store: signer.store) { collector in _ = try await collector.run() }
             #expect(try await signer.store.head(objectKey) == nil)
             #expect(try await GCTests.rows(stack, objectKey) == 0)
             _ = try await stack.withPostgres { postgres in
                 try await stack.withRedis { redis in
-                    try await DeletionJournal(postgres: postgres, redis: redis, store: signer.store, instanceID: "gc-test", logger: TestServers.logger).write()
+                    try await DeletionJournal(
+                        postgres: postgres, redis: redis, store: signer.store, keys: TestServers.journalKeys, instanceID: "gc-test", logger: TestServers.logger
+                    ).write()
                 }
             }
-            // Key by key: only the journal's record names the ID.
+            // Key by key: no object names the ID, in its name or its content.
             var keys: [String] = [], continuation: String?
             repeat {
                 let page = try await signer.store.list(prefix: "", continuation: continuation)
@@ -181,7 +183,13 @@ import WhisperMessaging
                 let body = try await signer.store.get(key, limit: 64 << 20) ?? []
                 if key.contains(alice.whisperId) || String(decoding: body, as: UTF8.self).contains(alice.whisperId) { naming.append(key) }
             }
-            #expect(naming == [DeletionJournal.key(alice.whisperId)], "left in the object store: \(naming) of \(keys.count) objects")
+            #expect(naming.isEmpty, "left in the object store: \(naming) of \(keys.count) objects")
+            // The journal's object for her is named by the key alone and opens, with it, to her own signed request.
+            let journalName = TestServers.journalKeys.first.name(of: alice.whisperId)
+            #expect(keys.contains(journalName))
+            let sealed = try #require(try await signer.store.get(journalName))
+            let record = try #require(TestServers.journalKeys.first.open(sealed, name: journalName))
+            #expect(record.whisperId == alice.whisperId && record.request?.whisperId == alice.whisperId)
 
             // Redis, key by key: only what others hold of what alice sent them names her
             // (docs/security.md): bob's and dan's records of the messages they took (kept for

@@ -28,7 +28,7 @@ import WhisperShared
                 buildAdmin(settings: AdminSettings(common: common("admin"), tokens: [("ops-anna", TestServers.adminToken)]), logger: TestServers.logger, onServerRunning: running).assembly
             }.running { admin in
                 try await RunningService.start { running in
-                    buildGCWorker(settings: GCWorkerSettings(common: common("gc-worker"), s3: moto.settings, directorySigner: TestServers.directorySigner, interval: .seconds(3_600)), logger: TestServers.logger, onServerRunning: running).assembly
+                    buildGCWorker(settings: GCWorkerSettings(common: common("gc-worker"), s3: moto.settings, directorySigner: TestServers.directorySigner, journalKeys: TestServers.journalKeys, interval: .seconds(3_600)), logger: TestServers.logger, onServerRunning: running).assembly
                 }.running { worker in
                     for service in [admin, worker] { _ = try await HTTP.waitFor("\(service.baseURL)/ready") { $0.status == 200 } }
                     // The worker's own first run is over before the test's attachment exists.

@@ -104,6 +104,62 @@ import WhisperShared
         }
     }
 
+    /// The journal names nobody: each object is named by a keyed hash and sealed; an
+    /// object of the first format (the ID in the clear) and every object under an older
+    /// key are rewritten under the first key by a walk, after which the older key can go;
+    /// a gc-worker holding none of the keys opens nothing and counts what it cannot read.
+    @Test func theJournalNamesNobodyAndMovesToANewKey() async throws {
+        let moto = try MotoProcess()
+        let store = try await moto.client()
+        try await MessagingStack.start(routers: 1).running { stack in
+            let users = [try await stack.user(on: 0), try await stack.user(on: 1), try await stack.user(on: 0)]
+            for user in users { _ = try await user.connection.deleteAccount(keys: user.keys) }
+            let ids = users.map(\.whisperId)
+            let (a, b, c) = ((0..<32).map { UInt8($0) }, (0..<32).map { UInt8(100 + $0) }, (0..<32).map { UInt8(200 - $0) })
+            let first = JournalKeys(secrets: [a]), rotated = JournalKeys(secrets: [b, a]), newOnly = JournalKeys(secrets: [b]), neither = JournalKeys(secrets: [c])
+            func journal<T: Sendable>(_ keys: JournalKeys, _ body: @Sendable (DeletionJournal) async throws -> T) async throws -> T {
+                try await stack.withPostgres { postgres in
+                    try await stack.withRedis { redis in
+                        try await body(DeletionJournal(postgres: postgres, redis: redis, store: store, keys: keys, instanceID: "gc-test", logger: TestServers.logger))
+                    }
+                }
+            }
+            func names() async throws -> Set<String> { Set(try await store.list(prefix: DeletionJournal.prefix).keys) }
+
+            // 1. Written under the first key: named by it, nothing in a name or a body names anyone.
+            #expect(try await journal(first) { try await $0.write() } == 3)
+            #expect(try await names() == Set(ids.map { first.first.name(of: $0) }))
+            for name in try await names() {
+                let body = try #require(try await store.get(name))
+                #expect(!ids.contains { String(decoding: body, as: UTF8.self).contains($0) || name.contains($0) })
+            }
+            // 2. The third as the first format kept it: the record in the clear under the ID.
+            let third = first.first.name(of: ids[2])
+            let sealed = try #require(try await store.get(third))
+            let record = try #require(first.first.open(sealed, name: third))
+            try await store.delete(third)
+            try await store.put(DeletionJournal.prefix + ids[2], body: Array(try JSONEncoder().encode(record)), contentType: "application/json")
+
+            // 3. A new key first, the old one kept: one walk rewrites every object under the new one.
+            let walked = try await journal(rotated) { try await $0.reapply() }
+            #expect(walked.checked == 3 && walked.rewritten == 3 && walked.unreadable == 0 && walked.routed + walked.recorded + walked.skipped == 0)
+            #expect(try await names() == Set(ids.map { newOnly.first.name(of: $0) }))
+            let recorded = try await stack.withPostgres { client in
+                var names: Set<String> = []
+                let rows = try await client.query("SELECT journal_name FROM deleted_identities WHERE whisper_id = ANY(\(ids)::text[])", logger: TestServers.logger)
+                for try await name in rows.decode(String?.self) { if let name { names.insert(name) } }
+                return names
+            }
+            #expect(recorded == Set(ids.map { newOnly.first.name(of: $0) }), "each row names its object")
+
+            // 4. The old key dropped: every object still opens, and a walk has nothing to do.
+            let again = try await journal(newOnly) { try await $0.reapply() }
+            #expect(again.checked == 3 && again.rewritten == 0 && again.unreadable == 0)
+            // 5. A gc-worker holding neither key opens nothing, and says so.
+            #expect(try await journal(neither) { try await $0.reapply() }.unreadable == 3)
+        }
+    }
+
     /// Deletions made after the dump a database is restored from come back from the
     /// journal (docs/operations.md, "Deletions and restores"): an identity in the dump is
     /// deleted again through the router (its group passes on, its ID answers `NOT_FOUND`,
@@ -115,14 +171,15 @@ import WhisperShared
         func gcWorker(_ stack: MessagingStack) async throws -> RunningService {
             var settings = GCWorkerSettings(
                 common: TestServers.common(service: "gc-worker", postgres: stack.database, redis: stack.redis), s3: moto.settings,
-                directorySigner: TestServers.directorySigner, interval: .seconds(3_600)
+                directorySigner: TestServers.directorySigner, journalKeys: TestServers.journalKeys, interval: .seconds(3_600)
             )
             settings.journalInterval = .seconds(1)
             let final = settings
             return try await RunningService.start { running in buildGCWorker(settings: final, logger: TestServers.logger, onServerRunning: running).assembly }
         }
         func journaled(_ whisperId: String) async throws -> DeletionJournal.Record? {
-            try await store.get(DeletionJournal.key(whisperId)).map { try JSONDecoder().decode(DeletionJournal.Record.self, from: Data($0)) }
+            let name = TestServers.journalKeys.first.name(of: whisperId)
+            return try await store.get(name).flatMap { TestServers.journalKeys.first.open($0, name: name) }
         }
         func isRegistered(_ whisperId: String, on stack: MessagingStack) async throws -> Bool {
             try await stack.withPostgres { client in
@@ -161,10 +218,11 @@ import WhisperShared
             return (before.database, alice, bob, carol, dave, group)
         }
         // A record of a deletion Carol never signed (another key's signature), as whoever
-        // could write to the store might add.
+        // could write to the store might add, in the journal's first format (the record in
+        // the clear, named by the ID), which a walk still reads.
         let forged = try WhisperKeys(mnemonic: BIP39.generateMnemonic()).accountDeletion(whisperId: carol.whisperId)
         try await store.put(
-            DeletionJournal.key(carol.whisperId),
+            DeletionJournal.prefix + carol.whisperId,
             body: Array(try JSONEncoder().encode(DeletionJournal.Record(whisperId: carol.whisperId, deletedAt: Clock.millisecondsNow(), request: forged))),
             contentType: "application/json"
         )
@@ -191,6 +249,9 @@ import WhisperShared
             }
             #expect(try await !isRegistered(alice.whisperId, on: after))
             #expect(try await isRegistered(carol.whisperId, on: after), "a deletion its owner did not sign is not applied")
+            // The object of the first format was rewritten: no name in the bucket is an ID.
+            let names = try await store.list(prefix: DeletionJournal.prefix).keys
+            #expect(names.count == 3 && !names.contains { $0.contains("WSP-") }, "\(names)")
             #expect(try await !isRecordedDeleted(carol.whisperId, on: after))
             // Alice left her group as a member leaving would: it passed to Bob, who joined first.
             let members = try await after.withPostgres { client in

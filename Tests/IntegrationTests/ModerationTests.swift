@@ -256,7 +256,7 @@ import WhisperShared
                 buildGCWorker(
                     settings: GCWorkerSettings(
                         common: TestServers.common(service: "gc-worker", postgres: stack.database, redis: stack.redis),
-                        s3: TestServers.s3Settings(port: 9), directorySigner: TestServers.directorySigner, interval: .seconds(3_600)
+                        s3: TestServers.s3Settings(port: 9), directorySigner: TestServers.directorySigner, journalKeys: TestServers.journalKeys, interval: .seconds(3_600)
                     ),
                     logger: TestServers.logger, onServerRunning: running
                 ).assembly

@@ -23,7 +23,7 @@ import WhisperShared
         ("attachment-signer", { buildAttachmentSigner(settings: AttachmentSignerSettings(common: $0, s3: TestServers.s3Settings(port: 9)), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("turn-cred", { buildTurnCred(settings: TestServers.turnCredSettings(common: $0), logger: TestServers.logger, onServerRunning: $1).assembly }),
         ("admin", { buildAdmin(settings: AdminSettings(common: $0, tokens: [("ops", TestServers.adminToken)]), logger: TestServers.logger, onServerRunning: $1).assembly }),
-        ("gc-worker", { buildGCWorker(settings: GCWorkerSettings(common: $0, s3: TestServers.s3Settings(port: 9), directorySigner: TestServers.directorySigner), logger: TestServers.logger, onServerRunning: $1).assembly }),
+        ("gc-worker", { buildGCWorker(settings: GCWorkerSettings(common: $0, s3: TestServers.s3Settings(port: 9), directorySigner: TestServers.directorySigner, journalKeys: TestServers.journalKeys), logger: TestServers.logger, onServerRunning: $1).assembly }),
     ]
 
     @Test func allEightServicesAnswerHealthReadyAndPromtoolCleanMetrics() async throws {

@@ -8,13 +8,18 @@ import WhisperShared
 /// is followed by a start: docs/operations.md, "Restore") and every `reapplyInterval`
 /// after (a database restored under a running gc-worker is caught within it). Every
 /// gc-worker runs it: the copies are claimed row by row, and applying twice finds the
-/// second time nothing to do.
+/// second time nothing to do. Each walk sets `whisper_gc_deletion_journal_unreadable` to
+/// the objects no configured key opened: deletions a restore could not apply again.
 enum DeletionJournalLoop {
-    static func periodic(journal: DeletionJournal, interval: Duration, reapplyInterval: Duration, logger: Logger) -> Periodic {
+    static func periodic(journal: DeletionJournal, interval: Duration, reapplyInterval: Duration, metrics: ServiceMetrics, logger: Logger) -> Periodic {
         let nextReapply = Mutex<ContinuousClock.Instant?>(nil)
+        let unreadable = metrics.gauge(
+            "gc_deletion_journal_unreadable",
+            help: "Deletion journal objects that no key in GC_WORKER_JOURNAL_KEYS opened at the last walk (a key dropped too early, or objects not the journal's)."
+        )
         return Periodic(every: interval, failure: "deletion_journal_failed", logger: logger) {
             if nextReapply.withLock({ due in due.map { ContinuousClock.now >= $0 } ?? true }) {
-                _ = try await journal.reapply()
+                unreadable.set(Double(try await journal.reapply().unreadable))
                 nextReapply.withLock { $0 = ContinuousClock.now + reapplyInterval }
             }
             let written = try await journal.write()

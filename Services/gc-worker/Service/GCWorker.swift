@@ -38,16 +38,19 @@ public struct GCWorkerSettings: ServiceSettings {
     public var directoryBatch = 5_000
     /// An epoch is published at least this often, changes or not.
     public var directoryHeadMaxAge: Duration = KeyDirectory.longestEpochInterval
+    /// The deletion journal's keys (`GC_WORKER_JOURNAL_KEYS`): only gc-workers hold them.
+    public var journalKeys: JournalKeys
     /// Time between copies of new deletions to the deletion journal.
     public var journalInterval: Duration = .seconds(5)
     /// Time between walks of the whole deletion journal (one also at each start).
     public var journalReapplyInterval: Duration = .seconds(24 * 3_600)
 
     public init(
-        common: CommonSettings, s3: S3Settings, directorySigner: DirectorySigner, interval: Duration = .seconds(600), batchSize: Int = 200,
-        recipientGrace: Duration = .seconds(600), pendingCensusInterval: Duration = .seconds(60)
+        common: CommonSettings, s3: S3Settings, directorySigner: DirectorySigner, journalKeys: JournalKeys, interval: Duration = .seconds(600),
+        batchSize: Int = 200, recipientGrace: Duration = .seconds(600), pendingCensusInterval: Duration = .seconds(60)
     ) {
         self.directorySigner = directorySigner
+        self.journalKeys = journalKeys
         self.pendingCensusInterval = pendingCensusInterval
         self.common = common
         self.s3 = s3
@@ -78,6 +81,8 @@ public struct GCWorkerSettings: ServiceSettings {
             "gc.worker.kt.head.max.age.seconds", default: KeyDirectory.longestEpochInterval,
             range: 10...Int(KeyDirectory.longestEpochInterval.components.seconds)
         )
+        // Missing, the settings are invalid and the service does not start.
+        journalKeys = JournalKeys(secrets: settings.requiredSeeds("gc.worker.journal.keys") ?? [[UInt8](repeating: 0, count: 32)])
         journalInterval = settings.seconds("gc.worker.journal.interval.seconds", default: journalInterval, range: 1...3_600)
         journalReapplyInterval = .seconds(
             settings.int("gc.worker.journal.reapply.hours", default: 24, range: 1...720) * 3_600
@@ -111,9 +116,10 @@ public func buildGCWorker(settings: GCWorkerSettings, logger: Logger, onServerRu
              DeletionJournalLoop.periodic(
                 journal: DeletionJournal(
                     postgres: environment.postgres, redis: environment.redis, store: S3Client(signer: settings.s3.signer),
-                    instanceID: settings.common.instanceID, logger: environment.logger
+                    keys: settings.journalKeys, instanceID: settings.common.instanceID, logger: environment.logger
                 ),
-                interval: settings.journalInterval, reapplyInterval: settings.journalReapplyInterval, logger: environment.logger
+                interval: settings.journalInterval, reapplyInterval: settings.journalReapplyInterval, metrics: environment.metrics,
+                logger: environment.logger
              ),
              IdleChannelsLoop.periodic(
                 channels: IdleChannels(postgres: environment.postgres, idleDays: settings.pttIdleDays, logger: environment.logger),

@@ -357,6 +357,13 @@ public enum Migrations {
             )
             """,
         ]),
+        // The deletion journal's objects are named by a keyed hash of the ID, not the ID
+        // (`DeletionJournal`): the name each deletion's object has, so that a walk of the
+        // journal tells the deletions the database holds without opening their objects.
+        Migration(version: 14, name: "deletion_journal_names", statements: [
+            "ALTER TABLE deleted_identities ADD COLUMN journal_name text",
+            "CREATE INDEX deleted_identities_journal_name ON deleted_identities (journal_name)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -45,6 +45,7 @@ enum Executables {
             "GATEWAY_FLOOR_KEYS": Data(TestServers.floorKeySeed).base64EncodedString(),
             "GC_WORKER_KT_VRF_KEY": Data(TestServers.directoryVRFSeed).base64EncodedString(),
             "GC_WORKER_KT_SIGNING_KEYS": Data(TestServers.directorySigningSeed).base64EncodedString(),
+            "GC_WORKER_JOURNAL_KEYS": Data(TestServers.journalSecret).base64EncodedString(),
         ]
     }
 

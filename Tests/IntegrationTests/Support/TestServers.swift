@@ -9,6 +9,7 @@ import PostgresNIO
 import ServiceLifecycle
 import Testing
 import TurnCredService
+import WhisperMessaging
 import WhisperShared
 
 /// Where the real servers started by scripts/test listen.
@@ -38,6 +39,9 @@ enum TestServers {
     static let directoryVRFSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 11 &+ 5) })
     static let directorySigningSeed = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
     static let directorySigner = DirectorySigner(vrfSeed: directoryVRFSeed, signingSeeds: [directorySigningSeed])
+    /// The deletion journal's key in test stacks (`GC_WORKER_JOURNAL_KEYS`).
+    static let journalSecret = Array((0..<32).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) })
+    static let journalKeys = JournalKeys(secrets: [journalSecret])
     static let adminToken = "test-admin-token-" + String(repeating: "a", count: 32)
 
     static var redis: RedisConfiguration {
