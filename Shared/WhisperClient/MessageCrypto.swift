@@ -116,6 +116,8 @@ public struct MessageDeduplicator: Sendable {
     private var seen: [String: Set<String>] = [:]
     private var order: [String: [String]] = [:]
     private var head: [String: Int] = [:]
+    /// IDs remembered, every conversation together.
+    public private(set) var count = 0
 
     public init(capacity: Int = 10_000) {
         self.capacity = capacity
@@ -134,6 +136,7 @@ public struct MessageDeduplicator: Sendable {
         var ring = order[conversation, default: []]
         if ring.count < capacity {
             ring.append(id)
+            count += 1
         } else {
             let slot = head[conversation, default: 0]
             seen[conversation]?.remove(ring[slot])
@@ -142,5 +145,84 @@ public struct MessageDeduplicator: Sendable {
         }
         order[conversation] = ring
         return true
+    }
+
+    /// Every remembered messageId with its conversation, each conversation's oldest first.
+    public func remembered() -> [DeliveredMessage] {
+        order.sorted { $0.key < $1.key }.flatMap { conversation, ring in
+            let start = ring.count < capacity ? 0 : head[conversation, default: 0]
+            return (ring[start...] + ring[..<start]).map { DeliveredMessage(conversation: conversation, messageId: $0) }
+        }
+    }
+}
+
+/// A message the app acknowledged as delivered (it stored it): the conversation (the
+/// peer, or the group) and the messageId.
+public struct DeliveredMessage: Codable, Sendable, Equatable {
+    public var conversation: String
+    public var messageId: String
+
+    public init(conversation: String, messageId: String) {
+        self.conversation = conversation
+        self.messageId = messageId.lowercased()
+    }
+}
+
+/// Where a session keeps the messages the app acknowledged as delivered, beside the app's
+/// own data, so that a copy that comes again after any time is acknowledged again and
+/// never shown twice: a resend that outlived the server's duplicate detection (72 hours;
+/// the sender was offline longer, with the message in its outbox) or one that comes after
+/// the app restarted. The session keeps the newest 10,000 of each conversation: a sender's
+/// outbox sends in order, so a copy is never older than that many of its later messages.
+public protocol DeliveredStore: Sendable {
+    /// Every message recorded, each conversation's oldest first.
+    func load() async throws -> [DeliveredMessage]
+    /// Records one more.
+    func append(_ message: DeliveredMessage) async throws
+    /// Replaces the record with `messages` (what the session still remembers), once the
+    /// record has grown past twice that.
+    func replace(with messages: [DeliveredMessage]) async throws
+}
+
+/// A record that lives as long as the process (tests, tools): a restarted app shows a
+/// copy of a message again.
+public actor MemoryDeliveredStore: DeliveredStore {
+    private var messages: [DeliveredMessage] = []
+    public init() {}
+    public func load() async throws -> [DeliveredMessage] { messages }
+    public func append(_ message: DeliveredMessage) async throws { messages.append(message) }
+    public func replace(with messages: [DeliveredMessage]) async throws { self.messages = messages }
+}
+
+/// The record as a file of JSON lines, one message each: appended to as the app
+/// acknowledges, replaced atomically when the session compacts it. A line cut short by a
+/// crash is skipped when the file is read.
+public actor FileDeliveredStore: DeliveredStore {
+    public let url: URL
+    public init(url: URL) { self.url = url }
+
+    public func load() async throws -> [DeliveredMessage] {
+        guard FileManager.default.fileExists(atPath: url.path) else { return [] }
+        let decoder = JSONDecoder()
+        return try Data(contentsOf: url).split(separator: UInt8(ascii: "\n")).compactMap { try? decoder.decode(DeliveredMessage.self, from: Data($0)) }
+    }
+
+    public func append(_ message: DeliveredMessage) async throws {
+        let line = try JSONEncoder().encode(message) + Data("\n".utf8)
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            try line.write(to: url, options: .atomic)
+            return
+        }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: line)
+    }
+
+    public func replace(with messages: [DeliveredMessage]) async throws {
+        let encoder = JSONEncoder()
+        var data = Data()
+        for message in messages { data += try encoder.encode(message) + Data("\n".utf8) }
+        try data.write(to: url, options: .atomic)
     }
 }

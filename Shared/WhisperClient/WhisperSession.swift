@@ -188,7 +188,13 @@ public actor WhisperSession {
     private var connectedWaiters: [Int: CheckedContinuation<Void, any Error>] = [:]
     private var nextWaiter = 0
     private var shown = MessageDeduplicator()
-    private var acknowledged = MessageDeduplicator(capacity: 1_000)
+    /// The messages the app acknowledged as delivered: loaded from `delivered` before the
+    /// first message is taken, each new one recorded there as it is acknowledged.
+    private var acknowledged = MessageDeduplicator(capacity: 10_000)
+    private let delivered: any DeliveredStore
+    private var deliveredLoaded = false
+    /// Lines the store's record holds (compacted past twice what is remembered).
+    private var deliveredRecorded = 0
     private var presenceWatched: [String] = []
     /// Push-to-talk floors the app holds or waits for, by channel (the value: whether it
     /// queues). A floor, and a place waiting for one, belong to the socket (the server
@@ -206,12 +212,18 @@ public actor WhisperSession {
 
     /// `credentials`: the session the app kept (nil: register the keys' identity on the
     /// first connect). `api`: for the key directory checks (nil: none are made).
+    /// `outbox` and `delivered`: where the app keeps what it sends and which messages it
+    /// stored (``FileOutboxStore``, ``FileDeliveredStore``; in memory, a restarted app
+    /// loses its unsent messages and may show a message that comes again twice).
     public init(
         configuration: Configuration, keys: WhisperKeys, credentials: SessionCredentials?, api: WhisperAPI? = nil,
-        outbox: any OutboxStore = MemoryOutboxStore(), retry: RetryPolicy = RetryPolicy(),
-        logger: Logger = Logger(label: "whisper-session")
+        outbox: any OutboxStore = MemoryOutboxStore(), delivered: any DeliveredStore = MemoryDeliveredStore(),
+        retry: RetryPolicy = RetryPolicy(), logger: Logger = Logger(label: "whisper-session")
     ) {
-        self.init(configuration: configuration, keys: Optional(keys), credentials: credentials, api: api, outbox: outbox, retry: retry, logger: logger)
+        self.init(
+            configuration: configuration, keys: Optional(keys), credentials: credentials, api: api, outbox: outbox, delivered: delivered,
+            retry: retry, logger: logger
+        )
     }
 
     /// A session with no identity that only listens to live text, as the device a listen
@@ -222,13 +234,17 @@ public actor WhisperSession {
     /// ``WhisperClientError/noIdentity``.
     public init(listeningWith configuration: Configuration, logger: Logger = Logger(label: "whisper-session")) {
         precondition(configuration.listenerDevice != nil, "a listening session needs a listener device")
-        self.init(configuration: configuration, keys: nil, credentials: nil, api: nil, outbox: MemoryOutboxStore(), retry: RetryPolicy(), logger: logger)
+        self.init(
+            configuration: configuration, keys: nil, credentials: nil, api: nil, outbox: MemoryOutboxStore(), delivered: MemoryDeliveredStore(),
+            retry: RetryPolicy(), logger: logger
+        )
     }
 
     private init(
         configuration: Configuration, keys: WhisperKeys?, credentials: SessionCredentials?, api: WhisperAPI?, outbox: any OutboxStore,
-        retry: RetryPolicy, logger: Logger
+        delivered: any DeliveredStore, retry: RetryPolicy, logger: Logger
     ) {
+        self.delivered = delivered
         precondition(!configuration.gateways.isEmpty, "a session needs at least one gateway URL")
         self.configuration = configuration
         self.keys = keys
@@ -330,8 +346,13 @@ public actor WhisperSession {
     /// Acknowledges a message the app has stored (`delivered`) or shown (`read`). Without
     /// a socket just now it is remembered: the server hands the message over again on the
     /// next one (it stays pending until acknowledged), and the session acknowledges it then.
+    /// A `delivered` acknowledgement is also recorded in the session's ``DeliveredStore``:
+    /// a copy of the message that comes again, after any time, is acknowledged and not shown.
     public func acknowledge(_ message: MessageReceived, status: ReceiptStatus = .delivered) async throws {
-        if status == .delivered { _ = acknowledged.firstSighting(message.messageId, in: message.from) }
+        if status == .delivered {
+            await loadDelivered()
+            if acknowledged.firstSighting(message.messageId, in: message.from) { await record(DeliveredMessage(conversation: message.from, messageId: message.messageId)) }
+        }
         guard let connection, state.isConnected else { return }
         do {
             try await connection.acknowledge(message, status: status)
@@ -718,13 +739,47 @@ public actor WhisperSession {
         return handled
     }
 
-    /// A message shown once; a copy of one the app acknowledged is acknowledged again
-    /// (the receipt was lost with a socket), a copy of one it still holds is dropped.
+    /// A message shown once; a copy of one the app acknowledged as delivered, in this run
+    /// or an earlier one (``DeliveredStore``), is acknowledged again (the receipt was lost
+    /// with a socket, or the sender resent it after the server forgot it); a copy of one
+    /// the app still holds is dropped.
     private func take(_ message: MessageReceived, on socket: WhisperConnection) async {
-        if shown.firstSighting(message.messageId, in: message.from) {
-            eventContinuation.yield(.message(message))
-        } else if acknowledged.contains(message.messageId, in: message.from) {
+        await loadDelivered()
+        if acknowledged.contains(message.messageId, in: message.from) {
             try? await socket.acknowledge(message)
+        } else if shown.firstSighting(message.messageId, in: message.from) {
+            eventContinuation.yield(.message(message))
+        }
+    }
+
+    /// Reads the app's record of delivered messages once, before the first is needed. A
+    /// record that cannot be read is logged and the session goes on without it (a copy
+    /// may then be shown again; nothing is lost).
+    private func loadDelivered() async {
+        guard !deliveredLoaded else { return }
+        deliveredLoaded = true
+        do {
+            let recorded = try await delivered.load()
+            for message in recorded { _ = acknowledged.firstSighting(message.messageId, in: message.conversation) }
+            deliveredRecorded = recorded.count
+        } catch {
+            logger.warning("session_delivered_store_unreadable", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Records one acknowledged message, and compacts the record once it holds twice what
+    /// the session remembers. A failure is logged: the acknowledgement still goes out.
+    private func record(_ message: DeliveredMessage) async {
+        do {
+            try await delivered.append(message)
+            deliveredRecorded += 1
+            if deliveredRecorded > 2 * acknowledged.count + 1_000 {
+                let remembered = acknowledged.remembered()
+                try await delivered.replace(with: remembered)
+                deliveredRecorded = remembered.count
+            }
+        } catch {
+            logger.warning("session_delivered_store_failed", metadata: ["error": "\(error)"])
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import WhisperClient
+import WhisperMessaging
 import WhisperProtocol
 import WhisperShared
 
@@ -89,7 +90,7 @@ import WhisperShared
 
     static func session(
         _ stack: MessagingStack, gateways: [Int], keys: WhisperKeys = try! WhisperKeys(mnemonic: BIP39.generateMnemonic()),
-        listenerDevice: ListenerDevice? = nil
+        listenerDevice: ListenerDevice? = nil, credentials: SessionCredentials? = nil, delivered: any DeliveredStore = MemoryDeliveredStore()
     ) -> WhisperSession {
         var configuration = WhisperSession.Configuration(
             gateways: gateways.map { stack.websocketURL($0) }, deviceId: RandomID.uuid(), platform: .ios
@@ -98,7 +99,7 @@ import WhisperShared
         configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
         let auth = stack.auth.baseURL
         let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: stack.websocketURL(gateways[0]), auth: auth, attachments: auth, turn: auth))
-        return WhisperSession(configuration: configuration, keys: keys, credentials: nil, api: api, logger: TestServers.logger)
+        return WhisperSession(configuration: configuration, keys: keys, credentials: credentials, api: api, delivered: delivered, logger: TestServers.logger)
     }
 
     /// A session on gateways 0 and 1, started and signed in on gateway 0; its watcher
@@ -456,6 +457,52 @@ import WhisperShared
             try await waitUntil { try await stack.pendingDepth(aliceId) == 0 }
             #expect(watcher.messages.withLock { $0.count } == 1)
             await alice.stop()
+        }
+    }
+
+    /// A message the app stored is never shown again, after any time: the sender resends
+    /// it (the same messageId) after the server forgot the first copy (its 72 hours of
+    /// duplicate detection: the record of the messageId gone), and the app, restarted
+    /// meanwhile with the same record of delivered messages, acknowledges the copy and does
+    /// not show it.
+    @Test func aMessageResentAfterTheServerForgotItIsNotShownAgainAfterARestart() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 0)
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let file = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-delivered-\(UUID().uuidString).jsonl")
+            defer { try? FileManager.default.removeItem(at: file) }
+            let before = Self.session(stack, gateways: [0], keys: keys, delivered: FileDeliveredStore(url: file))
+            let shownBefore = Watcher(before)
+            defer { shownBefore.cancel() }
+            await before.start()
+            try await waitUntil { shownBefore.connections(to: stack.websocketURL(0)) == 1 }
+            let aliceId = try #require(await before.credentials?.whisperId)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
+            let messageId = RandomID.uuid()
+            let message = MessageCrypto.makeMessage(Array("once".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token, messageId: messageId)
+            try await bob.connection.send(message)
+            try await waitUntil { shownBefore.messages.withLock { $0.count } == 1 }
+            try await waitUntil { try await stack.pendingDepth(aliceId) == 0 }
+            let credentials = await before.credentials
+            await before.stop()
+
+            // 72 hours on, the server no longer knows the messageId; Bob's outbox sends it again.
+            _ = try await stack.withRedis { try await $0.send("DEL", PendingQueue.messageKey(aliceId, messageId)) }
+            try await bob.connection.send(message)
+            #expect(try await stack.pendingDepth(aliceId) == 1, "the server took the copy as a new message")
+
+            // The app, restarted, with its record: the copy is acknowledged and not shown. (It
+            // signs in on the other gateway, whose receipts Bob's takes: the first one's
+            // memory of the first receipt, a minute long, would be gone after the 72 hours
+            // this stands for.)
+            let after = Self.session(stack, gateways: [1], keys: keys, credentials: credentials, delivered: FileDeliveredStore(url: file))
+            let shownAfter = Watcher(after)
+            defer { shownAfter.cancel() }
+            await after.start()
+            try await waitUntil { shownAfter.connections(to: stack.websocketURL(1)) == 1 }
+            try await waitUntil { try await stack.pendingDepth(aliceId) == 0 }
+            #expect(shownAfter.messages.withLock { $0.isEmpty }, "shown again")
+            await after.stop()
         }
     }
 
