@@ -180,10 +180,10 @@ public struct AccountDeletion: Sendable {
     static func keys(of whisperId: String, records: [String], others: [String], shards: StreamShards) -> [String] {
         let families = [
             RedisKeys.pending(whisperId), PendingQueue.bytesKey(whisperId), PendingQueue.strangersKey(whisperId),
-            PendingQueue.recordsKey(whisperId), RedisKeys.presence(whisperId), RedisKeys.pushWoken(whisperId),
+            RedisKeys.presence(whisperId), RedisKeys.pushWoken(whisperId),
             RedisKeys.line(whisperId), RedisKeys.peers(whisperId), RedisKeys.unanswered(whisperId), RedisKeys.wrote(whisperId),
             RedisKeys.groups(whisperId), RedisKeys.watchers(whisperId), SessionStore.userKey(whisperId),
-        ] + OwedStore.allCases.map { $0.key(whisperId) }
+        ] + OwedStore.allCases.map { $0.key(whisperId) } + PendingQueue.recordKeys(of: whisperId)
         let buckets = Limit.registry.filter { $0.scope == .identity }.flatMap {
             [RedisKeys.rateLimit(whisperId, $0.bucket), RouterStream.bucket($0, whisperId, in: shards)]
         }

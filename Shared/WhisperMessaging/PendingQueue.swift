@@ -138,7 +138,8 @@ public struct PendingQueue: Sendable {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
             Self.pairBucket(recipient: recipient, sender: sender), Self.bytesKey(recipient), RedisKeys.peers(recipient),
-            Self.strangersKey(recipient), RedisKeys.unanswered(recipient), RedisKeys.wrote(recipient), Self.recordsKey(recipient),
+            Self.strangersKey(recipient), RedisKeys.unanswered(recipient), RedisKeys.wrote(recipient),
+            Self.recordsKey(recipient, day: Self.day(of: Clock.millisecondsNow())),
         ]
         let strangers = capacity.strangers, perStranger = capacity.perStranger
         var arguments: [any RedisArgument] = [sender, body, Int(Self.ttl.milliseconds), messageId, redeliver ? 1 : 0]
@@ -235,16 +236,33 @@ public struct PendingQueue: Sendable {
         Int(try await redis.send("GET", Self.bytesKey(recipient)).string.flatMap(Int.init) ?? 0)
     }
 
-    /// The recipient's message records (`messageKey`) by when each was stored: a sorted
-    /// set of lowercased messageIds scored in ms, kept by the store script for the
-    /// records' lifetime. An account deletion finds the records here (`records(of:)`).
-    static func recordsKey(_ recipient: String) -> String { "pending:{\(recipient)}:records" }
+    /// The index of the recipient's message records stored on one day (the UTC day,
+    /// counted from 1970, by the storing gateway's clock): a list of the records' keys
+    /// (`messageKey`), appended to by the store script and expiring a day after the
+    /// records' lifetime from its first one, so it outlives every record it names. An
+    /// account deletion finds the records here (`records(of:)`); nothing else reads it.
+    static func recordsKey(_ recipient: String, day: Int64) -> String { "pending:{\(recipient)}:records:\(day)" }
+
+    static func day(of milliseconds: Int64) -> Int64 { milliseconds / 86_400_000 }
+
+    /// The days whose index may still name a record: a record lives `ttl` from its day's
+    /// end at the latest, and the clocks of the gateways that stored may be a day apart.
+    static func recordDays(now: Int64) -> [Int64] {
+        let today = day(of: now), back = Int64(ttl.milliseconds / 86_400_000) + 1
+        return Array((today - back)...(today + 1))
+    }
+
+    /// The index keys of `recipient` that may exist (``recordsKey(_:day:)``).
+    static func recordKeys(of recipient: String, now: Int64 = Clock.millisecondsNow()) -> [String] {
+        recordDays(now: now).map { recordsKey(recipient, day: $0) }
+    }
 
     /// The keys of the recipient's message records that may still exist (those the
-    /// index names; any of them may have lapsed since).
+    /// indexes name; any of them may have lapsed since).
     public func records(of recipient: String) async throws -> [String] {
-        let ids = try await redis.send("ZRANGE", Self.recordsKey(recipient), 0, -1)
-        return (ids.array ?? []).compactMap(\.string).map { Self.messageKey(recipient, $0) }
+        let days = try await redis.pipeline(Self.recordKeys(of: recipient).map { RedisCommand("LRANGE", $0, 0, -1) })
+        let prefix = Self.messageKey(recipient, "")
+        return days.flatMap { ($0.array ?? []).compactMap(\.string) }.filter { $0.hasPrefix(prefix) }
     }
 
     public static func messageKey(_ recipient: String, _ messageId: String) -> String {

@@ -1,6 +1,6 @@
 -- KEYS: queue, message key, presence key, the pair's bucket, byte count, the
 -- recipient's peers, its strangers hash, its unanswered peers, its wrote set, its
--- message records' index (all in the recipient's slot). ARGV: sender,
+-- message records' index of the day (all in the recipient's slot). ARGV: sender,
 -- body, ttl ms, messageId, redeliver flag, the bucket's capacity and refill per ms,
 -- the queue's cap in messages and in bytes, the peers' cap and their expiry ms, 1 when
 -- the sender is a stranger to the recipient (not a direct peer), and strangers' caps:
@@ -67,11 +67,10 @@ redis.call('PEXPIRE', KEYS[5], ARGV[3])
 redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
 if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
--- The index of the recipient's message records, by when each was stored: what an
--- account deletion reads to find them. Records past the TTL leave it as others come.
-redis.call('ZADD', KEYS[10], now, string.lower(ARGV[4]))
-redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. tostring(now - tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[10], ARGV[3])
+-- The day's index of the recipient's message records (their keys, in a list), what an
+-- account deletion reads to find them: made with the day's first record, it lapses a
+-- day after that record's lifetime.
+if redis.call('RPUSH', KEYS[10], KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[10], tonumber(ARGV[3]) + 86400000) end
 -- The sender joins the recipient's peers; one the recipient never wrote to is also
 -- unanswered. Only a sender new to the set can take it past its cap, and then the
 -- oldest unanswered sender leaves (the oldest of all only when every one was
