@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import WhisperProtocol
 
@@ -8,11 +9,20 @@ import WhisperProtocol
 /// this client another log than its peers is refused with a ``KeyTransparencyError``.
 ///
 /// An app pins the directory's keys when it knows them (its configuration), else the
-/// first `GET /kt/keys` answer is taken and kept; it saves ``head`` between runs and
-/// gives it back to the initialiser, so that a restart cannot be shown an older log.
+/// first `GET /kt/keys` answer is taken and kept; it saves ``head`` and ``provenKeys``
+/// between runs and gives them back to the initialiser, so that a restart cannot be
+/// shown an older log, nor a peer's keys swapped since they were first proven.
 public actor DirectoryView {
     public private(set) var keys: DirectoryKeys?
     public private(set) var head: DirectoryHead?
+    /// The keys each peer was proven to hold, by Whisper ID: SHA-256 of the encryption
+    /// key then the signing key. Keys never change, so a later proof of other keys for a
+    /// peer, valid or not, is refused (``KeyTransparencyError/peerKeysChanged(whisperId:)``).
+    /// At most ``peerMemory`` peers; past it the first proven are forgotten first.
+    public private(set) var provenKeys: [String: [UInt8]]
+    public let peerMemory: Int
+    /// The order peers were first proven in (for forgetting the oldest).
+    private var provenOrder: [String]
     /// A head published longer ago than this is refused as
     /// ``KeyTransparencyError/staleHead(epoch:publishedAt:)``, also when it is the one held.
     public let maxHeadAge: Duration
@@ -23,11 +33,14 @@ public actor DirectoryView {
     private var keysReadAt: ContinuousClock.Instant?
 
     public init(
-        keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, maxHeadAge: Duration = KeyDirectory.staleHeadAge,
-        keysRefreshInterval: Duration = .seconds(3_600)
+        keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, provenKeys: [String: [UInt8]] = [:], peerMemory: Int = 100_000,
+        maxHeadAge: Duration = KeyDirectory.staleHeadAge, keysRefreshInterval: Duration = .seconds(3_600)
     ) {
         self.keys = keys
         self.head = head
+        self.provenKeys = provenKeys
+        self.provenOrder = provenKeys.keys.sorted()
+        self.peerMemory = max(peerMemory, 1)
         self.maxHeadAge = maxHeadAge
         self.keysRefreshInterval = keysRefreshInterval
     }
@@ -75,8 +88,27 @@ public actor DirectoryView {
     func accept(_ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys) throws(KeyTransparencyError) -> DirectoryHead {
         let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: head)
         try checkFresh(checked)
+        if case .active(let encPublicKey, let signPublicKey) = state {
+            try remember(whisperId, Array(SHA256.hash(data: encPublicKey + signPublicKey)))
+        }
         if checked.epoch >= head?.epoch ?? 0 { head = checked }
         return checked
+    }
+
+    /// Records the keys `whisperId` was proven to hold, or refuses other keys than those
+    /// proven before.
+    private func remember(_ whisperId: String, _ digest: [UInt8]) throws(KeyTransparencyError) {
+        if let proven = provenKeys[whisperId] {
+            guard proven == digest else { throw .peerKeysChanged(whisperId: whisperId) }
+            return
+        }
+        provenKeys[whisperId] = digest
+        provenOrder.append(whisperId)
+        if provenOrder.count > peerMemory {
+            let forgotten = provenOrder.count - peerMemory + peerMemory / 10
+            for id in provenOrder.prefix(forgotten) { provenKeys[id] = nil }
+            provenOrder.removeFirst(min(forgotten, provenOrder.count))
+        }
     }
 
     /// Checks a head that the directory showed someone else (a peer's, passed along with

@@ -169,6 +169,9 @@ public struct WhisperAPI: Sendable {
         } catch KeyTransparencyError.badInclusionProof {
             // The proof holds for other keys than those served: the entry is not ours.
             throw KeyTransparencyError.keysNotMine
+        } catch KeyTransparencyError.peerKeysChanged {
+            // Other keys than those proven for it before: not ours either.
+            throw KeyTransparencyError.keysNotMine
         }
         guard lookup.keys.encPublicKey == keys.encPublicKey, lookup.keys.signPublicKey == keys.signPublicKey else {
             throw KeyTransparencyError.keysNotMine
@@ -195,10 +198,25 @@ public struct WhisperAPI: Sendable {
     }
 
     /// Checks a head someone else holds (a peer's) against this client's: both must be
-    /// on the directory's one log (``DirectoryView/compare(with:keys:newest:)``).
-    public func compareHead(_ other: DirectoryHead) async throws {
-        let keys = try await directoryKeys()
-        try await directory.compare(with: other, keys: keys) { try await newestHead(since: $0) }
+    /// on the directory's one log (``DirectoryView/compare(with:keys:newest:)``). With
+    /// `peer` (the head came with a message from them), a head not on this client's log
+    /// is ``KeyTransparencyError/splitView(peer:)``; other refusals (a stale newest
+    /// head) are thrown as they are.
+    public func compareHead(_ other: DirectoryHead, from peer: String? = nil) async throws {
+        do {
+            var keys = try await directoryKeys()
+            if await directory.wantsKeys(for: other.keyId) {
+                // Signed by a key not held yet (a rotation the peer saw first).
+                keys = await directory.learn(try await servedDirectoryKeys()) ?? keys
+            }
+            try await directory.compare(with: other, keys: keys) { try await newestHead(since: $0) }
+        } catch let problem as KeyTransparencyError {
+            guard let peer else { throw problem }
+            switch problem {
+            case .notAnExtension, .badHeadSignature, .rollback, .malformed: throw KeyTransparencyError.splitView(peer: peer)
+            default: throw problem
+            }
+        }
     }
 
     /// One epoch's head, changes and update proof (`GET /kt/epochs/{epoch}`), as an

@@ -195,6 +195,9 @@ public actor WhisperSession {
     private var deliveredLoaded = false
     /// Lines the store's record holds (compacted past twice what is remembered).
     private var deliveredRecorded = 0
+    /// Heads peers sent that were compared with this client's log (at most 1,000; then
+    /// begun again): each is compared once, not once per message.
+    private var comparedHeads: Set<String> = []
     private var presenceWatched: [String] = []
     /// Push-to-talk floors the app holds or waits for, by channel (the value: whether it
     /// queues). A floor, and a place waiting for one, belong to the socket (the server
@@ -749,6 +752,26 @@ public actor WhisperSession {
             try? await socket.acknowledge(message)
         } else if shown.firstSighting(message.messageId, in: message.from) {
             eventContinuation.yield(.message(message))
+            if let head = message.directoryHead { Task { await self.compare(head, from: message.from) } }
+        }
+    }
+
+    /// Compares the head a peer sent with a message with this client's log (each head
+    /// once): one that is not on it is ``KeyTransparencyError/splitView(peer:)``, the
+    /// directory showing the two different views. One that cannot be compared now (no
+    /// answer) is compared again when it comes with a later message.
+    private func compare(_ head: DirectoryHead, from peer: String) async {
+        guard let api else { return }
+        let seen = "\(head.epoch) \(head.keyId) \(head.signature)"
+        guard comparedHeads.insert(seen).inserted else { return }
+        if comparedHeads.count > 1_000 { comparedHeads = [seen] }
+        do {
+            try await api.compareHead(head, from: peer)
+        } catch let problem as KeyTransparencyError {
+            eventContinuation.yield(.directoryAlert(problem))
+        } catch {
+            comparedHeads.remove(seen)
+            logger.debug("session_head_compare_failed", metadata: ["error": "\(error)"])
         }
     }
 
@@ -806,16 +829,23 @@ public actor WhisperSession {
             let token = credentials?.sessionToken ?? ""
             let me = credentials?.whisperId, signing = keys.signing
             let events = eventContinuation
+            // The directory head this client holds goes with every message, for the
+            // recipient to compare with its own (split views are caught at the next message).
+            let head = await api?.directory.head
             try? await outbox.flush(using: { outgoing in
                 // Messages queued under an older session carry its token: the token is not
                 // signed, so the message goes with the current one.
                 var message = outgoing.message
                 message.sessionToken = token
                 // One that waited longer than the server's clock allows is signed again
-                // with the time it is sent (same messageId, same ciphertext).
+                // with the time it is sent (same messageId, same ciphertext), and one made
+                // with another head than the one held now is signed again with it.
                 let now = Clock.millisecondsNow()
-                if message.from == me, abs(now - message.timestamp) > Self.restampAfterMs {
-                    message.fields.timestamp = now
+                let restamp = abs(now - message.timestamp) > Self.restampAfterMs
+                let rehead = head != nil && message.fields.directoryHead != head
+                if message.from == me, restamp || rehead {
+                    if restamp { message.fields.timestamp = now }
+                    if rehead { message.fields.directoryHead = head }
                     message.fields.sig = Data(CanonicalSigning.sign(message.fields.signedBytes(groupId: outgoing.groupId), with: signing)).base64EncodedString()
                 }
                 if let groupId = outgoing.groupId {

@@ -87,8 +87,18 @@ import WhisperShared
                 _ = try await client.query("UPDATE users SET kt_epoch = NULL WHERE whisper_id = \(bob.whisperId)", logger: TestServers.logger)
             }
             try await Self.waitForPublication(stack)
-            let swapped = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            // Alice's client proved bob's keys before: other keys for him, even with a valid
+            // proof, are refused. A client that never looked bob up takes them.
+            await #expect(throws: KeyTransparencyError.peerKeysChanged(whisperId: bob.whisperId)) {
+                _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            }
+            let swapped = try await Self.api(stack).keys(of: bob.whisperId, sessionToken: alice.token)
             #expect(swapped.keys.encPublicKey == mallory.encPublicKey)
+            // What alice's client keeps between runs keeps refusing them after a restart.
+            let restarted = Self.api(stack, directory: DirectoryView(keys: try await api.directoryKeys(), provenKeys: await api.directory.provenKeys))
+            await #expect(throws: KeyTransparencyError.peerKeysChanged(whisperId: bob.whisperId)) {
+                _ = try await restarted.keys(of: bob.whisperId, sessionToken: alice.token)
+            }
             await #expect(throws: KeyTransparencyError.keysNotMine) {
                 try await Self.api(stack).checkOwnEntry(whisperId: bob.whisperId, keys: bob.keys, sessionToken: bob.token)
             }
@@ -133,7 +143,12 @@ import WhisperShared
                 )
             }
             try await Self.waitForPublication(stack)
-            let forged = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            // Alice's client, which proved bob's keys before, refuses them; a new client is
+            // served them with a valid proof.
+            await #expect(throws: KeyTransparencyError.peerKeysChanged(whisperId: bob.whisperId)) {
+                _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
+            }
+            let forged = try await Self.api(stack).keys(of: bob.whisperId, sessionToken: alice.token)
             #expect(forged.keys.signPublicKey == mallory.signPublicKey, "a client is served the forged keys with a valid proof")
             try await Self.expectFinding(stack, auditor, api, epoch: forged.head.epoch, about: bob.whisperId)
         }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Synchronization
 import Testing
@@ -503,6 +504,49 @@ import WhisperShared
             try await waitUntil { try await stack.pendingDepth(aliceId) == 0 }
             #expect(shownAfter.messages.withLock { $0.isEmpty }, "shown again")
             await after.stop()
+        }
+    }
+
+    /// Two people shown different logs are told at their next message: a session sends the
+    /// head it holds with every message, and compares the head each message brings with
+    /// its own log. Bob's genuine head raises nothing; a head the directory signed for the
+    /// same epoch over another log (as a directory keeping two views would show him) is
+    /// `splitView`, naming him.
+    @Test func aPeerShownAnotherLogIsASplitViewAtTheNextMessage() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 1)
+            let alice = Self.session(stack, gateways: [0])
+            let watcher = Watcher(alice)
+            defer { watcher.cancel() }
+            await alice.start()
+            try await waitUntil { watcher.connections(to: stack.websocketURL(0)) == 1 }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            let aliceKeys = try #require(alice.keys)
+            let alicePeer = PeerKeys(whisperId: aliceId, encPublicKey: aliceKeys.encPublicKey, signPublicKey: aliceKeys.signPublicKey)
+            try await KeyTransparencyTests.waitForPublication(stack)
+            let (genuine, _) = try await KeyTransparencyTests.api(stack).newestHead(since: nil)
+
+            let signer = Ed25519.KeyPair(seed: TestServers.directorySigningSeed)
+            let otherLog = Array(SHA256.hash(data: Array("another log".utf8)))
+            let prefixRoot = try #require(genuine.prefixRootBytes)
+            let forged = DirectoryHead(
+                epoch: genuine.epoch, logRoot: otherLog, prefixRoot: prefixRoot, publishedAt: genuine.publishedAt, keyId: Ed25519.keyId(signer.publicKey),
+                signature: signer.sign(DirectoryHead.signedBytes(epoch: genuine.epoch, logRoot: otherLog, prefixRoot: prefixRoot, publishedAt: genuine.publishedAt))
+            )
+            for (text, head) in [("on the log", genuine), ("on another log", forged)] {
+                try await bob.connection.send(MessageCrypto.makeMessage(Array(text.utf8), from: (bob.whisperId, bob.keys), to: alicePeer, sessionToken: bob.token, directoryHead: head))
+            }
+            try await waitUntil { watcher.messages.withLock { $0.count } == 2 }
+            try await waitUntil { !watcher.alerts.withLock { $0.isEmpty } }
+            #expect(watcher.alerts.withLock { $0 } == [.splitView(peer: bob.whisperId)])
+
+            // Alice's own messages carry her head, signed with the rest.
+            try await alice.send(MessageCrypto.makeMessage(Array("hello".utf8), from: (aliceId, aliceKeys), to: bob.peerKeys, sessionToken: ""))
+            try await waitUntil { !(await bob.events.all(.messageReceived)).isEmpty }
+            let received = try #require(await bob.events.all(.messageReceived).first?.payload(as: MessageReceived.self))
+            #expect(received.directoryHead != nil)
+            #expect(try MessageCrypto.open(received, by: (bob.whisperId, bob.keys), sender: alicePeer) == Array("hello".utf8))
+            await alice.stop()
         }
     }
 

@@ -77,6 +77,16 @@ enum CLIFailure: Error, CustomStringConvertible {
                 "\(what): the key directory no longer shows you your own entry, which it proved before: "
                     + "the server may be hiding it from you while serving others other keys"
             )
+        case KeyTransparencyError.peerKeysChanged(let whisperId):
+            return .refused(
+                "\(what): the key directory now proves other keys for \(whisperId) than it proved to you before; keys never change, "
+                    + "so someone was given keys that are not \(whisperId)'s: do not send to them until you have compared keys in person"
+            )
+        case KeyTransparencyError.splitView(let peer):
+            return .refused(
+                "\(what): \(peer) was shown another key directory than you (their head is not on your log): "
+                    + "the server may be showing the two of you different keys; compare `whisper keys --verify` in person"
+            )
         case let error as KeyTransparencyError:
             return .refused("\(what): the key directory's proof failed (\(error)); do not trust these keys, and see docs/key-transparency.md")
         case let error as WhisperAPIError:

@@ -163,6 +163,7 @@ actor Inbox {
             try await acknowledge(message)
             return
         }
+        if let head = message.directoryHead { await compare(head, of: message) }
         var savedPath: String?
         if let pointer = message.attachment, let attachmentsDirectory {
             savedPath = try await save(pointer, of: message, sender: sender, in: attachmentsDirectory)
@@ -180,6 +181,25 @@ actor Inbox {
         emit(fields, text: "\(message.from)\(place): \(Self.printable(text))\(attached)")
         printed += 1
         try await acknowledge(message)
+    }
+
+    /// The head the sender held, compared with this profile's log: one not on it (the two
+    /// are shown different directories) is said at once, as an alert line. A head that
+    /// cannot be compared now (no answer) is let go: the sender's next one is compared.
+    private func compare(_ head: DirectoryHead, of message: MessageReceived) async {
+        do {
+            try await session.api.compareHead(head, from: message.from)
+        } catch let problem as KeyTransparencyError {
+            let said = CLIFailure.from(problem, doing: "message \(message.messageId) from \(message.from)")
+            let name = switch problem {
+            case .splitView: "splitView"
+            case .staleHead: "staleHead"
+            default: "keyDirectory"
+            }
+            emit(["type": "alert", "alert": name, "messageId": message.messageId, "from": message.from], text: "ALERT: \(said)")
+        } catch {
+            return
+        }
     }
 
     private func note(_ receipt: MessageDelivered) {

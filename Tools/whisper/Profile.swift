@@ -102,6 +102,9 @@ struct Profile {
     struct KeyDirectory: Codable {
         var keys: DirectoryKeys?
         var head: DirectoryHead?
+        /// The keys proven for each peer (`DirectoryView.provenKeys`), base64: a later proof of
+        /// other keys for one of them is refused (`peerKeysChanged`).
+        var provenKeys: [String: String]?
     }
 
     func keyDirectory() throws -> KeyDirectory { try read(KeyDirectory.self, from: keyDirectoryURL) ?? KeyDirectory() }

@@ -31,7 +31,8 @@ actor Session {
             throw CLIFailure.config("the mnemonic in \(profile.directory.path)/identity.json is not a valid BIP39 phrase")
         }
         let held = try profile.keyDirectory()
-        api = WhisperAPI(endpoints: identity.endpoints, directory: DirectoryView(keys: held.keys, head: held.head))
+        let proven = (held.provenKeys ?? [:]).compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
+        api = WhisperAPI(endpoints: identity.endpoints, directory: DirectoryView(keys: held.keys, head: held.head, provenKeys: proven))
         connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
     }
 
@@ -141,7 +142,9 @@ actor Session {
 
     /// Saves the directory's keys and the newest head checked in the profile.
     private func keepDirectory() async throws {
-        try profile.save(keyDirectory: Profile.KeyDirectory(keys: await api.directory.keys, head: await api.directory.head))
+        try profile.save(keyDirectory: Profile.KeyDirectory(
+            keys: await api.directory.keys, head: await api.directory.head, provenKeys: await api.directory.provenKeys.mapValues { Data($0).base64EncodedString() }
+        ))
     }
 }
 

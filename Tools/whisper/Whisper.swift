@@ -230,9 +230,11 @@ struct Send: AsyncParsableCommand {
                     let objectKey = try await api.upload(file.sealed, contentType: file.contentType, sessionToken: token)
                     attachment = AttachmentCrypto.pointer(to: file.sealed, objectKey: objectKey, contentType: file.contentType, from: me.keys, to: peer)
                 }
+                // The directory head this profile holds goes with the message, for the
+                // recipient to compare with its own.
                 let message = MessageCrypto.makeMessage(
                     plaintext, from: me, to: peer, sessionToken: token, msgType: file?.messageType ?? .text, messageId: messageId,
-                    replyTo: replyTo, attachment: attachment
+                    replyTo: replyTo, attachment: attachment, directoryHead: await api.directory.head
                 )
                 return try await connection.send(message)
             }

@@ -329,6 +329,12 @@ public enum KeyTransparencyError: Error, Equatable, Sendable {
     /// answers "waiting", 404, or keeps failing): a server may be hiding it from its
     /// monitor while serving others other keys.
     case ownEntryHidden
+    /// A peer's keys, proven before, are proven different now, with a valid proof: keys
+    /// never change, so the directory gave the ID keys its owner did not register.
+    case peerKeysChanged(whisperId: String)
+    /// The head a peer sent with a message is not on this client's log (another log for
+    /// the same epochs, or not the directory's): the two are shown different directories.
+    case splitView(peer: String)
     /// A field of the proof is not what the format says.
     case malformed(String)
 }
