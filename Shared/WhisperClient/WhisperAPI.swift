@@ -219,6 +219,23 @@ public struct WhisperAPI: Sendable {
         }
     }
 
+    /// The configured auditors' newest signatures, as `GET /kt/head` serves them beside the
+    /// newest head (docs/key-transparency.md, "Third-party auditing").
+    public func audits() async throws -> (head: DirectoryHead, audits: [AuditorSignature]) {
+        struct Body: Decodable { var head: DirectoryHead; var audits: [AuditorSignature]? }
+        let body: Body = try await call(.GET, endpoints.auth, "/kt/head", token: nil, limit: 65_536)
+        return (body.head, body.audits ?? [])
+    }
+
+    /// Delivers an auditor's signature of a head it verified (`POST /kt/audits`); returns
+    /// whether the server kept it as the auditor's newest.
+    @discardableResult
+    public func submit(_ audit: AuditorSignature) async throws -> Bool {
+        struct Answer: Decodable { var recorded: Bool }
+        let answer: Answer = try await call(.POST, endpoints.auth, "/kt/audits", token: nil, body: audit, limit: 4_096)
+        return answer.recorded
+    }
+
     /// One epoch's head, changes and update proof (`GET /kt/epochs/{epoch}`), as an
     /// auditor reads them.
     public func epochUpdate(_ epoch: Int64) async throws -> EpochUpdate {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import WhisperProtocol
 import WhisperClient
 import WhisperMessaging
 import WhisperShared
@@ -227,6 +228,47 @@ import WhisperShared
         #expect(try await run(["id"], as: "alice").status == 78)
         let gone = try await run(["send", alice, "anyone?"], as: "bob")
         #expect(gone.status == 1 && gone.errors.contains("NOT_FOUND"), "\(gone.errors)")
+    }
+
+    /// `whisper listen` compares the head each message brings with its profile's log: a
+    /// sender's genuine head raises nothing, and a head the directory signed over another
+    /// log for the same epoch (the sender was shown another directory) is an alert line
+    /// naming the sender, beside the message.
+    @Test func aSendersHeadFromAnotherLogIsAnAlertWhereTheMessageIsRead() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let bob = try await initialise("bob")
+        let gateway = "ws://127.0.0.1:\(try stack.service("gateway").port)/ws", auth = try stack.service("auth").baseURL
+        // Carol writes from an app of her own, on the SDK's lower layers.
+        let carolKeys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+        let carol = WhisperConnection(url: gateway, logger: TestServers.logger)
+        try await carol.connect()
+        let signedIn = try await carol.register(keys: carolKeys, deviceId: RandomID.uuid(), platform: .android)
+        let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: gateway, auth: auth, attachments: auth, turn: auth), directory: DirectoryView())
+        let bobKeys = try await api.keys(of: bob, sessionToken: signedIn.sessionToken)
+        let genuine = bobKeys.head
+        let signer = Ed25519.KeyPair(seed: TestServers.directorySigningSeed)
+        let otherLog = Array(repeating: UInt8(7), count: 32)
+        let prefixRoot = try #require(genuine.prefixRootBytes)
+        let forged = DirectoryHead(
+            epoch: genuine.epoch, logRoot: otherLog, prefixRoot: prefixRoot, publishedAt: genuine.publishedAt, keyId: Ed25519.keyId(signer.publicKey),
+            signature: signer.sign(DirectoryHead.signedBytes(epoch: genuine.epoch, logRoot: otherLog, prefixRoot: prefixRoot, publishedAt: genuine.publishedAt))
+        )
+
+        let listening = try await listen("bob", count: 2)
+        for (text, head) in [("on the log", genuine), ("on another log", forged)] {
+            _ = try await carol.send(MessageCrypto.makeMessage(
+                Array(text.utf8), from: (signedIn.whisperId, carolKeys), to: bobKeys.keys, sessionToken: signedIn.sessionToken, directoryHead: head
+            ))
+        }
+        #expect(try await listening.finish() == 0, "\(listening.errors)")
+        await carol.close()
+        #expect(listening.lines.filter { $0["type"] as? String == "message" }.count == 2)
+        let alerts = listening.lines.filter { $0["type"] as? String == "alert" }
+        #expect(alerts.count == 1)
+        #expect(alerts.first?["alert"] as? String == "splitView" && alerts.first?["from"] as? String == signedIn.whisperId, "\(alerts)")
     }
 
     @Test func oneWhispersLiveAndAnotherListensFromTheLink() async throws {

@@ -106,6 +106,76 @@ import WhisperShared
         }
     }
 
+    /// A third-party auditor's signatures: taken from a configured auditor's key alone, of a
+    /// head the directory published and signed about now, the auditor's newest kept, and
+    /// served beside the head for clients to require.
+    @Test func anAuditorsSignatureIsTakenFromItsKeyAloneAndServedBesideTheHead() async throws {
+        let auditorKey = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        // A second auditor runs `whisper-audit --serve` with a key file of its own.
+        let seed = Sodium.randomBytes(32), keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("auditor-\(UUID().uuidString).key")
+        try Data((Data(seed).base64EncodedString() + "\n").utf8).write(to: keyFile)
+        defer { try? FileManager.default.removeItem(at: keyFile) }
+        let servingKey = Ed25519.KeyPair(seed: seed)
+        try await MessagingStack.start(routers: 1, auth: { $0.auditorKeys = [auditorKey.publicKey, servingKey.publicKey] }).running { stack in
+            _ = try await stack.user(on: 0)
+            try await Self.waitForPublication(stack)
+            let api = Self.api(stack)
+            let auditor = DirectoryAuditor(keys: try await api.directoryKeys())
+            _ = try await auditor.follow(api)
+            let head = try #require(await auditor.head)
+            #expect(try await api.audits().audits.isEmpty)
+
+            // The auditor's word on the head it verified is kept and served.
+            let audit = AuditorSignature(signing: head, with: auditorKey)
+            #expect(try await api.submit(audit))
+            let served = try await api.audits().audits
+            #expect(served == [audit])
+            #expect(served.first?.isSigned(by: auditorKey.publicKey) == true && served.first?.isOf(head) == true)
+            // An older word of the same auditor is not kept.
+            #expect(try await !api.submit(AuditorSignature(signing: head, with: auditorKey, at: audit.signedAt - 1_000)))
+            #expect(try await api.audits().audits == [audit])
+
+            func refusal(_ audit: AuditorSignature) async -> Int? {
+                do {
+                    _ = try await api.submit(audit)
+                    return nil
+                } catch WhisperAPIError.refused(let status, _, _) {
+                    return status
+                } catch {
+                    return -1
+                }
+            }
+            // Another key than a configured auditor's: 403, whoever signed.
+            #expect(await refusal(AuditorSignature(signing: head, with: Ed25519.KeyPair(seed: Sodium.randomBytes(32)))) == 403)
+            // A log root the directory never published for the epoch, or a signature of
+            // another time than it says, or long ago: refused.
+            var otherLog = head
+            otherLog.logRoot = Data(repeating: 9, count: 32).base64EncodedString()
+            #expect(await refusal(AuditorSignature(signing: otherLog, with: auditorKey)) == 400)
+            var tampered = AuditorSignature(signing: head, with: auditorKey)
+            tampered.signedAt += 1
+            #expect(await refusal(tampered) == 401)
+            #expect(await refusal(AuditorSignature(signing: head, with: auditorKey, at: Clock.millisecondsNow() - 3_600_000)) == 400)
+            #expect(try await api.audits().audits == [audit])
+
+            // `whisper-audit --serve`: prints the public key to give the operator, then
+            // follows, verifies and delivers its own signature of the newest head.
+            let (status, printed) = try Self.audit(stack, "--auditor-key", keyFile.path, "--print-public-key")
+            #expect(status == 0 && printed.trimmingCharacters(in: .whitespacesAndNewlines) == Data(servingKey.publicKey).base64EncodedString())
+            let serving = Process()
+            serving.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
+            serving.arguments = ["--server", stack.auth.baseURL, "--serve", "--auditor-key", keyFile.path, "--interval", "1"]
+            serving.standardOutput = FileHandle.nullDevice
+            serving.standardError = FileHandle.nullDevice
+            try serving.run()
+            defer { serving.terminate() }
+            try await waitUntil(timeout: .seconds(30)) {
+                try await api.audits().audits.contains { $0.auditorKeyId == Ed25519.keyId(servingKey.publicKey) && $0.isSigned(by: servingKey.publicKey) }
+            }
+            #expect(serving.isRunning, "the auditor keeps following")
+        }
+    }
+
     /// After a real deletion nobody watches the entry: its tombstone is the one value it
     /// may ever take again, so a key committed over it is the auditor's finding.
     @Test func aKeyCommittedOverADeletedEntryIsTheAuditorsFinding() async throws {

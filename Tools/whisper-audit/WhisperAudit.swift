@@ -6,7 +6,10 @@ import WhisperProtocol
 /// Audits a Whisper server's key directory from outside (docs/key-transparency.md,
 /// "Auditing"): reads every epoch from the first through the public endpoints and checks
 /// each one (``DirectoryAuditor``). Exits 1 with the finding when a check fails, or when
-/// the newest head is older than clients accept (a frozen view).
+/// the newest head is older than clients accept (a frozen view). With `--serve` it is a
+/// third-party auditor: it keeps following, and signs each newest head it verified with
+/// its own key, which it delivers to the server (`POST /kt/audits`) for clients that
+/// require an auditor's word.
 @main
 struct WhisperAudit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -28,7 +31,28 @@ struct WhisperAudit: AsyncParsableCommand {
     @Option(help: "The oldest the newest head may be, in seconds, before the view counts as frozen (the directory publishes at least hourly).")
     var maxHeadAge = Int(KeyDirectory.staleHeadAge.components.seconds)
 
+    @Flag(help: "Run as a third-party auditor: follow, and sign each newest head verified with --auditor-key, delivering the signature to the server.")
+    var serve = false
+
+    @Option(help: "The auditor's Ed25519 key: a file holding its 32-byte seed in base64, made when missing (readable by its owner alone). The server's operator must never hold it.")
+    var auditorKey: String?
+
+    @Option(help: "With --serve: seconds after which the newest head is signed again although no epoch came (its signature stays recent).")
+    var resignAfter = 600
+
+    @Flag(help: "Print the auditor's public key (base64, for the server's AUTH_KT_AUDITOR_KEYS) and exit.")
+    var printPublicKey = false
+
     func run() async throws {
+        let signer = try auditorKey.map(Self.auditorKeyPair(at:))
+        if printPublicKey {
+            guard let signer else { throw ValidationError("--print-public-key needs --auditor-key") }
+            print(Data(signer.publicKey).base64EncodedString())
+            return
+        }
+        if serve, signer == nil { throw ValidationError("--serve needs --auditor-key") }
+        let follow = self.follow || serve
+        var signed: (epoch: Int64, at: ContinuousClock.Instant)?
         let base = server.hasSuffix("/") ? String(server.dropLast()) : server
         let pinned = try keys.map { try JSONDecoder().decode(DirectoryKeys.self, from: Data(contentsOf: URL(fileURLWithPath: $0))) }
         let api = WhisperAPI(
@@ -53,7 +77,35 @@ struct WhisperAudit: AsyncParsableCommand {
                 print("STALE: the newest head, epoch \(head.epoch), was published \(age) s ago (more than \(maxHeadAge) s): clients refuse it as staleHead")
                 throw ExitCode(1)
             }
+            // Every check passed up to this head: the auditor's word on it.
+            if let signer, let head = await auditor.head,
+               signed.map({ $0.epoch < head.epoch || ContinuousClock.now - $0.at >= .seconds(resignAfter) }) ?? true {
+                do {
+                    try await api.submit(AuditorSignature(signing: head, with: signer))
+                    signed = (head.epoch, .now)
+                    print("signed epoch \(head.epoch)")
+                } catch {
+                    // The server unreachable or refusing: tried again at the next look.
+                    print("could not deliver the signature of epoch \(head.epoch): \(error)")
+                }
+            }
             if follow { try await Task.sleep(for: .seconds(interval)) }
         } while follow
+    }
+
+    /// The auditor's key pair from the seed in `path`, which is made (0600) when missing.
+    static func auditorKeyPair(at path: String) throws -> Ed25519.KeyPair {
+        let url = URL(fileURLWithPath: path)
+        if !FileManager.default.fileExists(atPath: path) {
+            let seed = Data(Sodium.randomBytes(32)).base64EncodedString()
+            guard FileManager.default.createFile(atPath: path, contents: Data((seed + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
+                throw ValidationError("cannot write the auditor's key to \(path)")
+            }
+        }
+        let text = try String(contentsOf: url, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let seed = Data(base64Encoded: text), seed.count == 32 else {
+            throw ValidationError("\(path) must hold the auditor's 32-byte seed in base64")
+        }
+        return Ed25519.KeyPair(seed: Array(seed))
     }
 }

@@ -32,7 +32,17 @@ struct AuthRoutes: Sendable {
             let since = try Self.epoch(request.uri.queryParameters.get("since"), name: "since")
             try await limitDirectory(request, context)
             guard let head = try await directory.head() else { throw WhisperHTTPError(.notFound, "no epoch published yet") }
-            return try JSONResponse.make(encoding: HeadAnswer(head: head, consistency: try await consistency(since: since, head: head)), cacheControl: "no-cache")
+            let audits = try await directory.audits(of: settings.auditorKeys.map(Ed25519.keyId))
+            return try JSONResponse.make(
+                encoding: HeadAnswer(head: head, consistency: try await consistency(since: since, head: head), audits: audits.isEmpty ? nil : audits),
+                cacheControl: "no-cache"
+            )
+        }
+        // An auditor's signature of a head it verified: only configured auditors' keys.
+        router.post("/kt/audits") { request, context -> Response in
+            try await limitDirectory(request, context)
+            struct Answer: Encodable { var recorded: Bool }
+            return try JSONResponse.make(encoding: Answer(recorded: try await recordAudit(request)), cacheControl: "no-store")
         }
         router.get("/kt/epochs/:epoch") { request, context -> Response in
             guard let epoch = try Self.epoch(context.parameters.get("epoch"), name: "epoch") else {
@@ -106,6 +116,34 @@ struct AuthRoutes: Sendable {
     struct HeadAnswer: Encodable {
         var head: DirectoryHead
         var consistency: KeyProof.Consistency?
+        /// The configured auditors' newest signatures (absent when there are none).
+        var audits: [AuditorSignature]?
+    }
+
+    /// `POST /kt/audits`: the body one ``AuditorSignature``, by a key of
+    /// `AUTH_KT_AUDITOR_KEYS` (else 403), of a published epoch with the signed log root
+    /// and signed within 10 minutes of this server's clock (else 400). Kept when it is the
+    /// auditor's newest (`recorded`); an older one is not kept.
+    private func recordAudit(_ request: Request) async throws -> Bool {
+        let body = try await request.body.collect(upTo: 4_096)
+        guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
+              Set(object.keys) == ["auditorKeyId", "epoch", "logRoot", "signedAt", "signature"],
+              let audit = try? JSONDecoder().decode(AuditorSignature.self, from: Data(buffer: body)) else {
+            throw WhisperHTTPError(.invalidPayload, "the body must be {auditorKeyId, epoch, logRoot, signedAt, signature}")
+        }
+        guard let key = settings.auditorKeys.first(where: { Ed25519.keyId($0) == audit.auditorKeyId }) else {
+            throw WhisperHTTPError(.forbidden, "not a key of an auditor this server takes (AUTH_KT_AUDITOR_KEYS)")
+        }
+        guard audit.isSigned(by: key) else { throw WhisperHTTPError(.authFailed, "the signature does not verify with the auditor's key") }
+        guard abs(Clock.millisecondsNow() - audit.signedAt) <= Int64(Limits.TIMESTAMP_SKEW_MS) else {
+            throw WhisperHTTPError(.invalidTimestamp, "signedAt is more than \(Limits.TIMESTAMP_SKEW_MS / 60_000) minutes from the server's clock")
+        }
+        guard let head = try await directory.head(epoch: audit.epoch), audit.isOf(head) else {
+            throw WhisperHTTPError(.invalidPayload, "the directory published no epoch \(audit.epoch) with that log root")
+        }
+        guard try await directory.record(audit) else { return false }
+        logger.info("kt_audit_recorded", metadata: ["auditor": "\(audit.auditorKeyId)", "epoch": "\(audit.epoch)"])
+        return true
     }
 
     private func consistency(since: Int64?, head: DirectoryHead) async throws -> KeyProof.Consistency? {

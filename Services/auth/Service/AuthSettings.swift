@@ -1,3 +1,4 @@
+import Foundation
 import WhisperShared
 
 /// Settings of auth (docs/configuration.md lists each variable).
@@ -20,6 +21,9 @@ public struct AuthSettings: ServiceSettings {
     /// active keep no push or VoIP token.
     public var devicesKeptPerIdentity = AuthSettings.defaultDevicesKept
     public static let defaultDevicesKept = 5
+    /// The third-party auditors' public keys (`AUTH_KT_AUDITOR_KEYS`, Ed25519): only their
+    /// signatures are taken at `POST /kt/audits` and served beside the head.
+    public var auditorKeys: [[UInt8]] = []
 
     public init(
         common: CommonSettings, internalToken: String,
@@ -36,6 +40,11 @@ public struct AuthSettings: ServiceSettings {
         previousInternalToken = settings.previousInternalToken()
         limits = LimitRules(from: settings, service: Self.serviceName)
         devicesKeptPerIdentity = settings.int("auth.devices.kept.per.identity", default: Self.defaultDevicesKept, range: 1...100)
+        let auditors = settings.list("auth.kt.auditor.keys", default: [])
+        auditorKeys = auditors.compactMap { Data(base64Encoded: $0).map(Array.init) }.filter { $0.count == 32 }
+        if auditorKeys.count != auditors.count {
+            settings.reject("auth.kt.auditor.keys", because: "must be base64 Ed25519 public keys of 32 bytes, comma separated (each auditor's, as it prints it)")
+        }
     }
 }
 

@@ -70,6 +70,39 @@ public struct DirectoryStore: Sendable {
         return nil
     }
 
+    /// The newest signature of each auditor among `auditorKeyIds` (the configured ones),
+    /// with the head it names.
+    public func audits(of auditorKeyIds: [String]) async throws -> [AuditorSignature] {
+        guard !auditorKeyIds.isEmpty else { return [] }
+        let rows = try await postgres.query("""
+            SELECT a.auditor_key_id, a.epoch, e.log_root, a.signed_at, a.signature FROM kt_audits a JOIN kt_epochs e ON e.epoch = a.epoch
+            WHERE a.auditor_key_id = ANY(\(auditorKeyIds)::text[]) ORDER BY a.auditor_key_id
+            """, logger: logger)
+        var audits: [AuditorSignature] = []
+        for try await (keyId, epoch, logRoot, signedAt, signature) in rows.decode((String, Int64, ByteBuffer, Int64, ByteBuffer).self) {
+            audits.append(AuditorSignature(
+                auditorKeyId: keyId, epoch: epoch, logRoot: Data(logRoot.readableBytesView).base64EncodedString(), signedAt: signedAt,
+                signature: Data(signature.readableBytesView).base64EncodedString()
+            ))
+        }
+        return audits
+    }
+
+    /// Keeps `audit` as its auditor's newest, unless it holds one of a later epoch, or of
+    /// the same epoch signed later; returns whether it was kept. The caller has checked the signature and that
+    /// the epoch's head has the signed log root.
+    public func record(_ audit: AuditorSignature) async throws -> Bool {
+        let signature = ByteBuffer(bytes: Data(base64Encoded: audit.signature) ?? Data())
+        let rows = try await postgres.query("""
+            INSERT INTO kt_audits (auditor_key_id, epoch, signed_at, signature) VALUES (\(audit.auditorKeyId), \(audit.epoch), \(audit.signedAt), \(signature))
+            ON CONFLICT (auditor_key_id) DO UPDATE SET epoch = excluded.epoch, signed_at = excluded.signed_at, signature = excluded.signature
+            WHERE kt_audits.epoch < excluded.epoch OR (kt_audits.epoch = excluded.epoch AND kt_audits.signed_at < excluded.signed_at)
+            RETURNING 1
+            """, logger: logger)
+        for try await _ in rows.decode(Int.self) { return true }
+        return false
+    }
+
     /// Epoch `epoch`'s update proof (``EpochUpdate`` as JSON), nil when there is no such epoch.
     public func update(epoch: Int64) async throws -> ByteBuffer? {
         let rows = try await postgres.query("SELECT update_proof FROM kt_epochs WHERE epoch = \(epoch)", logger: logger)

@@ -364,6 +364,18 @@ public enum Migrations {
             "ALTER TABLE deleted_identities ADD COLUMN journal_name text",
             "CREATE INDEX deleted_identities_journal_name ON deleted_identities (journal_name)",
         ]),
+        // Third-party auditors' newest signatures (docs/key-transparency.md, "Third-party
+        // auditing"): one row per auditor key, replaced by a signature of a later epoch.
+        Migration(version: 15, name: "kt_audits", statements: [
+            """
+            CREATE TABLE kt_audits (
+                auditor_key_id text PRIMARY KEY,
+                epoch          bigint NOT NULL,
+                signed_at      bigint NOT NULL,
+                signature      bytea NOT NULL CHECK (octet_length(signature) = 64)
+            )
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.
