@@ -21,6 +21,14 @@ public actor DirectoryView {
     /// At most ``peerMemory`` peers; past it the first proven are forgotten first.
     public private(set) var provenKeys: [String: [UInt8]]
     public let peerMemory: Int
+    /// Third-party auditors' public keys (Ed25519) the app requires a word from: with
+    /// any, a lookup's head is taken only when one of them signed a head on this client's
+    /// log published at most ``maxAuditLag`` before it (``KeyTransparencyError/notAudited``).
+    public let auditorKeys: [[UInt8]]
+    /// How far behind the held head an audited one may be (published earlier by at most this).
+    public let maxAuditLag: Duration
+    /// The newest head an auditor vouched for, checked to be on this client's log.
+    public private(set) var audited: DirectoryHead?
     /// The order peers were first proven in (for forgetting the oldest).
     private var provenOrder: [String]
     /// A head published longer ago than this is refused as
@@ -34,8 +42,11 @@ public actor DirectoryView {
 
     public init(
         keys: DirectoryKeys? = nil, head: DirectoryHead? = nil, provenKeys: [String: [UInt8]] = [:], peerMemory: Int = 100_000,
+        auditorKeys: [[UInt8]] = [], maxAuditLag: Duration = KeyDirectory.staleHeadAge,
         maxHeadAge: Duration = KeyDirectory.staleHeadAge, keysRefreshInterval: Duration = .seconds(3_600)
     ) {
+        self.auditorKeys = auditorKeys
+        self.maxAuditLag = maxAuditLag
         self.keys = keys
         self.head = head
         self.provenKeys = provenKeys
@@ -93,6 +104,25 @@ public actor DirectoryView {
         }
         if checked.epoch >= head?.epoch ?? 0 { head = checked }
         return checked
+    }
+
+    /// Whether `head` still needs an auditor's word: auditor keys are configured, and the
+    /// newest audited head is none, or published more than ``maxAuditLag`` before `head`.
+    func needsAudit(of head: DirectoryHead) -> Bool {
+        guard !auditorKeys.isEmpty else { return false }
+        guard let audited else { return true }
+        let (lag, overflow) = head.publishedAt.subtractingReportingOverflow(audited.publishedAt)
+        return overflow || lag > Int64(maxAuditLag.milliseconds)
+    }
+
+    /// The configured auditor key that made `audit`, if any did.
+    func auditor(of audit: AuditorSignature) -> [UInt8]? {
+        auditorKeys.first { audit.isSigned(by: $0) }
+    }
+
+    /// Takes `head` as audited (an auditor signed it, and it is on this client's log).
+    func recordAudited(_ head: DirectoryHead) {
+        if head.epoch > audited?.epoch ?? 0 { audited = head }
     }
 
     /// Records the keys `whisperId` was proven to hold, or refuses other keys than those

@@ -153,6 +153,7 @@ public struct WhisperAPI: Sendable {
             let head = try await directory.accept(
                 proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys
             )
+            try await requireAudit(of: head)
             return KeyLookup(keys: peer, status: body.status, head: head)
         }
     }
@@ -221,10 +222,27 @@ public struct WhisperAPI: Sendable {
 
     /// The configured auditors' newest signatures, as `GET /kt/head` serves them beside the
     /// newest head (docs/key-transparency.md, "Third-party auditing").
-    public func audits() async throws -> (head: DirectoryHead, audits: [AuditorSignature]) {
-        struct Body: Decodable { var head: DirectoryHead; var audits: [AuditorSignature]? }
+    public func audits() async throws -> (head: DirectoryHead, audits: [AuditedHead]) {
+        struct Body: Decodable { var head: DirectoryHead; var audits: [AuditedHead]? }
         let body: Body = try await call(.GET, endpoints.auth, "/kt/head", token: nil, limit: 65_536)
         return (body.head, body.audits ?? [])
+    }
+
+    /// With auditor keys configured (``DirectoryView/auditorKeys``): requires that one of
+    /// those auditors signed a head on this client's log published at most
+    /// ``DirectoryView/maxAuditLag`` before `head`, reading the auditors' newest signatures
+    /// (`GET /kt/head`) when the last one taken is too old. Each must verify with its
+    /// auditor's key and name a head the directory signed, which must be on this client's
+    /// log (``compareHead(_:from:)``: a fork is `notAnExtension`, not a lack of audit);
+    /// else ``KeyTransparencyError/notAudited``.
+    func requireAudit(of head: DirectoryHead) async throws {
+        guard await directory.needsAudit(of: head) else { return }
+        for item in try await audits().audits {
+            guard await directory.auditor(of: item.audit) != nil, item.audit.isOf(item.head) else { continue }
+            try await compareHead(item.head)
+            await directory.recordAudited(item.head)
+        }
+        if await directory.needsAudit(of: head) { throw KeyTransparencyError.notAudited }
     }
 
     /// Delivers an auditor's signature of a head it verified (`POST /kt/audits`); returns

@@ -271,6 +271,27 @@ import WhisperShared
         #expect(alerts.first?["alert"] as? String == "splitView" && alerts.first?["from"] as? String == signedIn.whisperId, "\(alerts)")
     }
 
+    /// A profile made with `--auditor-key` requires that auditor's word on every head: with
+    /// none delivered, `whisper keys` refuses the lookup and says why; the same lookup from
+    /// a profile without one is proven as usual.
+    @Test func aProfileThatRequiresAnAuditorRefusesAHeadNoAuditorSigned() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let auditor = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        let bob = try await initialise("bob")
+        _ = try await initialise("alice", extra: ["--auditor-key", Data(auditor.publicKey).base64EncodedString()])
+        let refused = try await run(["keys", bob], as: "alice")
+        #expect(refused.status != 0 && refused.errors.contains("none of the auditors you require signed a recent head"), "\(refused)")
+        _ = try await initialise("carol")
+        let proven = try await run(["keys", bob], as: "carol")
+        #expect(proven.status == 0, "\(proven.errors)")
+        // A key that is not one is refused when the profile is made.
+        let wrong = try await run(["init", "--auditor-key", "not-a-key", "--force"], as: "dave")
+        #expect(wrong.status != 0 && wrong.errors.contains("is not an Ed25519 public key"), "\(wrong)")
+    }
+
     @Test func oneWhispersLiveAndAnotherListensFromTheLink() async throws {
         defer {
             stack.discard()

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import PostgresNIO
+import Synchronization
 import Testing
 import WhisperClient
 import WhisperProtocol
@@ -129,11 +130,11 @@ import WhisperShared
             let audit = AuditorSignature(signing: head, with: auditorKey)
             #expect(try await api.submit(audit))
             let served = try await api.audits().audits
-            #expect(served == [audit])
-            #expect(served.first?.isSigned(by: auditorKey.publicKey) == true && served.first?.isOf(head) == true)
+            #expect(served == [AuditedHead(head: head, audit: audit)])
+            #expect(served.first?.audit.isSigned(by: auditorKey.publicKey) == true && served.first?.audit.isOf(head) == true)
             // An older word of the same auditor is not kept.
             #expect(try await !api.submit(AuditorSignature(signing: head, with: auditorKey, at: audit.signedAt - 1_000)))
-            #expect(try await api.audits().audits == [audit])
+            #expect(try await api.audits().audits.map(\.audit) == [audit])
 
             func refusal(_ audit: AuditorSignature) async -> Int? {
                 do {
@@ -156,7 +157,7 @@ import WhisperShared
             tampered.signedAt += 1
             #expect(await refusal(tampered) == 401)
             #expect(await refusal(AuditorSignature(signing: head, with: auditorKey, at: Clock.millisecondsNow() - 3_600_000)) == 400)
-            #expect(try await api.audits().audits == [audit])
+            #expect(try await api.audits().audits.map(\.audit) == [audit])
 
             // `whisper-audit --serve`: prints the public key to give the operator, then
             // follows, verifies and delivers its own signature of the newest head.
@@ -170,9 +171,60 @@ import WhisperShared
             try serving.run()
             defer { serving.terminate() }
             try await waitUntil(timeout: .seconds(30)) {
-                try await api.audits().audits.contains { $0.auditorKeyId == Ed25519.keyId(servingKey.publicKey) && $0.isSigned(by: servingKey.publicKey) }
+                try await api.audits().audits.contains { $0.audit.auditorKeyId == Ed25519.keyId(servingKey.publicKey) && $0.audit.isSigned(by: servingKey.publicKey) }
             }
             #expect(serving.isRunning, "the auditor keeps following")
+        }
+    }
+
+    /// A client that requires an auditor takes a head only when one of its auditors signed
+    /// a head on its log published at most the maximum lag before it: none signed yet is
+    /// `notAudited`, in a lookup and as the session's alert; once the auditor signed, the
+    /// lookup passes; a head newer than the audited one by more than a client's lag is
+    /// `notAudited` for that client.
+    @Test func aHeadNoAuditorSignedIsNotAuditedWhereAnAuditorIsRequired() async throws {
+        let auditorKey = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        try await MessagingStack.start(routers: 1, auth: { $0.auditorKeys = [auditorKey.publicKey] }).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            try await Self.waitForPublication(stack)
+            let requiring = Self.api(stack, directory: DirectoryView(auditorKeys: [auditorKey.publicKey]))
+            await #expect(throws: KeyTransparencyError.notAudited) { _ = try await requiring.keys(of: bob.whisperId, sessionToken: alice.token) }
+
+            // An app's session shows it as an alert (its own entry's check).
+            var configuration = WhisperSession.Configuration(gateways: [stack.websocketURL(0)], deviceId: RandomID.uuid(), platform: .ios)
+            configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
+            let auth = stack.auth.baseURL
+            let sessionAPI = WhisperAPI(
+                endpoints: WhisperEndpoints(websocket: stack.websocketURL(0), auth: auth, attachments: auth, turn: auth),
+                directory: DirectoryView(auditorKeys: [auditorKey.publicKey])
+            )
+            let session = WhisperSession(
+                configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, api: sessionAPI,
+                logger: TestServers.logger
+            )
+            let alerts = Mutex<[KeyTransparencyError]>([])
+            let watching = Task {
+                for await event in session.events {
+                    if case .directoryAlert(let problem) = event { alerts.withLock { $0.append(problem) } }
+                }
+            }
+            defer { watching.cancel() }
+            await session.start()
+            try await waitUntil(timeout: .seconds(20)) { alerts.withLock { $0.contains(.notAudited) } }
+            await session.stop()
+
+            // The auditor follows the directory and signs: the same lookup passes.
+            let auditor = DirectoryAuditor(keys: try await requiring.directoryKeys())
+            _ = try await auditor.follow(requiring)
+            try await requiring.submit(AuditorSignature(signing: try #require(await auditor.head), with: auditorKey))
+            #expect(try await requiring.keys(of: bob.whisperId, sessionToken: alice.token).keys.signPublicKey == bob.keys.signPublicKey)
+
+            // A newer epoch: a client that allows no lag behind the audited head refuses it.
+            _ = try await stack.user(on: 0)
+            try await Self.waitForPublication(stack)
+            let strict = Self.api(stack, directory: DirectoryView(auditorKeys: [auditorKey.publicKey], maxAuditLag: .zero))
+            await #expect(throws: KeyTransparencyError.notAudited) { _ = try await strict.keys(of: bob.whisperId, sessionToken: alice.token) }
+            #expect(try await requiring.keys(of: bob.whisperId, sessionToken: alice.token).keys.signPublicKey == bob.keys.signPublicKey)
         }
     }
 

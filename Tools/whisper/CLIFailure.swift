@@ -82,6 +82,11 @@ enum CLIFailure: Error, CustomStringConvertible {
                 "\(what): the key directory now proves other keys for \(whisperId) than it proved to you before; keys never change, "
                     + "so someone was given keys that are not \(whisperId)'s: do not send to them until you have compared keys in person"
             )
+        case KeyTransparencyError.notAudited:
+            return .refused(
+                "\(what): none of the auditors you require signed a recent head of this server's key directory: "
+                    + "nobody but the operator vouches for the keys it serves; do not trust them until an auditor does"
+            )
         case KeyTransparencyError.splitView(let peer):
             return .refused(
                 "\(what): \(peer) was shown another key directory than you (their head is not on your log): "

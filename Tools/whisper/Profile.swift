@@ -23,6 +23,9 @@ struct Profile {
         var endpoints: WhisperEndpoints
         var sessionToken: String?
         var sessionExpiresAt: Int64?
+        /// The third-party auditors this profile requires a word from (Ed25519 public
+        /// keys, base64): a head none of them vouched for is refused (`notAudited`).
+        var auditorKeys: [String]?
     }
 
     struct Group: Codable {

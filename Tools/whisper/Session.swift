@@ -32,7 +32,10 @@ actor Session {
         }
         let held = try profile.keyDirectory()
         let proven = (held.provenKeys ?? [:]).compactMapValues { Data(base64Encoded: $0).map { [UInt8]($0) } }
-        api = WhisperAPI(endpoints: identity.endpoints, directory: DirectoryView(keys: held.keys, head: held.head, provenKeys: proven))
+        let auditors = (identity.auditorKeys ?? []).compactMap { Data(base64Encoded: $0).map { [UInt8]($0) } }
+        api = WhisperAPI(
+            endpoints: identity.endpoints, directory: DirectoryView(keys: held.keys, head: held.head, provenKeys: proven, auditorKeys: auditors)
+        )
         connection = WhisperConnection(url: identity.endpoints.websocket, logger: logger)
     }
 

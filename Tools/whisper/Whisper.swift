@@ -89,6 +89,9 @@ struct Init: AsyncParsableCommand {
     @Flag(help: "Replace the identity already in the profile folder.")
     var force = false
 
+    @Option(name: .customLong("auditor-key"), help: "A third-party auditor whose word every key lookup requires (its Ed25519 public key, base64, as `whisper-audit --print-public-key` prints it); repeat for several.")
+    var auditorKeys: [String] = []
+
     func endpoints() throws -> WhisperEndpoints {
         var endpoints: WhisperEndpoints
         if let server {
@@ -131,6 +134,9 @@ struct Init: AsyncParsableCommand {
                 throw CLIFailure.badInput("\(profile.directory.path) already holds an identity; pass --force to replace it (its phrase is in identity.json)")
             }
             let endpoints = try endpoints()
+            for key in auditorKeys where Data(base64Encoded: key)?.count != 32 {
+                throw CLIFailure.badInput("--auditor-key `\(key)` is not an Ed25519 public key (32 bytes in base64)")
+            }
             let mnemonic = recover ? try readPhrase() : BIP39.generateMnemonic()
             let keys = try WhisperKeys(mnemonic: mnemonic)
             let deviceId = RandomID.uuid()
@@ -144,7 +150,7 @@ struct Init: AsyncParsableCommand {
             await connection.close()
             try profile.save(Profile.Identity(
                 mnemonic: mnemonic, whisperId: ack.whisperId, deviceId: deviceId, endpoints: endpoints,
-                sessionToken: ack.sessionToken, sessionExpiresAt: ack.sessionExpiresAt
+                sessionToken: ack.sessionToken, sessionExpiresAt: ack.sessionExpiresAt, auditorKeys: auditorKeys.isEmpty ? nil : auditorKeys
             ))
             if !recover {
                 FileHandle.standardError.write(Data("""

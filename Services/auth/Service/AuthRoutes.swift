@@ -116,8 +116,9 @@ struct AuthRoutes: Sendable {
     struct HeadAnswer: Encodable {
         var head: DirectoryHead
         var consistency: KeyProof.Consistency?
-        /// The configured auditors' newest signatures (absent when there are none).
-        var audits: [AuditorSignature]?
+        /// The configured auditors' newest signatures, each with the head it names (absent
+        /// when there are none).
+        var audits: [AuditedHead]?
     }
 
     /// `POST /kt/audits`: the body one ``AuditorSignature``, by a key of

@@ -53,3 +53,16 @@ public struct AuditorSignature: Codable, Sendable, Equatable {
     /// Whether this is a signature of `head` (the same epoch and log root).
     public func isOf(_ head: DirectoryHead) -> Bool { epoch == head.epoch && logRootBytes != nil && logRootBytes == head.logRootBytes }
 }
+
+/// An auditor's signature as `GET /kt/head` serves it: with the directory's own signed head
+/// of the audited epoch, so that a client can check the head is the directory's and on its
+/// log (``AuditorSignature/isOf(_:)``) before it takes the auditor's word for it.
+public struct AuditedHead: Codable, Sendable, Equatable {
+    public var head: DirectoryHead
+    public var audit: AuditorSignature
+
+    public init(head: DirectoryHead, audit: AuditorSignature) {
+        self.head = head
+        self.audit = audit
+    }
+}

@@ -335,6 +335,10 @@ public enum KeyTransparencyError: Error, Equatable, Sendable {
     /// The head a peer sent with a message is not on this client's log (another log for
     /// the same epochs, or not the directory's): the two are shown different directories.
     case splitView(peer: String)
+    /// Auditor keys are configured and none of those auditors signed a head on this
+    /// client's log within the maximum lag of the held one: nobody but the operator
+    /// vouches for the log this client is shown.
+    case notAudited
     /// A field of the proof is not what the format says.
     case malformed(String)
 }

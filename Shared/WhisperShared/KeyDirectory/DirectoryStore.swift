@@ -71,19 +71,21 @@ public struct DirectoryStore: Sendable {
     }
 
     /// The newest signature of each auditor among `auditorKeyIds` (the configured ones),
-    /// with the head it names.
-    public func audits(of auditorKeyIds: [String]) async throws -> [AuditorSignature] {
+    /// with the directory's head of the epoch it names.
+    public func audits(of auditorKeyIds: [String]) async throws -> [AuditedHead] {
         guard !auditorKeyIds.isEmpty else { return [] }
         let rows = try await postgres.query("""
-            SELECT a.auditor_key_id, a.epoch, e.log_root, a.signed_at, a.signature FROM kt_audits a JOIN kt_epochs e ON e.epoch = a.epoch
+            SELECT e.epoch, e.log_root, e.prefix_root, e.published_at, e.key_id, e.signature, a.auditor_key_id, a.signed_at, a.signature
+            FROM kt_audits a JOIN kt_epochs e ON e.epoch = a.epoch
             WHERE a.auditor_key_id = ANY(\(auditorKeyIds)::text[]) ORDER BY a.auditor_key_id
             """, logger: logger)
-        var audits: [AuditorSignature] = []
-        for try await (keyId, epoch, logRoot, signedAt, signature) in rows.decode((String, Int64, ByteBuffer, Int64, ByteBuffer).self) {
-            audits.append(AuditorSignature(
-                auditorKeyId: keyId, epoch: epoch, logRoot: Data(logRoot.readableBytesView).base64EncodedString(), signedAt: signedAt,
-                signature: Data(signature.readableBytesView).base64EncodedString()
-            ))
+        var audits: [AuditedHead] = []
+        typealias Row = (Int64, ByteBuffer, ByteBuffer, Int64, String, ByteBuffer, String, Int64, ByteBuffer)
+        for try await row in rows.decode(Row.self) {
+            let head = Self.head((row.0, row.1, row.2, row.3, row.4, row.5))
+            audits.append(AuditedHead(head: head, audit: AuditorSignature(
+                auditorKeyId: row.6, epoch: head.epoch, logRoot: head.logRoot, signedAt: row.7, signature: Data(row.8.readableBytesView).base64EncodedString()
+            )))
         }
         return audits
     }
