@@ -137,8 +137,20 @@ topology_stop_instance() { # service n signal limit
     rm -f "$pidfile"
 }
 
+# The third-party auditor: whisper-audit --serve through the edge, signing each head it
+# verified with $DATA/auditor-key (its public key is AUTH_KT_AUDITOR_KEYS).
+topology_start_auditor() {
+    "$BIN/whisper-audit" --server "http://127.0.0.1:$TOPOLOGY_EDGE_PORT" --serve --auditor-key "$DATA/auditor-key" --interval 2 \
+        >>"$TOPOLOGY/logs/auditor.log" 2>&1 &
+    echo $! >"$TOPOLOGY/pids/auditor.pid"
+}
+
 topology_stop_all() {
     local service n
+    if [ -f "$TOPOLOGY/pids/auditor.pid" ]; then
+        kill -TERM "$(cat "$TOPOLOGY/pids/auditor.pid")" 2>/dev/null || true
+        rm -f "$TOPOLOGY/pids/auditor.pid"
+    fi
     for service in "${SERVICES[@]}"; do
         for n in $(seq 1 $TOPOLOGY_INSTANCES); do
             [ -f "$TOPOLOGY/pids/$service-$n.pid" ] && kill -TERM "$(cat "$TOPOLOGY/pids/$service-$n.pid")" 2>/dev/null

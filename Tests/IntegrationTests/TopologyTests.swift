@@ -18,10 +18,26 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
     static let adminToken = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ADMIN_TOKEN"] ?? ""
     /// The routers' own ports (their metrics), which clients never reach.
     static let routers = (ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_ROUTERS"] ?? "").split(separator: " ").map(String.init)
+    /// The third-party auditor's public key (`whisper-audit --serve` beside the stack):
+    /// key lookups here require its signature (`DirectoryView(auditorKeys:)`).
+    static let auditorKey = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY_AUDITOR_KEY"].flatMap { Data(base64Encoded: $0) }.map { [UInt8]($0) }
 
     var edge: String { Self.edge ?? "" }
     var endpoints: WhisperEndpoints {
         WhisperEndpoints(websocket: edge.replacingOccurrences(of: "http://", with: "ws://") + "/ws", auth: edge, attachments: edge, turn: edge)
+    }
+
+    /// `step` again while it fails `notAudited` (the auditor has not signed a head this
+    /// recent yet), until `until`.
+    static func retrying<T>(until: Duration, _ step: () async throws -> T) async throws -> T {
+        let deadline = ContinuousClock.now + until
+        while true {
+            do {
+                return try await step()
+            } catch KeyTransparencyError.notAudited where ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
     }
 
     func user() async throws -> TestUser {
@@ -54,11 +70,16 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
         // socket, through the internal balancer, and over HTTP through the edge).
         try await CallTests.ringAnswerAndHangUp(from: alice, to: bob)
         #expect(!(try await alice.connection.turnCredentials().urls.isEmpty))
-        let api = WhisperAPI(endpoints: endpoints)
+        let auditorKey = try #require(Self.auditorKey, "WHISPER_TOPOLOGY_AUDITOR_KEY names the auditor beside the stack")
+        let api = WhisperAPI(endpoints: endpoints, directory: DirectoryView(auditorKeys: [auditorKey]))
         #expect(!(try await api.turnCredentials(sessionToken: alice.token).urls.isEmpty))
 
-        // Keys and an attachment: presigned through the edge, stored in the S3 store.
-        #expect(try await api.keys(of: bob.whisperId, sessionToken: alice.token).keys.whisperId == bob.whisperId)
+        // Keys, proven by the directory and vouched for by the auditor beside the stack
+        // (which signs within a few seconds of each epoch), and an attachment: presigned
+        // through the edge, stored in the S3 store.
+        let lookup = try await Self.retrying(until: .seconds(30)) { try await api.keys(of: bob.whisperId, sessionToken: alice.token) }
+        #expect(lookup.keys.whisperId == bob.whisperId)
+        #expect(await api.directory.audited != nil)
         let sealed = AttachmentCrypto.seal(Array("an attachment through the edge".utf8))
         let objectKey = try await api.upload(sealed, contentType: "text/plain", sessionToken: alice.token)
         let download = try await api.downloadURL(objectKey: objectKey, sessionToken: alice.token)
