@@ -47,7 +47,7 @@ struct WhisperAudit: AsyncParsableCommand {
         let signer = try auditorKey.map(Self.auditorKeyPair(at:))
         if printPublicKey {
             guard let signer else { throw ValidationError("--print-public-key needs --auditor-key") }
-            print(Data(signer.publicKey).base64EncodedString())
+            say(Data(signer.publicKey).base64EncodedString())
             return
         }
         if serve, signer == nil { throw ValidationError("--serve needs --auditor-key") }
@@ -65,16 +65,16 @@ struct WhisperAudit: AsyncParsableCommand {
                 let checked = try await auditor.follow(api)
                 if checked > 0 || !follow {
                     let epoch = await auditor.epoch, added = await auditor.added, deleted = await auditor.deleted
-                    print("checked \(checked) epoch(s); up to epoch \(epoch): \(added) entries added, \(deleted) deleted, every check passed")
+                    say("checked \(checked) epoch(s); up to epoch \(epoch): \(added) entries added, \(deleted) deleted, every check passed")
                 }
             } catch let finding as DirectoryAuditor.Finding {
-                print("FAILED: \(finding)")
+                say("FAILED: \(finding)")
                 throw ExitCode(1)
             }
             // A directory that stops publishing freezes every client's view at its last head.
             if let head = await auditor.head, Double(head.age()) > Double(maxHeadAge) * 1_000 {
                 let age = head.age() / 1_000
-                print("STALE: the newest head, epoch \(head.epoch), was published \(age) s ago (more than \(maxHeadAge) s): clients refuse it as staleHead")
+                say("STALE: the newest head, epoch \(head.epoch), was published \(age) s ago (more than \(maxHeadAge) s): clients refuse it as staleHead")
                 throw ExitCode(1)
             }
             // Every check passed up to this head: the auditor's word on it.
@@ -83,14 +83,20 @@ struct WhisperAudit: AsyncParsableCommand {
                 do {
                     try await api.submit(AuditorSignature(signing: head, with: signer))
                     signed = (head.epoch, .now)
-                    print("signed epoch \(head.epoch)")
+                    say("signed epoch \(head.epoch)")
                 } catch {
                     // The server unreachable or refusing: tried again at the next look.
-                    print("could not deliver the signature of epoch \(head.epoch): \(error)")
+                    say("could not deliver the signature of epoch \(head.epoch): \(error)")
                 }
             }
             if follow { try await Task.sleep(for: .seconds(interval)) }
         } while follow
+    }
+
+    /// Writes a line at once, also into a file or a pipe (where `print` would hold it in a
+    /// buffer): an auditor's log is read while it runs.
+    func say(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 
     /// The auditor's key pair from the seed in `path`, which is made (0600) when missing.
