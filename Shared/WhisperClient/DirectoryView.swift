@@ -115,9 +115,9 @@ public actor DirectoryView {
         return overflow || lag > Int64(maxAuditLag.milliseconds)
     }
 
-    /// The configured auditor key that made `audit`, if any did.
-    func auditor(of audit: AuditorSignature) -> [UInt8]? {
-        auditorKeys.first { audit.isSigned(by: $0) }
+    /// Whether a configured auditor's key made `audit`.
+    func isByAnAuditor(_ audit: AuditorSignature) -> Bool {
+        auditorKeys.contains { audit.isSigned(by: $0) }
     }
 
     /// Takes `head` as audited (an auditor signed it, and it is on this client's log).

@@ -238,7 +238,7 @@ public struct WhisperAPI: Sendable {
     func requireAudit(of head: DirectoryHead) async throws {
         guard await directory.needsAudit(of: head) else { return }
         for item in try await audits().audits {
-            guard await directory.auditor(of: item.audit) != nil, item.audit.isOf(item.head) else { continue }
+            guard await directory.isByAnAuditor(item.audit), item.audit.isOf(item.head) else { continue }
             try await compareHead(item.head)
             await directory.recordAudited(item.head)
         }

@@ -197,7 +197,7 @@ public actor WhisperSession {
     private var deliveredRecorded = 0
     /// Heads peers sent that were compared with this client's log (at most 1,000; then
     /// begun again): each is compared once, not once per message.
-    private var comparedHeads: Set<String> = []
+    private var comparedHeads: Set<DirectoryHead> = []
     private var presenceWatched: [String] = []
     /// Push-to-talk floors the app holds or waits for, by channel (the value: whether it
     /// queues). A floor, and a place waiting for one, belong to the socket (the server
@@ -762,15 +762,14 @@ public actor WhisperSession {
     /// answer) is compared again when it comes with a later message.
     private func compare(_ head: DirectoryHead, from peer: String) async {
         guard let api else { return }
-        let seen = "\(head.epoch) \(head.keyId) \(head.signature)"
-        guard comparedHeads.insert(seen).inserted else { return }
-        if comparedHeads.count > 1_000 { comparedHeads = [seen] }
+        guard comparedHeads.insert(head).inserted else { return }
+        if comparedHeads.count > 1_000 { comparedHeads = [head] }
         do {
             try await api.compareHead(head, from: peer)
         } catch let problem as KeyTransparencyError {
             eventContinuation.yield(.directoryAlert(problem))
         } catch {
-            comparedHeads.remove(seen)
+            comparedHeads.remove(head)
             logger.debug("session_head_compare_failed", metadata: ["error": "\(error)"])
         }
     }

@@ -170,7 +170,9 @@ public struct DeletionJournal: Sendable {
             for whisperId in plain {
                 guard let body = try await store.get(Self.plainName(whisperId)),
                       let record = try? JSONDecoder().decode(Record.self, from: Data(body)), record.whisperId == whisperId else {
-                    result.unreadable += 1
+                    // Needs no key: not well formed (counted, not named, as every record).
+                    result.skipped += 1
+                    logger.warning("deletion_journal_record_malformed")
                     continue
                 }
                 try await apply(record, from: Self.plainName(whisperId), to: &result)
@@ -208,9 +210,10 @@ public struct DeletionJournal: Sendable {
                 logger.warning("deletion_journal_unsigned")
             }
         }
-        // Under the first key: written there (the same name again is the same object), the
-        // row told its name, then the other object deleted.
-        let current = try await put(record)
+        // Under the first key: written there unless it is that object already, the row
+        // told its name, then the other object deleted.
+        let current = keys.first.name(of: record.whisperId)
+        if current != name { try await put(record) }
         _ = try await postgres.query(
             "UPDATE deleted_identities SET journal_name = \(current), journaled_at = coalesce(journaled_at, now()) WHERE whisper_id = \(record.whisperId)",
             logger: logger
@@ -222,6 +225,7 @@ public struct DeletionJournal: Sendable {
     }
 
     /// Writes `record` under the first key; returns the object's name.
+    @discardableResult
     private func put(_ record: Record) async throws -> String {
         let name = keys.first.name(of: record.whisperId)
         try await store.put(name, body: keys.first.seal(try JSONEncoder().encode(record), name: name), contentType: "application/octet-stream")

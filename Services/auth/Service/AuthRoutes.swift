@@ -57,7 +57,7 @@ struct AuthRoutes: Sendable {
 
     private func limitDirectory(_ request: Request, _ context: ClientRequestContext) async throws {
         let client = context.clientAddress(of: request, trusted: settings.common.trustedProxies)
-        try await limiter.chargeRequest(.directoryPerAddress, key: "ip:\(client)", rules: settings.limits)
+        try await limiter.chargeRequest(.directoryPerAddress, key: RateLimiter.addressKey(client), rules: settings.limits)
     }
 
     /// What only gateways call, on the internal port.
@@ -128,7 +128,7 @@ struct AuthRoutes: Sendable {
     private func recordAudit(_ request: Request) async throws -> Bool {
         let body = try await request.body.collect(upTo: 4_096)
         guard let object = try? JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any],
-              Set(object.keys) == ["auditorKeyId", "epoch", "logRoot", "signedAt", "signature"],
+              Set(object.keys) == AuditorSignature.fieldNames,
               let audit = try? JSONDecoder().decode(AuditorSignature.self, from: Data(buffer: body)) else {
             throw WhisperHTTPError(.invalidPayload, "the body must be {auditorKeyId, epoch, logRoot, signedAt, signature}")
         }

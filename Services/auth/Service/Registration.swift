@@ -137,7 +137,7 @@ struct Registration: Sendable {
               context.whisperId == nil || context.whisperId == record.whisperId else {
             throw WhisperError(.notRegistered, "no valid session for this connection; register first")
         }
-        try await limiter.charge(.updateTokensPerAddress, key: "ip:\(context.remoteAddress ?? "unknown")", rules: settings.limits)
+        try await limiter.charge(.updateTokensPerAddress, key: RateLimiter.addressKey(context.remoteAddress ?? "unknown"), rules: settings.limits)
         try await limiter.charge(.updateTokensPerIdentity, key: record.whisperId, rules: settings.limits)
         guard try await identities.updateTokens(deviceId: record.deviceId, whisperId: record.whisperId, push: request.pushToken, voip: request.voipToken) else {
             throw WhisperError(.notRegistered, "this device is no longer registered")
@@ -147,7 +147,7 @@ struct Registration: Sendable {
 
     private func limitRegistration(context: ConnectionContext) async throws {
         let limit = Limit.registerPerAddress
-        if case .limited(let retry) = try await limiter.take(limit, key: "ip:\(context.remoteAddress ?? "unknown")", rules: settings.limits) {
+        if case .limited(let retry) = try await limiter.take(limit, key: RateLimiter.addressKey(context.remoteAddress ?? "unknown"), rules: settings.limits) {
             throw refuse(.rateLimited, limit.refusal(retryAfterMs: retry), outcome: "rate_limited")
         }
     }

@@ -6,6 +6,12 @@ import Foundation
 /// which the operator never holds; auth keeps each configured auditor's newest signature
 /// and serves them beside the head.
 public struct AuditorSignature: Codable, Sendable, Equatable {
+    public enum CodingKeys: String, CodingKey, CaseIterable {
+        case auditorKeyId, epoch, logRoot, signedAt, signature
+    }
+    /// The JSON object's keys, every one required.
+    public static let fieldNames = Set(CodingKeys.allCases.map(\.rawValue))
+
     /// The auditor's key ID (``Ed25519/keyId(_:)`` of its public key).
     public var auditorKeyId: String
     public var epoch: Int64

@@ -78,6 +78,10 @@ public struct RateLimiter: Sendable {
         return .limited(retryAfterMs: Int(values[1].int ?? 0))
     }
 
+    /// The key of a client address's buckets kept in Redis (every instance together):
+    /// `address` as `TrustedProxies` gives it, marked apart from identities' keys.
+    public static func addressKey(_ address: String) -> String { "ip:" + address }
+
     /// A rule as the bucket code's two arguments: capacity, and tokens added per millisecond.
     public static func arguments(_ rule: RateLimitRule) -> [any RedisArgument] {
         [rule.capacity, String(Double(rule.capacity) / rule.period.milliseconds)]

@@ -68,11 +68,8 @@ extension FrameHandler {
     /// deleting them or a member leaving would (listeners and members are told). A request
     /// that failed half-way is sent again: every step finds what is left.
     private func prepareDeletion(_ request: AccountDelete, whisperId: String, address: String, by deletion: AccountDeletion) async throws {
-        for (limit, key) in [(Limit.deletionsPerAddress, "ip:" + address), (.deletionsPerIdentity, whisperId)] {
-            if case .limited(let retry) = try await limits.limiter.take(limit, key: key, rules: limits.rules) {
-                throw limit.refused(retryAfterMs: retry)
-            }
-        }
+        try await limits.limiter.charge(.deletionsPerAddress, key: RateLimiter.addressKey(address), rules: limits.rules)
+        try await limits.limiter.charge(.deletionsPerIdentity, key: whisperId, rules: limits.rules)
         try await deletion.verify(request.fields, session: whisperId)
         let logger = deletion.logger
         let conversations = LiveConversationDesk(postgres: environment.postgres, logger: logger)
