@@ -24,13 +24,15 @@ public struct MessageSending: Sendable {
     public let pairLimit: RateLimitRule
     public let metrics: RoutingMetrics
     /// Which senders are their recipients' direct peers (a 1:1 message from anyone else
-    /// counts against the strangers' share of the queue).
-    let peers = PeerMemory()
+    /// counts against the strangers' share of the queue), shared with what else on the
+    /// instance learns of an exchange (a gateway's deliveries: `PeerMemory.heard`).
+    public let peers: PeerMemory
 
     public init(
         checks: MessageChecks, attachments: AttachmentRecipients, pending: PendingQueue, redis: RedisClient, pairLimit: RateLimitRule,
-        metrics: RoutingMetrics
+        metrics: RoutingMetrics, peers: PeerMemory = PeerMemory()
     ) {
+        self.peers = peers
         self.checks = checks
         self.attachments = attachments
         self.pending = pending
@@ -162,6 +164,7 @@ public struct MessageSending: Sendable {
         switch outcome.result {
         case .stored(_, let stored):
             depth = stored
+            if fromStranger { peers.stored(message.from, message.to) }
         case .duplicate:
             // A client resend: answered as before, nothing queued.
             depth = nil

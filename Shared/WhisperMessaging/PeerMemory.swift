@@ -3,7 +3,8 @@ import WhisperShared
 
 /// Whether a sender is its recipient's direct peer (`Peers.exchanged`), as the store
 /// needs it to tell a contact's message from a stranger's (strangers get a bounded share
-/// of a queue: `PendingQueue.Capacity`).
+/// of a queue: `PendingQueue.Capacity`), and as early delivery needs it (only a direct
+/// peer's message is written to its recipient while it is stored).
 ///
 /// In-process memory of shared state, and how stale it may be:
 /// - a pair found to be peers is trusted for `peersTrusted` (5 minutes). Peers stay
@@ -11,10 +12,16 @@ import WhisperShared
 ///   pair whose 30 days ran out in those minutes; their messages then count as a
 ///   contact's for at most that long, which takes nothing from anyone;
 /// - a pair found not to be peers is trusted for `strangersTrusted` (10 seconds), so that
-///   a busy one-way sender costs one lookup per 10 s, not one per message. For that long
-///   after a recipient's first reply, the sender's messages still count as a stranger's:
-///   they are refused only while strangers hold their whole share, and the refusal says
-///   to retry.
+///   a busy one-way sender costs one lookup per 10 s, not one per message. Two events
+///   end that answer sooner, because each makes the pair peers by the rule itself:
+///   - the sender's message is stored (`stored`) while the recipient had written to it
+///     (the look-up saw that half): the store wrote the other half;
+///   - a message of the recipient reaches the sender's socket on this instance
+///     (`heard`): the answer is dropped, and the sender's next message looks again.
+///   Otherwise, for up to 10 s after a recipient's first reply, the sender's messages
+///   still count as a stranger's: they are refused only while strangers hold their whole
+///   share (the refusal says to retry), and they wait for their store before they are
+///   delivered.
 /// At most `capacity` pairs are held; past it, the memory starts again empty.
 public final class PeerMemory: Sendable {
     public static let peersTrusted: Duration = .seconds(300)
@@ -26,7 +33,15 @@ public final class PeerMemory: Sendable {
         let recipient: String
     }
 
-    private let known = Mutex<[Pair: (peers: Bool, until: ContinuousClock.Instant)]>([:])
+    private struct Answer {
+        var peers: Bool
+        /// The look-up found that the recipient wrote to the sender (the half of
+        /// `Peers.exchanged` a sender's own message cannot write).
+        var recipientWrote: Bool
+        var until: ContinuousClock.Instant
+    }
+
+    private let known = Mutex<[Pair: Answer]>([:])
 
     public init() {}
 
@@ -46,13 +61,37 @@ public final class PeerMemory: Sendable {
             arguments: [recipient, Peers.capacity, Int(Peers.window.milliseconds)],
             alongside: Peers.lookups(sender, recipient)
         )
-        let peers = Peers.exchanged(scores, now: Clock.millisecondsNow())
-        let trusted = peers ? Self.peersTrusted : Self.strangersTrusted
+        let at = Clock.millisecondsNow()
+        let peers = Peers.exchanged(scores, now: at)
+        let answer = Answer(
+            peers: peers, recipientWrote: !scores.isEmpty && Peers.wrote(scores[0], now: at),
+            until: now + (peers ? Self.peersTrusted : Self.strangersTrusted)
+        )
         known.withLock { memory in
             if memory.count >= Self.capacity { memory.removeAll(keepingCapacity: true) }
-            memory[pair] = (peers, now + trusted)
+            memory[pair] = answer
         }
         return peers
+    }
+
+    /// `sender`'s message to `recipient` was stored: when the look-up had found that the
+    /// recipient wrote to the sender, the two have now exchanged, and are remembered so.
+    public func stored(_ sender: String, _ recipient: String) {
+        let pair = Pair(sender: sender, recipient: recipient)
+        known.withLock { memory in
+            guard let answer = memory[pair], !answer.peers, answer.recipientWrote else { return }
+            memory[pair] = Answer(peers: true, recipientWrote: true, until: ContinuousClock.now + Self.peersTrusted)
+        }
+    }
+
+    /// A message `sender` wrote reached `recipient`'s socket here: `recipient` writing
+    /// back to `sender` is no longer a stranger's first message, so a remembered "not
+    /// peers" for that direction is dropped.
+    public func heard(from sender: String, by recipient: String) {
+        let pair = Pair(sender: recipient, recipient: sender)
+        known.withLock { memory in
+            if let answer = memory[pair], !answer.peers { memory[pair] = nil }
+        }
     }
 
     /// `peer-wrote.lua` (its header says what it takes).

@@ -201,6 +201,69 @@ struct DirectSendTests {
     /// while the message is already at its recipient and its queue is still empty. A
     /// message the store refuses (another sender's messageId) may reach the recipient,
     /// but its receipt never reaches the sender.
+    /// A new contact is a direct peer from the moment the two have exchanged, not up to
+    /// 10 s later, when the gateway's memory of "not peers" (`PeerMemory`) lapses: a reply
+    /// written to the first writer's socket here ends that memory, and so does a first
+    /// message stored to someone who wrote first. Seen as early delivery (a peer's
+    /// message reaches its recipient while Redis holds writes and its store waits).
+    @Test func aNewContactIsADirectPeerAsSoonAsTheTwoHaveExchanged() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.user(on: 0)
+            let bob = try await stack.user(on: 0)
+            let carol = try await stack.user(on: 0)
+            try await stack.withRedis { redis in
+                /// From a new socket of `sender`'s, two messages accepted in a row (the
+                /// second leaves the socket a leased token, so that the next one writes
+                /// nothing before its store), then one sent while Redis holds writes:
+                /// whether it reached `recipient` before its store.
+                func reachesWhileStored(_ sender: TestUser, to recipient: TestUser) async throws -> Bool {
+                    let early = Mutex(false)
+                    try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                        func send(_ message: SendMessage, requestId: String) async throws {
+                            try await socket.send(String(decoding: ClientFrameCodec.encode(message, requestId: requestId), as: UTF8.self))
+                        }
+                        func answer(to requestId: String) async throws -> ServerFrame {
+                            while true {
+                                let frame = try await socket.receive(timeout: .seconds(10))
+                                if frame.requestId == requestId { return frame }
+                            }
+                        }
+                        func arrived(_ message: SendMessage) async throws {
+                            try await waitUntil {
+                                await recipient.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == message.messageId }
+                            }
+                        }
+                        for index in 0..<2 {
+                            let message = sender.message("lease \(index)", to: recipient)
+                            try await send(message, requestId: "lease-\(index)")
+                            #expect(try await answer(to: "lease-\(index)").type == .messageAccepted)
+                            try await arrived(message)
+                        }
+                        let queued = try await PendingQueue(redis: redis).depth(recipient: recipient.whisperId)
+                        _ = try await redis.send("CLIENT", "PAUSE", "1500", "WRITE")
+                        let held = sender.message("while stored", to: recipient)
+                        try await send(held, requestId: "held")
+                        try await arrived(held)
+                        let stored = try await PendingQueue(redis: redis).depth(recipient: recipient.whisperId)
+                        #expect(try await answer(to: "held").type == .messageAccepted)
+                        early.withLock { $0 = stored == queued }
+                    }
+                    return early.withLock { $0 }
+                }
+
+                // Alice writes first; Bob's reply, written to her socket here, makes them peers.
+                _ = try await alice.sendAndWaitForArrival("hello", to: bob)
+                _ = try await bob.sendAndWaitForArrival("hello back", to: alice)
+                #expect(try await reachesWhileStored(alice, to: bob), "after Bob's reply reached her, Alice is Bob's peer")
+
+                // Bob writes first; Carol's first message, once stored, makes them peers.
+                _ = try await bob.sendAndWaitForArrival("hi", to: carol)
+                _ = try await carol.sendAndWaitForArrival("hi", to: bob)
+                #expect(try await reachesWhileStored(carol, to: bob), "once her answer is stored, Carol is Bob's peer")
+            }
+        }
+    }
+
     @Test func aPeersMessageReachesItsRecipientWhileItIsStored() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let alice = try await stack.offlineUser(on: 0)

@@ -24,12 +24,16 @@ struct ControlChannel: Sendable {
     let live: LiveRegistry
     /// Push-to-talk channels announced nearby (`ptt:nearby`).
     let nearby: NearbyBoard
+    /// The instance's memory of direct peers (`SendDesk`'s): a message written here to its
+    /// recipient tells it the recipient's sender has now been written to.
+    let peers: PeerMemory
     let logger: Logger
 
     init(
         connections: ConnectionRegistry, receipts: ReceiptDesk, banned: RecentBans, identities: IdentityCache, metrics: ServiceMetrics,
-        live: LiveRegistry, nearby: NearbyBoard, logger: Logger
+        live: LiveRegistry, nearby: NearbyBoard, peers: PeerMemory, logger: Logger
     ) {
+        self.peers = peers
         self.live = live
         self.nearby = nearby
         self.receipts = receipts
@@ -87,15 +91,17 @@ struct ControlChannel: Sendable {
                     senderGateway: origin.gateway
                 )
             }
-            deliver(frame, to: connection, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
+            deliver(frame, to: connection, from: command.origin?.sender, traceparent: command.traceparent, acceptedAt: command.acceptedAt)
         }
     }
 
     /// Writes a frame for its socket: published here, or stored by this instance's own
     /// `SendDesk` for a socket of this instance. With a trace, the write is the last span
     /// of the message's trace; with `acceptedAt` (when the sender's gateway read the
-    /// message), its routing latency is observed.
-    func deliver(_ frame: [UInt8], to connection: ClientConnection, traceparent: String?, acceptedAt: Int64?) {
+    /// message), its routing latency is observed. With its `sender`, the recipient may now
+    /// be the sender's direct peer (`PeerMemory.heard`).
+    func deliver(_ frame: [UInt8], to connection: ClientConnection, from sender: String?, traceparent: String?, acceptedAt: Int64?) {
+        if let sender, let recipient = connection.whisperId { peers.heard(from: sender, by: recipient) }
         var span: (any Span)?
         if let parent = traceparent, WhisperTracing.isEnabled {
             span = InstrumentationSystem.tracer.startAnySpan(

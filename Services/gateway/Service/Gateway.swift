@@ -40,9 +40,10 @@ public func buildGateway(
     let liveRegistry = LiveRegistry()
     let liveDevices = LiveDevices(internalToken: settings.internalToken, previousToken: settings.previousInternalToken)
     let nearbyBoard = NearbyBoard(ttl: settings.pttAnnounceTTL, metrics: environment.metrics)
+    let peers = PeerMemory()
     let control = ControlChannel(
         connections: connections, receipts: receipts, banned: recentBans, identities: identities, metrics: environment.metrics,
-        live: liveRegistry, nearby: nearbyBoard, logger: environment.logger
+        live: liveRegistry, nearby: nearbyBoard, peers: peers, logger: environment.logger
     )
     let limits = FrameLimits(settings: settings, redis: environment.redis, metrics: environment.metrics)
     let ptt = PTTDesk(
@@ -73,7 +74,7 @@ public func buildGateway(
             sending: MessageSending(
                 checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity), redis: environment.redis,
-                pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false)
+                pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false), peers: peers
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts,
             deliversWhileStoring: settings.deliverWhileStoring

@@ -67,9 +67,13 @@ public enum Peers {
     /// in `peers:{B}`, both within the window. `scores` are the two `ZSCORE` replies;
     /// a message one side sent alone (a stranger's first message) is not enough.
     public static func exchanged(_ scores: [RESPValue], now: Int64) -> Bool {
-        let since = Double(now &- Int64(window.milliseconds))
-        let times = scores.compactMap { $0.string.flatMap(Double.init) }
-        return scores.count == 2 && times.count == 2 && times.allSatisfy { $0 >= since }
+        scores.count == 2 && scores.allSatisfy { wrote($0, now: now) }
+    }
+
+    /// One half of `exchanged`: a `ZSCORE` reply says the member wrote within the window.
+    public static func wrote(_ score: RESPValue, now: Int64) -> Bool {
+        guard let time = score.string.flatMap(Double.init) else { return false }
+        return time >= Double(now &- Int64(window.milliseconds))
     }
 
     /// The two look-ups `exchanged` answers for `one` and `other`, in that order.

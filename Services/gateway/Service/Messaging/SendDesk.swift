@@ -68,7 +68,7 @@ struct SendDesk: Sendable {
             desk.receipts.memory.remember(
                 recipient: message.to, messageId: message.messageId, sender: sender.whisperId, senderConnection: connection.id
             )
-            desk.control.deliver(frame, to: recipient, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
+            desk.control.deliver(frame, to: recipient, from: sender.whisperId, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
             return true
         }
 
@@ -82,7 +82,7 @@ struct SendDesk: Sendable {
                 recipient: message.to, messageId: message.messageId, sender: sender.whisperId, senderConnection: connection.id,
                 settling: ReceiptMemory.Settling()
             )
-            desk.control.deliver(frame(), to: recipient, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
+            desk.control.deliver(frame(), to: recipient, from: sender.whisperId, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
             return PresenceRecord(gateway: desk.instanceID, connId: recipient.id)
         }
 
