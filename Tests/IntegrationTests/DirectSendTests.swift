@@ -264,6 +264,47 @@ struct DirectSendTests {
         }
     }
 
+    /// A steady sender's next lease of its bucket is asked for ahead of need, beside its
+    /// frames (`TokenLease.leaseAhead`), so its messages do not wait for the bucket's
+    /// write: after seven messages in a row, the eighth, sent while Redis holds writes,
+    /// reaches the recipient before its store. Leased only as they are spent (1, 2 and 4
+    /// tokens), the tokens would have run out with the seventh, and the eighth would wait
+    /// for a new lease until the writes resume.
+    @Test func aSteadySendersNextLeaseIsAskedAheadOfNeed() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob])
+            try await stack.withRedis { redis in
+                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    func send(_ message: SendMessage, requestId: String) async throws {
+                        try await socket.send(String(decoding: ClientFrameCodec.encode(message, requestId: requestId), as: UTF8.self))
+                    }
+                    func answer(to requestId: String) async throws -> ServerFrame {
+                        while true {
+                            let frame = try await socket.receive(timeout: .seconds(10))
+                            if frame.requestId == requestId { return frame }
+                        }
+                    }
+                    for index in 0..<7 {
+                        try await send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
+                        #expect(try await answer(to: "steady-\(index)").type == .messageAccepted)
+                    }
+                    _ = try await bob.events(.messageReceived, count: 7)
+                    let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
+                    _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
+                    let held = alice.message("held", to: bob)
+                    try await send(held, requestId: "held")
+                    try await waitUntil(timeout: .seconds(10)) {
+                        await bob.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == held.messageId }
+                    }
+                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "at Bob before its store")
+                    #expect(try await answer(to: "held").type == .messageAccepted)
+                }
+            }
+        }
+    }
+
     @Test func aPeersMessageReachesItsRecipientWhileItIsStored() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let alice = try await stack.offlineUser(on: 0)
@@ -381,6 +422,47 @@ struct DirectSendTests {
         #expect(!spent)
         size = lease.nextSize(now: now + 2 * second, max: 16)
         #expect(size == 1)
+    }
+
+    @Test func aBusySocketLeasesAheadOnceHalfIsLeftAndOneLeaseAtATime() {
+        var lease = TokenLease()
+        let second = TokenLease.lifetime
+        var now: UInt64 = 10 * second
+        func ahead() -> Int? { lease.leaseAhead(now: now, max: 16) }
+        func spend() -> Bool { lease.spend(now: now) }
+        _ = lease.nextSize(now: now, max: 16)
+        lease.received(1, now: now)
+        var asked = ahead()
+        #expect(asked == 2, "leasing again within its second, nothing left: ask ahead, doubled")
+        asked = ahead()
+        #expect(asked == nil, "one lease ahead at a time")
+        lease.receivedAhead(2, now: now)
+        var spent = spend()
+        #expect(spent)
+        asked = ahead()
+        #expect(asked == 4, "half of the last lease left")
+        lease.receivedAhead(nil, now: now)
+        spent = spend()
+        #expect(spent)
+        spent = spend()
+        #expect(!spent, "a refused lease ahead adds nothing")
+        asked = ahead()
+        #expect(asked == 8)
+        lease.receivedAhead(8, now: now)
+        var spentCount = 0
+        while ahead() == nil, spend() { spentCount += 1 }
+        #expect(spentCount == 4, "asked ahead again once 4 of 8 were left")
+        // A socket that stopped leasing for over a second does not lease ahead.
+        now += 3 * second
+        lease.receivedAhead(16, now: now)
+        spentCount = 0
+        while spentCount < 12, spend() { spentCount += 1 }
+        #expect(spentCount == 12)
+        asked = ahead()
+        #expect(asked == nil)
+        // Tokens granted ahead lapse like any others.
+        spent = lease.spend(now: now + second)
+        #expect(!spent)
     }
 }
 

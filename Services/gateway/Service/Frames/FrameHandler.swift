@@ -365,12 +365,25 @@ struct FrameHandler: Sendable {
     }
 
     /// Takes a token of the socket's identity for `kind`: one leased earlier, or a new
-    /// lease from the bucket in Redis (`TokenLease`).
+    /// lease from the bucket in Redis (`TokenLease`). A busy socket's next lease is asked
+    /// for ahead of need, beside the frame, not before it.
     private func charge(
         _ kind: TokenLease.Kind, bucket: String, limit: Limit, on connection: ClientConnection
     ) async throws -> RateLimiter.Decision {
         let now = NIODeadline.now().uptimeNanoseconds
-        if connection.spendLeased(kind, now: now) { return .allowed }
+        let leased = connection.spendLeased(kind, now: now, max: limits.leaseMax)
+        if leased.spent {
+            if let ahead = leased.ahead {
+                let limiter = limits.limiter, rule = limits.rules[limit]
+                Task {
+                    let answer = try? await limiter.lease(bucket: bucket, rule: rule, wanted: ahead.size)
+                    var granted: Int?
+                    if case .granted(let count)? = answer { granted = count }
+                    connection.leasedAhead(kind, granted: granted, generation: ahead.generation, now: NIODeadline.now().uptimeNanoseconds)
+                }
+            }
+            return .allowed
+        }
         let wanted = connection.leaseSize(kind, now: now, max: limits.leaseMax)
         switch try await limits.limiter.lease(bucket: bucket, rule: limits.rules[limit], wanted: wanted) {
         case .granted(let granted):

@@ -11,8 +11,15 @@ import WhisperShared
 /// identity holds one live socket and its frames are handled one at a time, so the
 /// socket is the only spender. A lease starts at one token and doubles (up to `max`)
 /// while leases follow each other within `lifetime`; tokens not spent within `lifetime`
-/// are dropped, so a sender cannot save up a burst beyond its bucket, and a socket that
-/// closes loses at most what it leased last (never more than the rule allows overall).
+/// of their lease's answer are dropped, so a sender cannot save up a burst beyond its
+/// bucket, and a socket that closes loses at most what it leased last (never more than
+/// the rule allows overall).
+///
+/// A socket that keeps leasing asks for its next lease ahead of need, once half of its
+/// tokens or fewer are left (`leaseAhead`), without holding up the frame that spent
+/// the token: so a steady sender's frames never wait for the bucket's round trip (a
+/// write, which waits for Redis's fsync with `appendfsync always`). It then holds at most
+/// two leases' tokens.
 struct TokenLease {
     enum Kind: Hashable {
         case send, receipt
@@ -24,6 +31,8 @@ struct TokenLease {
     private var validUntil: UInt64 = 0
     private var size = 1
     private var lastLeaseAt: UInt64?
+    /// A lease asked for ahead of need has not answered yet.
+    private var leasingAhead = false
 
     mutating func spend(now: UInt64) -> Bool {
         guard tokens > 0, now < validUntil else {
@@ -44,8 +53,28 @@ struct TokenLease {
         return size
     }
 
+    /// A lease came back with `granted` tokens, one of them spent at once; tokens still
+    /// valid are kept.
     mutating func received(_ granted: Int, now: UInt64) {
-        tokens = Swift.max(0, granted - 1)
+        tokens = Swift.max(0, granted - 1) + (now < validUntil ? tokens : 0)
+        validUntil = now &+ Self.lifetime
+    }
+
+    /// After a spend: how many tokens to lease now, ahead of need, or nil. Only while the
+    /// socket keeps leasing (its last lease within `lifetime`), once half of its last
+    /// lease or less is left, and when no lease asked ahead is still on its way.
+    mutating func leaseAhead(now: UInt64, max: Int) -> Int? {
+        guard !leasingAhead, tokens * 2 <= size, let last = lastLeaseAt, now &- last < Self.lifetime else { return nil }
+        leasingAhead = true
+        return nextSize(now: now, max: max)
+    }
+
+    /// The lease asked ahead answered: `granted` tokens (none spent), or nil when it was
+    /// refused or failed (the next frame without a token then asks, and is answered).
+    mutating func receivedAhead(_ granted: Int?, now: UInt64) {
+        leasingAhead = false
+        guard let granted, granted > 0 else { return }
+        tokens = granted + (now < validUntil ? tokens : 0)
         validUntil = now &+ Self.lifetime
     }
 }

@@ -54,8 +54,10 @@ public final class ClientConnection: Sendable {
     private let buckets: Mutex<(control: LocalBucket, refusals: LocalBucket)>
 
     /// Tokens this socket took ahead from its identity's buckets in Redis for messages
-    /// and receipts (`TokenLease`); dropped when it stops acting for the identity.
-    private let leases = Mutex<[TokenLease.Kind: TokenLease]>([:])
+    /// and receipts (`TokenLease`); dropped when it stops acting for the identity, which
+    /// also starts a new `binding` generation, so that a lease asked ahead for the
+    /// identity before never lands on the socket's next one.
+    private let leases = Mutex<(generation: Int, byKind: [TokenLease.Kind: TokenLease])>((0, [:]))
 
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
@@ -93,24 +95,41 @@ public final class ClientConnection: Sendable {
         }
     }
 
-    /// Spends a token leased for `kind`; false when none is left: lease more.
-    func spendLeased(_ kind: TokenLease.Kind, now: UInt64) -> Bool {
-        leases.withLock { $0[kind, default: TokenLease()].spend(now: now) }
+    /// Spends a token leased for `kind`; `spent` false when none is left: lease more.
+    /// With a token spent, `ahead` is the size of a lease to ask for now, ahead of need
+    /// (`TokenLease.leaseAhead`), and the generation to hand back with its answer.
+    func spendLeased(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> (spent: Bool, ahead: (size: Int, generation: Int)?) {
+        leases.withLock { leases in
+            guard leases.byKind[kind, default: TokenLease()].spend(now: now) else { return (false, nil) }
+            return (true, leases.byKind[kind]?.leaseAhead(now: now, max: max).map { ($0, leases.generation) })
+        }
     }
 
     /// How many tokens to lease for `kind` now (at most `max`).
     func leaseSize(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> Int {
-        leases.withLock { $0[kind, default: TokenLease()].nextSize(now: now, max: max) }
+        leases.withLock { $0.byKind[kind, default: TokenLease()].nextSize(now: now, max: max) }
     }
 
     /// A lease came back with `granted` tokens, one of them spent at once.
     func leased(_ kind: TokenLease.Kind, granted: Int, now: UInt64) {
-        leases.withLock { $0[kind, default: TokenLease()].received(granted, now: now) }
+        leases.withLock { $0.byKind[kind, default: TokenLease()].received(granted, now: now) }
+    }
+
+    /// A lease asked ahead answered (nil: refused or failed); dropped when the socket
+    /// stopped acting for the identity since it was asked (`generation`).
+    func leasedAhead(_ kind: TokenLease.Kind, granted: Int?, generation: Int, now: UInt64) {
+        leases.withLock { leases in
+            guard leases.generation == generation else { return }
+            leases.byKind[kind]?.receivedAhead(granted, now: now)
+        }
     }
 
     func unbind() -> String? {
         forgetVerifiedSession()
-        leases.withLock { $0.removeAll() }
+        leases.withLock { leases in
+            leases.generation += 1
+            leases.byKind.removeAll()
+        }
         return binding.withLock { current in
             defer { current = nil }
             return current

@@ -13,7 +13,7 @@ import WhisperShared
 /// session after the sign-in deadline (4004).
 ///
 /// Complete messages go to the socket's `SocketInbox`; a task handles them one after
-/// another and ends when the inbox is empty. So an idle socket costs its channel, this
+/// another and ends when the inbox is empty (started inside the read, `startHandling`). So an idle socket costs its channel, this
 /// handler and its `ClientConnection`, and no task, stream or buffer: the gateway holds
 /// tens of thousands of them (docs/benchmarks.md, "Today's figures").
 final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
@@ -242,15 +242,20 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
             context.channel.setOption(ChannelOptions.autoRead, value: false).whenFailure { _ in }
         }
         if arrival.startHandling {
-            startHandling()
+            startHandling(now: true)
         }
     }
 
-    private func startHandling() {
+    /// Starts the task that handles the inbox. `now`: it runs here, inside this read,
+    /// until it first waits (`Task.immediate`), so that a frame read while the event loop
+    /// has other work queued (replies from Redis, other sockets' answers) is decoded,
+    /// checked and passed on before that work, not after it; what follows its first wait
+    /// runs as any task does. Otherwise the task is queued on the event loop.
+    private func startHandling(now: Bool = false) {
         let connection = connection
         let onMessage = onMessage
         let onClosed = onClosed
-        Task {
+        let handle: @Sendable () async -> Void = {
             while true {
                 let (next, waitingSince) = connection.inbox.nextTimed()
                 switch next {
@@ -266,6 +271,11 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
                     return
                 }
             }
+        }
+        if now {
+            Task.immediate(operation: handle)
+        } else {
+            Task(operation: handle)
         }
     }
 
