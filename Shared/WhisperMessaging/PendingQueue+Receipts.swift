@@ -77,7 +77,7 @@ extension PendingQueue {
     }
 
     /// A recipient's bucket for the receipts it sends, in its own hash slot.
-    public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, "receipt") }
+    public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, Limit.receiptsPerIdentity.bucket) }
 
     /// `pending-queue-ack.lua` (its header says what it takes and answers).
     static let ackScript = RedisScript(expiryLua + LuaSource.pendingQueueAck)

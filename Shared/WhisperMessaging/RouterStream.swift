@@ -12,11 +12,28 @@ public enum RouterStream {
     /// entries. A trimmed entry was never acknowledged to its client, who sends it again.
     public static let maxLength = 1_000_000
 
-    /// The frame types the router serves.
-    public static let frameTypes: Set<ClientFrameType> = [
-        .sendMessage, .deliveryReceipt, .fetchPending, .groupSendMessage, .groupCreate, .groupUpdate, .groupInvitationsList,
-        .callInitiate, .callAnswer, .callIceCandidate, .callEnd,
-    ]
+    /// The frame types a router serves, the declared subset of `ClientFrameType` its
+    /// entries may carry (a router's table of them has no `default:`).
+    public enum Routed: String, CaseIterable, Sendable {
+        case sendMessage = "send_message"
+        case groupSendMessage = "group_send_message"
+        case groupCreate = "group_create"
+        case groupUpdate = "group_update"
+        case groupInvitationsList = "group_invitations_list"
+        case accountDelete = "account_delete"
+        case callInitiate = "call_initiate"
+        case callAnswer = "call_answer"
+        case callIceCandidate = "call_ice_candidate"
+        case callEnd = "call_end"
+        case fetchPending = "fetch_pending"
+
+        /// The routed type of a client frame type; nil for one a router does not serve.
+        public init?(_ type: ClientFrameType) {
+            self.init(rawValue: type.rawValue)
+        }
+
+        public var frameType: ClientFrameType { ClientFrameType(rawValue: rawValue)! }
+    }
 
     /// One entry, as fields of the stream entry.
     public struct Entry: Sendable, Equatable {
@@ -24,7 +41,7 @@ public enum RouterStream {
         public var connId: String
         /// The identity the socket is bound to (the session's).
         public var whisperId: String
-        public var type: ClientFrameType
+        public var type: Routed
         public var requestId: String?
         /// The payload's JSON, as the gateway re-encoded it after checking.
         public var payload: [UInt8]
@@ -38,7 +55,7 @@ public enum RouterStream {
         public var journaledAt: Int64?
 
         public init(
-            gateway: String, connId: String, whisperId: String, type: ClientFrameType, requestId: String?, payload: [UInt8], receivedAt: Int64,
+            gateway: String, connId: String, whisperId: String, type: Routed, requestId: String?, payload: [UInt8], receivedAt: Int64,
             traceparent: String? = nil, journaledAt: Int64? = nil
         ) {
             self.traceparent = traceparent
@@ -108,7 +125,7 @@ public enum RouterStream {
             }
             func text(_ name: String) -> String? { values[name].map { String(decoding: $0, as: UTF8.self) } }
             guard let gateway = text("gw"), let connId = text("conn"), let whisperId = text("wid"),
-                  let type = text("type").flatMap(ClientFrameType.init(rawValue:)), let payload = values["payload"],
+                  let type = text("type").flatMap(Routed.init(rawValue:)), let payload = values["payload"],
                   let receivedAt = text("ts").flatMap(Int64.init) else { return nil }
             self.init(
                 gateway: gateway, connId: connId, whisperId: whisperId, type: type, requestId: text("rid"), payload: payload, receivedAt: receivedAt,

@@ -56,20 +56,34 @@ public func buildGateway(
         instanceID: settings.common.instanceID,
         logger: environment.logger
     )
+    let sessions = SessionStore(redis: environment.redis)
+    let watching = PresenceDesk(
+        redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.limits[.presenceEventsPerIdentity],
+        metrics: environment.metrics
+    )
+    let binding = SessionBinding(
+        sessions: sessions, presence: presence, recentBans: recentBans, watching: watching, connections: connections, ptt: ptt,
+        redis: environment.redis, instanceID: settings.common.instanceID
+    )
+    let live = LiveRelay(
+        redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
+        limits: LiveRelay.Limits(maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets, rules: settings.limits),
+        instanceID: settings.common.instanceID, logger: environment.logger
+    )
+    let routerStream = RouterStreamDesk(limits: limits, receipts: receipts, redis: environment.redis, instanceID: settings.common.instanceID)
     let frames = FrameHandler(
         environment: environment,
-        auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
-        turnCred: settings.turnCredURL.isEmpty ? nil : ServiceClient(baseURL: settings.turnCredURL, internalToken: settings.internalToken),
-        sessions: SessionStore(redis: environment.redis),
-        presence: presence,
-        recentBans: recentBans,
+        binding: binding,
+        forwarding: ServiceForwarding(
+            auth: ServiceClient(baseURL: settings.authURL, internalToken: settings.internalToken),
+            turnCred: settings.turnCredURL.isEmpty ? nil : ServiceClient(baseURL: settings.turnCredURL, internalToken: settings.internalToken),
+            binding: binding, instanceID: settings.common.instanceID
+        ),
         limits: limits,
+        routerStream: routerStream,
         receipts: receipts,
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
-        watching: PresenceDesk(
-            redis: environment.redis, instanceID: settings.common.instanceID, eventsPerIdentity: settings.limits[.presenceEventsPerIdentity],
-            metrics: environment.metrics
-        ),
+        watching: watching,
         sends: settings.sendPath == .direct ? SendDesk(
             sending: MessageSending(
                 checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
@@ -77,17 +91,12 @@ public func buildGateway(
                 pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false), peers: peers
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts,
-            deliversWhileStoring: settings.deliverWhileStoring
+            deliversWhileStoring: settings.deliverWhileStoring, limits: limits, sendWaitMax: settings.sendWaitMax
         ) : nil,
-        sendWaitMax: settings.sendWaitMax,
-        live: LiveRelay(
-            redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
-            limits: LiveRelay.Limits(
-                maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets,
-                rules: settings.limits
-            ),
-            instanceID: settings.common.instanceID, logger: environment.logger
+        deletions: AccountDeletionDesk(
+            environment: environment, sessions: sessions, limits: limits, routerStream: routerStream, live: live, ptt: ptt
         ),
+        live: live,
         ptt: ptt
     )
     let (connectionLimit, files) = ConnectionCap.limit(configured: settings.maxConnections)
@@ -147,7 +156,7 @@ public func buildGateway(
         guard limits.take(.groupOpsPerAddress, address: client) else {
             throw WhisperHTTPError(.rateLimited, Limit.groupOpsPerAddress.refusal(retryAfterMs: nil))
         }
-        return try await frames.deleteAccount(over: request, address: client)
+        return try await frames.deletions.serve(over: request, address: client)
     }
     router.get("/ws") { request, context -> Response in
         if let refusal = refusedOutright(request.headers[.origin]) { throw refusal }
@@ -188,7 +197,7 @@ public func buildGateway(
     let onClosed: SocketHandler.Farewell = { connection in
         await frames.live.leaveAll(connection)
         await frames.ptt.socketClosed(connection)
-        await frames.release(connection)
+        await frames.binding.release(connection)
         connections.remove(connection.id)
     }
     let controlLimit = settings.limits[.controlPerSocket], refusalLimit = settings.limits[.refusalsPerSocket]

@@ -4,7 +4,7 @@ import Tracing
 import WhisperMessaging
 import WhisperShared
 
-/// Serves the frames of the router stream (spec 4 and 5; ARCHITECTURE.md section 3):
+/// Serves the frames of the router stream (docs/architecture.md, "Through the router stream"):
 /// group copies (and `send_message` from gateways with `GATEWAY_SEND_PATH=router`),
 /// `fetch_pending`, group changes, account deletions and call signaling. Every step is idempotent: an entry
 /// that is processed twice (a router died before acknowledging it) changes nothing twice.
@@ -64,8 +64,6 @@ struct MessageRouter: Sendable {
                 return try await counted(calls.end(try decode(CallEnd.self, entry), entry: entry))
             case .fetchPending:
                 return try await fetch(try decode(FetchPending.self, entry), entry: entry)
-            default:
-                throw WhisperError(.invalidPayload, "\(entry.type.rawValue) is not routed")
             }
         } catch let refusal as WhisperError {
             metrics.refused(refusal.code)

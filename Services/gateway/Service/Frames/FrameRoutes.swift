@@ -16,64 +16,66 @@ extension FrameRoute {
         case .ping:
             .open(Ping.self, .anyone, [.control]) { _, _, served in served.answer(Pong(serverTime: Clock.millisecondsNow())) }
         case .registerBegin:
-            .open(RegisterBegin.self, .anyone) { handler, payload, served in try await handler.forwardToAuth(payload, served) }
+            .open(RegisterBegin.self, .anyone) { handler, payload, served in try await handler.forwarding.toAuth(payload, served) }
         case .registerProof:
-            .open(RegisterProof.self, .anyone) { handler, payload, served in try await handler.register(payload, served) }
+            .open(RegisterProof.self, .anyone) { handler, payload, served in try await handler.forwarding.register(payload, served) }
         case .sessionRefresh:
             .open(SessionRefresh.self, .session, [.control]) { handler, payload, served in
                 // The old token stops working: look the next one up afresh.
                 served.connection.forgetVerifiedSession()
-                try await handler.forwardToAuth(payload, served)
+                try await handler.forwarding.toAuth(payload, served)
             }
         case .logout:
-            .open(Logout.self, .session, [.control]) { handler, payload, served in try await handler.logout(payload, served) }
+            .open(Logout.self, .session, [.control]) { handler, payload, served in try await handler.forwarding.logout(payload, served) }
         case .accountDelete:
             .acting(AccountDelete.self, [.address(.groupOpsPerAddress)], answersRefusals: true) { handler, payload, whisperId, served in
-                try await handler.deleteAccount(payload, whisperId: whisperId, served)
+                try await handler.deletions.serve(payload, whisperId: whisperId, served)
             }
         case .updateTokens:
-            .open(UpdateTokens.self, .session, [.control]) { handler, payload, served in try await handler.forwardToAuth(payload, served) }
+            .open(UpdateTokens.self, .session, [.control]) { handler, payload, served in try await handler.forwarding.toAuth(payload, served) }
         case .reportUser:
             // Charged to the address like routed frames; auth limits it per identity.
-            .acting(ReportUser.self) { handler, payload, _, served in try await handler.forwardToAuth(payload, served) }
+            .acting(ReportUser.self) { handler, payload, _, served in try await handler.forwarding.toAuth(payload, served) }
         case .getTurnCredentials:
-            .acting(GetTurnCredentials.self) { handler, payload, _, served in try await handler.turnCredentials(payload, served) }
+            .acting(GetTurnCredentials.self) { handler, payload, _, served in try await handler.forwarding.turnCredentials(payload, served) }
 
         // MARK: Messages, receipts and the pending queue (sections 3 and 7)
         case .sendMessage:
             .acting(SendMessage.self) { handler, payload, whisperId, served in
                 if let sends = handler.sends {
-                    try await handler.serveSend(payload, whisperId: whisperId, by: sends, served)
+                    try await sends.serve(payload, whisperId: whisperId, served)
                 } else {
-                    try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .sendPerSender)
+                    try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .sendPerSender)
                 }
             }
         case .deliveryReceipt:
-            .acting(DeliveryReceipt.self) { handler, payload, whisperId, served in try await handler.serveReceipt(payload, whisperId: whisperId, served) }
+            .acting(DeliveryReceipt.self) { handler, payload, whisperId, served in
+                try await handler.receipts.serve(payload, whisperId: whisperId, on: served.connection, limits: handler.limits)
+            }
         case .fetchPending:
-            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .fetchPerIdentity) }
+            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .fetchPerIdentity) }
 
         // MARK: Groups, through the router stream (section 6)
         case .groupCreate:
-            .acting(GroupCreate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
+            .acting(GroupCreate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
         case .groupUpdate:
-            .acting(GroupUpdate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
+            .acting(GroupUpdate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
         case .groupInvitationsList:
             .acting(GroupInvitationsList.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in
-                try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
+                try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
             }
         case .groupSendMessage:
-            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .sendPerSender) }
+            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .sendPerSender) }
 
         // MARK: Calls, through the router stream (section 9)
         case .callInitiate:
-            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callsPerIdentity) }
+            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callsPerIdentity) }
         case .callAnswer:
-            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
         case .callIceCandidate:
-            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
         case .callEnd:
-            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.enqueueForRouter(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
 
         // MARK: Presence and typing (section 8)
         case .typing:
@@ -86,19 +88,19 @@ extension FrameRoute {
         // MARK: Live text: the Whisperer's conversations (section 13)
         case .liveConversationCreate:
             .acting(LiveConversationCreate.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.liveConversations(served).create(payload, owner: whisperId))
+                served.answer(try await handler.conversations(served).create(payload, owner: whisperId))
             }
         case .liveConversationRename:
             .acting(LiveConversationRename.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.liveConversations(served).rename(payload, owner: whisperId))
+                served.answer(try await handler.conversations(served).rename(payload, owner: whisperId))
             }
         case .liveConversationDelete:
             .acting(LiveConversationDelete.self, [Self.liveConversations], answersRefusals: true) { handler, payload, whisperId, served in
-                try await handler.deleteLiveConversation(payload, owner: whisperId, served)
+                served.answer(try await handler.conversations(served).delete(payload, owner: whisperId, releasing: handler.live))
             }
         case .liveConversationsList:
             .acting(LiveConversationsList.self, [Self.liveConversations], answersRefusals: true) { handler, _, whisperId, served in
-                served.answer(try await handler.liveConversations(served).list(owner: whisperId))
+                served.answer(try await handler.conversations(served).list(owner: whisperId))
             }
 
         // MARK: Live text: the Whisperer's side

@@ -63,6 +63,19 @@ struct LiveConversationDesk: Sendable {
     }
 
     /// Every conversation of `owner`, newest first.
+    /// `live_conversation_delete`: gone in Postgres, then whoever is in it live is let go
+    /// (`live`). Should that fail (Redis unreachable), the deletion stands: no new place
+    /// can be taken, and the sockets in it keep theirs until they leave.
+    func delete(_ request: LiveConversationDelete, owner: String, releasing live: LiveRelay) async throws -> LiveConversationDeleted {
+        let deleted = try await delete(request, owner: owner)
+        do {
+            try await live.deleted(request.conversationId)
+        } catch {
+            logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
+        }
+        return deleted
+    }
+
     func list(owner: String) async throws -> LiveConversations {
         let rows = try await postgres.query(
             """

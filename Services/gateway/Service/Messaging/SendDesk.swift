@@ -1,4 +1,7 @@
+import NIOCore
+import Tracing
 import WhisperMessaging
+import WhisperProtocol
 import WhisperShared
 
 /// Serves `send_message` at the gateway holding the sender's socket, without the router
@@ -30,8 +33,56 @@ struct SendDesk: Sendable {
     let receipts: ReceiptDesk
     /// `GATEWAY_DELIVER_WHILE_STORING` (`deliverEarly`).
     let deliversWhileStoring: Bool
+    let limits: FrameLimits
+    /// Past this wait in the socket's queue a message is refused as busy.
+    let sendWaitMax: Duration
 
     var metrics: RoutingMetrics { sending.metrics }
+
+    /// `send_message` from a socket: charged to the address (in memory, the route's
+    /// gates) and to the identity's bucket for messages (the one group copies are charged
+    /// to as they enter the stream), then `send`. What a router would refuse is answered
+    /// the same way, not counted against the socket; a frame the gateway kept waiting past
+    /// `sendWaitMax` is refused as busy (a socket's own backlog is held back by TCP
+    /// instead: `SocketInbox.nextTimed()`).
+    func serve(_ message: SendMessage, whisperId: String, _ served: FrameRoute.Served) async throws {
+        let requestId = served.frame.requestId, connection = served.connection, waitingSince = served.waitingSince
+        // Far too large whatever else it holds: refused before any work.
+        if message.ciphertext.utf8.count > Limits.MAX_STORED_MESSAGE_BYTES {
+            throw FrameRefusal.counted(.invalidPayload, "the message is over \(Limits.MAX_STORED_MESSAGE_BYTES) bytes with all its fields")
+        }
+        if waitingSince > 0, sendWaitMax > .zero, NIODeadline.now().uptimeNanoseconds &- waitingSince > UInt64(clamping: sendWaitMax.nanoseconds) {
+            throw FrameRefusal.busy(limits)
+        }
+        let bucket = RouterStream.bucket(.sendPerSender, whisperId, in: sending.redis.configuration.streamShards)
+        if case .limited(let retry) = try await limits.charge(.send, bucket: bucket, limit: .sendPerSender, on: connection) {
+            throw FrameRefusal.over(.sendPerSender, retryAfterMs: retry)
+        }
+        let receivedAt = Clock.millisecondsNow()
+        do {
+            guard WhisperTracing.isEnabled else {
+                try await send(message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection)
+                return
+            }
+            // A message's trace begins and, for a recipient on this instance, ends here.
+            try await withSpan(ClientFrameType.sendMessage.rawValue, ofKind: .server) { span in
+                span.attributes["whisper.frame.type"] = ClientFrameType.sendMessage.rawValue
+                span.attributes["whisper.gateway.instance"] = instanceID
+                span.attributes["whisper.message_id"] = message.messageId
+                let outcome = try await send(
+                    message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection,
+                    traceparent: WhisperTracing.traceparent(of: span.context)
+                )
+                span.attributes["whisper.outcome"] = outcome.rawValue
+            }
+        } catch let refusal as WhisperError {
+            metrics.routed(.refused)
+            connection.logger.info("frame_refused", metadata: [
+                "type": "send_message", "code": "\(refusal.code.rawValue)", "whisperId": "\(whisperId)",
+            ])
+            throw FrameRefusal(code: refusal.code, message: refusal.message, counted: false)
+        }
+    }
 
     /// Checks, stores and passes on one message the socket's identity (`sender`, whose
     /// own bucket was charged) sent; `receivedAt` is when the gateway read it (ms).

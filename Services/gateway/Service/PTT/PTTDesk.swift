@@ -10,7 +10,7 @@ import WhisperShared
 /// Push-to-talk (docs/protocol.md section 14): channels and their members in Postgres,
 /// the floor in Redis, held by the server. Every change is told to every member's socket
 /// (through its gateway's channel, found by presence); a floor grant is signed with the
-/// floor key every gateway derives from the internal token, so receivers can check whose
+/// gateways' floor key (`FloorKeys`, `GATEWAY_FLOOR_KEYS`), so receivers can check whose
 /// audio may be played.
 struct PTTDesk: Sendable {
     struct Settings: Sendable {

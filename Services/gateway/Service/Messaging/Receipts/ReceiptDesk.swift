@@ -5,44 +5,13 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Serves `delivery_receipt` at the gateway, without the router stream: a receipt
-/// needs no signature and no identity lookup, only the recipient's own queue and the
-/// sender's receipt store, and passing it through a router cost a stream entry, a read,
-/// an acknowledgement and two processes' wake-ups per receipt (docs/benchmarks.md).
-///
-/// Three steps, in an order that loses nothing when the gateway dies between two:
-/// 1. look the message up, changing nothing, with the sender's presence in the same
-///    round trip (the recipient's bucket was charged before, through the socket's lease);
-/// 2. make the `message_delivered` frame safe for the sender: taken by the sender's
-///    socket (on this instance, or on another through its gateway: below), or stored
-///    for the sender's next fetch (`OwedFrames.keep`);
-/// 3. apply the receipt to the recipient's queue (`delivered` removes the message),
-///    with other receipts' and in the same write as other work (`ReceiptApplier`).
-/// Dying after 1 changes nothing; dying after 2 leaves the message pending, so the
-/// recipient fetches and acknowledges it again (the sender may then get the same
-/// receipt twice, which clients take as a state). A message leaves the queue only
-/// after its receipt is stored, or taken by the sender's socket (below).
-///
-/// When the sender's socket is on this instance, step 2 is a write to that socket in
-/// place of the store: once the socket has taken the frame (handed to the connection,
-/// as a stored receipt is settled once written) the receipt is applied; a socket that
-/// is closing, has frames waiting or does not take it within 50 ms gets it (`give`)
-/// stored (without a publish) for its next `fetch_pending`. Dying before the write
-/// completes leaves the message pending, as above. No pub/sub hop, no store, no settle.
-///
-/// When the sender's socket is on another gateway, the frame is published to that
-/// gateway as a `live_receipt` (`GatewayCommand`), not stored: that gateway does steps
-/// 2 and 3 the same way for its own socket (`takeLive`), and this one
-/// applies nothing. A command lost on the way (that gateway dying, its subscriber cut)
-/// leaves the message pending, as above; one published to no subscriber is stored
-/// here. That saves each such receipt the store's and the settle's writes (two
-/// append-only-file fsyncs with `appendfsync always`).
-///
-/// The whole receipt life cycle is in this folder: this desk (every receipt's steps,
-/// and the receipts other gateways hand to this one's sockets), `ReceiptMemory` (the one
-/// memory of what was handled), `ReceiptApplier` (step 3, batched), `ReceiptSettler`
-/// (stored receipts a socket has taken) and `ReceiptLedger` (the Redis side, with the
-/// receipt-state rule). `OwedFrames` is the store, shared with other owed frames.
+/// Serves `delivery_receipt` at the gateway, without the router stream: look the
+/// message up, make the `message_delivered` frame safe for the sender (taken by its
+/// socket here or on its gateway, or stored for its next fetch), then apply the receipt
+/// to the recipient's queue, in an order that loses nothing when the gateway dies
+/// between two steps (docs/architecture.md, "The life of a message", step 7). The
+/// folder holds the rest of a receipt's life: `ReceiptMemory`, `ReceiptApplier`,
+/// `ReceiptSettler`.
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let owed: OwedFrames
@@ -100,6 +69,20 @@ struct ReceiptDesk: Sendable {
     enum Outcome: Equatable {
         case passed
         case ignored
+    }
+
+    /// `delivery_receipt` from a socket acting for `whisperId`: its own receipts only,
+    /// charged to the address (in memory, the route's gates) and to the identity's bucket
+    /// through the socket's lease, then `serve`. Receipts never enter the router stream, so
+    /// a busy stream does not hold them back (they empty queues).
+    func serve(_ receipt: DeliveryReceipt, whisperId: String, on connection: ClientConnection, limits: FrameLimits) async throws {
+        guard receipt.from == whisperId else { throw FrameRefusal.counted(.forbidden, "from must be the Whisper ID of this session") }
+        if case .limited(let retry) = try await limits.charge(
+            .receipt, bucket: PendingQueue.receiptBucket(whisperId), limit: .receiptsPerIdentity, on: connection
+        ) {
+            throw FrameRefusal.over(.receiptsPerIdentity, retryAfterMs: retry)
+        }
+        try await serve(receipt, from: whisperId)
     }
 
     /// Serves one receipt of `recipient` (the socket's identity, already checked to be

@@ -4,22 +4,33 @@ import Logging
 import WhisperMessaging
 import WhisperShared
 
-extension FrameHandler {
+/// `account_delete` and its HTTP twin `POST /account/delete` at the gateway: checked,
+/// limited and prepared here, then carried out by a router (docs/protocol.md section 4).
+struct AccountDeletionDesk: Sendable {
+    let environment: ServiceEnvironment
+    let sessions: SessionStore
+    let limits: FrameLimits
+    let routerStream: RouterStreamDesk
+    let live: LiveRelay
+    let ptt: PTTDesk
+
+    var instanceID: String { environment.settings.instanceID }
+
     /// `account_delete` (docs/protocol.md section 4): checked and prepared here
     /// (`prepareDeletion`), then the router takes the groups and the rest (`AccountDesk`)
     /// and answers `account_deleted` through this instance's channel.
-    func deleteAccount(_ request: AccountDelete, whisperId: String, _ served: FrameRoute.Served) async throws {
+    func serve(_ request: AccountDelete, whisperId: String, _ served: FrameRoute.Served) async throws {
         try await prepareDeletion(
             request, whisperId: whisperId, address: served.connection.remoteAddress, by: accountDeletion(logger: served.connection.logger)
         )
-        try await enqueueForRouter(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
+        try await routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
     }
 
     /// `POST /account/delete`, the HTTP twin: the session in `Authorization: Bearer`, the
     /// signed fields as the body, from `address` (the client's, `TrustedProxies.clientKey`).
     /// The router's answer goes to no socket: this waits until the deletion is recorded
     /// (at most `wait`), then answers as the frame would.
-    func deleteAccount(over request: Request, address: String, wait: Duration = .seconds(20)) async throws -> Response {
+    func serve(over request: Request, address: String, wait: Duration = .seconds(20)) async throws -> Response {
         let session = try await sessions.authenticate(request)
         let token = SessionStore.bearerToken(of: request) ?? ""
         let body = try await request.body.collect(upTo: 4_096)
@@ -42,7 +53,7 @@ extension FrameHandler {
                 gateway: instanceID, connId: "", whisperId: whisperId, type: .accountDelete, requestId: nil,
                 payload: try RouterStream.storedPayload(payload), receivedAt: Clock.millisecondsNow()
             )
-            switch try await addToRouterStream(entry, charging: .groupOpsPerIdentity, isMessage: false) {
+            switch try await routerStream.add(entry, charging: .groupOpsPerIdentity, isMessage: false) {
             case .added: break
             case .limited(let retry): throw WhisperError(.rateLimited, Limit.groupOpsPerIdentity.refusal(retryAfterMs: retry))
             case .busy: throw WhisperError(.rateLimited, limits.busyRefusal)
