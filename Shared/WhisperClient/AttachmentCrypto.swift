@@ -1,7 +1,7 @@
 import Foundation
 import WhisperProtocol
 
-/// Attachments (spec 6.2, 6.3): the file is sealed with a fresh key (`crypto_secretbox`),
+/// Attachments (docs/protocol.md section 12, "Attachments"): the file is sealed with a fresh key (`crypto_secretbox`),
 /// the ciphertext uploaded through the presigned URL, and the key travels in the message,
 /// boxed to the recipient (`fileKeyBox`).
 public enum AttachmentCrypto {

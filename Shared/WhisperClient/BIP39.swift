@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import WhisperProtocol
 
-/// BIP-0039 mnemonics with the English wordlist: Whisper's seed phrase (spec 3.4).
+/// BIP-0039 mnemonics with the English wordlist: Whisper's seed phrase (docs/protocol.md section 4, "Keys").
 public enum BIP39 {
     /// Why a phrase (or entropy) was refused.
     public enum Failure: Error, Equatable {

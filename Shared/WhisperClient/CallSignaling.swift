@@ -1,7 +1,7 @@
 import Foundation
 import WhisperProtocol
 
-/// Call signaling (spec 9.1, docs/protocol.md section 7): each frame carries its SDP or
+/// Call signaling (docs/protocol.md section 7): each frame carries its SDP or
 /// ICE candidate boxed to the peer and is signed over the canonical bytes with its own
 /// frame type and the `callId` in place of a messageId.
 public enum CallCrypto {

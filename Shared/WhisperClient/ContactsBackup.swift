@@ -1,7 +1,7 @@
 import Foundation
 import WhisperProtocol
 
-/// The contact list as it is backed up (spec 14.1): sealed with `contactsKey`, derived
+/// The contact list as it is backed up (docs/protocol.md section 12, "Contacts backup"): sealed with `contactsKey`, derived
 /// from the seed phrase, so a device restored from the phrase alone can open it.
 public struct ContactsBackup: Codable, Sendable, Equatable {
     public var version: Int
@@ -45,7 +45,7 @@ public struct ContactsBackup: Codable, Sendable, Equatable {
     }
 
     /// Sealed for `PUT /backup/contacts`: `crypto_secretbox(jsonBytes, nonce, contactsKey)`
-    /// (spec 14.1), under a fresh random nonce unless one is given (test vectors).
+    /// (the same section), under a fresh random nonce unless one is given (test vectors).
     public func seal(with keys: WhisperKeys, nonce: [UInt8]? = nil) throws -> SealedContactsBackup {
         let nonce = nonce ?? Sodium.randomBytes(SecretBox.nonceBytes)
         guard nonce.count == SecretBox.nonceBytes else { throw MessageCryptoError.invalidNonce }

@@ -38,7 +38,7 @@ public enum MessageCryptoError: Error, Equatable, Sendable {
     case invalidNonce
 }
 
-/// Encrypting, signing, verifying and decrypting 1:1 messages (spec 3.5, 4).
+/// Encrypting, signing, verifying and decrypting 1:1 messages (docs/protocol.md sections 5 and 11).
 public enum MessageCrypto {
     /// A signed `send_message` carrying `plaintext` boxed to the recipient.
     /// `directoryHead`: the key directory head this client holds (``DirectoryView/head``),
@@ -65,7 +65,7 @@ public enum MessageCrypto {
         return SendMessage(sessionToken: sessionToken, message)
     }
 
-    /// One group message as its copies (spec 7, pairwise fan-out): for each member, the
+    /// One group message as its copies (docs/protocol.md section 6, pairwise fan-out): for each member, the
     /// plaintext boxed to that member and signed over the groupId (docs/protocol.md
     /// section 11), all under one `messageId`. Send each with `group_send_message`.
     public static func makeGroupCopies(
@@ -110,7 +110,7 @@ public enum MessageCrypto {
 }
 
 /// Remembers the last `capacity` message IDs per conversation, so a message that arrives
-/// twice (a resend, a redelivery after a server crash) is processed once (spec 5.5).
+/// twice (a resend, a redelivery after a server crash) is processed once (docs/sdk.md).
 public struct MessageDeduplicator: Sendable {
     public let capacity: Int
     private var seen: [String: Set<String>] = [:]

@@ -1,7 +1,7 @@
 import Foundation
 import WhisperProtocol
 
-/// Where an outgoing message is in its life (spec 5.3):
+/// Where an outgoing message is in its life (docs/sdk.md):
 /// queued (persisted) → sending → sent (server ACK) → delivered (peer receipt) → read.
 public enum OutgoingState: String, Codable, Sendable, Comparable {
     case queued, sending, sent, delivered, read, failed
@@ -40,7 +40,7 @@ public struct OutgoingMessage: Codable, Sendable, Equatable {
     var key: String { message.messageId + " " + message.to }
 }
 
-/// Keeps the outbox across app restarts (spec 5.4). Apps back it with their database;
+/// Keeps the outbox across app restarts (docs/sdk.md). Apps back it with their database;
 /// `FileOutboxStore` and `MemoryOutboxStore` are provided.
 public protocol OutboxStore: Sendable {
     func load() async throws -> [OutgoingMessage]
@@ -70,7 +70,7 @@ public struct FileOutboxStore: OutboxStore {
     }
 }
 
-/// The retry policy of spec 5.4: exponential backoff with full jitter, at most 10 attempts.
+/// The retry policy (docs/sdk.md): exponential backoff with full jitter, at most 10 attempts.
 public struct RetryPolicy: Sendable, Equatable {
     public var maxAttempts: Int
     public var initial: Duration

@@ -260,7 +260,7 @@ public struct WhisperAPI: Sendable {
         try await call(.GET, endpoints.auth, "/kt/epochs/\(epoch)", token: nil, limit: 256 << 20)
     }
 
-    // MARK: - Contacts backup (spec 14)
+    // MARK: - Contacts backup (docs/protocol.md section 12)
 
     /// Seals `backup` with the phrase's `contactsKey` and stores it, replacing the last
     /// one. Returns the server's `updatedAt` (ms).
@@ -303,7 +303,7 @@ public struct WhisperAPI: Sendable {
         let _: Deleted = try await call(.DELETE, endpoints.auth, "/backup/contacts", token: sessionToken, limit: 4_096)
     }
 
-    // MARK: - Attachments (spec 6)
+    // MARK: - Attachments (docs/protocol.md section 12)
 
     /// Asks for an upload URL for `sizeBytes` of ciphertext of a file of `contentType`.
     public func presign(contentType: String, sizeBytes: Int, sessionToken: String) async throws -> PresignedUpload {

@@ -203,7 +203,7 @@ public actor WhisperConnection {
         return true
     }
 
-    /// Creates or recovers the identity of `keys` on this socket (spec 3.3).
+    /// Creates or recovers the identity of `keys` on this socket (docs/protocol.md section 4).
     @discardableResult
     public func register(
         keys: WhisperKeys, deviceId: String, platform: Platform, whisperId: String? = nil,

@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import WhisperProtocol
 
-/// The keys of an identity, all derived from its seed phrase (spec 3.4, 14.1):
+/// The keys of an identity, all derived from its seed phrase (docs/protocol.md section 4, "Keys"):
 ///
 /// - seed = BIP39 seed of the mnemonic (and optional passphrase)
 /// - encSeed = HKDF-SHA256(seed, salt "whisper", info "whisper/enc", 32): the X25519 private key

@@ -1,7 +1,7 @@
 import Foundation
 import WhisperShared
 
-/// The checks a message passes before it is stored (spec 4.1), in one place for the two
+/// The checks a message passes before it is stored (docs/protocol.md section 5), in one place for the two
 /// services that store messages: a gateway serving `send_message` itself, and a router
 /// serving stream entries (group copies, and messages from gateways that route through
 /// the stream). They run cheapest first, so that a refused message costs as little as
@@ -54,7 +54,7 @@ public struct MessageChecks: Sendable {
         }
     }
 
-    /// The sender exists, is not banned, and `sig` verifies over `canonical` (spec 3.5)
+    /// The sender exists, is not banned, and `sig` verifies over `canonical` (docs/protocol.md section 11)
     /// with its signing key (cached).
     public func verifySignature(from sender: String, sig: String, over canonical: [UInt8]) async throws {
         guard let identity = try await identities.lookup(sender) else {

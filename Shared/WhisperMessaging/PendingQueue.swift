@@ -1,7 +1,7 @@
 import Foundation
 import WhisperShared
 
-/// A recipient's pending queue (spec 5): messages stored before they are acknowledged
+/// A recipient's pending queue (docs/protocol.md section 5, `fetch_pending`): messages stored before they are acknowledged
 /// to the sender, kept until the recipient's `delivered` receipt or 72 hours.
 ///
 /// `pending:{whisperId}` is a Redis Stream: entry IDs are arrival times, so paging with

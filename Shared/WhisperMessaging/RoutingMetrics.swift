@@ -10,7 +10,7 @@ public enum RoutingOutcome: String, Sendable, CaseIterable {
     case call
 }
 
-/// Metrics of routing (spec 13), kept by whichever service stores messages (routers,
+/// Metrics of routing (docs/operations.md, "Metrics"), kept by whichever service stores messages (routers,
 /// and gateways for the `send_message`s they serve themselves): messages routed by
 /// outcome, refusals by code, and the depth of recipients' pending queues as messages
 /// arrive.

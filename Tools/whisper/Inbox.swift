@@ -3,8 +3,8 @@ import WhisperClient
 import WhisperProtocol
 
 /// What `listen` and `fetch` do with what arrives: verify and decrypt each message,
-/// print it once, save its attachment when asked, then acknowledge it (spec 4.2:
-/// verify, decrypt, store, then the receipt); keep the groups file current from group
+/// print it once, save its attachment when asked, then acknowledge it (verify,
+/// decrypt, store, then the receipt); keep the groups file current from group
 /// events; print delivery receipts.
 actor Inbox {
     let session: Session

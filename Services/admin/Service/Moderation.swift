@@ -4,7 +4,7 @@ import Logging
 import PostgresNIO
 import WhisperShared
 
-/// Bans and reports (spec 15). A ban is recorded in Postgres with its audit row in one
+/// Bans and reports (docs/protocol.md section 12, "Admin API"). A ban is recorded in Postgres with its audit row in one
 /// transaction, then enforced through Redis (`BanEnforcement`): sessions end, live
 /// sockets close on every gateway, routers drop what they cached.
 struct Moderation: Sendable {

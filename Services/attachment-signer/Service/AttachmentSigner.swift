@@ -46,7 +46,7 @@ public struct AttachmentSignerSettings: ServiceSettings {
 }
 
 /// Assembles one attachment-signer: presigned uploads and downloads of encrypted
-/// attachments (spec 6; docs/protocol.md section 12).
+/// attachments (docs/protocol.md section 12, "Attachments").
 public func buildAttachmentSigner(
     settings: AttachmentSignerSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil
 ) -> HTTPServiceHandle {

@@ -79,7 +79,7 @@ struct AuthRoutes: Sendable {
         ).register(type, on: router, handle)
     }
 
-    /// `GET /users/{whisperId}/keys` (spec 3.6).
+    /// `GET /users/{whisperId}/keys` (docs/protocol.md section 12).
     private func keys(_ request: Request, _ context: ClientRequestContext) async throws -> Response {
         let caller = try await authenticate(request)
         guard let whisperId = context.parameters.get("whisperId"), Format.isWhisperID(whisperId) else {

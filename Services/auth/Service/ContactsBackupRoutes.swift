@@ -6,7 +6,7 @@ import NIOCore
 import PostgresNIO
 import WhisperShared
 
-/// The encrypted contacts backup (spec 14): one blob per identity, sealed on the device
+/// The encrypted contacts backup (docs/protocol.md section 12, "Contacts backup"): one blob per identity, sealed on the device
 /// with a key derived from the seed phrase; the server stores and returns it, and
 /// cannot read it. Only the session's own identity's blob is ever touched.
 struct ContactsBackupRoutes: Sendable {

@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import WhisperShared
 
-/// Challenges, registration and recovery, and the session frames (spec 3.3).
+/// Challenges, registration and recovery, and the session frames (docs/protocol.md section 4).
 struct Registration: Sendable {
     let redis: RedisClient
     let identities: IdentityRepository

@@ -2,7 +2,7 @@ import Logging
 import PostgresNIO
 import WhisperShared
 
-/// `report_user`: an identity reports another for operators to review (spec 15,
+/// `report_user`: an identity reports another for operators to review (docs/protocol.md section 9,
 /// docs/protocol.md section 9). One open report per reporter and reported identity: a
 /// repeated report adds its messages to the open one (up to
 /// `Limits.MAX_REPORT_MESSAGE_IDS`) and answers with the same `reportId`, so reports

@@ -21,7 +21,7 @@ struct GCMetrics: Sendable {
     }
 }
 
-/// One pass over the attachments (spec 6.5).
+/// One pass over the attachments (docs/architecture.md, "Attachments and GC").
 public struct AttachmentCollector: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient

@@ -4,7 +4,7 @@ import Prometheus
 import WhisperMessaging
 import WhisperShared
 
-/// Call signaling (spec 9.1; docs/protocol.md section 7). Every frame is checked like a
+/// Call signaling (docs/protocol.md section 7). Every frame is checked like a
 /// message (session identity, timestamp window, size, Ed25519 signature over the
 /// canonical bytes) and then against the call's state in Redis:
 ///

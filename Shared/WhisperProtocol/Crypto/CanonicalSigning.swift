@@ -1,6 +1,6 @@
 import Crypto
 
-/// The canonical signing bytes of spec 3.5 and the signature over them.
+/// The canonical signing bytes of docs/protocol.md section 11 and the signature over them.
 public enum CanonicalSigning {
     /// The frames that are signed, by their `type`.
     public static let signedTypes: Set<String> = [

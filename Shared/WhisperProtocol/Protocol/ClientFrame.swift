@@ -50,7 +50,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case pttNearby = "ptt_nearby"
     case pttSignal = "ptt_signal"
 
-    /// Frames that act for a signed-in identity and need a valid session (spec 3.3).
+    /// Frames that act for a signed-in identity and need a valid session (docs/protocol.md section 4).
     public var isPrivileged: Bool {
         switch self {
         case .registerBegin, .registerProof, .ping: false

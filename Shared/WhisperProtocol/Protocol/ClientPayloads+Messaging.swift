@@ -1,4 +1,4 @@
-/// `send_message` (spec 4.1) and, with `groupId`, `group_send_message` (spec 7).
+/// `send_message` (docs/protocol.md section 5) and, with `groupId`, `group_send_message` (section 6).
 public struct SendMessageFields: SessionFields, Equatable {
     public enum CodingKeys: String, CodingKey, CaseIterable {
         case messageId, from, to, msgType, timestamp
@@ -241,7 +241,7 @@ public typealias GroupUpdate = Payload<GroupUpdateFields>
 
 // MARK: - Calls
 
-/// The signed call signaling frames (spec 9.1): `call_initiate`, `call_answer`,
+/// The signed call signaling frames (docs/protocol.md section 7): `call_initiate`, `call_answer`,
 /// `call_ice_candidate` and `call_end` share one shape.
 public struct CallSignalFields<Marker: CallSignalFrame>: SessionFields, Equatable {
     public enum CodingKeys: String, CodingKey, CaseIterable {

@@ -52,7 +52,7 @@ public enum ReportReason: String, Codable, Sendable, CaseIterable {
     case other
 }
 
-/// A secretbox'd file key boxed to the recipient (spec 6.3).
+/// A secretbox'd file key boxed to the recipient (docs/protocol.md section 12, "Attachments").
 public struct FileKeyBox: Codable, Sendable, Equatable {
     public var nonce: String
     public var ciphertext: String
@@ -83,7 +83,7 @@ func rejectUnknownKeys<K: CodingKey & CaseIterable & RawRepresentable<String>>(
     }
 }
 
-/// The pointer to an encrypted blob in object storage (spec 6.3).
+/// The pointer to an encrypted blob in object storage (docs/protocol.md section 12, "Attachments").
 public struct AttachmentPointer: Codable, Sendable, Equatable {
     public var objectKey: String
     public var contentType: String

@@ -1,4 +1,4 @@
-/// The frozen error codes of spec 3.1. Clients switch on these; never rename one.
+/// The frozen error codes (docs/protocol.md section 2). Clients switch on these; never rename one.
 public enum ErrorCode: String, Codable, Sendable, CaseIterable {
     case notRegistered = "NOT_REGISTERED"
     case authFailed = "AUTH_FAILED"

@@ -1,4 +1,4 @@
-/// The limits of spec 11, by their spec names, plus the bounds this project adds
+/// The limits of docs/protocol.md section 3, by their protocol names, plus the bounds this project adds
 /// where the spec is silent (each documented in docs/protocol.md).
 public enum Limits {
     public static let MAX_WS_FRAME_BYTES = 512_000
@@ -68,7 +68,7 @@ public enum Limits {
     /// 1: the original suite. 2: the same message cryptography with the
     /// domain-separated registration proof (`RegistrationProof`).
     public static let SUPPORTED_CRYPTO_VERSIONS: Set<Int> = [1, 2]
-    /// The contacts backup's sealing (spec 14.1: secretbox under `contactsKey`) has one
+    /// The contacts backup's sealing (docs/protocol.md section 12, "Contacts backup": secretbox under `contactsKey`) has one
     /// version; version 2 of the suite changed the registration proof only. A blob that
     /// names another version is refused: no client could tell how to open it.
     public static let CONTACTS_BACKUP_CRYPTO_VERSIONS: Set<Int> = [1]

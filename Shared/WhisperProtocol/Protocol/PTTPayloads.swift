@@ -357,7 +357,7 @@ public struct PTTSignalFields: SessionFields, Equatable {
         try check.base64(sig, "sig", bytes: 64)
     }
 
-    /// What `sig` covers: the canonical bytes of spec 3.5 with type `ptt_<kind>`,
+    /// What `sig` covers: the canonical bytes of docs/protocol.md section 11 with type `ptt_<kind>`,
     /// messageId the signalId, and `<channelId>:<to>` in the recipient's place.
     public static func signedBytes(channelId: String, signalId: String, from: String, to: String, kind: Kind, timestamp: Int64, nonce: String, ciphertext: String) -> [UInt8] {
         CanonicalSigning.bytes(

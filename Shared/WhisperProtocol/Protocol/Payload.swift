@@ -1,6 +1,6 @@
 /// A versioned client payload: the envelope every one of them carries (the versions it
-/// was built for, spec 3.1, and, for a frame that acts for a signed-in identity, its
-/// session token, spec 3.3) and the frame's own fields.
+/// was built for, docs/protocol.md section 2, and, for a frame that acts for a signed-in identity, its
+/// session token, section 4) and the frame's own fields.
 ///
 /// On the wire the envelope's keys stand beside the fields at the payload's top level;
 /// this type is the one place that reads and writes them, so a frame's fields type

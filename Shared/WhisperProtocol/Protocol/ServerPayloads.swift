@@ -227,7 +227,7 @@ public struct MessageAccepted: ServerPayload, Equatable {
     }
 }
 
-/// A message for its recipient (spec 4.2): the fields it was sent with (`message`,
+/// A message for its recipient (docs/protocol.md section 5): the fields it was sent with (`message`,
 /// which read as this type's own) and, for a group message, `groupId`.
 @dynamicMemberLookup
 public struct MessageReceived: ServerPayload, Equatable {

@@ -1,4 +1,4 @@
-/// The Redis key space of spec 12.2. Per-user keys put the Whisper ID in a hash tag
+/// The Redis key space (docs/architecture.md, "Keys, hash tags, and outgrowing one Redis"). Per-user keys put the Whisper ID in a hash tag
 /// (`{...}`) so the key space can move to Redis Cluster unchanged.
 public enum RedisKeys {
     /// A session record, by the SHA-256 (hex) of its token: the token itself is kept nowhere.

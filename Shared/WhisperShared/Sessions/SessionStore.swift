@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// What a session token stands for (`session:{token}` in Redis, spec 3.3).
+/// What a session token stands for (`session:{token}` in Redis, docs/protocol.md section 4).
 public struct SessionRecord: Codable, Sendable, Equatable {
     public var whisperId: String
     public var deviceId: String
