@@ -155,6 +155,45 @@ import WhisperShared
         _ = try? channel.finish()
     }
 
+    /// A busy socket's token is looked up again in its last second of trust, once, beside
+    /// its frames; the answer extends the trust, ends it, or (Redis failed) leaves it to
+    /// lapse. An answer for a token let go meanwhile (a refresh, a logout) is dropped.
+    @Test func aTrustedTokenIsRenewedAheadOfItsLapseOnce() throws {
+        let channel = EmbeddedChannel()
+        let connection = ClientConnection.forTest(on: channel)
+        let start = ContinuousClock.now
+        connection.rememberVerified("a-token")
+        var trust = connection.trusts("a-token", now: start)
+        #expect(trust.trusted && !trust.renew, "fresh: no lookup")
+        let late = start + ClientConnection.verifiedFor - .milliseconds(500)
+        trust = connection.trusts("a-token", now: late)
+        #expect(trust.trusted && trust.renew, "in its last second: looked up again")
+        trust = connection.trusts("a-token", now: late)
+        #expect(trust.trusted && !trust.renew, "one lookup at a time")
+        connection.renewed("a-token", live: true, now: late)
+        trust = connection.trusts("a-token", now: start + ClientConnection.verifiedFor + .seconds(1))
+        #expect(trust.trusted && !trust.renew, "renewed: trusted past the first lapse")
+        // Redis failed: the trust stands until its lapse, and the next frame in its last
+        // second asks again.
+        let later = late + ClientConnection.verifiedFor - .milliseconds(500)
+        trust = connection.trusts("a-token", now: later)
+        #expect(trust.renew)
+        connection.renewed("a-token", live: nil, now: later)
+        trust = connection.trusts("a-token", now: later)
+        #expect(trust.trusted && trust.renew)
+        // The session ended: no longer trusted.
+        connection.renewed("a-token", live: false, now: later)
+        #expect(!connection.trusts("a-token", now: later).trusted)
+        // A token let go while its lookup was out is not brought back by the answer.
+        connection.rememberVerified("b-token")
+        let bLate = ContinuousClock.now + ClientConnection.verifiedFor - .milliseconds(500)
+        #expect(connection.trusts("b-token", now: bLate).renew)
+        connection.forgetVerifiedSession()
+        connection.renewed("b-token", live: true, now: bLate)
+        #expect(!connection.holdsVerifiedToken)
+        _ = try? channel.finish()
+    }
+
     @Test func bytesPauseReadingToo() {
         let inbox = SocketInbox(bounds: .init(pauseAtMessages: 100, pauseAtBytes: 1_000, resumeAtMessages: 10))
         #expect(!inbox.push([UInt8](repeating: 1, count: 600)).pauseReading)

@@ -31,9 +31,12 @@ public final class ClientConnection: Sendable {
     /// The token last found live for this socket, trusted for a few seconds so that a
     /// busy socket does not cost a Redis lookup per frame. Dropped whenever the session
     /// may have changed through this socket (refresh, logout) or was ended elsewhere
-    /// (revoke, supersede: both unbind).
-    private let verified = Mutex<(token: String, until: ContinuousClock.Instant)?>(nil)
+    /// (revoke, supersede: both unbind). A busy socket's token is looked up again in its
+    /// last `renewAhead` of trust, beside its frames (`trusts`), so that its frames do not
+    /// wait for the lookup; `renewing` marks that lookup in flight.
+    private let verified = Mutex<(token: String, until: ContinuousClock.Instant, renewing: Bool)?>(nil)
     static let verifiedFor: Duration = .seconds(5)
+    static let renewAhead: Duration = .seconds(1)
     /// Frames and bytes handed over since the socket last had room in its send buffer
     /// (NIO's writability: more than 64 KiB unsent). A client that stops reading is
     /// dropped after `unsentLimit` frames or `maxUnsentBytes` bytes, whichever comes
@@ -162,6 +165,32 @@ public final class ClientConnection: Sendable {
         }
     }
 
+    /// Whether `token` is trusted now; and, in its last `renewAhead`, once, that the
+    /// caller is to look it up again now and answer with `renewed`.
+    func trusts(_ token: String, now: ContinuousClock.Instant = .now) -> (trusted: Bool, renew: Bool) {
+        verified.withLock { entry in
+            guard var current = entry, current.token == token, now < current.until else { return (false, false) }
+            guard !current.renewing, current.until - now < Self.renewAhead else { return (true, false) }
+            current.renewing = true
+            entry = current
+            return (true, true)
+        }
+    }
+
+    /// The lookup `trusts` asked for answered: the session is live (`true`: trusted for
+    /// `verifiedFor` more), gone (`false`: no longer trusted), or unknown (nil: Redis
+    /// failed; trusted until its lapse). Dropped when the token was let go meanwhile.
+    func renewed(_ token: String, live: Bool?, now: ContinuousClock.Instant = .now) {
+        verified.withLock { entry in
+            guard let current = entry, current.token == token, current.renewing else { return }
+            switch live {
+            case true?: entry = (token, now + Self.verifiedFor, false)
+            case false?: entry = nil
+            case nil: entry = (token, current.until, false)
+            }
+        }
+    }
+
     /// Lets go of a token whose trust lapsed (the socket's periodic look, `SocketHandler`):
     /// an idle socket then holds no copy of it.
     func forgetLapsedTrust(now: ContinuousClock.Instant = .now) {
@@ -174,7 +203,7 @@ public final class ClientConnection: Sendable {
     var holdsVerifiedToken: Bool { verified.withLock { $0 != nil } }
 
     func rememberVerified(_ token: String) {
-        verified.withLock { $0 = (token, ContinuousClock.now + Self.verifiedFor) }
+        verified.withLock { $0 = (token, ContinuousClock.now + Self.verifiedFor, false) }
     }
 
     func forgetVerifiedSession() {

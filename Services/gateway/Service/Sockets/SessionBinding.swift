@@ -20,7 +20,22 @@ struct SessionBinding: Sendable {
     /// A privileged frame may act only with a live session, and only for the identity
     /// the socket acts for. A socket's first valid session binds it (a reconnect).
     func authorize(_ token: String, on connection: ClientConnection) async throws -> Bool {
-        if connection.hasVerified(token), connection.whisperId != nil { return true }
+        let trust = connection.trusts(token)
+        if trust.trusted, let whisperId = connection.whisperId {
+            if trust.renew {
+                let sessions = sessions
+                Task {
+                    var live: Bool?
+                    do {
+                        live = try await sessions.lookup(token)?.whisperId == whisperId
+                    } catch {
+                        live = nil
+                    }
+                    connection.renewed(token, live: live)
+                }
+            }
+            return true
+        }
         guard let record = try await sessions.lookup(token) else { return false }
         let (accepted, isNew) = connection.bind(to: record.whisperId)
         guard accepted else {
