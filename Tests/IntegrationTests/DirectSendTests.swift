@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import NIOEmbedded
 @testable import GatewayService
 import Synchronization
 import Testing
@@ -219,15 +221,8 @@ struct DirectSendTests {
                 func reachesWhileStored(_ sender: TestUser, to recipient: TestUser) async throws -> Bool {
                     let early = Mutex(false)
                     try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
-                        func send(_ message: SendMessage, requestId: String) async throws {
-                            try await socket.send(String(decoding: ClientFrameCodec.encode(message, requestId: requestId), as: UTF8.self))
-                        }
-                        func answer(to requestId: String) async throws -> ServerFrame {
-                            while true {
-                                let frame = try await socket.receive(timeout: .seconds(10))
-                                if frame.requestId == requestId { return frame }
-                            }
-                        }
+                        func send(_ message: SendMessage, requestId: String) async throws { try await socket.send(message, requestId: requestId) }
+                        func answer(to requestId: String) async throws -> ServerFrame { try await socket.answer(to: requestId) }
                         func arrived(_ message: SendMessage) async throws {
                             try await waitUntil {
                                 await recipient.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == message.messageId }
@@ -277,15 +272,8 @@ struct DirectSendTests {
             try await stack.makePeers([alice, bob])
             try await stack.withRedis { redis in
                 try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
-                    func send(_ message: SendMessage, requestId: String) async throws {
-                        try await socket.send(String(decoding: ClientFrameCodec.encode(message, requestId: requestId), as: UTF8.self))
-                    }
-                    func answer(to requestId: String) async throws -> ServerFrame {
-                        while true {
-                            let frame = try await socket.receive(timeout: .seconds(10))
-                            if frame.requestId == requestId { return frame }
-                        }
-                    }
+                    func send(_ message: SendMessage, requestId: String) async throws { try await socket.send(message, requestId: requestId) }
+                    func answer(to requestId: String) async throws -> ServerFrame { try await socket.answer(to: requestId) }
                     for index in 0..<7 {
                         try await send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
                         #expect(try await answer(to: "steady-\(index)").type == .messageAccepted)
@@ -393,6 +381,21 @@ struct DirectSendTests {
     }
 }
 
+extension WebSocketSession {
+    /// Sends a client frame of `payload` with `requestId`.
+    func send(_ payload: some ClientPayload, requestId: String) async throws {
+        try await send(String(decoding: ClientFrameCodec.encode(payload, requestId: requestId), as: UTF8.self))
+    }
+
+    /// The next frame answering `requestId`, what comes before it skipped.
+    func answer(to requestId: String) async throws -> ServerFrame {
+        while true {
+            let frame = try await receive(timeout: .seconds(10))
+            if frame.requestId == requestId { return frame }
+        }
+    }
+}
+
 @Suite struct TokenLeaseTests {
     @Test func leasesGrowWhileFramesFollowAndTokensDoNotOutliveTheirSecond() {
         var lease = TokenLease()
@@ -463,6 +466,42 @@ struct DirectSendTests {
         // Tokens granted ahead lapse like any others.
         spent = lease.spend(now: now + second)
         #expect(!spent)
+    }
+}
+
+/// A frame that finds no token while its socket's lease asked ahead is still out waits
+/// for that lease rather than asking the bucket itself, which that lease may have
+/// emptied: here the bucket holds one token, the lease ahead takes it, and the frame is
+/// still admitted.
+@Suite(.serialized) struct LeaseAheadTests {
+    @Test func aFrameWaitsForTheLeaseAskedAheadBeforeAskingTheBucket() async throws {
+        try await TestServers.withRedis { redis in
+            var settings = TestServers.gatewaySettings(try #require(PostgresSettings(url: TestServers.postgresURL)), authPort: 1)
+            settings.limits[.sendPerSender] = RateLimitRule("1/60s")!
+            let limits = FrameLimits(settings: settings, redis: redis, metrics: ServiceMetrics(service: "gateway", instanceID: "lease-\(RandomID.uuid())"))
+            let channel = EmbeddedChannel()
+            let connection = ClientConnection.forTest(on: channel)
+            let bucket = "ratelimit:{lease-\(RandomID.uuid())}:send"
+            // The socket has just leased and spends its last token: a lease is asked ahead.
+            let now = NIODeadline.now().uptimeNanoseconds
+            _ = connection.leaseSize(.send, now: now, max: 16)
+            connection.leased(.send, granted: 2, now: now)
+            let spent = connection.spendLeased(.send, now: now, max: 16)
+            let ahead = try #require(spent.ahead)
+            // The next frame finds no token while that lease is out, and waits for it.
+            let charged = Task { try await limits.charge(.send, bucket: bucket, limit: .sendPerSender, on: connection) }
+            try await waitUntil { connection.leaseAheadInFlight(.send) != nil }
+            // The lease ahead takes the bucket's one token.
+            guard case .granted(let granted) = try await limits.limiter.lease(bucket: bucket, rule: limits.rules[.sendPerSender], wanted: ahead.size) else {
+                Issue.record("the bucket's token was not granted")
+                return
+            }
+            connection.leasedAhead(.send, granted: granted, generation: ahead.generation, now: NIODeadline.now().uptimeNanoseconds)
+            ahead.answered.succeed()
+            let decision = try await charged.value
+            #expect(decision == .allowed, "admitted with the token the lease ahead brought")
+            _ = try? channel.finish()
+        }
     }
 }
 

@@ -87,6 +87,12 @@ versus_ejabberd() {
     ejabberd_start $((pairs * 2))
     local results="$DATA/bench-logs/versus.txt" order=0 rate server out
     : >"$results"
+    # A first, unmeasured round of each at the first rate: both servers (and the disk
+    # behind them: ejabberd has just written its users) settle before anything counts.
+    for server in ejabberd whisper; do
+        log "$server: warming up, not measured"
+        versus_run "$server" "${rates%% *}" "$pairs" 5 "$window" "${extra[@]}" >/dev/null || die "the $server warm-up failed"
+    done
     for rate in $rates; do
         # Interleaved, and in turn each goes first, so that the host's drift within the
         # hour falls on both alike.

@@ -39,24 +39,32 @@ struct FrameLimits: Sendable {
 
     /// Takes a token of the socket's identity for `kind`: one leased earlier, or a new
     /// lease from the bucket in Redis (`TokenLease`). A busy socket's next lease is asked
-    /// for ahead of need, beside the frame, not before it.
+    /// for ahead of need, beside the frame, not before it; a frame that finds no token
+    /// while that lease is out waits for it before asking the bucket itself.
     func charge(
         _ kind: TokenLease.Kind, bucket: String, limit: Limit, on connection: ClientConnection
     ) async throws -> RateLimiter.Decision {
-        let now = NIODeadline.now().uptimeNanoseconds
-        let leased = connection.spendLeased(kind, now: now, max: leaseMax)
-        if leased.spent {
-            if let ahead = leased.ahead {
-                let limiter = limiter, rule = rules[limit]
-                Task {
-                    let answer = try? await limiter.lease(bucket: bucket, rule: rule, wanted: ahead.size)
-                    var granted: Int?
-                    if case .granted(let count)? = answer { granted = count }
-                    connection.leasedAhead(kind, granted: granted, generation: ahead.generation, now: NIODeadline.now().uptimeNanoseconds)
+        var waited = false
+        while true {
+            let leased = connection.spendLeased(kind, now: NIODeadline.now().uptimeNanoseconds, max: leaseMax)
+            if leased.spent {
+                if let ahead = leased.ahead {
+                    let limiter = limiter, rule = rules[limit]
+                    Task {
+                        let answer = try? await limiter.lease(bucket: bucket, rule: rule, wanted: ahead.size)
+                        var granted: Int?
+                        if case .granted(let count)? = answer { granted = count }
+                        connection.leasedAhead(kind, granted: granted, generation: ahead.generation, now: NIODeadline.now().uptimeNanoseconds)
+                        ahead.answered.succeed()
+                    }
                 }
+                return .allowed
             }
-            return .allowed
+            guard !waited, let inFlight = connection.leaseAheadInFlight(kind) else { break }
+            waited = true
+            try? await inFlight.get()
         }
+        let now = NIODeadline.now().uptimeNanoseconds
         let wanted = connection.leaseSize(kind, now: now, max: leaseMax)
         switch try await limiter.lease(bucket: bucket, rule: rules[limit], wanted: wanted) {
         case .granted(let granted):

@@ -60,7 +60,16 @@ public final class ClientConnection: Sendable {
     /// and receipts (`TokenLease`); dropped when it stops acting for the identity, which
     /// also starts a new `binding` generation, so that a lease asked ahead for the
     /// identity before never lands on the socket's next one.
-    private let leases = Mutex<(generation: Int, byKind: [TokenLease.Kind: TokenLease])>((0, [:]))
+    private let leases = Mutex<Leases>(Leases())
+
+    private struct Leases {
+        var generation = 0
+        var byKind: [TokenLease.Kind: TokenLease] = [:]
+        /// The answer of each lease asked ahead and not in yet: a frame that finds no
+        /// token waits for it before it asks the bucket itself (the bucket may have no
+        /// more than those tokens).
+        var ahead: [TokenLease.Kind: EventLoopFuture<Void>] = [:]
+    }
 
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
@@ -100,12 +109,21 @@ public final class ClientConnection: Sendable {
 
     /// Spends a token leased for `kind`; `spent` false when none is left: lease more.
     /// With a token spent, `ahead` is the size of a lease to ask for now, ahead of need
-    /// (`TokenLease.leaseAhead`), and the generation to hand back with its answer.
-    func spendLeased(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> (spent: Bool, ahead: (size: Int, generation: Int)?) {
+    /// (`TokenLease.leaseAhead`), the generation to hand back with its answer, and the
+    /// promise to complete once it is in (`leasedAhead`).
+    func spendLeased(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> (spent: Bool, ahead: (size: Int, generation: Int, answered: EventLoopPromise<Void>)?) {
         leases.withLock { leases in
             guard leases.byKind[kind, default: TokenLease()].spend(now: now) else { return (false, nil) }
-            return (true, leases.byKind[kind]?.leaseAhead(now: now, max: max).map { ($0, leases.generation) })
+            guard let size = leases.byKind[kind]?.leaseAhead(now: now, max: max) else { return (true, nil) }
+            let answered = channel.eventLoop.makePromise(of: Void.self)
+            leases.ahead[kind] = answered.futureResult
+            return (true, (size, leases.generation, answered))
         }
+    }
+
+    /// The answer of the lease asked ahead for `kind`, while it is not in.
+    func leaseAheadInFlight(_ kind: TokenLease.Kind) -> EventLoopFuture<Void>? {
+        leases.withLock { $0.ahead[kind] }
     }
 
     /// How many tokens to lease for `kind` now (at most `max`).
@@ -124,6 +142,7 @@ public final class ClientConnection: Sendable {
         leases.withLock { leases in
             guard leases.generation == generation else { return }
             leases.byKind[kind]?.receivedAhead(granted, now: now)
+            leases.ahead[kind] = nil
         }
     }
 
@@ -132,6 +151,7 @@ public final class ClientConnection: Sendable {
         leases.withLock { leases in
             leases.generation += 1
             leases.byKind.removeAll()
+            leases.ahead.removeAll()
         }
         return binding.withLock { current in
             defer { current = nil }
