@@ -2,20 +2,10 @@ import NIOCore
 import WhisperShared
 
 /// Serves one `send_message` (a 1:1 message, or one copy of a group message) wherever it
-/// is read: at the sender's gateway (`SendDesk`) or at a router (`MessageRouter`: group
-/// copies, and 1:1 messages with `GATEWAY_SEND_PATH=router`). Both run this code; what
-/// differs is said by the `Caller`: how the sender hears `message_accepted`, and whether
-/// the recipient's socket may be on the caller's own instance.
-///
-/// The steps, in this order (docs/architecture.md, "The life of a message"):
-/// 1. the message's checks (`MessageChecks`), then for a group copy the membership of
-///    both ends, then an attachment's owner;
-/// 2. the store script, which answers for the sender (stored, a duplicate, or refused)
-///    and says where the recipient is connected; nothing leaves before its write;
-/// 3. the sender is told, the message goes to the recipient's socket (written here, or
-///    published to its gateway), and a recipient with no live socket gets a push job.
-/// One round trip for the store, one for what is published (none when both ends are on
-/// the caller's instance), one for a push job.
+/// is read: at the sender's gateway (`SendDesk`) or at a router (`MessageRouter`). The
+/// steps: the message's checks, the store script (which answers for the sender and says
+/// where the recipient is), then the sender's answer, the recipient's delivery and a
+/// wake-up. docs/architecture.md, "The life of a message".
 public struct MessageSending: Sendable {
     public let checks: MessageChecks
     public let attachments: AttachmentRecipients

@@ -1,28 +1,11 @@
 import Synchronization
 import WhisperShared
 
-/// Whether a sender is its recipient's direct peer (`Peers.exchanged`), as the store
-/// needs it to tell a contact's message from a stranger's (strangers get a bounded share
-/// of a queue: `PendingQueue.Capacity`), and as early delivery needs it (only a direct
-/// peer's message is written to its recipient while it is stored).
-///
-/// In-process memory of shared state, and how stale it may be:
-/// - a pair found to be peers is trusted for `peersTrusted` (5 minutes). Peers stay
-///   peers for 30 days after their last exchange, so the answer can be stale only for a
-///   pair whose 30 days ran out in those minutes; their messages then count as a
-///   contact's for at most that long, which takes nothing from anyone;
-/// - a pair found not to be peers is trusted for `strangersTrusted` (10 seconds), so that
-///   a busy one-way sender costs one lookup per 10 s, not one per message. Two events
-///   end that answer sooner, because each makes the pair peers by the rule itself:
-///   - the sender's message is stored (`stored`) while the recipient had written to it
-///     (the look-up saw that half): the store wrote the other half;
-///   - a message of the recipient reaches the sender's socket on this instance
-///     (`heard`): the answer is dropped, and the sender's next message looks again.
-///   Otherwise, for up to 10 s after a recipient's first reply, the sender's messages
-///   still count as a stranger's: they are refused only while strangers hold their whole
-///   share (the refusal says to retry), and they wait for their store before they are
-///   delivered.
-/// At most `capacity` pairs are held; past it, the memory starts again empty.
+/// Whether a sender is its recipient's direct peer (`Peers.exchanged`): a contact's
+/// message is not counted against the strangers' share of a queue, and may be written
+/// to its recipient while it is stored. An in-process memory of shared state: how stale
+/// it may be and why that is safe is in docs/architecture.md, "In-process memories of
+/// shared state".
 public final class PeerMemory: Sendable {
     public static let peersTrusted: Duration = .seconds(300)
     public static let strangersTrusted: Duration = .seconds(10)

@@ -7,19 +7,10 @@ import Synchronization
 import WhisperShared
 
 /// Tokens one socket took ahead from a bucket of its identity (`RateLimiter.lease`), so
-/// that a busy sender costs a bucket round trip per lease instead of per frame. One
-/// identity holds one live socket and its frames are handled one at a time, so the
-/// socket is the only spender. A lease starts at one token and doubles (up to `max`)
-/// while leases follow each other within `lifetime`; tokens not spent within `lifetime`
-/// of their lease's answer are dropped, so a sender cannot save up a burst beyond its
-/// bucket, and a socket that closes loses at most what it leased last (never more than
-/// the rule allows overall).
-///
-/// A socket that keeps leasing asks for its next lease ahead of need, once half of its
-/// tokens or fewer are left (`leaseAhead`), without holding up the frame that spent
-/// the token: so a steady sender's frames never wait for the bucket's round trip (a
-/// write, which waits for Redis's fsync with `appendfsync always`). It then holds at most
-/// two leases' tokens.
+/// that a busy sender costs a round trip per lease, not per frame: a lease starts at one
+/// token and doubles while leases follow within `lifetime`, unspent tokens lapse after
+/// it, and a busy socket asks for its next lease ahead of need (`leaseAhead`).
+/// docs/architecture.md, "A message at the sender's gateway", step 1.
 struct TokenLease {
     enum Kind: Hashable {
         case send, receipt

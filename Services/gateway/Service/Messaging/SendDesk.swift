@@ -4,25 +4,11 @@ import WhisperMessaging
 import WhisperProtocol
 import WhisperShared
 
-/// Serves `send_message` at the gateway holding the sender's socket, without the router
-/// stream (`GATEWAY_SEND_PATH=direct`, the default; docs/architecture.md, "The life of
-/// a message"). The work is `MessageSending`, the code the routers run for group copies
-/// and for `GATEWAY_SEND_PATH=router`; what this desk adds is where it runs: the sender
-/// hears `message_accepted` on its socket here, a recipient whose socket is on this
-/// instance gets the message from here, and the receipt applications waiting on this
-/// gateway go in the store's write. A message costs one Redis round trip (the store;
-/// the sender's bucket is charged through the socket's lease, a round trip per lease),
-/// and one more to publish it to the recipient's gateway when that is another one.
-///
-/// A direct peer's message to a socket on this instance is written to it while the
-/// store is in flight (`deliverEarly`; docs/architecture.md, "Delivered while it is
-/// stored"): the recipient does not wait for the store's fsync, the sender still does.
-/// The other guarantees do not change: nothing is acknowledged before it is
-/// stored; a resend of a known messageId is answered as before and stores nothing; a
-/// gateway that dies mid-way leaves either nothing (the client resends) or a stored
-/// message (the resend is answered as a duplicate, and the recipient gets the message
-/// live or with its next fetch); one socket's frames are handled one at a time, so one
-/// sender's messages are stored in the order it sent them.
+/// Serves `send_message` at the sender's gateway, without the router stream: the work
+/// is `MessageSending` (the routers' code too); this desk says where the sender hears
+/// `message_accepted` and where a recipient on this instance is written, early while
+/// the store is in flight for a direct peer. docs/architecture.md, "A message at the
+/// sender's gateway" and "Delivered while it is stored".
 struct SendDesk: Sendable {
     let sending: MessageSending
     let instanceID: String

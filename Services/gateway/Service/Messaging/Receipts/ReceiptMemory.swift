@@ -3,30 +3,11 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// What this gateway remembers of recent receipts, in one place, so that a receipt it
-/// has handled is known as handled until Redis shows it, and a message it delivered
-/// needs no look-up for its receipt:
-/// - each status of a message's receipt this gateway has taken (`claim`): passed to the
-///   sender and waiting to be applied (`ReceiptApplier`), or handed to the gateway of the
-///   sender's socket, which applies it a few milliseconds later; a repeat from the
-///   recipient meanwhile would find the message still pending in Redis, and without this
-///   memory it would be passed on a second time;
-/// - messages this gateway wrote to a recipient's socket (`remember`), with the sender
-///   and the sender's socket: those it stored itself (the sender's socket is here) and
-///   those another gateway stored and published here with their origin
-///   (`DeliveryOrigin`: the sender's socket is there). A receipt for one of them, from
-///   that recipient, needs no look-up in Redis.
-///
-/// - for a message written to the recipient's socket while its store was in flight
-///   (`SendDesk.deliverEarly`), whether that store has answered (`Settling`): its receipt
-///   may come first, and is given to the sender only once the sender has heard that the
-///   message is stored, never for a message the store refused.
-///
-/// A receipt that finds nothing here (forgotten, or from before) is looked up in Redis,
-/// which is always right; so is one whose handling failed (`release`). What is
-/// remembered is bounded by count (the oldest go) and by age: past `lifetime` Redis is
-/// right again (the receipt was applied, or its command was lost and the message is
-/// pending, to be acknowledged anew).
+/// What this gateway remembers of recent receipts, in one place: each status of a
+/// message's receipt taken here (so a repeat is known until Redis shows it), messages
+/// written here to their recipient with their sender's socket (their receipt needs no
+/// look-up), and, for one written while stored, the store's answer (`Settling`).
+/// Bounded by count and age; docs/architecture.md, "In-process memories of shared state".
 final class ReceiptMemory: Sendable {
     struct Delivery: Equatable {
         let sender: String
