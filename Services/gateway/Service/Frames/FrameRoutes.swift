@@ -53,29 +53,27 @@ extension FrameRoute {
                 try await handler.receipts.serve(payload, whisperId: whisperId, on: served.connection, limits: handler.limits)
             }
         case .fetchPending:
-            .acting(FetchPending.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .fetchPerIdentity) }
+            .routed(FetchPending.self, charging: .fetchPerIdentity)
 
         // MARK: Groups, through the router stream (section 6)
         case .groupCreate:
-            .acting(GroupCreate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
+            .routed(GroupCreate.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupUpdate:
-            .acting(GroupUpdate.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity) }
+            .routed(GroupUpdate.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupInvitationsList:
-            .acting(GroupInvitationsList.self, [.address(.groupOpsPerAddress)]) { handler, _, whisperId, served in
-                try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
-            }
+            .routed(GroupInvitationsList.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupSendMessage:
-            .acting(GroupSendMessage.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .sendPerSender) }
+            .routed(GroupSendMessage.self, charging: .sendPerSender)
 
         // MARK: Calls, through the router stream (section 9)
         case .callInitiate:
-            .acting(CallInitiate.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callsPerIdentity) }
+            .routed(CallInitiate.self, charging: .callsPerIdentity)
         case .callAnswer:
-            .acting(CallAnswer.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .routed(CallAnswer.self, charging: .callSignalsPerIdentity)
         case .callIceCandidate:
-            .acting(CallIceCandidate.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .routed(CallIceCandidate.self, charging: .callSignalsPerIdentity)
         case .callEnd:
-            .acting(CallEnd.self) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .callSignalsPerIdentity) }
+            .routed(CallEnd.self, charging: .callSignalsPerIdentity)
 
         // MARK: Presence and typing (section 8)
         case .typing:
@@ -199,6 +197,12 @@ extension FrameRoute {
                 try await handler.ptt.signal(payload, sender: whisperId)
             }
         }
+    }
+
+    /// A frame a router serves: added to the router stream (`RouterStreamDesk`), charged
+    /// to the identity's bucket of `limit` as it is added.
+    private static func routed<P: ClientPayload>(_: P.Type, _ gates: [Gate] = [], charging limit: Limit) -> FrameRoute {
+        .acting(P.self, gates) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: limit) }
     }
 
     /// A Whisperer's conversation changes, per identity.

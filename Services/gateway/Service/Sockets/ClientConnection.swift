@@ -111,7 +111,9 @@ public final class ClientConnection: Sendable {
     /// With a token spent, `ahead` is the size of a lease to ask for now, ahead of need
     /// (`TokenLease.leaseAhead`), the generation to hand back with its answer, and the
     /// promise to complete once it is in (`leasedAhead`).
-    func spendLeased(_ kind: TokenLease.Kind, now: UInt64, max: Int) -> (spent: Bool, ahead: (size: Int, generation: Int, answered: EventLoopPromise<Void>)?) {
+    func spendLeased(
+        _ kind: TokenLease.Kind, now: UInt64, max: Int
+    ) -> (spent: Bool, ahead: (size: Int, generation: Int, answered: EventLoopPromise<Void>)?) {
         leases.withLock { leases in
             guard leases.byKind[kind, default: TokenLease()].spend(now: now) else { return (false, nil) }
             guard let size = leases.byKind[kind]?.leaseAhead(now: now, max: max) else { return (true, nil) }

@@ -13,9 +13,9 @@ import WhisperShared
 /// session after the sign-in deadline (4004).
 ///
 /// Complete messages go to the socket's `SocketInbox`; a task handles them one after
-/// another and ends when the inbox is empty (started inside the read, `startHandling`). So an idle socket costs its channel, this
-/// handler and its `ClientConnection`, and no task, stream or buffer: the gateway holds
-/// tens of thousands of them (docs/benchmarks.md, "Today's figures").
+/// another and ends when the inbox is empty (started inside the read, `startHandling`).
+/// So an idle socket costs its channel, this handler and its `ClientConnection`, and no
+/// task, stream or buffer (docs/benchmarks.md, "An idle socket").
 final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     /// Whole frames (`WebSocketWire.serverFrame`): whoever writes to a client socket's
