@@ -245,6 +245,24 @@ import WhisperShared
             #expect(verdicts[name]?.valid == true, "\(name): \(verdicts[name]?.error ?? "missing")")
         }
     }
+
+    /// Every field a hot payload declares (`fieldNames`, from its `CodingKeys`) is one its
+    /// fast reader knows: read, or left to the general path by its value. A field added to
+    /// the payload and not to the reader fails here, before the reader could pass a frame
+    /// without it.
+    @Test func theFastReadersKnowEveryDeclaredField() {
+        func unknown<F: HotFields>(_: F.Type) -> [String] {
+            F.fieldNames.filter { name in
+                ![FastJSON.Value.null, .string(""), .integer(0)].contains { value in
+                    var reader = F.Reader()
+                    return reader.read(FastJSON.Field(key: name, value: value))
+                }
+            }
+        }
+        #expect(unknown(SendMessageFields.self).isEmpty, "\(unknown(SendMessageFields.self))")
+        #expect(unknown(GroupSendMessageFields.self).isEmpty, "\(unknown(GroupSendMessageFields.self))")
+        #expect(unknown(DeliveryReceiptFields.self).isEmpty, "\(unknown(DeliveryReceiptFields.self))")
+    }
 }
 
 /// A small fixed-seed generator (SplitMix64), so random tests replay exactly.
