@@ -26,13 +26,6 @@ public enum RouterStream {
         case callIceCandidate = "call_ice_candidate"
         case callEnd = "call_end"
         case fetchPending = "fetch_pending"
-
-        /// The routed type of a client frame type; nil for one a router does not serve.
-        public init?(_ type: ClientFrameType) {
-            self.init(rawValue: type.rawValue)
-        }
-
-        public var frameType: ClientFrameType { ClientFrameType(rawValue: rawValue)! }
     }
 
     /// One entry, as fields of the stream entry.

@@ -23,7 +23,7 @@ struct AccountDeletionDesk: Sendable {
         try await prepareDeletion(
             request, whisperId: whisperId, address: served.connection.remoteAddress, by: accountDeletion(logger: served.connection.logger)
         )
-        try await routerStream.enqueue(served, whisperId: whisperId, charging: .groupOpsPerIdentity)
+        try await routerStream.enqueue(.accountDelete, served, whisperId: whisperId, charging: .groupOpsPerIdentity)
     }
 
     /// `POST /account/delete`, the HTTP twin: the session in `Authorization: Bearer`, the
@@ -88,15 +88,10 @@ struct AccountDeletionDesk: Sendable {
             do {
                 _ = try await conversations.delete(
                     LiveConversationDelete(sessionToken: request.sessionToken, LiveConversationDeleteFields(conversationId: conversation.conversationId)),
-                    owner: whisperId
+                    owner: whisperId, releasing: live
                 )
             } catch let refusal as WhisperError where refusal.code == .notFound {
                 continue  // deleted meanwhile
-            }
-            do {
-                try await live.deleted(conversation.conversationId)
-            } catch {
-                logger.warning("live_deleted_release_failed", metadata: ["error": "\(error)"])
             }
         }
         for channel in try await ptt.list(member: whisperId).channels {

@@ -45,7 +45,7 @@ extension FrameRoute {
                 if let sends = handler.sends {
                     try await sends.serve(payload, whisperId: whisperId, served)
                 } else {
-                    try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: .sendPerSender)
+                    try await handler.routerStream.enqueue(.sendMessage, served, whisperId: whisperId, charging: .sendPerSender)
                 }
             }
         case .deliveryReceipt:
@@ -53,27 +53,27 @@ extension FrameRoute {
                 try await handler.receipts.serve(payload, whisperId: whisperId, on: served.connection, limits: handler.limits)
             }
         case .fetchPending:
-            .routed(FetchPending.self, charging: .fetchPerIdentity)
+            .routed(FetchPending.self, as: .fetchPending, charging: .fetchPerIdentity)
 
         // MARK: Groups, through the router stream (section 6)
         case .groupCreate:
-            .routed(GroupCreate.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
+            .routed(GroupCreate.self, as: .groupCreate, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupUpdate:
-            .routed(GroupUpdate.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
+            .routed(GroupUpdate.self, as: .groupUpdate, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupInvitationsList:
-            .routed(GroupInvitationsList.self, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
+            .routed(GroupInvitationsList.self, as: .groupInvitationsList, [.address(.groupOpsPerAddress)], charging: .groupOpsPerIdentity)
         case .groupSendMessage:
-            .routed(GroupSendMessage.self, charging: .sendPerSender)
+            .routed(GroupSendMessage.self, as: .groupSendMessage, charging: .sendPerSender)
 
         // MARK: Calls, through the router stream (section 9)
         case .callInitiate:
-            .routed(CallInitiate.self, charging: .callsPerIdentity)
+            .routed(CallInitiate.self, as: .callInitiate, charging: .callsPerIdentity)
         case .callAnswer:
-            .routed(CallAnswer.self, charging: .callSignalsPerIdentity)
+            .routed(CallAnswer.self, as: .callAnswer, charging: .callSignalsPerIdentity)
         case .callIceCandidate:
-            .routed(CallIceCandidate.self, charging: .callSignalsPerIdentity)
+            .routed(CallIceCandidate.self, as: .callIceCandidate, charging: .callSignalsPerIdentity)
         case .callEnd:
-            .routed(CallEnd.self, charging: .callSignalsPerIdentity)
+            .routed(CallEnd.self, as: .callEnd, charging: .callSignalsPerIdentity)
 
         // MARK: Presence and typing (section 8)
         case .typing:
@@ -199,10 +199,16 @@ extension FrameRoute {
         }
     }
 
-    /// A frame a router serves: added to the router stream (`RouterStreamDesk`), charged
-    /// to the identity's bucket of `limit` as it is added.
-    private static func routed<P: ClientPayload>(_: P.Type, _ gates: [Gate] = [], charging limit: Limit) -> FrameRoute {
-        .acting(P.self, gates) { handler, _, whisperId, served in try await handler.routerStream.enqueue(served, whisperId: whisperId, charging: limit) }
+    /// A frame a router serves, as the stream's entry type `routed` (the same frame type:
+    /// `FrameRouteTests` builds the table): added to the router stream
+    /// (`RouterStreamDesk`), charged to the identity's bucket of `limit` as it is added.
+    private static func routed<P: ClientPayload>(
+        _: P.Type, as routed: RouterStream.Routed, _ gates: [Gate] = [], charging limit: Limit
+    ) -> FrameRoute {
+        assert(routed.rawValue == P.frameType.rawValue, "\(P.frameType.rawValue) routed as \(routed.rawValue)")
+        return .acting(P.self, gates) { handler, _, whisperId, served in
+            try await handler.routerStream.enqueue(routed, served, whisperId: whisperId, charging: limit)
+        }
     }
 
     /// A Whisperer's conversation changes, per identity.

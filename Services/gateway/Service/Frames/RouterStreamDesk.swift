@@ -15,14 +15,14 @@ struct RouterStreamDesk: Sendable {
     let redis: RedisClient
     let instanceID: String
 
-    /// Adds the socket's frame to the stream; a refusal is thrown (`FrameRefusal`).
-    func enqueue(_ served: FrameRoute.Served, whisperId: String, charging limit: Limit) async throws {
+    /// Adds the socket's frame, of the routed `type` its route names, to the stream; a
+    /// refusal is thrown (`FrameRefusal`).
+    func enqueue(_ type: RouterStream.Routed, _ served: FrameRoute.Served, whisperId: String, charging limit: Limit) async throws {
         let frame = served.frame, connection = served.connection
-        guard let type = RouterStream.Routed(frame.type) else { throw WhisperError(.internalError, "\(frame.type.rawValue) is not served by a router") }
         let isMessage = type == .sendMessage || type == .groupSendMessage
         if isMessage, limits.busy.holds() { throw FrameRefusal.busy(limits) }
         // A page must not hold what this socket has just acknowledged here.
-        if frame.type == .fetchPending { await receipts.applier.flush() }
+        if type == .fetchPending { await receipts.applier.flush() }
         let payload = try RouterStream.storedPayload(frame.payload)
         // The router checks the exact stored size; this only keeps what cannot pass out of the stream.
         if isMessage, payload.count > Limits.MAX_STORED_MESSAGE_BYTES + 128 {

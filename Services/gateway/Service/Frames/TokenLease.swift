@@ -22,8 +22,10 @@ struct TokenLease {
     private var validUntil: UInt64 = 0
     private var size = 1
     private var lastLeaseAt: UInt64?
-    /// A lease asked for ahead of need has not answered yet.
-    private var leasingAhead = false
+    /// The answer of the lease asked for ahead of need, while it is out: a frame that
+    /// finds no token waits for it before it asks the bucket itself (the bucket may hold
+    /// no more than that lease took).
+    private(set) var aheadAnswer: EventLoopFuture<Void>?
 
     mutating func spend(now: UInt64) -> Bool {
         guard tokens > 0, now < validUntil else {
@@ -51,19 +53,21 @@ struct TokenLease {
         validUntil = now &+ Self.lifetime
     }
 
-    /// After a spend: how many tokens to lease now, ahead of need, or nil. Only while the
-    /// socket keeps leasing (its last lease within `lifetime`), once half of its last
-    /// lease or less is left, and when no lease asked ahead is still on its way.
-    mutating func leaseAhead(now: UInt64, max: Int) -> Int? {
-        guard !leasingAhead, tokens * 2 <= size, let last = lastLeaseAt, now &- last < Self.lifetime else { return nil }
-        leasingAhead = true
-        return nextSize(now: now, max: max)
+    /// After a spend: how many tokens to lease now, ahead of need, and the promise its
+    /// answer completes (`aheadAnswer`), or nil. Only while the socket keeps leasing (its
+    /// last lease within `lifetime`), once half of its last lease or less is left, and
+    /// when no lease asked ahead is still on its way.
+    mutating func leaseAhead(now: UInt64, max: Int, on loop: any EventLoop) -> (size: Int, answered: EventLoopPromise<Void>)? {
+        guard aheadAnswer == nil, tokens * 2 <= size, let last = lastLeaseAt, now &- last < Self.lifetime else { return nil }
+        let answered = loop.makePromise(of: Void.self)
+        aheadAnswer = answered.futureResult
+        return (nextSize(now: now, max: max), answered)
     }
 
     /// The lease asked ahead answered: `granted` tokens (none spent), or nil when it was
     /// refused or failed (the next frame without a token then asks, and is answered).
     mutating func receivedAhead(_ granted: Int?, now: UInt64) {
-        leasingAhead = false
+        aheadAnswer = nil
         guard let granted, granted > 0 else { return }
         tokens = granted + (now < validUntil ? tokens : 0)
         validUntil = now &+ Self.lifetime

@@ -65,10 +65,6 @@ public final class ClientConnection: Sendable {
     private struct Leases {
         var generation = 0
         var byKind: [TokenLease.Kind: TokenLease] = [:]
-        /// The answer of each lease asked ahead and not in yet: a frame that finds no
-        /// token waits for it before it asks the bucket itself (the bucket may have no
-        /// more than those tokens).
-        var ahead: [TokenLease.Kind: EventLoopFuture<Void>] = [:]
     }
 
     /// Frames a socket may be handed while it has no room before it counts as too slow.
@@ -116,16 +112,14 @@ public final class ClientConnection: Sendable {
     ) -> (spent: Bool, ahead: (size: Int, generation: Int, answered: EventLoopPromise<Void>)?) {
         leases.withLock { leases in
             guard leases.byKind[kind, default: TokenLease()].spend(now: now) else { return (false, nil) }
-            guard let size = leases.byKind[kind]?.leaseAhead(now: now, max: max) else { return (true, nil) }
-            let answered = channel.eventLoop.makePromise(of: Void.self)
-            leases.ahead[kind] = answered.futureResult
-            return (true, (size, leases.generation, answered))
+            guard let ahead = leases.byKind[kind]?.leaseAhead(now: now, max: max, on: channel.eventLoop) else { return (true, nil) }
+            return (true, (ahead.size, leases.generation, ahead.answered))
         }
     }
 
     /// The answer of the lease asked ahead for `kind`, while it is not in.
     func leaseAheadInFlight(_ kind: TokenLease.Kind) -> EventLoopFuture<Void>? {
-        leases.withLock { $0.ahead[kind] }
+        leases.withLock { $0.byKind[kind]?.aheadAnswer }
     }
 
     /// How many tokens to lease for `kind` now (at most `max`).
@@ -144,7 +138,6 @@ public final class ClientConnection: Sendable {
         leases.withLock { leases in
             guard leases.generation == generation else { return }
             leases.byKind[kind]?.receivedAhead(granted, now: now)
-            leases.ahead[kind] = nil
         }
     }
 
@@ -153,7 +146,6 @@ public final class ClientConnection: Sendable {
         leases.withLock { leases in
             leases.generation += 1
             leases.byKind.removeAll()
-            leases.ahead.removeAll()
         }
         return binding.withLock { current in
             defer { current = nil }
