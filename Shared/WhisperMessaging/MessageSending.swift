@@ -73,6 +73,12 @@ public struct MessageSending: Sendable {
         /// What the store did with a message delivered early (true: it is stored, now or
         /// before), once the sender's socket was given `message_accepted` or the refusal.
         func settle(_ message: Payload<SendMessageFields>, stored: Bool)
+        /// The store of a message delivered early is written to Redis, behind everything
+        /// this client wrote before it and ahead of anything it writes next: the caller may
+        /// go on with its next message while the store's reply is awaited (only when the
+        /// write went out without waiting for anything first: one connection, the script
+        /// known). Nothing was delivered after the store for it, so no order is at stake.
+        func storeWritten()
         /// Whether `send` waits for what it publishes before it returns. A router must (it
         /// acknowledges the stream entry next, on another connection); a gateway need not:
         /// the publish is written before anything the socket sends next, on the same
@@ -132,7 +138,8 @@ public struct MessageSending: Sendable {
             do {
                 outcome = try await pending.store(
                     recipient: message.to, messageId: message.messageId, sender: message.from, body: body, redeliver: redeliver,
-                    pairLimit: pairLimit, fromStranger: fromStranger, group: membership, alongside: commands
+                    pairLimit: pairLimit, fromStranger: fromStranger, group: membership, alongside: commands,
+                    written: early != nil ? caller.storeWritten : nil
                 )
             } catch {
                 returned(nil)
@@ -242,4 +249,9 @@ public struct MessageSending: Sendable {
     private func pushJob(for message: SendMessage) async throws {
         try await redis.send(PushStream.job(to: message.to, kind: .message, id: message.messageId, at: Clock.millisecondsNow(), in: redis.configuration.streamShards))
     }
+}
+
+extension MessageSending.Caller {
+    /// A caller that handles one message at a time ignores it.
+    public func storeWritten() {}
 }

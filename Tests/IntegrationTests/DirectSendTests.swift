@@ -293,6 +293,81 @@ struct DirectSendTests {
         }
     }
 
+    /// A socket's next message does not wait for its last one's store once that store is
+    /// written (`SocketTurns`): while Redis holds writes, two messages sent back to back
+    /// both reach their recipient before either is stored, and both are then accepted.
+    /// One at a time, the second would be handled only once the first's store answered.
+    @Test func aSocketsNextMessageIsHandledWhileItsLastIsStored() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob])
+            try await stack.withRedis { redis in
+                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    // A steady run first: the socket holds leased tokens, so that the held
+                    // messages need no write but their stores.
+                    for index in 0..<12 {
+                        try await socket.send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
+                        #expect(try await socket.answer(to: "steady-\(index)").type == .messageAccepted)
+                    }
+                    _ = try await bob.events(.messageReceived, count: 12)
+                    let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
+                    _ = try await redis.send("CLIENT", "PAUSE", "3000", "WRITE")
+                    let held = (0..<2).map { alice.message("held \($0)", to: bob) }
+                    for (index, message) in held.enumerated() {
+                        try await socket.send(message, requestId: "held-\(index)")
+                    }
+                    try await waitUntil(timeout: .seconds(10)) {
+                        let arrived = Set(await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self)?.messageId })
+                        return held.allSatisfy { arrived.contains($0.messageId) }
+                    }
+                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "both at Bob before either store")
+                    var answers: [String: ServerFrame] = [:]
+                    while answers.count < held.count {
+                        let frame = try await socket.receive(timeout: .seconds(10))
+                        if let requestId = frame.requestId, requestId.hasPrefix("held-") { answers[requestId] = frame }
+                    }
+                    #expect(answers.values.allSatisfy { $0.type == .messageAccepted }, "\(answers.values.map(\.type))")
+                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued + held.count)
+                }
+            }
+        }
+    }
+
+    /// At most `storesInFlightMax` of a socket's messages wait for their stores at once:
+    /// the next frame waits for one of them to end, and the socket's end waits for all.
+    @Test func aSocketsMessagesInFlightAreBounded() async throws {
+        let turns = SocketTurns()
+        var held: [FrameTurn] = []
+        for _ in 0..<SocketTurns.storesInFlightMax {
+            let turn = await turns.begin()
+            turn.release()
+            await turn.passed()
+            held.append(turn)
+        }
+        #expect(turns.inFlight == SocketTurns.storesInFlightMax)
+        let began = Mutex(false)
+        let next = Task {
+            let turn = await turns.begin()
+            began.withLock { $0 = true }
+            turn.end()
+        }
+        let ended = Mutex(false)
+        let end = Task {
+            await turns.drained()
+            ended.withLock { $0 = true }
+        }
+        for _ in 0..<200 { await Task.yield() }
+        #expect(!began.withLock { $0 }, "no room while the bound is reached")
+        held.removeFirst().end()
+        await next.value
+        #expect(began.withLock { $0 })
+        #expect(!ended.withLock { $0 }, "the socket's end waits for every message in flight")
+        for turn in held { turn.end() }
+        await end.value
+        #expect(turns.inFlight == 0)
+    }
+
     @Test func aPeersMessageReachesItsRecipientWhileItIsStored() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let alice = try await stack.offlineUser(on: 0)

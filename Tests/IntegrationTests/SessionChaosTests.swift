@@ -27,7 +27,9 @@ import WhisperShared
         var configuration = WhisperSession.Configuration(gateways: gateways, deviceId: RandomID.uuid(), platform: .ios)
         configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
         configuration.pingInterval = .seconds(1)
-        configuration.pingTimeout = .seconds(1)
+        // A debug stack on a busy 2-core machine can take over a second to answer; a
+        // socket dropped for that in the set-up is not what this test is about.
+        configuration.pingTimeout = .seconds(3)
         configuration.connectTimeout = .seconds(3)
         configuration.listenerDevice = listenerDevice
         return configuration
@@ -89,25 +91,41 @@ import WhisperShared
         }
         try await everythingArrived(sent, apps)
 
+        /// A step of the set-up; when it fails, where each session was is said with it.
+        func step<T: Sendable>(_ what: String, _ body: () async throws -> T) async throws -> T {
+            do {
+                return try await body()
+            } catch {
+                let states = apps.map { "\($0.name): \($0.watcher.states.withLock { $0.suffix(6) })" }.joined(separator: "; ")
+                Issue.record("set-up step \(what) failed: \(error) (\(states))\n\(stack.logTails(lines: 40))")
+                throw error
+            }
+        }
         // A group of the three, a live-text conversation Alice whispers in and Bob listens
         // to, a push-to-talk channel where Alice holds the floor, and Bob watching Alice.
-        let group = try await alice.session.connected { connection, _ in
-            try await connection.createGroup(title: "Chaos", memberIds: [bob.whisperId, carol.whisperId])
+        let group = try await step("group_create") {
+            try await alice.session.connected { connection, _ in
+                try await connection.createGroup(title: "Chaos", memberIds: [bob.whisperId, carol.whisperId])
+            }
         }
         #expect(group.invited?.isEmpty ?? true, "direct peers become members at once")
-        let conversation = try await alice.session.connected { connection, _ in try await connection.createLiveConversation(name: "Kitchen") }
-        let whisperer = try await alice.session.whisper(in: conversation.conversationId, name: "Alice")
-        _ = try await bob.session.listen(to: conversation.conversationId, name: "Bob")
+        let conversation = try await step("live_conversation_create") {
+            try await alice.session.connected { connection, _ in try await connection.createLiveConversation(name: "Kitchen") }
+        }
+        let whisperer = try await step("whisper") { try await alice.session.whisper(in: conversation.conversationId, name: "Alice") }
+        _ = try await step("listen") { try await bob.session.listen(to: conversation.conversationId, name: "Bob") }
         var listenerId = ""
         try await waitUntil {
             for case .request(let id, "Bob") in alice.watcher.whispering.withLock({ $0 }) { listenerId = id }
             return !listenerId.isEmpty
         }
-        try await whisperer.admit(listenerId)
-        let channel = try await bob.session.connected { connection, _ in try await connection.createChannel(name: "crew") }
-        _ = try await alice.session.connected { connection, _ in try await connection.joinChannel(code: channel.joinCode) }
-        #expect(try await alice.session.requestFloor(channel.channelId).outcome == .granted)
-        try await bob.session.watchPresence([alice.whisperId])
+        try await step("admit") { try await whisperer.admit(listenerId) }
+        let channel = try await step("channel_create") {
+            try await bob.session.connected { connection, _ in try await connection.createChannel(name: "crew") }
+        }
+        _ = try await step("channel_join") { try await alice.session.connected { connection, _ in try await connection.joinChannel(code: channel.joinCode) } }
+        #expect(try await step("floor") { try await alice.session.requestFloor(channel.channelId).outcome } == .granted)
+        try await step("presence_subscribe") { try await bob.session.watchPresence([alice.whisperId]) }
 
         // Steady traffic through everything below, all through the sessions' outboxes:
         // Alice and Bob write to each other, Carol writes to the group.

@@ -87,6 +87,9 @@ public final class RedisClient: Service, Sendable {
                     self.state.withLock { state in
                         if case .connected = state { state = .disconnected }
                     }
+                    // A Redis that restarted knows no scripts: each is taught again with its
+                    // first call, in the same write (so `written` holds after a restart).
+                    self.scripts.withLock { $0.removeAll() }
                     if !Task.isCancelled {
                         self.statistics.losses.add(1, ordering: .relaxed)
                         self.logger.warning("redis_connection_lost")
@@ -208,9 +211,12 @@ public final class RedisClient: Service, Sendable {
 
     /// Runs a script and, in the same write, other commands (reads: they may be sent
     /// twice when the server has to be taught the script first). Returns the script's
-    /// reply (an error reply thrown) and the others' replies as they came.
+    /// reply (an error reply thrown) and the others' replies as they came. `written` is
+    /// called once the script's call is written, when that happened before any wait (one
+    /// connection, the script known): what this client writes next goes behind it.
     public func evaluate(
-        _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand]
+        _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand],
+        written: (@Sendable () -> Void)? = nil
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
         if let cluster = try mappedCluster() {
             return try await evaluate(script, keys: keys, arguments: arguments, alongside: others, on: cluster)
@@ -219,7 +225,7 @@ public final class RedisClient: Service, Sendable {
         let evalsha = script.evalsha(keys: keys, arguments: arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
-            let replies = try await connection.pipeline([evalsha] + others)
+            let replies = try await connection.pipeline([evalsha] + others, written: written)
             switch replies[0] {
             case .error(let message) where message.hasPrefix("NOSCRIPT"):
                 break

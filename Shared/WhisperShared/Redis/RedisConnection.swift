@@ -67,10 +67,12 @@ public final class RedisConnection: Sendable {
     }
 
     /// Sends several commands in one write. Error replies are returned, not thrown,
-    /// so that each result can be looked at on its own.
-    public func pipeline(_ commands: [RedisCommand]) async throws -> [RESPValue] {
+    /// so that each result can be looked at on its own. `written` is called once the
+    /// write is handed to the connection, before the replies are awaited.
+    public func pipeline(_ commands: [RedisCommand], written: (@Sendable () -> Void)? = nil) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
         let promises = write(commands)
+        written?()
         var replies: [RESPValue] = []
         replies.reserveCapacity(promises.count)
         for promise in promises {

@@ -48,9 +48,26 @@ struct FrameHandler: Sendable {
             await refuse(over: .controlPerSocket, retryAfterMs: nil, requestId: frame.requestId, on: connection)
             return
         }
+        // A message served here may let the socket's next frame go once its store is
+        // written (`SocketTurns`): it is served in a task of its own, which this waits for
+        // until then. It runs here until it first waits, so most frames cost no switch.
+        if route.type == .sendMessage, sends != nil {
+            let turn = await connection.turns.begin()
+            Task.immediate {
+                await serve(frame, route, waitingSince: waitingSince, turn: turn, on: connection)
+                turn.end()
+            }
+            await turn.passed()
+            return
+        }
+        await serve(frame, route, waitingSince: waitingSince, turn: nil, on: connection)
+    }
+
+    /// The sender, limits and route stages of a decoded frame, and the answer to a refusal.
+    private func serve(_ frame: InboundFrame, _ route: FrameRoute, waitingSince: UInt64, turn: FrameTurn?, on connection: ClientConnection) async {
         do {
             guard try await admitSender(frame, route, on: connection),
-                  let served = try await admitLimits(frame, route, waitingSince: waitingSince, on: connection) else { return }
+                  let served = try await admitLimits(frame, route, waitingSince: waitingSince, turn: turn, on: connection) else { return }
             if route.answersRefusals {
                 do {
                     try await route.serve(self, served)
@@ -105,7 +122,9 @@ struct FrameHandler: Sendable {
     }
 
     /// The limits stage: the route's gates in order. Nil once the frame was refused.
-    private func admitLimits(_ frame: InboundFrame, _ route: FrameRoute, waitingSince: UInt64, on connection: ClientConnection) async throws -> FrameRoute.Served? {
+    private func admitLimits(
+        _ frame: InboundFrame, _ route: FrameRoute, waitingSince: UInt64, turn: FrameTurn?, on connection: ClientConnection
+    ) async throws -> FrameRoute.Served? {
         var whisperId: String?
         for gate in route.gates {
             switch gate {
@@ -136,7 +155,7 @@ struct FrameHandler: Sendable {
                 }
             }
         }
-        return FrameRoute.Served(frame: frame, connection: connection, whisperId: whisperId, waitingSince: waitingSince)
+        return FrameRoute.Served(frame: frame, connection: connection, whisperId: whisperId, waitingSince: waitingSince, turn: turn)
     }
 
     /// Frames that cost nothing but the gateway's (and auth's) time: limited here, per

@@ -42,6 +42,9 @@ struct FrameRoute: Sendable {
         /// Since when the frame has waited for the gateway (`NIODeadline` uptime, ns; 0
         /// when it did not: `SocketInbox.nextTimed()`).
         let waitingSince: UInt64
+        /// The frame's turn on its socket, when it may let the next frame go before it
+        /// ends (`SocketTurns`).
+        var turn: FrameTurn? = nil
 
         /// Answers the frame with `payload`.
         func answer(_ payload: some ServerPayload) {

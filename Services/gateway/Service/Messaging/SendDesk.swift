@@ -47,7 +47,7 @@ struct SendDesk: Sendable {
         let receivedAt = Clock.millisecondsNow()
         do {
             guard WhisperTracing.isEnabled else {
-                try await send(message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection)
+                try await send(message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection, turn: served.turn)
                 return
             }
             // A message's trace begins and, for a recipient on this instance, ends here.
@@ -57,7 +57,7 @@ struct SendDesk: Sendable {
                 span.attributes["whisper.message_id"] = message.messageId
                 let outcome = try await send(
                     message, requestId: requestId, sender: whisperId, receivedAt: receivedAt, on: connection,
-                    traceparent: WhisperTracing.traceparent(of: span.context)
+                    traceparent: WhisperTracing.traceparent(of: span.context), turn: served.turn
                 )
                 span.attributes["whisper.outcome"] = outcome.rawValue
             }
@@ -72,17 +72,18 @@ struct SendDesk: Sendable {
 
     /// Checks, stores and passes on one message the socket's identity (`sender`, whose
     /// own bucket was charged) sent; `receivedAt` is when the gateway read it (ms).
-    /// Refusals are thrown as `WhisperError`s for the caller to answer.
+    /// Refusals are thrown as `WhisperError`s for the caller to answer. `turn`: released
+    /// once the store of a message delivered early is written (`SocketTurns`).
     @discardableResult
     func send(
         _ message: SendMessage, requestId: String?, sender: String, receivedAt: Int64, on connection: ClientConnection,
-        traceparent: String? = nil
+        traceparent: String? = nil, turn: FrameTurn? = nil
     ) async throws -> RoutingOutcome {
         let origin = DeliveryOrigin(gateway: instanceID, connId: connection.id, sender: sender, recipient: message.to, messageId: message.messageId)
         return try await sending.send(
             message,
             from: MessageSending.Sender(whisperId: sender, requestId: requestId, receivedAt: receivedAt, traceparent: traceparent, origin: origin),
-            caller: Socket(desk: self, connection: connection)
+            caller: Socket(desk: self, connection: connection, turn: turn)
         )
     }
 
@@ -90,6 +91,7 @@ struct SendDesk: Sendable {
     private struct Socket: MessageSending.Caller {
         let desk: SendDesk
         let connection: ClientConnection
+        let turn: FrameTurn?
 
         func accept(_ frame: [UInt8]) -> RedisCommand? {
             connection.sendRaw(frame)
@@ -125,6 +127,11 @@ struct SendDesk: Sendable {
 
         func settle(_ message: SendMessage, stored: Bool) {
             desk.receipts.memory.settle(recipient: message.to, messageId: message.messageId, stored: stored)
+        }
+
+        /// The socket's next frame is handled while the store's reply is awaited.
+        func storeWritten() {
+            turn?.release()
         }
 
         /// The socket's next frame does not wait for the publish (`MessageSending.Caller`).

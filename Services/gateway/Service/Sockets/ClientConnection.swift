@@ -23,6 +23,8 @@ public final class ClientConnection: Sendable {
     private let baseLogger: Logger
     /// Frames read from the socket and not handled yet (`SocketInbox`).
     let inbox: SocketInbox
+    /// The socket's messages let past their turn and waiting for their stores (`SocketTurns`).
+    let turns = SocketTurns()
     /// The listener device of the upgrade's `whisper_live_device` cookie (`LiveDevices`),
     /// for live text: a listener's frames act for it. Nil without a valid cookie.
     let liveDevice: String?

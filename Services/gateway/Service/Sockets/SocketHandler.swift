@@ -267,6 +267,8 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
                 case .idle:
                     return
                 case .ended:
+                    // Its messages still waiting for their stores are answered first.
+                    await connection.turns.drained()
                     await onClosed(connection)
                     return
                 }
