@@ -12,7 +12,7 @@ import WhisperShared
 /// the auditor checks every epoch, and each way a server could swap keys unseen (a
 /// rewritten key row, a split view, a rollback, a doctored proof) is caught by the
 /// SDK's checks, the owner's monitor or the auditor.
-@Suite(.serialized) struct KeyTransparencyTests {
+@Suite(.serialized, .stopsSessions) struct KeyTransparencyTests {
     static func api(_ stack: MessagingStack, directory: DirectoryView = DirectoryView()) -> WhisperAPI {
         let auth = stack.auth.baseURL
         return WhisperAPI(endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: auth, attachments: auth, turn: auth), directory: directory)
@@ -198,10 +198,10 @@ import WhisperShared
                 endpoints: WhisperEndpoints(websocket: stack.websocketURL(0), auth: auth, attachments: auth, turn: auth),
                 directory: DirectoryView(auditorKeys: [auditorKey.publicKey])
             )
-            let session = WhisperSession(
+            let session = TestSessions.track(WhisperSession(
                 configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, api: sessionAPI,
                 logger: TestServers.logger
-            )
+            ))
             let alerts = Mutex<[KeyTransparencyError]>([])
             let watching = Task {
                 for await event in session.events {
@@ -304,9 +304,9 @@ import WhisperShared
                 configuration.monitorInterval = .milliseconds(500)
                 var api = Self.api(stack)
                 api.directoryWait = .seconds(1)
-                let session = WhisperSession(
+                let session = TestSessions.track(WhisperSession(
                     configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, api: api, logger: TestServers.logger
-                )
+                ))
                 let watcher = WhisperSessionTests.Watcher(session)
                 await session.start()
                 // Proven once: the monitor's lookup held a head.

@@ -9,7 +9,7 @@ import WhisperShared
 /// is: every gateway drained (a rolling update), every gateway SIGKILLed, Redis killed
 /// and started again, and one client's network cut for 30 s. The apps only send,
 /// acknowledge, type and watch: no line of them reconnects.
-@Suite(.serialized) struct SessionChaosTests {
+@Suite(.serialized, .stopsSessions) struct SessionChaosTests {
     typealias Watcher = WhisperSessionTests.Watcher
 
     /// One app: its keys, its session, what its session showed.
@@ -60,7 +60,7 @@ import WhisperShared
         defer { started.withLock { $0.forEach { $0.cancel() } } }
         func app(_ name: String, _ configuration: WhisperSession.Configuration) async throws -> App {
             let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
-            let session = WhisperSession(configuration: configuration, keys: keys, credentials: nil, logger: TestServers.logger)
+            let session = TestSessions.track(WhisperSession(configuration: configuration, keys: keys, credentials: nil, logger: TestServers.logger))
             let watcher = Watcher(session)
             started.withLock { $0.append(watcher) }
             await session.start()

@@ -282,7 +282,8 @@ import WhisperShared
         if let origin { request.headers.add(name: "Origin", value: origin) }
         if let forwardedFor { request.headers.add(name: "X-Forwarded-For", value: forwardedFor) }
         let response = try await http.execute(request, timeout: .seconds(10))
-        let body = try await response.body.collect(upTo: 1 << 16)
+        // An upgrade that was let through has no body that ends: the socket stays open.
+        let body = response.status == .switchingProtocols ? ByteBuffer() : try await response.body.collect(upTo: 1 << 16)
         if client == nil { try await http.shutdown() }
         return (Int(response.status.code), response.headers.first(name: "Retry-After"), response.headers.first(name: "Location"), String(buffer: body))
     }

@@ -9,7 +9,7 @@ import WhisperShared
 
 /// The SDK's session object against a real stack: it keeps itself connected, the app
 /// writes no reconnect code.
-@Suite(.serialized) struct WhisperSessionTests {
+@Suite(.serialized, .stopsSessions) struct WhisperSessionTests {
     /// What a session showed: its states and events, gathered as they come.
     final class Watcher: Sendable {
         let states = Mutex<[SessionState]>([])
@@ -100,7 +100,9 @@ import WhisperShared
         configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
         let auth = stack.auth.baseURL
         let api = WhisperAPI(endpoints: WhisperEndpoints(websocket: stack.websocketURL(gateways[0]), auth: auth, attachments: auth, turn: auth))
-        return WhisperSession(configuration: configuration, keys: keys, credentials: credentials, api: api, delivered: delivered, logger: TestServers.logger)
+        return TestSessions.track(
+            WhisperSession(configuration: configuration, keys: keys, credentials: credentials, api: api, delivered: delivered, logger: TestServers.logger)
+        )
     }
 
     /// A session on gateways 0 and 1, started and signed in on gateway 0; its watcher
@@ -289,7 +291,9 @@ import WhisperShared
             let (alice, aliceWatch, _) = try await Self.started(stack)
             defer { aliceWatch.cancel() }
             let device = try await ListenerDevice.issue(websocketURL: stack.websocketURL(1))
-            let ada = WhisperSession(listeningWith: .listening(gateways: [stack.websocketURL(1), stack.websocketURL(0)], device: device), logger: TestServers.logger)
+            let ada = TestSessions.track(
+                WhisperSession(listeningWith: .listening(gateways: [stack.websocketURL(1), stack.websocketURL(0)], device: device), logger: TestServers.logger)
+            )
             let adaWatch = Watcher(ada)
             defer { adaWatch.cancel() }
             await ada.start()
@@ -350,9 +354,9 @@ import WhisperShared
             configuration.pingInterval = .seconds(1)
             configuration.pingTimeout = .seconds(1)
             configuration.connectTimeout = .seconds(2)
-            let alice = WhisperSession(
+            let alice = TestSessions.track(WhisperSession(
                 configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
-            )
+            ))
             let watcher = Watcher(alice)
             defer { watcher.cancel() }
             await alice.start()
@@ -400,9 +404,9 @@ import WhisperShared
             var configuration = WhisperSession.Configuration(gateways: ["ws://127.0.0.1:\(proxy.port)/ws"], deviceId: RandomID.uuid(), platform: .ios)
             configuration.backoff = .init(initial: .milliseconds(100), maximum: .milliseconds(500))
             configuration.connectTimeout = .seconds(1)
-            let session = WhisperSession(
+            let session = TestSessions.track(WhisperSession(
                 configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
-            )
+            ))
             await session.start()
             let patientAnswer = Mutex<Result<String, any Error>?>(nil)
             let patient = Task {
