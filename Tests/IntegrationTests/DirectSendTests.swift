@@ -336,21 +336,24 @@ struct DirectSendTests {
 
     /// At most `storesInFlightMax` of a socket's messages wait for their stores at once:
     /// the next frame waits for one of them to end, and the socket's end waits for all.
+    /// A message hands its socket over once (`FrameTurn.release`), and says so when done.
     @Test func aSocketsMessagesInFlightAreBounded() async throws {
         let turns = SocketTurns()
+        let handedOver = Mutex(0)
         var held: [FrameTurn] = []
         for _ in 0..<SocketTurns.storesInFlightMax {
-            let turn = await turns.begin()
+            await turns.waitForRoom()
+            let turn = FrameTurn(turns: turns) { handedOver.withLock { $0 += 1 } }
             turn.release()
-            await turn.passed()
+            turn.release()
             held.append(turn)
         }
+        #expect(handedOver.withLock { $0 } == SocketTurns.storesInFlightMax, "each message hands its socket over once")
         #expect(turns.inFlight == SocketTurns.storesInFlightMax)
         let began = Mutex(false)
         let next = Task {
-            let turn = await turns.begin()
+            await turns.waitForRoom()
             began.withLock { $0 = true }
-            turn.end()
         }
         let ended = Mutex(false)
         let end = Task {
@@ -359,12 +362,15 @@ struct DirectSendTests {
         }
         for _ in 0..<200 { await Task.yield() }
         #expect(!began.withLock { $0 }, "no room while the bound is reached")
-        held.removeFirst().end()
+        #expect(held.removeFirst().end(), "it had handed its socket over")
         await next.value
         #expect(began.withLock { $0 })
         #expect(!ended.withLock { $0 }, "the socket's end waits for every message in flight")
-        for turn in held { turn.end() }
+        for turn in held { _ = turn.end() }
         await end.value
+        #expect(turns.inFlight == 0)
+        let kept = FrameTurn(turns: turns) {}
+        #expect(!kept.end(), "a message that kept its socket says so")
         #expect(turns.inFlight == 0)
     }
 

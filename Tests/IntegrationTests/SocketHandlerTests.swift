@@ -83,7 +83,7 @@ import WhisperShared
         let settings = SocketHandler.Settings(
             pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
         )
-        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
+        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _, _ in false }, onClosed: { _ in }))
         func sent() throws -> [WebSocketOpcode] {
             try WireFrames.written(to: channel).map(\.opcode)
         }
@@ -114,7 +114,7 @@ import WhisperShared
             let channel = EmbeddedChannel(loop: loop)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
             let connection = ClientConnection.forTest(on: channel)
-            try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _ in }, onClosed: { _ in }))
+            try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _, _ in false }, onClosed: { _ in }))
             return channel
         }
         func pinged(_ channel: EmbeddedChannel) throws -> Bool {

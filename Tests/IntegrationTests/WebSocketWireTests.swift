@@ -134,7 +134,7 @@ import WhisperShared
         let handled = Mutex<(messages: [[UInt8]], closed: Bool)>(([], false))
         try channel.pipeline.syncOperations.addHandler(SocketHandler(
             connection: connection, settings: settings,
-            onMessage: { bytes, _, _ in handled.withLock { $0.messages.append(bytes) } },
+            onMessage: { bytes, _, _, _ in handled.withLock { $0.messages.append(bytes) }; return false },
             onClosed: { _ in handled.withLock { $0.closed = true } }
         ))
         var stream = try WireFrames.clientBytes(.text, Array("one".utf8))

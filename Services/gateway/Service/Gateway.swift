@@ -188,8 +188,8 @@ public func buildGateway(
     }
     // Made once and shared by every socket: a closure made per socket would copy what
     // it captures (the frame handler and its desks) into each socket's memory.
-    let onMessage: SocketHandler.MessageHandler = { bytes, waitingSince, connection in
-        await frames.handle(bytes, waitingSince: waitingSince, on: connection)
+    let onMessage: SocketHandler.MessageHandler = { bytes, waitingSince, connection, handOver in
+        await frames.handle(bytes, waitingSince: waitingSince, on: connection, handOver: handOver)
     }
     // Once the socket closed and what it sent was handled, it gives up its identity
     // (presence) and then leaves the registry: a frame for it that arrives meanwhile

@@ -27,11 +27,13 @@ struct FrameHandler: Sendable {
 
     /// Handles one frame of the socket; `waitingSince` is since when it has waited for the
     /// gateway (`NIODeadline` uptime, ns; 0 when it did not: `SocketInbox.nextTimed()`).
-    func handle(_ bytes: [UInt8], waitingSince: UInt64 = 0, on connection: ClientConnection) async {
+    /// True when the frame handed its socket over before it was done (`FrameTurn`).
+    @discardableResult
+    func handle(_ bytes: [UInt8], waitingSince: UInt64 = 0, on connection: ClientConnection, handOver: @escaping @Sendable () -> Void = {}) async -> Bool {
         // Frames a client sent before closing are still handled (a receipt written just
         // before the close must not be lost); the answers have nowhere to go and are
         // dropped. A socket the server ended is not read any further.
-        guard !connection.refusesFrames else { return }
+        guard !connection.refusesFrames else { return false }
         let frame: InboundFrame
         switch decoder.decode(bytes) {
         case .success(let decoded):
@@ -41,26 +43,23 @@ struct FrameHandler: Sendable {
                 "code": "\(rejection.code.rawValue)", "reason": "\(rejection.message)", "sizeBytes": "\(bytes.count)",
             ])
             await refuse(rejection.code, rejection.message, requestId: rejection.requestId, on: connection)
-            return
+            return false
         }
         let route = FrameRoute.table[frame.type] ?? FrameRoute.route(for: frame.type)
         if route.isControl, !admitControl(on: connection) {
             await refuse(over: .controlPerSocket, retryAfterMs: nil, requestId: frame.requestId, on: connection)
-            return
+            return false
         }
-        // A message served here may let the socket's next frame go once its store is
-        // written (`SocketTurns`): it is served in a task of its own, which this waits for
-        // until then. It runs here until it first waits, so most frames cost no switch.
+        // A message served here may hand its socket over once its store is written
+        // (`SocketTurns`), within the socket's bound of messages in flight.
         if route.type == .sendMessage, sends != nil {
-            let turn = await connection.turns.begin()
-            Task.immediate {
-                await serve(frame, route, waitingSince: waitingSince, turn: turn, on: connection)
-                turn.end()
-            }
-            await turn.passed()
-            return
+            await connection.turns.waitForRoom()
+            let turn = FrameTurn(turns: connection.turns, handOver: handOver)
+            await serve(frame, route, waitingSince: waitingSince, turn: turn, on: connection)
+            return turn.end()
         }
         await serve(frame, route, waitingSince: waitingSince, turn: nil, on: connection)
+        return false
     }
 
     /// The sender, limits and route stages of a decoded frame, and the answer to a refusal.

@@ -61,8 +61,10 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     /// Handles one complete message of the socket (in arrival order, one at a time),
-    /// with when it was read (`NIODeadline` uptime, ns).
-    typealias MessageHandler = @Sendable ([UInt8], UInt64, ClientConnection) async -> Void
+    /// with when it was read (`NIODeadline` uptime, ns). The closure hands the socket over
+    /// to another task before the message is done with (`FrameTurn`); true when it did:
+    /// the task that called stops there.
+    typealias MessageHandler = @Sendable ([UInt8], UInt64, ClientConnection, @escaping @Sendable () -> Void) async -> Bool
     /// Runs once after the socket closed and every message read from it was handled.
     typealias Farewell = @Sendable (ClientConnection) async -> Void
 
@@ -252,9 +254,15 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// checked and passed on before that work, not after it; what follows its first wait
     /// runs as any task does. Otherwise the task is queued on the event loop.
     private func startHandling(now: Bool = false) {
-        let connection = connection
-        let onMessage = onMessage
-        let onClosed = onClosed
+        Self.startHandling(connection, onMessage, onClosed, now: now)
+    }
+
+    private static func startHandling(_ connection: ClientConnection, _ onMessage: @escaping MessageHandler, _ onClosed: @escaping Farewell, now: Bool) {
+        // A message that hands the socket over before it is done (`FrameTurn.release`):
+        // what is queued, or read from now on, goes to a task of its own.
+        let handOver: @Sendable () -> Void = {
+            if connection.inbox.handOver() { startHandling(connection, onMessage, onClosed, now: false) }
+        }
         let handle: @Sendable () async -> Void = {
             while true {
                 let (next, waitingSince) = connection.inbox.nextTimed()
@@ -263,7 +271,7 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
                     if resumeReading {
                         connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
                     }
-                    await onMessage(bytes, waitingSince, connection)
+                    if await onMessage(bytes, waitingSince, connection, handOver) { return }
                 case .idle:
                     return
                 case .ended:
@@ -424,6 +432,17 @@ final class SocketInbox: Sendable {
             let pause = !state.paused && (state.count >= bounds.pauseAtMessages || state.bytes >= bounds.pauseAtBytes)
             if pause { state.paused = true }
             return (start, pause)
+        }
+    }
+
+    /// The handling task lets the socket go before its message is done with: true when
+    /// something is queued (or the close is to be finished), for a new task to handle; else
+    /// the next message read starts one.
+    func handOver() -> Bool {
+        state.withLock { state in
+            if state.count > 0 || (state.closed && !state.finished) { return true }
+            state.handling = false
+            return false
         }
     }
 

@@ -2,8 +2,9 @@ import Synchronization
 
 /// A socket's frames are handled one at a time, in the order read, except for a
 /// `send_message` delivered while it is stored: once its store is written to Redis (on
-/// the client's one connection, which keeps the order of writes) the socket's next frame
-/// is handled while the store's answer is awaited, so that one slow fsync does not hold
+/// the client's one connection, which keeps the order of writes) the message hands its
+/// socket over (`FrameTurn.release`): the socket's next frame is handled by a task of its
+/// own while this one awaits the store's reply, so that one slow fsync does not hold
 /// every later message of the socket. At most `storesInFlightMax` of a socket's messages
 /// wait for their stores at once; the socket's end waits for them (`drained`).
 /// docs/architecture.md, "A socket's messages in flight".
@@ -21,21 +22,17 @@ final class SocketTurns: Sendable {
 
     private let state = Mutex(State())
 
-    /// Waits until fewer than `storesInFlightMax` messages are in flight, then gives the
-    /// next frame its turn.
-    func begin() async -> FrameTurn {
-        let full = state.withLock { $0.inFlight >= Self.storesInFlightMax }
-        if full {
-            await withCheckedContinuation { continuation in
-                let now = state.withLock { state in
-                    guard state.inFlight >= Self.storesInFlightMax else { return true }
-                    state.room = continuation
-                    return false
-                }
-                if now { continuation.resume() }
+    /// Waits until fewer than `storesInFlightMax` messages are in flight.
+    func waitForRoom() async {
+        guard state.withLock({ $0.inFlight >= Self.storesInFlightMax }) else { return }
+        await withCheckedContinuation { continuation in
+            let now = state.withLock { state in
+                guard state.inFlight >= Self.storesInFlightMax else { return true }
+                state.room = continuation
+                return false
             }
+            if now { continuation.resume() }
         }
-        return FrameTurn(turns: self)
     }
 
     /// Returns once no message of the socket waits for its store.
@@ -72,59 +69,34 @@ final class SocketTurns: Sendable {
     }
 }
 
-/// One frame's turn on its socket: the socket's next frame waits until this one ended,
-/// or until it was let go past its turn (`release`, a message whose store is written).
+/// A `send_message`'s turn on its socket: the socket's next frame waits until the
+/// message is done with, or until it handed the socket over (`release`, once its store is
+/// written).
 final class FrameTurn: Sendable {
-    private enum Phase {
-        case running(waiter: CheckedContinuation<Void, Never>?)
-        case released
-        case ended
-    }
-
     private let turns: SocketTurns
-    private let phase = Mutex(Phase.running(waiter: nil))
+    /// Lets another task handle the socket's next frames (`SocketHandler`).
+    private let handOver: @Sendable () -> Void
+    /// 0 holding the socket, 1 released, 2 done.
+    private let phase = Atomic<Int>(0)
 
-    fileprivate init(turns: SocketTurns) {
+    init(turns: SocketTurns, handOver: @escaping @Sendable () -> Void) {
         self.turns = turns
+        self.handOver = handOver
     }
 
-    /// The frame no longer holds the socket: its next frame may be handled now. Only the
-    /// first call counts.
+    /// The message no longer holds its socket: the next frame may be handled now, by
+    /// another task. Only the first call counts.
     func release() {
-        let waiter = phase.withLock { phase -> CheckedContinuation<Void, Never>?? in
-            guard case .running(let waiter) = phase else { return nil }
-            phase = .released
-            return .some(waiter)
-        }
-        guard let waiter else { return }
+        guard phase.compareExchange(expected: 0, desired: 1, ordering: .acquiringAndReleasing).exchanged else { return }
         turns.released()
-        waiter?.resume()
+        handOver()
     }
 
-    /// The frame is done with.
-    func end() {
-        let (wasReleased, waiter) = phase.withLock { phase -> (Bool, CheckedContinuation<Void, Never>?) in
-            defer { phase = .ended }
-            switch phase {
-            case .running(let waiter): return (false, waiter)
-            case .released: return (true, nil)
-            case .ended: return (false, nil)
-            }
-        }
-        if wasReleased { turns.ended() }
-        waiter?.resume()
-    }
-
-    /// Returns once the frame ended or was released; at once when it already was.
-    func passed() async {
-        guard phase.withLock({ if case .running = $0 { true } else { false } }) else { return }
-        await withCheckedContinuation { continuation in
-            let now = phase.withLock { phase in
-                guard case .running = phase else { return true }
-                phase = .running(waiter: continuation)
-                return false
-            }
-            if now { continuation.resume() }
-        }
+    /// The message is done with; true when it had handed its socket over (then the task
+    /// that handled it stops: another one has the socket).
+    func end() -> Bool {
+        let was = phase.exchange(2, ordering: .acquiringAndReleasing)
+        if was == 1 { turns.ended() }
+        return was == 1
     }
 }
