@@ -68,6 +68,20 @@ import WhisperShared
         #expect(frame.sessionToken == nil)
     }
 
+    /// Every frame type has exactly one payload type, found by the type it names; the
+    /// privileged ones are those whose payload carries a session token, and the frames
+    /// that act for no identity (registration, `ping`, a listener's) carry none.
+    @Test func everyFrameTypeHasExactlyOnePayloadType() {
+        let named = ClientFrameType.allPayloadTypes.map { $0.frameType }
+        #expect(Set(named).count == named.count, "a frame type named by two payload types")
+        #expect(Set(named) == Set(ClientFrameType.allCases), "frame types without a payload type: \(Set(ClientFrameType.allCases).subtracting(named))")
+        for type in ClientFrameType.allCases {
+            #expect(type.payloadType.frameType == type)
+        }
+        let open: Set<ClientFrameType> = [.registerBegin, .registerProof, .ping, .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping]
+        #expect(Set(ClientFrameType.allCases.filter { !$0.isPrivileged }) == open)
+    }
+
     @Test func privilegedFramesExposeTheirSessionToken() throws {
         let frame = try decoder.decode(Array(#"{"type":"logout","payload":{"protocolVersion":1,"cryptoVersion":1,"sessionToken":"\#(session)"}}"#.utf8)).get()
         #expect(frame.type.isPrivileged)

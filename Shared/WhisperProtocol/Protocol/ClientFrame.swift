@@ -50,67 +50,34 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case pttNearby = "ptt_nearby"
     case pttSignal = "ptt_signal"
 
-    /// Frames that act for a signed-in identity and need a valid session (docs/protocol.md section 4).
-    public var isPrivileged: Bool {
-        switch self {
-        case .registerBegin, .registerProof, .ping: false
-        // A listener's frames act for its device (the upgrade's cookie), not an identity.
-        case .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping: false
-        default: true
-        }
-    }
+    /// Frames that act for a signed-in identity and need a valid session (docs/protocol.md
+    /// section 4): those whose payload carries a session token.
+    public var isPrivileged: Bool { payloadType.carriesSession }
 
-    var payloadType: any ClientPayload.Type {
-        switch self {
-        case .registerBegin: RegisterBegin.self
-        case .registerProof: RegisterProof.self
-        case .sessionRefresh: SessionRefresh.self
-        case .logout: Logout.self
-        case .accountDelete: AccountDelete.self
-        case .updateTokens: UpdateTokens.self
-        case .ping: Ping.self
-        case .sendMessage: SendMessage.self
-        case .deliveryReceipt: DeliveryReceipt.self
-        case .fetchPending: FetchPending.self
-        case .groupCreate: GroupCreate.self
-        case .groupUpdate: GroupUpdate.self
-        case .groupInvitationsList: GroupInvitationsList.self
-        case .groupSendMessage: GroupSendMessage.self
-        case .callInitiate: CallInitiate.self
-        case .callAnswer: CallAnswer.self
-        case .callIceCandidate: CallIceCandidate.self
-        case .callEnd: CallEnd.self
-        case .getTurnCredentials: GetTurnCredentials.self
-        case .typing: Typing.self
-        case .presenceSubscribe: PresenceSubscribe.self
-        case .reportUser: ReportUser.self
-        case .liveConversationCreate: LiveConversationCreate.self
-        case .liveConversationRename: LiveConversationRename.self
-        case .liveConversationDelete: LiveConversationDelete.self
-        case .liveConversationsList: LiveConversationsList.self
-        case .liveListenOffer: LiveListenOffer.self
-        case .liveListenRequest: LiveListenRequest.self
-        case .liveJoining: LiveJoining.self
-        case .liveListenerPacket: LiveListenerPacket.self
-        case .liveDropping: LiveDropping.self
-        case .liveWhisperOffer: LiveWhisperOffer.self
-        case .liveAuthorize: LiveAuthorize.self
-        case .liveDeauthorize: LiveDeauthorize.self
-        case .livePacket: LivePacket.self
-        case .pttChannelCreate: PTTChannelCreate.self
-        case .pttChannelJoin: PTTChannelJoin.self
-        case .pttChannelLeave: PTTChannelLeave.self
-        case .pttChannelDelete: PTTChannelDelete.self
-        case .pttChannelRemove: PTTChannelRemove.self
-        case .pttChannelRotateCode: PTTChannelRotateCode.self
-        case .pttChannelsList: PTTChannelsList.self
-        case .pttTalkRequest: PTTTalkRequest.self
-        case .pttTalkRelease: PTTTalkRelease.self
-        case .pttAnnounce: PTTAnnounce.self
-        case .pttNearby: PTTNearby.self
-        case .pttSignal: PTTSignal.self
-        }
-    }
+    /// The payload type of each frame type, as the payload types name it (`frameType`);
+    /// `FrameDecoderTests` checks that every frame type has exactly one. (Without one, a
+    /// frame would be read as a `ping`'s payload, and refused for its keys.)
+    var payloadType: any ClientPayload.Type { Self.payloadTypes[self] ?? Ping.self }
+
+    static let payloadTypes: [ClientFrameType: any ClientPayload.Type] = Dictionary(
+        allPayloadTypes.map { ($0.frameType, $0) }, uniquingKeysWith: { first, _ in first }
+    )
+
+    /// Every payload type a client may send.
+    static let allPayloadTypes: [any ClientPayload.Type] = [
+        RegisterBegin.self, RegisterProof.self, SessionRefresh.self, Logout.self,
+        AccountDelete.self, UpdateTokens.self, Ping.self, SendMessage.self,
+        DeliveryReceipt.self, FetchPending.self, GroupCreate.self, GroupUpdate.self,
+        GroupInvitationsList.self, GroupSendMessage.self, CallInitiate.self, CallAnswer.self,
+        CallIceCandidate.self, CallEnd.self, GetTurnCredentials.self, Typing.self,
+        PresenceSubscribe.self, ReportUser.self, LiveConversationCreate.self, LiveConversationRename.self,
+        LiveConversationDelete.self, LiveConversationsList.self, LiveListenOffer.self, LiveListenRequest.self,
+        LiveJoining.self, LiveListenerPacket.self, LiveDropping.self, LiveWhisperOffer.self,
+        LiveAuthorize.self, LiveDeauthorize.self, LivePacket.self, PTTChannelCreate.self,
+        PTTChannelJoin.self, PTTChannelLeave.self, PTTChannelDelete.self, PTTChannelRemove.self,
+        PTTChannelRotateCode.self, PTTChannelsList.self, PTTTalkRequest.self, PTTTalkRelease.self,
+        PTTAnnounce.self, PTTNearby.self, PTTSignal.self,
+    ]
 }
 
 /// A client frame that passed every check of docs/schemas/: envelope, type, versions

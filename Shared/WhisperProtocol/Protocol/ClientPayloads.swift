@@ -4,6 +4,8 @@
 public protocol ClientPayload: Codable, Sendable {
     /// The frame `type` this payload travels under.
     static var frameType: ClientFrameType { get }
+    /// Whether the payload carries a session token: its frame acts for a signed-in identity.
+    static var carriesSession: Bool { get }
     /// Every key the payload may carry.
     static var fieldNames: [String] { get }
     func validate() throws(FieldViolation)
@@ -342,6 +344,7 @@ public typealias AccountDelete = Payload<AccountDeleteFields>
 
 public struct Ping: ClientPayload, Equatable {
     public static let frameType = ClientFrameType.ping
+    public static let carriesSession = false
     public static let fieldNames = ["protocolVersion", "cryptoVersion"]
     public var presentedSessionToken: String? { nil }
     public var protocolVersion: Int?

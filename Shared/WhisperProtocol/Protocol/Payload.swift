@@ -16,6 +16,7 @@ public struct Payload<Fields: PayloadFields>: ClientPayload {
     public var fields: Fields
 
     public static var frameType: ClientFrameType { Fields.frameType }
+    public static var carriesSession: Bool { Fields.carriesSession }
 
     public static var fieldNames: [String] {
         Envelope.names(carryingSession: Fields.carriesSession) + Fields.fieldNames
