@@ -259,6 +259,21 @@ struct DirectSendTests {
         }
     }
 
+    /// Alice, whose only socket is the one handed to `body`, and Bob, signed in, on one
+    /// gateway and direct peers; with the stack's Redis.
+    func alicesSocketToBob(_ body: @escaping @Sendable (TestUser, TestUser, RedisClient, WebSocketSession) async throws -> Void) async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob])
+            try await stack.withRedis { redis in
+                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    try await body(alice, bob, redis, socket)
+                }
+            }
+        }
+    }
+
     /// A steady sender's next lease of its bucket is asked for ahead of need, beside its
     /// frames (`TokenLease.leaseAhead`), so its messages do not wait for the bucket's
     /// write: after seven messages in a row, the eighth, sent while Redis holds writes,
@@ -266,30 +281,23 @@ struct DirectSendTests {
     /// tokens), the tokens would have run out with the seventh, and the eighth would wait
     /// for a new lease until the writes resume.
     @Test func aSteadySendersNextLeaseIsAskedAheadOfNeed() async throws {
-        try await MessagingStack.start(routers: 0).running { stack in
-            let alice = try await stack.offlineUser(on: 0)
-            let bob = try await stack.user(on: 0)
-            try await stack.makePeers([alice, bob])
-            try await stack.withRedis { redis in
-                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
-                    func send(_ message: SendMessage, requestId: String) async throws { try await socket.send(message, requestId: requestId) }
-                    func answer(to requestId: String) async throws -> ServerFrame { try await socket.answer(to: requestId) }
-                    for index in 0..<7 {
-                        try await send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
-                        #expect(try await answer(to: "steady-\(index)").type == .messageAccepted)
-                    }
-                    _ = try await bob.events(.messageReceived, count: 7)
-                    let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
-                    _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
-                    let held = alice.message("held", to: bob)
-                    try await send(held, requestId: "held")
-                    try await waitUntil(timeout: .seconds(10)) {
-                        await bob.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == held.messageId }
-                    }
-                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "at Bob before its store")
-                    #expect(try await answer(to: "held").type == .messageAccepted)
-                }
+        try await alicesSocketToBob { alice, bob, redis, socket in
+            func send(_ message: SendMessage, requestId: String) async throws { try await socket.send(message, requestId: requestId) }
+            func answer(to requestId: String) async throws -> ServerFrame { try await socket.answer(to: requestId) }
+            for index in 0..<7 {
+                try await send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
+                #expect(try await answer(to: "steady-\(index)").type == .messageAccepted)
             }
+            _ = try await bob.events(.messageReceived, count: 7)
+            let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
+            _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
+            let held = alice.message("held", to: bob)
+            try await send(held, requestId: "held")
+            try await waitUntil(timeout: .seconds(10)) {
+                await bob.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == held.messageId }
+            }
+            #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "at Bob before its store")
+            #expect(try await answer(to: "held").type == .messageAccepted)
         }
     }
 
@@ -298,39 +306,32 @@ struct DirectSendTests {
     /// both reach their recipient before either is stored, and both are then accepted.
     /// One at a time, the second would be handled only once the first's store answered.
     @Test func aSocketsNextMessageIsHandledWhileItsLastIsStored() async throws {
-        try await MessagingStack.start(routers: 0).running { stack in
-            let alice = try await stack.offlineUser(on: 0)
-            let bob = try await stack.user(on: 0)
-            try await stack.makePeers([alice, bob])
-            try await stack.withRedis { redis in
-                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
-                    // A steady run first: the socket holds leased tokens, so that the held
-                    // messages need no write but their stores.
-                    for index in 0..<12 {
-                        try await socket.send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
-                        #expect(try await socket.answer(to: "steady-\(index)").type == .messageAccepted)
-                    }
-                    _ = try await bob.events(.messageReceived, count: 12)
-                    let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
-                    _ = try await redis.send("CLIENT", "PAUSE", "3000", "WRITE")
-                    let held = (0..<2).map { alice.message("held \($0)", to: bob) }
-                    for (index, message) in held.enumerated() {
-                        try await socket.send(message, requestId: "held-\(index)")
-                    }
-                    try await waitUntil(timeout: .seconds(10)) {
-                        let arrived = Set(await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self)?.messageId })
-                        return held.allSatisfy { arrived.contains($0.messageId) }
-                    }
-                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "both at Bob before either store")
-                    var answers: [String: ServerFrame] = [:]
-                    while answers.count < held.count {
-                        let frame = try await socket.receive(timeout: .seconds(10))
-                        if let requestId = frame.requestId, requestId.hasPrefix("held-") { answers[requestId] = frame }
-                    }
-                    #expect(answers.values.allSatisfy { $0.type == .messageAccepted }, "\(answers.values.map(\.type))")
-                    #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued + held.count)
-                }
+        try await alicesSocketToBob { alice, bob, redis, socket in
+            // A steady run first: the socket holds leased tokens, so that the held
+            // messages need no write but their stores.
+            for index in 0..<12 {
+                try await socket.send(alice.message("steady \(index)", to: bob), requestId: "steady-\(index)")
+                #expect(try await socket.answer(to: "steady-\(index)").type == .messageAccepted)
             }
+            _ = try await bob.events(.messageReceived, count: 12)
+            let queued = try await PendingQueue(redis: redis).depth(recipient: bob.whisperId)
+            _ = try await redis.send("CLIENT", "PAUSE", "3000", "WRITE")
+            let held = (0..<2).map { alice.message("held \($0)", to: bob) }
+            for (index, message) in held.enumerated() {
+                try await socket.send(message, requestId: "held-\(index)")
+            }
+            try await waitUntil(timeout: .seconds(10)) {
+                let arrived = Set(await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self)?.messageId })
+                return held.allSatisfy { arrived.contains($0.messageId) }
+            }
+            #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued, "both at Bob before either store")
+            var answers: [String: ServerFrame] = [:]
+            while answers.count < held.count {
+                let frame = try await socket.receive(timeout: .seconds(10))
+                if let requestId = frame.requestId, requestId.hasPrefix("held-") { answers[requestId] = frame }
+            }
+            #expect(answers.values.allSatisfy { $0.type == .messageAccepted }, "\(answers.values.map(\.type))")
+            #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == queued + held.count)
         }
     }
 
