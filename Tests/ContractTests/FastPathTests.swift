@@ -246,6 +246,42 @@ import WhisperShared
         }
     }
 
+    /// Every field a hot payload declares (`fieldNames`) is one its fast writer writes,
+    /// with the value Foundation's encoder gives it: a field added to the payload and not
+    /// to the writer fails here (the payloads below set every optional field; one added
+    /// later is set here too, or it fails as missing).
+    @Test func theFastWritersWriteEveryDeclaredField() throws {
+        let message = SendMessageFields(
+            messageId: "5d7bb0c4-1f0a-4f7e-9a57-3c1f2b7a9e10", from: "WSP-AAAA-BBBB-CCCC", to: "WSP-DDDD-EEEE-FFFF", msgType: .image,
+            timestamp: 1_767_268_800_000, nonce: "bm9uY2U=", ciphertext: "Y2lwaGVy", sig: "c2ln", replyTo: "b4e1c1d2-0000-4000-8000-000000000001",
+            reactions: ["\u{1F44D}": ["WSP-AAAA-BBBB-CCCC"]],
+            attachment: AttachmentPointer(
+                objectKey: "att/1", contentType: "image/png", ciphertextSize: 1_024, fileNonce: "Zm4=", fileKeyBox: FileKeyBox(nonce: "bg==", ciphertext: "Yw==")
+            ),
+            directoryHead: DirectoryHead(
+                epoch: 42, logRoot: Array(repeating: 1, count: 32), prefixRoot: Array(repeating: 2, count: 32), publishedAt: 1_767_268_790_000,
+                keyId: "5f1c0a9e7b3d2c48", signature: Array(repeating: 3, count: 64)
+            )
+        )
+        func written<F: HotFields & Encodable>(_ fields: F) throws -> (fast: NSDictionary, foundation: NSDictionary) {
+            var writer = FastJSONWriter()
+            writer.beginObject()
+            fields.write(fieldsTo: &writer)
+            writer.endObject()
+            let fast = try #require(try JSONSerialization.jsonObject(with: Data(writer.bytes)) as? NSDictionary)
+            let foundation = try #require(try JSONSerialization.jsonObject(with: ProtocolJSON.encoder.encode(fields)) as? NSDictionary)
+            #expect(Set(fast.allKeys.compactMap { $0 as? String }) == Set(F.fieldNames), "\(F.self): written \(fast.allKeys), declared \(F.fieldNames)")
+            return (fast, foundation)
+        }
+        for (fast, foundation) in [
+            try written(message),
+            try written(GroupSendMessageFields(groupId: "g-1", message: message)),
+            try written(DeliveryReceiptFields(messageId: message.messageId, from: message.to, to: message.from, status: .read, timestamp: 7)),
+        ] {
+            #expect(fast == foundation)
+        }
+    }
+
     /// Every field a hot payload declares (`fieldNames`, from its `CodingKeys`) is one its
     /// fast reader knows: read, or left to the general path by its value. A field added to
     /// the payload and not to the reader fails here, before the reader could pass a frame
