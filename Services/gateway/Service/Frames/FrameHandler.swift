@@ -28,8 +28,7 @@ struct FrameHandler: Sendable {
     /// Handles one frame of the socket; `waitingSince` is since when it has waited for the
     /// gateway (`NIODeadline` uptime, ns; 0 when it did not: `SocketInbox.nextTimed()`).
     /// True when the frame handed its socket over before it was done (`FrameTurn`).
-    @discardableResult
-    func handle(_ bytes: [UInt8], waitingSince: UInt64 = 0, on connection: ClientConnection, handOver: @escaping @Sendable () -> Void = {}) async -> Bool {
+    func handle(_ bytes: [UInt8], waitingSince: UInt64, on connection: ClientConnection, handOver: @escaping @Sendable () -> Void) async -> Bool {
         // Frames a client sent before closing are still handled (a receipt written just
         // before the close must not be lost); the answers have nowhere to go and are
         // dropped. A socket the server ended is not read any further.
