@@ -17,7 +17,8 @@ import threading
 import time
 
 STARTED = re.compile(r"Test (\S+?\(.*?\)) started\.")
-ENDED = re.compile(r"Test (\S+?\(.*?\)) (?:passed|failed|skipped)")
+# A parameterized test ends "... with N test cases passed".
+ENDED = re.compile(r"Test (\S+?\(.*?\))(?: with \d+ test cases?)? (?:passed|failed|skipped)")
 
 
 def test_processes(session):
