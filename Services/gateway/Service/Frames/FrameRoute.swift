@@ -44,7 +44,7 @@ struct FrameRoute: Sendable {
         let waitingSince: UInt64
         /// The frame's turn on its socket, when it may let the next frame go before it
         /// ends (`SocketTurns`).
-        var turn: FrameTurn? = nil
+        let turn: FrameTurn?
 
         /// Answers the frame with `payload`.
         func answer(_ payload: some ServerPayload) {

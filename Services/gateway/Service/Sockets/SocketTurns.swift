@@ -24,27 +24,24 @@ final class SocketTurns: Sendable {
 
     /// Waits until fewer than `storesInFlightMax` messages are in flight.
     func waitForRoom() async {
-        guard state.withLock({ $0.inFlight >= Self.storesInFlightMax }) else { return }
-        await withCheckedContinuation { continuation in
-            let now = state.withLock { state in
-                guard state.inFlight >= Self.storesInFlightMax else { return true }
-                state.room = continuation
-                return false
-            }
-            if now { continuation.resume() }
-        }
+        await wait(while: { $0.inFlight >= Self.storesInFlightMax }, in: \.room)
     }
 
     /// Returns once no message of the socket waits for its store.
     func drained() async {
-        guard state.withLock({ $0.inFlight > 0 }) else { return }
+        await wait(while: { $0.inFlight > 0 }, in: \.drained)
+    }
+
+    /// Waits while `blocked` holds, parked in `slot` until `ended` resumes it.
+    private func wait(while blocked: (State) -> Bool, in slot: WritableKeyPath<State, CheckedContinuation<Void, Never>?>) async {
+        guard state.withLock({ blocked($0) }) else { return }
         await withCheckedContinuation { continuation in
-            let now = state.withLock { state in
-                guard state.inFlight > 0 else { return true }
-                state.drained = continuation
-                return false
+            let parked = state.withLock { state in
+                guard blocked(state) else { return false }
+                state[keyPath: slot] = continuation
+                return true
             }
-            if now { continuation.resume() }
+            if !parked { continuation.resume() }
         }
     }
 
