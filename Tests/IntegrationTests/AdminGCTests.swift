@@ -21,6 +21,7 @@ import WhisperShared
 
     @Test func anOperatorsRunDeletesWhatMayGoAndIsAuditedWhileStrangersChangeNothing() async throws {
         let moto = try MotoProcess()
+        defer { moto.stop() }
         let store = try await moto.client()
         try await MessagingStack.start(routers: 1).running { stack in
             let common = { (service: String) in TestServers.common(service: service, postgres: stack.database, redis: stack.redis) }

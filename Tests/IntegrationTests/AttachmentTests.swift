@@ -18,6 +18,7 @@ import WhisperShared
         func stop() async throws {
             try await service.stop()
             try await stack.stop()
+            moto.stop()
         }
     }
 

@@ -69,6 +69,25 @@ import Testing
         #expect(ContinuousClock.now - started < .seconds(5))
     }
 
+    /// A command written as its connection dies fails (the client then reconnects) instead
+    /// of waiting for ever: once a closed channel's handlers are gone, nothing else would
+    /// answer it.
+    @Test func aCommandOnAConnectionThatHasClosedFails() async throws {
+        let connection = try await RedisConnection.connect(to: TestServers.redis, eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        await connection.close()
+        // A closed channel's handlers leave its pipeline on a later turn of its event loop.
+        for _ in 0..<3 { try await connection.channel.eventLoop.submit {}.get() }
+        let outcome = try await withTimeout("a command on a closed connection") {
+            do {
+                _ = try await connection.send(RedisCommand("PING"))
+                return "answered"
+            } catch {
+                return "\(error)"
+            }
+        }
+        #expect(outcome == "\(RedisError.connectionClosed)")
+    }
+
     @Test func errorRepliesAreThrown() async throws {
         try await withClient { redis in
             let key = "test:\(UUID().uuidString)"

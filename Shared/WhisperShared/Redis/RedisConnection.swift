@@ -89,6 +89,10 @@ public final class RedisConnection: Sendable {
     }
 
     /// Encodes and writes commands in one write; one promise per reply, in order.
+    ///
+    /// A write that fails fails its replies. Once a closed channel's handlers are gone, a
+    /// write never reaches ``RedisCommandHandler`` (which fails what it holds): without
+    /// this, a command sent just as its connection died would wait for ever.
     private func write(_ commands: [RedisCommand]) -> [EventLoopPromise<RESPValue>] {
         var bytes = channel.allocator.buffer(capacity: 64 * commands.count)
         for command in commands {
@@ -96,7 +100,12 @@ public final class RedisConnection: Sendable {
         }
         let eventLoop = channel.eventLoop
         let promises = commands.map { _ in eventLoop.makePromise(of: RESPValue.self) }
-        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises), promise: nil)
+        let written = eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenFailure { _ in
+            // A reply already given stays given (a second completion is ignored).
+            for promise in promises { promise.fail(RedisError.connectionClosed) }
+        }
+        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises), promise: written)
         return promises
     }
 

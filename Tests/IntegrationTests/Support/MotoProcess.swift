@@ -33,10 +33,17 @@ final class MotoProcess: @unchecked Sendable {
         return client
     }
 
-    deinit {
+    /// Stops the server. A test stops it at the end of its scope (`defer`): a test whose
+    /// last use of it is the client made at the start could otherwise lose it to ARC midway.
+    func stop() {
         if let process {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+        process = nil
+    }
+
+    deinit {
+        stop()
     }
 }

@@ -149,7 +149,7 @@ final class ProcessStack: @unchecked Sendable {
             if service.process.isRunning { service.process.terminate() }
         }
         redis.kill()
-        // moto stops with this object (MotoProcess's deinit).
+        moto.stop()
     }
 
     /// Kills whatever still runs (for a `defer` after a failure) and removes the logs.
@@ -158,6 +158,7 @@ final class ProcessStack: @unchecked Sendable {
             kill(service.process.processIdentifier, SIGKILL)
         }
         redis.kill()
+        moto.stop()
         removeFiles()
     }
 

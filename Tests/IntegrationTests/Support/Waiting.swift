@@ -4,6 +4,7 @@
 
 // `waitUntil` and `TestSetupError`, shared with the server-free tests.
 @_exported import TestWaiting
+import Synchronization
 import Testing
 import WhisperClient
 import WhisperShared
@@ -32,21 +33,43 @@ func expectRefused(_ code: ErrorCode, _ what: String = "", _ body: () async thro
 }
 
 
-/// What `operation` returns, or a `TestSetupError` when it has not returned within
-/// `timeout` (it is then cancelled).
+/// What `operation` returns, or a `TestSetupError` once it has not returned within
+/// `timeout`. The operation is then cancelled but not waited for: an await that ignores
+/// cancellation (a future nothing completes) must fail the test, not hang the run.
 func withTimeout<T: Sendable>(
     _ what: String, timeout: Duration = .seconds(10), _ operation: @escaping @Sendable () async throws -> T
 ) async throws -> T {
-    try await withThrowingTaskGroup(of: T?.self) { group in
-        group.addTask { try await operation() }
-        group.addTask {
-            try await Task.sleep(for: timeout)
-            return nil
+    let outcome = FirstOutcome<T>()
+    return try await withCheckedThrowingContinuation { continuation in
+        outcome.waiting(continuation)
+        let work = Task {
+            do { outcome.finish(.success(try await operation())) } catch { outcome.finish(.failure(error)) }
         }
-        defer { group.cancelAll() }
-        guard let first = try await group.next(), let value = first else {
-            throw TestSetupError("\(what): nothing within \(timeout)")
+        outcome.timer(Task {
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            work.cancel()
+            outcome.finish(.failure(TestSetupError("\(what): nothing within \(timeout)")))
+        })
+    }
+}
+
+/// The continuation of ``withTimeout(_:timeout:_:)``, resumed by whichever comes first.
+private final class FirstOutcome<T: Sendable>: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<T, any Error>?, timer: Task<Void, Never>?)>((nil, nil))
+
+    func waiting(_ continuation: CheckedContinuation<T, any Error>) { state.withLock { $0.continuation = continuation } }
+    /// The timer of an operation already finished is stopped at once.
+    func timer(_ task: Task<Void, Never>) {
+        state.withLock { state in
+            if state.continuation == nil { task.cancel() } else { state.timer = task }
         }
-        return value
+    }
+
+    func finish(_ result: Result<T, any Error>) {
+        state.withLock { state in
+            state.continuation?.resume(with: result)
+            state.continuation = nil
+            state.timer?.cancel()
+        }
     }
 }
