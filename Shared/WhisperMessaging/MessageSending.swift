@@ -173,11 +173,11 @@ public struct MessageSending: Sendable {
             throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
         }
         if let depth { metrics.queueDepth(depth) }
-        // What the sender is told is stored must outlive its master: with replicas
-        // required (`WHISPER_REDIS_WAIT_REPLICAS`, on by default in cluster mode) the
-        // answer waits for them. When they fall behind, the message is passed on all the
-        // same, and its sender is asked to send it again (a resend is a duplicate, answered
-        // once the replicas have it).
+        // With replicas required (`WHISPER_REDIS_WAIT_REPLICAS`, on by default in cluster
+        // mode) the answer waits for them. A shortfall is accepted by default (the message
+        // stands on its master's fsync); with `WHISPER_REDIS_WAIT_SHORTFALL=refuse` the
+        // message is passed on all the same and its sender asked to send it again (a
+        // resend is a duplicate, answered once the replicas have it).
         var answer = ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)
         do {
             try await redis.waitForReplicas(afterWritingTo: RedisKeys.pending(message.to))

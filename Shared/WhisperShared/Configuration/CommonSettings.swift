@@ -47,7 +47,7 @@ public struct CommonSettings: Sendable {
 
     /// Reads the shared settings: `WHISPER_POSTGRES_URL`, `WHISPER_REDIS_URL`,
     /// `WHISPER_REDIS_CLUSTER`, `WHISPER_REDIS_CA_FILE`, `WHISPER_REDIS_REQUIRED_PERSISTENCE`, `WHISPER_STREAM_SHARDS`,
-    /// `WHISPER_REDIS_WAIT_REPLICAS`, `WHISPER_REDIS_WAIT_TIMEOUT_MS`,
+    /// `WHISPER_REDIS_WAIT_REPLICAS`, `WHISPER_REDIS_WAIT_TIMEOUT_MS`, `WHISPER_REDIS_WAIT_SHORTFALL`,
     /// `WHISPER_LOG_LEVEL`, `WHISPER_INSTANCE_ID`, `WHISPER_SHUTDOWN_GRACE_SECONDS`, and this
     /// service's `<SERVICE>_HTTP_HOST` / `<SERVICE>_HTTP_PORT`.
     public init(service: String, defaultPort: Int, from settings: SettingsReader) {
@@ -113,6 +113,12 @@ public struct CommonSettings: Sendable {
             replicas: settings.int("whisper.redis.wait.replicas", default: acks.replicas, range: 0...16),
             timeout: .milliseconds(settings.int("whisper.redis.wait.timeout.ms", default: Int(acks.timeout.milliseconds), range: 1...60_000))
         )
+        let shortfall = settings.string("whisper.redis.wait.shortfall", default: acks.shortfall.rawValue)
+        if let parsed = ReplicaAcknowledgement.Shortfall(rawValue: shortfall) {
+            self.redis.replicaAcks.shortfall = parsed
+        } else {
+            settings.reject("whisper.redis.wait.shortfall", because: "must be one of accept, refuse")
+        }
         let redisCA = settings.string("whisper.redis.ca.file", default: "")
         if !redisCA.isEmpty {
             if !redis.tls {

@@ -97,7 +97,12 @@ public final class ServiceMetrics: Sendable {
         syncCounter("redis_connection_losses", help: "Open Redis connections that dropped.", labels: labels, to: statistics.losses.load(ordering: .relaxed))
         syncCounter("redis_commands_refused", help: "Commands failed at once because Redis was not connected.", labels: labels, to: statistics.refused.load(ordering: .relaxed))
         syncCounter("redis_replica_waits", help: "Writes that waited for replicas before their client was answered (WHISPER_REDIS_WAIT_REPLICAS).", labels: labels, to: statistics.replicaWaits.load(ordering: .relaxed))
-        syncCounter("redis_replica_shortfalls", help: "Writes fewer replicas than required acknowledged in time: their clients were asked to send again.", labels: labels, to: statistics.replicaShortfalls.load(ordering: .relaxed))
+        syncCounter("redis_replica_shortfalls", help: "Writes fewer replicas than required acknowledged in time (WHISPER_REDIS_WAIT_TIMEOUT_MS).", labels: labels, to: statistics.replicaShortfalls.load(ordering: .relaxed))
+        syncCounter("redis_unreplicated_writes", help: "Writes told they are stored while their master had no replica in step (WHISPER_REDIS_WAIT_SHORTFALL=accept).", labels: labels, to: statistics.unreplicatedWrites.load(ordering: .relaxed))
+        for (node, unreplicated) in statistics.masters.snapshot {
+            gauge("redis_master_unreplicated", help: "1 while the last WAIT on this Redis master found fewer replicas in step than required.", labels: labels + [("node", node)])
+                .set(unreplicated ? Double(1) : Double(0))
+        }
     }
 
     /// The exposition text served at `/metrics`.

@@ -247,12 +247,15 @@ extension RedisClient {
     /// Returns once `configuration.replicaAcks.replicas` replicas of the master holding
     /// `key` have every write this client sent that master so far (the caller's write to
     /// `key` among them), as `WAIT` reports; at once when no replica is required. Callers
-    /// share `WAIT`s (`ReplicaWaits`). Throws `RedisError.replicasBehind` when fewer
-    /// acknowledged within the timeout: the write stands on the master alone.
+    /// share `WAIT`s (`ReplicaWaits`). When fewer acknowledge within the timeout the
+    /// write stands on the master alone: with ``ReplicaAcknowledgement/Shortfall/refuse``
+    /// this throws `RedisError.replicasBehind`; with `accept` it returns, the master
+    /// counts as unreplicated, and its writes return at once until the probe interval
+    /// has passed and a `WAIT` asks again.
     public func waitForReplicas(afterWritingTo key: String) async throws {
-        let required = configuration.replicaAcks.replicas
-        guard required > 0 else { return }
-        let wait = RedisCommand("WAIT", required, Int(configuration.replicaAcks.timeout.milliseconds))
+        let acks = configuration.replicaAcks
+        guard acks.replicas > 0 else { return }
+        let wait = RedisCommand("WAIT", acks.replicas, Int(acks.timeout.milliseconds))
         let node: String
         let send: @Sendable () async throws -> Int
         if let cluster = try mappedCluster() {
@@ -261,14 +264,30 @@ extension RedisClient {
             send = { Int(try await cluster.connection(to: master).send(wait).int ?? 0) }
         } else {
             let connection = try connection()
-            node = ""
+            node = "\(configuration.host):\(configuration.port)"
             send = { Int(try await connection.send(wait).int ?? 0) }
+        }
+        if acks.shortfall == .accept, statistics.masters.isUnreplicated(node, probeAfter: acks.probeInterval) {
+            statistics.unreplicatedWrites.add(1, ordering: .relaxed)
+            return
         }
         statistics.replicaWaits.add(1, ordering: .relaxed)
         let acknowledged = try await replicaWaits.acknowledged(on: node, send: send)
-        guard acknowledged >= required else {
+        guard acknowledged >= acks.replicas else {
             statistics.replicaShortfalls.add(1, ordering: .relaxed)
-            throw RedisError.replicasBehind(acknowledged: acknowledged, required: required)
+            if statistics.masters.record(node, replicated: false) {
+                logger.error("redis_master_unreplicated", metadata: [
+                    "node": "\(node)", "acknowledged": "\(acknowledged)", "required": "\(acks.replicas)", "shortfall": "\(acks.shortfall.rawValue)",
+                ])
+            }
+            switch acks.shortfall {
+            case .refuse: throw RedisError.replicasBehind(acknowledged: acknowledged, required: acks.replicas)
+            case .accept: statistics.unreplicatedWrites.add(1, ordering: .relaxed)
+            }
+            return
+        }
+        if statistics.masters.record(node, replicated: true) {
+            logger.notice("redis_master_replicated", metadata: ["node": "\(node)"])
         }
     }
 
@@ -329,4 +348,42 @@ public final class RedisClientStatistics: Sendable {
     public let replicaWaits = Atomic<Int>(0)
     /// Of those, the ones fewer replicas than required acknowledged in time.
     public let replicaShortfalls = Atomic<Int>(0)
+    /// Writes told they are stored while their master had no replica in step (a
+    /// shortfall accepted, or written while it counted as unreplicated).
+    public let unreplicatedWrites = Atomic<Int>(0)
+    /// Which masters this client last found without a replica in step.
+    public let masters = MasterReplication()
+}
+
+/// The masters a client waited on, and which of them its last `WAIT` found without a
+/// replica in step. An in-process memory of the cluster's replication, as stale as one
+/// probe interval: a master whose replica is back is trusted again at its next `WAIT`,
+/// and until then its writes are told stored on the master's fsync, which is what a
+/// shortfall accepts anyway.
+public final class MasterReplication: Sendable {
+    /// By node (`host:port`): nil while replicated, else when a `WAIT` last fell short.
+    private let nodes = Mutex<[String: ContinuousClock.Instant?]>([:])
+
+    /// Whether `node` counts as unreplicated and its last `WAIT` is under `probeAfter`
+    /// old (past that, the caller waits again, which probes).
+    func isUnreplicated(_ node: String, probeAfter: Duration) -> Bool {
+        nodes.withLock { nodes in
+            guard case .some(.some(let since)) = nodes[node] else { return false }
+            return ContinuousClock.now - since < probeAfter
+        }
+    }
+
+    /// Records what a `WAIT` on `node` found; true when that changed what was known.
+    func record(_ node: String, replicated: Bool) -> Bool {
+        nodes.withLock { nodes in
+            let was = nodes[node].map { $0 == nil }
+            nodes[node] = replicated ? .some(nil) : .some(ContinuousClock.now)
+            return was != replicated && !(was == nil && replicated)
+        }
+    }
+
+    /// Every master waited on, and whether it counts as unreplicated now.
+    public var snapshot: [(node: String, unreplicated: Bool)] {
+        nodes.withLock { nodes in nodes.map { ($0.key, $0.value != nil) }.sorted { $0.node < $1.node } }
+    }
 }

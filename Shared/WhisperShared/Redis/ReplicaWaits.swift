@@ -1,22 +1,38 @@
 import Synchronization
 
-/// How many replicas must hold a write before a client is told it is stored
-/// (`WHISPER_REDIS_WAIT_REPLICAS`, `WHISPER_REDIS_WAIT_TIMEOUT_MS`; docs/operations.md,
-/// "What a replica keeps").
+/// How many replicas must hold a write before a client is told it is stored, and what a
+/// shortfall does (`WHISPER_REDIS_WAIT_REPLICAS`, `WHISPER_REDIS_WAIT_TIMEOUT_MS`,
+/// `WHISPER_REDIS_WAIT_SHORTFALL`; docs/operations.md, "What a replica keeps").
 public struct ReplicaAcknowledgement: Sendable, Equatable {
+    /// What a write that fewer replicas acknowledged in time is told.
+    public enum Shortfall: String, Sendable {
+        /// Stored: it stands on its master's fsynced append-only file. The master counts
+        /// as unreplicated (a metric and an alert) and its writes stop waiting for
+        /// replicas until ``ReplicaAcknowledgement/probeInterval`` has passed, when one
+        /// waits again to learn whether a replica is back.
+        case accept
+        /// Refused (`RedisError.replicasBehind`): the client sends again until a replica
+        /// holds it. Every write to that master waits the timeout meanwhile.
+        case refuse
+    }
+
     /// Replicas that must acknowledge; 0: nobody waits.
     public var replicas: Int
     /// How long one `WAIT` may take before the write counts as not copied.
     public var timeout: Duration
+    public var shortfall: Shortfall
+    /// How long an unreplicated master's writes go without waiting (``Shortfall/accept``).
+    public var probeInterval: Duration = .seconds(5)
 
-    public init(replicas: Int, timeout: Duration) {
+    public init(replicas: Int, timeout: Duration, shortfall: Shortfall = .accept) {
         self.replicas = replicas
         self.timeout = timeout
+        self.shortfall = shortfall
     }
 
     /// The default: one replica on a cluster (where a master's replica takes over when
     /// it fails), nobody on a standalone Redis (whose append-only file is what keeps a
-    /// write), 500 ms either way.
+    /// write), 500 ms either way; a shortfall is accepted.
     public static func standard(cluster: Bool) -> ReplicaAcknowledgement {
         ReplicaAcknowledgement(replicas: cluster ? 1 : 0, timeout: .milliseconds(500))
     }
