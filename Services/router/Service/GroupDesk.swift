@@ -8,123 +8,6 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// A group as one membership version left it.
-struct GroupView: Sendable, Equatable {
-    var groupId: String
-    /// The membership version (`groups.epoch`): bumped by every change of members.
-    var epoch: Int64
-    var title: String
-    /// Nil once the creator deleted its account.
-    var createdBy: String?
-    var createdAt: Int64
-    /// Members in the order they joined (the owner of a new group first).
-    var memberIds: [String]
-    var roles: [String: String]
-
-    var owner: String? { memberIds.first { roles[$0] == "owner" } }
-
-    func isMember(_ whisperId: String) -> Bool { roles[whisperId] != nil }
-
-    /// Reads a group and its members, locking the group's row when `lock` is given (an
-    /// update takes `FOR UPDATE`, a record repair `FOR SHARE`). Nil when there is no such group.
-    static func load(_ groupId: String, lock: String? = nil, on connection: PostgresConnection, logger: Logger) async throws -> GroupView? {
-        let lockClause = lock.map { " FOR \($0) OF g" } ?? ""
-        let rows = try await connection.query(
-            PostgresQuery(unsafeSQL: """
-                SELECT g.epoch, g.title, g.created_by, (extract(epoch FROM g.created_at) * 1000)::int8, m.whisper_id, m.role
-                FROM groups g LEFT JOIN group_members m ON m.group_id = g.group_id
-                WHERE g.group_id = $1 ORDER BY m.added_at, m.whisper_id\(lockClause)
-                """, binds: binds(groupId)),
-            logger: logger
-        )
-        return try await read(groupId, rows)
-    }
-
-    static func load(_ groupId: String, on client: PostgresClient, logger: Logger) async throws -> GroupView? {
-        try await client.withConnection { try await load(groupId, on: $0, logger: logger) }
-    }
-
-    private static func binds(_ groupId: String) -> PostgresBindings {
-        var binds = PostgresBindings()
-        binds.append(groupId)
-        return binds
-    }
-
-    private static func read(_ groupId: String, _ rows: PostgresRowSequence) async throws -> GroupView? {
-        var view: GroupView?
-        for try await (epoch, title, createdBy, createdAt, member, role) in rows.decode((Int64, String, String?, Int64, String?, String?).self) {
-            if view == nil {
-                view = GroupView(groupId: groupId, epoch: epoch, title: title, createdBy: createdBy, createdAt: createdAt, memberIds: [], roles: [:])
-            }
-            if let member, let role {
-                view?.memberIds.append(member)
-                view?.roles[member] = role
-            }
-        }
-        return view
-    }
-}
-
-/// Group memberships cached in each router, so that a group copy costs no database
-/// round trip. A cached view is never trusted alone, whichever way it answers:
-/// - a copy it admits goes to the store script with the view's version, which the script
-///   compares with the recipient's record in Redis (`RedisKeys.groups`); every change
-///   rewrites the members' records before it is answered, so a mismatch makes the router
-///   read the group again (`MessageRouter.send`);
-/// - a copy it would refuse (no such group, sender or recipient not a member) is first
-///   checked against the record of the identity refused (`GroupDesk.admit`): a record
-///   that names another version than the view's means the view is older than a change
-///   already answered, and the group is read again before anything is refused.
-/// So a change is seen by every router at once, without messages between them; the TTL
-/// only bounds how long an unused group takes memory (docs/architecture.md, "In-process
-/// memories of shared state").
-final class GroupDirectory: Sendable {
-    private struct Entry {
-        var view: GroupView?
-        var fetchedAt: ContinuousClock.Instant
-    }
-
-    private let postgres: PostgresClient
-    private let logger: Logger
-    private let ttl: Duration
-    private let unknownTTL: Duration
-    private let capacity: Int
-    private let entries = Mutex<[String: Entry]>([:])
-    private let queries: Counter
-
-    init(postgres: PostgresClient, logger: Logger, metrics: ServiceMetrics, ttl: Duration = .seconds(300), unknownTTL: Duration = .seconds(5), capacity: Int = 50_000) {
-        self.postgres = postgres
-        self.logger = logger
-        self.ttl = ttl
-        self.unknownTTL = unknownTTL
-        self.capacity = capacity
-        queries = metrics.counter("group_queries", help: "Groups the router read from Postgres (cache misses and changed groups).")
-    }
-
-    /// The group as cached (`fromMemory`), or as Postgres has it now.
-    func view(_ groupId: String) async throws -> (view: GroupView?, fromMemory: Bool) {
-        let now = ContinuousClock.now
-        if let entry = entries.withLock({ $0[groupId] }), now - entry.fetchedAt < (entry.view == nil ? unknownTTL : ttl) {
-            return (entry.view, true)
-        }
-        queries.increment()
-        let view = try await GroupView.load(groupId, on: postgres, logger: logger)
-        remember(groupId, view, at: now)
-        return (view, false)
-    }
-
-    func remember(_ groupId: String, _ view: GroupView?, at now: ContinuousClock.Instant = .now) {
-        entries.withLock { entries in
-            if entries.count >= capacity, entries[groupId] == nil { entries.removeAll(keepingCapacity: true) }
-            entries[groupId] = Entry(view: view, fetchedAt: now)
-        }
-    }
-
-    func forget(_ groupId: String) {
-        _ = entries.withLock { $0.removeValue(forKey: groupId) }
-    }
-}
-
 /// `group_create` and `group_update` (docs/protocol.md section 6), and the membership
 /// check of each `group_send_message` copy.
 ///
@@ -289,12 +172,8 @@ struct GroupDesk: Sendable {
         var invited: [String] = []
     }
 
-    /// Applies an update: any member may change the title or leave; only the owner may
-    /// add or remove others, and an addition that is not a direct peer of the owner is an
-    /// invitation (withdrawn by removing it). An invitee who is not a member may accept
-    /// (`addMembers: [self]`) or decline (`removeMembers: [self]`), nothing else. When the
-    /// owner leaves, the member who joined earliest becomes the owner; when the last member
-    /// leaves, the group is deleted.
+    /// Applies a member's update as ``GroupChangePlan`` decides it; an invitee who is not a
+    /// member may accept (`addMembers: [self]`) or decline (`removeMembers: [self]`), nothing else.
     func update(_ request: GroupUpdate, entry: RouterStream.Entry) async throws -> [UInt8] {
         let author = entry.whisperId
         try await checkAuthor(author)
@@ -313,32 +192,18 @@ struct GroupDesk: Sendable {
             guard let role = before.roles[author] else {
                 return try await answerInvitation(request, by: author, group: before, adds: adds, removes: removes, on: connection)
             }
-            let touchesOthers = adds.contains { $0 != author } || removes.contains { $0 != author }
-            guard !touchesOthers || role == "owner" else {
-                throw WhisperError(.forbidden, "only the group's owner may add or remove other members")
-            }
-            let invited = strangers.filter { !before.isMember($0) }
-            let added = adds.filter { !before.isMember($0) && !invited.contains($0) }
-            let removed = removes.filter { before.isMember($0) }
-            // Removing someone who is only invited withdraws the invitation.
-            let withdrawn = removes.filter { !before.isMember($0) }
-            if !withdrawn.isEmpty {
+            let plan = try GroupChangePlan(
+                before: before, role: role, author: author, adds: adds, removes: removes, strangers: strangers, title: request.title,
+                invitees: try await Self.invitees(of: groupId, on: connection, logger: logger)
+            )
+            let (invited, added, removed, remaining) = (plan.invited, plan.added, plan.removed, plan.remaining)
+            if !plan.withdrawn.isEmpty {
                 _ = try await connection.query(
-                    "DELETE FROM group_invitations WHERE group_id = \(groupId) AND whisper_id = ANY(\(withdrawn)::text[])", logger: logger
-                )
-            }
-            let remaining = before.memberIds.filter { !removed.contains($0) } + added
-            let open = try await Self.invitees(of: groupId, on: connection, logger: logger).filter { !invited.contains($0) }.count
-            guard remaining.count + open + invited.count <= Limits.MAX_GROUP_MEMBERS else {
-                throw WhisperError(
-                    .invalidPayload,
-                    "the group would have \(remaining.count) members and \(open + invited.count) invited; at most \(Limits.MAX_GROUP_MEMBERS) together"
+                    "DELETE FROM group_invitations WHERE group_id = \(groupId) AND whisper_id = ANY(\(plan.withdrawn)::text[])", logger: logger
                 )
             }
             if !invited.isEmpty { try await invite(invited, to: groupId, by: author, on: connection) }
-            let title = request.title ?? before.title
-            let membersChange = !added.isEmpty || !removed.isEmpty
-            guard membersChange || title != before.title else {
+            guard plan.changesSomething else {
                 return Change(before: before, after: before, added: [], removed: [], invited: invited)
             }
             guard !remaining.isEmpty else {
@@ -346,7 +211,7 @@ struct GroupDesk: Sendable {
                 try await writeRecords(groupId: groupId, epoch: before.epoch + 1, members: [], removed: removed)
                 return Change(before: before, after: nil, added: [], removed: removed)
             }
-            let epoch = membersChange ? before.epoch + 1 : before.epoch
+            let (title, epoch) = (plan.title, plan.epoch)
             _ = try await connection.query(
                 "UPDATE groups SET title = \(title), epoch = \(epoch), updated_at = now() WHERE group_id = \(groupId)", logger: logger
             )
@@ -365,7 +230,7 @@ struct GroupDesk: Sendable {
                     logger: logger
                 )
             }
-            if let owner = before.owner, removed.contains(owner), let heir = remaining.first {
+            if let heir = plan.heir {
                 _ = try await connection.query(
                     "UPDATE group_members SET role = 'owner' WHERE group_id = \(groupId) AND whisper_id = \(heir)", logger: logger
                 )
@@ -373,7 +238,7 @@ struct GroupDesk: Sendable {
             guard let after = try await GroupView.load(groupId, on: connection, logger: logger) else {
                 throw WhisperError(.internalError, "the group was not stored; try again")
             }
-            if membersChange {
+            if plan.changesMembers {
                 try await writeRecords(groupId: groupId, epoch: epoch, members: after.memberIds, removed: removed)
             }
             return Change(before: before, after: after, added: added, removed: removed, invited: invited)
