@@ -52,6 +52,7 @@ import WhisperShared
     @Test func aShortfallIsAcceptedOnTheMastersFsyncAndTheMasterCountsAsUnreplicatedUntilAReplicaIsBack() async throws {
         try await Self.withPrimary(.accept) { primary, stack in
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            try await stack.makePeers([alice, bob])
             let node = "node=\"127.0.0.1:\(primary.port)\""
 
             // No replica: stored, and said so; the master counts as unreplicated.
@@ -64,6 +65,15 @@ import WhisperShared
             _ = try await alice.connection.send(alice.message("still no replica", to: bob))
             #expect(try await Self.figure("whisper_redis_replica_waits_total", in: stack) == waits)
             #expect((try await Self.figure("whisper_redis_unreplicated_writes_total", in: stack) ?? 0) >= 2)
+            // Past the probe interval, still without a replica: the probe asks the master for
+            // its replicas (ROLE), which holds nobody, and writes go on without a WAIT.
+            let since = ContinuousClock.now
+            try await waitUntil(timeout: .seconds(20)) {
+                _ = try await alice.connection.send(alice.message("no replica yet", to: bob))
+                return ContinuousClock.now - since > .seconds(4)
+            }
+            #expect(try await Self.figure("whisper_redis_replica_waits_total", in: stack) == waits)
+            #expect(try await Self.figure("whisper_redis_master_unreplicated", containing: node, in: stack) == 1)
 
             // A replica is back: the next probe finds it, and the master counts as replicated.
             let replica = try await Self.replica(of: primary)

@@ -241,6 +241,13 @@ final class Ledger: Sendable {
             "resends": all.map { max(0, $0.attempts - 1) }.reduce(0, +),
             "latencyMs": ["p50": percentile(0.5), "p99": percentile(0.99), "max": latencies.last ?? 0],
             "faults": faultReports,
+            // The five slowest, each as ms from the run's start: where a fault held them.
+            "slowest": all.filter { $0.receivedAt != nil }.sorted { $0.receivedAt! - $0.queuedAt > $1.receivedAt! - $1.queuedAt }.prefix(5).map { entry in
+                [
+                    "queuedMs": entry.queuedAt - started, "acceptedMs": entry.acceptedAt.map { $0 - started } ?? -1,
+                    "receivedMs": (entry.receivedAt ?? 0) - started, "attempts": entry.attempts,
+                ]
+            },
         ]
     }
 }

@@ -250,27 +250,41 @@ extension RedisClient {
     /// share `WAIT`s (`ReplicaWaits`). When fewer acknowledge within the timeout the
     /// write stands on the master alone: with ``ReplicaAcknowledgement/Shortfall/refuse``
     /// this throws `RedisError.replicasBehind`; with `accept` it returns, the master
-    /// counts as unreplicated, and its writes return at once until the probe interval
-    /// has passed and a `WAIT` asks again.
+    /// counts as unreplicated, and its writes return at once. Once a probe interval, one
+    /// of them asks the master for its replicas (`ROLE`, which does not block the
+    /// connection as a `WAIT` would); when enough are listed, writes wait again.
     public func waitForReplicas(afterWritingTo key: String) async throws {
         let acks = configuration.replicaAcks
         guard acks.replicas > 0 else { return }
         let wait = RedisCommand("WAIT", acks.replicas, Int(acks.timeout.milliseconds))
         let node: String
-        let send: @Sendable () async throws -> Int
+        let ask: @Sendable (RedisCommand) async throws -> RESPValue
         if let cluster = try mappedCluster() {
             let master = try cluster.master(of: Array(key.utf8))
             node = "\(master)"
-            send = { Int(try await cluster.connection(to: master).send(wait).int ?? 0) }
+            ask = { try await cluster.connection(to: master).send($0) }
         } else {
             let connection = try connection()
             node = "\(configuration.host):\(configuration.port)"
-            send = { Int(try await connection.send(wait).int ?? 0) }
+            ask = { try await connection.send($0) }
         }
-        if acks.shortfall == .accept, statistics.masters.isUnreplicated(node, probeAfter: acks.probeInterval) {
-            statistics.unreplicatedWrites.add(1, ordering: .relaxed)
-            return
+        if acks.shortfall == .accept {
+            switch statistics.masters.standing(node, probeAfter: acks.probeInterval) {
+            case .replicated:
+                break
+            case .unreplicated:
+                statistics.unreplicatedWrites.add(1, ordering: .relaxed)
+                return
+            case .probe:
+                // `ROLE` on a master: ["master", offset, [[ip, port, offset], ...]].
+                let listed = (try? await ask(RedisCommand("ROLE")))?.array.flatMap { $0.count == 3 ? $0[2].array?.count : nil } ?? 0
+                guard listed >= acks.replicas else {
+                    statistics.unreplicatedWrites.add(1, ordering: .relaxed)
+                    return
+                }
+            }
         }
+        let send: @Sendable () async throws -> Int = { Int(try await ask(wait).int ?? 0) }
         statistics.replicaWaits.add(1, ordering: .relaxed)
         let acknowledged = try await replicaWaits.acknowledged(on: node, send: send)
         guard acknowledged >= acks.replicas else {
@@ -355,21 +369,31 @@ public final class RedisClientStatistics: Sendable {
     public let masters = MasterReplication()
 }
 
-/// The masters a client waited on, and which of them its last `WAIT` found without a
-/// replica in step. An in-process memory of the cluster's replication, as stale as one
-/// probe interval: a master whose replica is back is trusted again at its next `WAIT`,
-/// and until then its writes are told stored on the master's fsync, which is what a
+/// The masters a client waited on, and which of them it last found without a replica in
+/// step. An in-process memory of the cluster's replication, as stale as one probe
+/// interval: a master whose replica is back is trusted again at the next probe, and
+/// until then its writes are told stored on the master's fsync, which is what a
 /// shortfall accepts anyway.
 public final class MasterReplication: Sendable {
-    /// By node (`host:port`): nil while replicated, else when a `WAIT` last fell short.
+    /// By node (`host:port`): nil while replicated, else when it was last found short.
     private let nodes = Mutex<[String: ContinuousClock.Instant?]>([:])
 
-    /// Whether `node` counts as unreplicated and its last `WAIT` is under `probeAfter`
-    /// old (past that, the caller waits again, which probes).
-    func isUnreplicated(_ node: String, probeAfter: Duration) -> Bool {
+    enum Standing {
+        case replicated
+        case unreplicated
+        /// Unreplicated, and this caller is the one to ask again (once a `probeAfter`).
+        case probe
+    }
+
+    /// Whether `node` counts as unreplicated; past `probeAfter` since it was last found
+    /// so, the first caller is told to probe (and the clock starts again).
+    func standing(_ node: String, probeAfter: Duration) -> Standing {
         nodes.withLock { nodes in
-            guard case .some(.some(let since)) = nodes[node] else { return false }
-            return ContinuousClock.now - since < probeAfter
+            guard case .some(.some(let since)) = nodes[node] else { return .replicated }
+            let now = ContinuousClock.now
+            guard now - since >= probeAfter else { return .unreplicated }
+            nodes[node] = .some(now)
+            return .probe
         }
     }
 

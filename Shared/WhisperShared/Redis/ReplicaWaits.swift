@@ -8,8 +8,8 @@ public struct ReplicaAcknowledgement: Sendable, Equatable {
     public enum Shortfall: String, Sendable {
         /// Stored: it stands on its master's fsynced append-only file. The master counts
         /// as unreplicated (a metric and an alert) and its writes stop waiting for
-        /// replicas until ``ReplicaAcknowledgement/probeInterval`` has passed, when one
-        /// waits again to learn whether a replica is back.
+        /// replicas; once a ``ReplicaAcknowledgement/probeInterval`` one of them asks the
+        /// master whether a replica is back (`RedisClient.waitForReplicas`).
         case accept
         /// Refused (`RedisError.replicasBehind`): the client sends again until a replica
         /// holds it. Every write to that master waits the timeout meanwhile.
@@ -21,7 +21,7 @@ public struct ReplicaAcknowledgement: Sendable, Equatable {
     /// How long one `WAIT` may take before the write counts as not copied.
     public var timeout: Duration
     public var shortfall: Shortfall
-    /// How long an unreplicated master's writes go without waiting (``Shortfall/accept``).
+    /// How often an unreplicated master is asked for its replicas (``Shortfall/accept``).
     public var probeInterval: Duration = .seconds(5)
 
     public init(replicas: Int, timeout: Duration, shortfall: Shortfall = .accept) {

@@ -10,7 +10,7 @@ import Synchronization
 /// replies put back in order, `MOVED` followed (the map learns the slot's new master)
 /// and `ASK` followed for that one command (`ASKING` first, the map unchanged), and
 /// `TRYAGAIN`, `CLUSTERDOWN` or a lost connection (a failover in progress) retried with
-/// a fresh map, a bounded number of times.
+/// a fresh map, for a bounded time.
 public final class RedisCluster: Sendable {
     public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
         public var host: String
@@ -69,8 +69,13 @@ public final class RedisCluster: Sendable {
     private let eventLoopGroup: any EventLoopGroup
     private let logger: Logger
     private let state = Mutex(State())
-    /// Redirects and retries one command may take before its error is returned.
+    /// Redirects and retries one command may take before its error is returned, unless
+    /// ``failoverBudget`` is not spent yet.
     static let maxRedirects = 5
+    /// How long a command keeps being retried while its node is gone or the cluster is
+    /// down (a failover takes the node timeout and an election): a sender then waits
+    /// through a failover instead of being refused and backing off.
+    static let failoverBudget: Duration = .seconds(5)
 
     public init(seeds: [Endpoint], configuration: RedisConfiguration, eventLoopGroup: any EventLoopGroup, logger: Logger) {
         self.seeds = seeds
@@ -185,7 +190,9 @@ public final class RedisCluster: Sendable {
         var replies = [RESPValue?](repeating: nil, count: commands.count)
         // What is still to send: the command's index, and the node an ASK named.
         var waiting: [(index: Int, asking: Endpoint?)] = commands.indices.map { ($0, nil) }
-        for attempt in 0...Self.maxRedirects {
+        let started = ContinuousClock.now
+        var attempt = 0
+        while true {
             var byNode: [Endpoint: [(index: Int, asking: Bool)]] = [:]
             for item in waiting {
                 let node = try item.asking ?? target(of: commands[item.index])
@@ -241,7 +248,7 @@ public final class RedisCluster: Sendable {
                     }
                 }
             }
-            guard !again.isEmpty, attempt < Self.maxRedirects else {
+            guard !again.isEmpty, attempt < Self.maxRedirects || ContinuousClock.now - started < Self.failoverBudget else {
                 if !again.isEmpty {
                     logger.warning("redis_cluster_redirects_exhausted", metadata: ["commands": "\(again.count)"])
                 }
@@ -249,9 +256,10 @@ public final class RedisCluster: Sendable {
             }
             if refreshMap {
                 try? await refresh()
-                if attempt > 0 { try? await Task.sleep(for: .milliseconds(50 * (attempt + 1))) }
+                if attempt > 0 { try? await Task.sleep(for: .milliseconds(min(50 * (attempt + 1), 500))) }
             }
             waiting = again
+            attempt += 1
         }
         return try replies.map { reply in
             guard let reply else { throw RedisError.unavailable }
