@@ -1,27 +1,11 @@
 import WhisperShared
 
-/// The server frames owed to one identity that must reach it even if it is offline:
-/// receipts (`message_delivered`) for the messages it sent, `group_created` and
-/// `group_updated` of groups it is in, and missed calls (`call_ended`). Receipts are
-/// the most of them, and the rest is said of them below; the others are kept the same
-/// way. Group events are kept apart (`OwedStore.groupEvents`, a bound of their own),
-/// so a peer that changes groups often cannot push receipts out. (Named `ReceiptQueue`
-/// until issue 35; the key keeps its name.)
-///
-/// Receipts on their way to the message's sender are stored before they are handed
-/// over, as messages are: `receipts:{whisperId}:waiting`, a Redis Stream
-/// kept 72 hours. A receipt leaves the store only when a gateway has written it to the
-/// sender's socket (`GatewayCommand.Kind.receipt`, then `settle`); one that finds no
-/// socket, or a socket that closes first, waits for the sender's next `fetch_pending`.
-/// So a receipt is never lost to a socket closing in between; it can come twice only
-/// when a `fetch_pending` hands it over while a live copy is still being written
-/// (clients treat `message_delivered` as a state, idempotent by messageId and status).
-///
-/// A receipt older than 72 hours is dropped as the next one is kept (`XTRIM MINID`),
-/// and the stream expires 72 hours after the last.
-/// At most `capacity` receipts wait per sender (the oldest go first past it): a sender
-/// who stays away while many of its messages are read cannot grow the store without
-/// bound. Each message gives at most one `delivered` and one `read` receipt.
+/// The server frames owed to one identity even while it is offline: receipts
+/// (`message_delivered`) for its messages, the `group_created`/`group_updated` of its groups
+/// (kept apart, `OwedStore.groupEvents`) and missed calls (`call_ended`). Each waits in
+/// `receipts:{whisperId}:waiting` (72 h, at most `capacity`, the oldest first) until a
+/// socket of its owner has taken it (docs/architecture.md, "Through the router stream",
+/// step 7).
 public struct OwedFrames: Sendable {
     let redis: RedisClient
     public let capacity: Int

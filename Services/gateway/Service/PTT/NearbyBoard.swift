@@ -3,27 +3,11 @@ import Prometheus
 import Synchronization
 import WhisperShared
 
-/// The public push-to-talk channels announced nearby (docs/protocol.md section 14), held
-/// in each gateway's memory and never in Redis's keyspace: neither the append-only file
-/// nor a replica's copy keeps a history of the cells owners were in. An announcement
-/// reaches every gateway as a pub/sub message on `ptt:nearby` (Redis writes `PUBLISH`
-/// to no file and keeps nothing of it), and each keeps it until it lapses.
-///
-/// How stale it can be, and why that is safe: a message missed while a gateway's
-/// subscription was down (or before it started) leaves its board short of a channel
-/// until the owner's next heartbeat, 10 s later; a missed withdrawal leaves a channel
-/// listed until its announcement lapses (`GATEWAY_PTT_ANNOUNCE_TTL_SECONDS`), the same
-/// as an owner who stopped without saying so. Listing a public channel a little early
-/// or late shows nothing that is not public.
-///
-/// Fair shares: one identity's channels take at most `maxPerOwnerInCell` places of a
-/// cell and `maxPerOwner` places in all, so no identity fills a cell, and no identity
-/// comes near the board's bound of cells alone; an announcement over a share, or in a
-/// new cell of a full board, is refused (`Refusal`), and the owner is told.
-///
-/// Wire format: `<channelId> <cell> <untilMs> <ownerId>` (announced until then), or
-/// `<channelId>` (no longer announced). The owner stays in memory with the cell, as the
-/// channel does; it is never logged.
+/// The public push-to-talk channels announced nearby (docs/protocol.md section 14), in
+/// each gateway's memory only, so that no file or replica keeps where anyone was: an
+/// announcement reaches every gateway on `ptt:nearby` and is kept until it lapses. Its
+/// wire format, fair shares and staleness: docs/architecture.md, "In-process memories of
+/// shared state". An owner is never logged.
 final class NearbyBoard: Sendable {
     static let channel = "ptt:nearby"
     /// Channels one cell holds (the most recently renewed), and cells the board holds.

@@ -6,25 +6,11 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// A receipt's last step (the acknowledgement script: `delivered` takes the message out
-/// of the recipient's queue), run for many receipts at once. By then the receipt was
-/// given to its sender (stored, or taken by the sender's socket), so nothing is on this
-/// step's path and it can wait for other work: waiting applications go out in the same
-/// write as the gateway's next message store (`SendDesk`), or by themselves at most
-/// `maxWait` after the first of them, or at once when `batchMax` wait. The wait is a
-/// timer on NIO's event loop that a store taking the applications cancels, so under
-/// load no timer fires and nothing wakes for it. Under
-/// `appendfsync always` every Redis write round costs an fsync; carried with a store,
-/// an application costs neither a round trip nor an fsync of its own.
-///
-/// Until its application runs, a message stays pending: a gateway that dies first
-/// leaves it to be fetched and acknowledged again (its sender may get the receipt
-/// twice, which clients take as a state), as a gateway dying between the steps always
-/// did. A repeat of a receipt whose application waits here is known as a repeat
-/// (`ReceiptMemory`) and dropped, as Redis would once it ran; one whose application
-/// failed is forgotten there, so its repeat is looked up again. Before the gateway asks for a
-/// page of pending messages for a socket, it runs what waits (`flush`), so a client
-/// never fetches a message it has just acknowledged on this gateway.
+/// A receipt's last step, the acknowledgement script, run for many receipts at once:
+/// with the gateway's next message store (`SendDesk`), or alone at most `maxWait` after
+/// the first (a timer on the event loop that a store cancels), at once when `batchMax`
+/// wait, and before a page of pending messages is fetched (`flush`). Why nothing is lost
+/// on the way: docs/architecture.md, "Through the router stream", step 7.
 final class ReceiptApplier: Service, Sendable {
     private let pending: PendingQueue
     private let memory: ReceiptMemory
