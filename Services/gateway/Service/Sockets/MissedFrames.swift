@@ -7,12 +7,19 @@ import WhisperShared
 /// group and call frames, live text) are gone. What is stored (messages, receipts,
 /// owed group frames) waits for the socket's next `fetch_pending`, but a socket that
 /// stayed open has no reason to fetch. So every socket is told to reconnect
-/// (`reconnect`, reason `frames_missed`), each after its own random delay within
-/// `spread` so that the clients do not all come back at once; a client reconnecting
+/// (`reconnect`, reason `frames_missed`), each after its own random delay within a
+/// spread so that the clients do not all come back at once; a client reconnecting
 /// fetches what waits and asks again for what it had (presence, live places, floors).
 final class MissedFrames: Sendable {
-    /// The clients' reconnects are spread over this long.
-    static let spread: Duration = .seconds(5)
+    /// The clients come back at about this many a second...
+    static let reconnectsPerSecond = 2_000
+    /// ...over at most this long: a gateway with few sockets has them back at once.
+    static let maximumSpread: Duration = .seconds(5)
+
+    /// How long the reconnects of `sockets` clients are spread over.
+    static func spread(sockets: Int) -> Duration {
+        min(maximumSpread, .milliseconds(sockets * 1_000 / reconnectsPerSecond))
+    }
 
     private let connections: ConnectionRegistry
     private let logger: Logger
@@ -29,7 +36,7 @@ final class MissedFrames: Sendable {
         guard subscribedBefore.exchange(true, ordering: .relaxed) else { return }
         let open = connections.all()
         logger.warning("gateway_frames_missed", metadata: ["connections": "\(open.count)"])
-        let spreadMs = Int(Self.spread.milliseconds)
+        let spreadMs = Int(Self.spread(sockets: open.count).milliseconds)
         for connection in open {
             connection.send(Reconnect(reason: Reconnect.framesMissed, retryAfterMs: Int.random(in: 0...spreadMs)))
         }
