@@ -242,12 +242,13 @@ final class Ledger: Sendable {
             "latencyMs": ["p50": percentile(0.5), "p99": percentile(0.99), "max": latencies.last ?? 0],
             "faults": faultReports,
             // The five slowest, each as ms from the run's start: where a fault held them.
-            "slowest": all.filter { $0.receivedAt != nil }.sorted { $0.receivedAt! - $0.queuedAt > $1.receivedAt! - $1.queuedAt }.prefix(5).map { entry in
-                [
-                    "queuedMs": entry.queuedAt - started, "acceptedMs": entry.acceptedAt.map { $0 - started } ?? -1,
-                    "receivedMs": (entry.receivedAt ?? 0) - started, "attempts": entry.attempts,
-                ]
-            },
+            "slowest": all.compactMap { entry in entry.receivedAt.map { (entry, $0) } }
+                .sorted { $0.1 - $0.0.queuedAt > $1.1 - $1.0.queuedAt }.prefix(5).map { entry, receivedAt in
+                    [
+                        "queuedMs": entry.queuedAt - started, "acceptedMs": entry.acceptedAt.map { $0 - started } ?? -1,
+                        "receivedMs": receivedAt - started, "attempts": entry.attempts,
+                    ]
+                },
         ]
     }
 }

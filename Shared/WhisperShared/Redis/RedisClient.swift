@@ -400,9 +400,11 @@ public final class MasterReplication: Sendable {
     /// Records what a `WAIT` on `node` found; true when that changed what was known.
     func record(_ node: String, replicated: Bool) -> Bool {
         nodes.withLock { nodes in
-            let was = nodes[node].map { $0 == nil }
+            // Whether it counted as replicated before; nil: never waited on.
+            let wasReplicated = nodes[node].map { $0 == nil }
             nodes[node] = replicated ? .some(nil) : .some(ContinuousClock.now)
-            return was != replicated && !(was == nil && replicated)
+            // A master first met replicated is no news; first met short, it is.
+            return replicated ? wasReplicated == false : wasReplicated != false
         }
     }
 
