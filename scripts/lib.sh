@@ -112,6 +112,7 @@ start_postgres() {
     fi
     mkdir -p "$run"
     [ "$(id -u)" -eq 0 ] && chown postgres:postgres "$run"
+    # WHISPER_PG_OPTIONS: more server settings ("-c name=value ...").
     # WHISPER_PG_TLS_DIR: a folder with server.crt and server.key: TLS on as well (plain
     # connections still work).
     local tls=""
@@ -120,7 +121,7 @@ start_postgres() {
     fi
     if ! as_pg "$bindir/pg_ctl" -D "$dir" status >/dev/null 2>&1; then
         as_pg "$bindir/pg_ctl" -D "$dir" -l "$dir/server.log" -w -t 60 \
-            -o "-p $port -k $run -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${WHISPER_PG_FSYNC:-on} $tls" \
+            -o "-p $port -k $run -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=${WHISPER_PG_FSYNC:-on} $tls ${WHISPER_PG_OPTIONS:-}" \
             start >/dev/null || { tail -20 "$dir/server.log" >&2; die "PostgreSQL did not start"; }
     fi
     local psql=(as_pg psql -h 127.0.0.1 -p "$port" -U postgres -d postgres -qtA -v ON_ERROR_STOP=1)

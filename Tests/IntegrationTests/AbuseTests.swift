@@ -604,6 +604,7 @@ import WhisperShared
 
     @Test func anEmptyInternalTokenStopsTheStart() async throws {
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         var settings = TestServers.authSettings(database)
         settings.internalToken = ""
         let group = buildAuth(settings: settings, logger: TestServers.logger).assembly.makeGroup(handleSignals: false)

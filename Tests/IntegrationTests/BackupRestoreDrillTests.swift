@@ -51,7 +51,10 @@ import WhisperShared
         }
 
         // 1. A deployment in use, stopped at the end of its block.
-        let (database, users, group) = try await MessagingStack.start(routers: 1).running { before in
+        // The drill's own database: it outlives the first stack, dropped and restored.
+        let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
+        let (users, group) = try await MessagingStack.start(routers: 1, database: database).running { before in
             var users: [TestUser] = []
             for (index, mnemonic) in mnemonics.enumerated() { users.append(try await register(mnemonic, on: before, gateway: index % 2)) }
             let (alice, bob, carol) = (users[0], users[1], users[2])
@@ -64,7 +67,7 @@ import WhisperShared
             let stored = try await HTTP.json(.PUT, "\(before.auth.baseURL)/backup/contacts", token: alice.token, body: try contacts.sealed(with: alice.keys))
             #expect(stored.status == 200)
             for user in users { await user.connection.close() }
-            return (before.database, users, group)
+            return (users, group)
         }
         let (bob, carol) = (users[1], users[2])
 
@@ -204,7 +207,9 @@ import WhisperShared
 
         // 1. Alice owns a group of three; the dump is taken; then she deletes her account,
         //    and Dave, who registered after the dump, deletes his. The journal has both.
-        let (database, alice, bob, carol, dave, group) = try await MessagingStack.start(routers: 1).running { before in
+        let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
+        let (alice, bob, carol, dave, group) = try await MessagingStack.start(routers: 1, database: database).running { before in
             let alice = try await before.user(on: 0), bob = try await before.user(on: 1), carol = try await before.user(on: 0)
             try await before.makePeers([alice, bob, carol])
             let group = try await alice.connection.createGroup(title: "Drill", memberIds: [bob.whisperId, carol.whisperId])
@@ -223,7 +228,7 @@ import WhisperShared
             #expect(request.whisperId == alice.whisperId)
             #expect(Ed25519.verify(signature: Array(try #require(Data(base64Encoded: request.signature))), message: request.signedBytes, publicKey: alice.keys.signPublicKey))
             for user in [alice, bob, carol, dave] { await user.connection.close() }
-            return (before.database, alice, bob, carol, dave, group)
+            return (alice, bob, carol, dave, group)
         }
         // A record of a deletion Carol never signed (another key's signature), as whoever
         // could write to the store might add, in the journal's first format (the record in

@@ -14,6 +14,7 @@ import WhisperProtocol
 
     @Test func proofsJoiningTheKeptTopLevelsAndTheReadNodesVerifyAcrossEpochs() async throws {
         let database = try await TestDatabases.shared.make(migrated: true)
+        defer { TestDatabases.shared.release(database) }
         let postgres = PostgresClient(configuration: database.clientConfiguration, backgroundLogger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await postgres.run() }

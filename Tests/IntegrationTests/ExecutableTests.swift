@@ -60,6 +60,7 @@ import WhisperShared
 
     @Test func migrateRunsOnceAndTheServicesStopCleanlyOnSIGTERM() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
+        defer { TestDatabases.shared.release(database) }
         let port = try TestServers.freePort()
         let environment = Executables.environment(database)
         for _ in 0..<2 {

@@ -12,9 +12,11 @@ import WhisperShared
     struct Stack: StartedForATest {
         let gateway: RunningService
         let auth: RunningService
+        let database: PostgresSettings
         var url: String { "ws://127.0.0.1:\(gateway.port)/ws" }
 
         func stop() async throws {
+            defer { TestDatabases.shared.release(database) }
             try await gateway.stop()
             try await auth.stop()
         }
@@ -26,7 +28,7 @@ import WhisperShared
             let gateway = try await RunningService.start { running in
                 buildGateway(settings: TestServers.gatewaySettings(database, authPort: auth.internalPort), logger: TestServers.logger, onServerRunning: running).assembly
             }
-            return try await Stack(gateway: gateway, auth: auth).then { stack in
+            return try await Stack(gateway: gateway, auth: auth, database: database).then { stack in
                 _ = try await HTTP.waitFor("\(gateway.baseURL)/ready") { $0.status == 200 }
                 _ = try await HTTP.waitFor("\(auth.baseURL)/ready") { $0.status == 200 }
                 return stack

@@ -15,6 +15,7 @@ import WhisperShared
     /// limits out of the way unless `extra` sets them.
     static func withGateway(_ extra: [String: String] = [:], _ body: (Int, Process) async throws -> Void) async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
+        defer { TestDatabases.shared.release(database) }
         var environment = Executables.environment(database)
         try Executables.migrate(environment)
         let authPort = try TestServers.freePort()

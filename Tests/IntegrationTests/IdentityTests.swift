@@ -15,6 +15,8 @@ import WhisperShared
         let database: PostgresSettings
         let auth: RunningService
         let gateways: [RunningService]
+        /// Whether `startStack` made the database for this stack (released when it stops).
+        var ownsDatabase = false
 
         func url(_ index: Int) -> String { "ws://127.0.0.1:\(gateways[index].port)/ws" }
 
@@ -25,6 +27,7 @@ import WhisperShared
         }
 
         func stop() async throws {
+            defer { if ownsDatabase { TestDatabases.shared.release(database) } }
             for gateway in gateways { try await gateway.stop() }
             try await auth.stop()
         }
@@ -62,7 +65,7 @@ import WhisperShared
                     gateways.append(gateway)
                 }
             }
-            return Stack(database: database, auth: auth, gateways: gateways)
+            return Stack(database: database, auth: auth, gateways: gateways, ownsDatabase: true)
         }
     }
 

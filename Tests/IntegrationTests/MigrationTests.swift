@@ -20,6 +20,7 @@ import WhisperShared
 
     @Test func migratingCreatesEveryTableAndRunningAgainDoesNothing() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
+        defer { TestDatabases.shared.release(database) }
         try await withClient(database) { client in
             #expect(try await Migrator.currentVersion(client: client, logger: TestServers.logger) == nil)
             let first = try await Migrator().migrate(client: client, logger: TestServers.logger)
@@ -44,6 +45,7 @@ import WhisperShared
 
     @Test func concurrentMigratorsApplyEachMigrationOnce() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
+        defer { TestDatabases.shared.release(database) }
         let results = try await withThrowingTaskGroup(of: [Int].self) { group in
             for _ in 0..<3 {
                 group.addTask {
@@ -62,6 +64,7 @@ import WhisperShared
 
     @Test func aChangedMigrationIsRefused() async throws {
         let database = try await TestDatabases.shared.make(migrated: true)
+        defer { TestDatabases.shared.release(database) }
         try await withClient(database) { client in
             try await client.query("UPDATE schema_migrations SET checksum = 'edited' WHERE version = 1", logger: TestServers.logger)
             await #expect(throws: MigrationError.self) {
@@ -72,6 +75,7 @@ import WhisperShared
 
     @Test func keysAndConstraintsHold() async throws {
         let database = try await TestDatabases.shared.make(migrated: true)
+        defer { TestDatabases.shared.release(database) }
         try await withClient(database) { client in
             let logger = TestServers.logger
             // bytea binds from ByteBuffer ([UInt8] would bind as "char"[]).

@@ -19,6 +19,7 @@ import WhisperShared
 
     @Test func migrationsRunAtOnceFromTwoProcessesApplyEachVersionOnce() async throws {
         let database = try Self.throughPgBouncer(try await TestDatabases.shared.make(migrated: false))
+        defer { TestDatabases.shared.release(database) }
         let clients = (0..<2).map { _ in PostgresClient(configuration: database.clientConfiguration, backgroundLogger: TestServers.logger) }
         let applied = try await withThrowingTaskGroup(of: [Int]?.self) { group in
             for client in clients { group.addTask { await client.run(); return nil } }
@@ -38,6 +39,7 @@ import WhisperShared
 
     @Test func messagesReceiptsAndGroupsWorkThroughIt() async throws {
         let database = try Self.throughPgBouncer(try await TestDatabases.shared.make())
+        defer { TestDatabases.shared.release(database) }
         try await MessagingStack.start(routers: 1, database: database).running { stack in
             // Registration (auth's transactions), a message (identity look-ups), its receipt.
             let owner = try await stack.user(on: 0)

@@ -25,6 +25,7 @@ import WhisperShared
     /// and it was told to stop.
     private func startClients(redis: RedisConfiguration) async throws -> (error: (any Error)?, verdict: RedisServerCheck.Verdict?) {
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         let environment = ServiceEnvironment(settings: TestServers.common(service: "auth", postgres: database, redis: redis), logger: TestServers.logger)
         let group = ServiceAssembly(services: environment.clientServices, logger: TestServers.logger, gracePeriod: .seconds(5))
             .makeGroup(handleSignals: false)

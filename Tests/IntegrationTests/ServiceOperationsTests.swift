@@ -28,6 +28,7 @@ import WhisperShared
 
     @Test func allEightServicesAnswerHealthReadyAndPromtoolCleanMetrics() async throws {
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         var running: [(String, RunningService)] = []
         try await StartedTogether.start { started in
             for (name, build) in Self.builders {
@@ -56,6 +57,7 @@ import WhisperShared
 
     @Test func readinessWaitsForTheSchema() async throws {
         let database = try await TestDatabases.shared.make(migrated: false)
+        defer { TestDatabases.shared.release(database) }
         try await RunningService.start { running in
             buildAuth(settings: TestServers.authSettings(database), logger: TestServers.logger, onServerRunning: running).assembly
         }.running { service in
@@ -82,6 +84,7 @@ import WhisperShared
         let redis = try RedisProcess()
         try redis.start()
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         let common = TestServers.common(service: "gateway", postgres: database, redis: RedisConfiguration(url: redis.url)!)
         let handle = LockedBox<GatewayHandle?>(nil)
         try await RunningService.start { running in

@@ -26,6 +26,7 @@ import WhisperShared
         frameBytes: Int, batches: Int, _ configure: (inout GatewaySettings) -> Void
     ) async throws -> Int {
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         return try await TestServers.startAuth(TestServers.authSettings(database)).running { auth in
             var configured = TestServers.gatewaySettings(database, authPort: auth.internalPort)
             configure(&configured)

@@ -232,6 +232,7 @@ import WhisperShared
     /// Gateway and auth on real Redis and Postgres, with `adjust` applied to the gateway's settings.
     func withGateway(_ adjust: (inout GatewaySettings) -> Void, _ body: (Int) async throws -> Void) async throws {
         let database = try await TestDatabases.shared.make()
+        defer { TestDatabases.shared.release(database) }
         try await TestServers.startAuth(TestServers.authSettings(database)).running { auth in
             var settings = TestServers.gatewaySettings(database, authPort: auth.internalPort)
             adjust(&settings)

@@ -60,6 +60,7 @@ import WhisperShared
             let redisServer = try RedisProcess()
             try redisServer.start()
             let database = try await TestDatabases.shared.make()
+            defer { TestDatabases.shared.release(database) }
             var environment = Executables.environment(database)
             environment["WHISPER_REDIS_URL"] = redisServer.url
             environment["WHISPER_LOG_LEVEL"] = "info"

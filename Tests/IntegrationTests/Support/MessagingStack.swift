@@ -13,6 +13,8 @@ import WhisperShared
 /// redis-server of its own: routers of one stack must not consume another's stream.
 struct MessagingStack {
     let database: PostgresSettings
+    /// Whether the stack made its database (and releases it when it stops).
+    let ownsDatabase: Bool
     let redisServer: RedisProcess
     let redis: RedisConfiguration
     let auth: RunningService
@@ -80,7 +82,7 @@ struct MessagingStack {
         }
         let auth = try #require(startedAuth)
         return MessagingStack(
-            database: database, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers,
+            database: database, ownsDatabase: existing == nil, redisServer: redisServer, redis: redis, auth: auth, gateways: gateways, routers: routers,
             directory: try #require(startedDirectory)
         )
     }
@@ -216,6 +218,7 @@ struct MessagingStack {
     /// Runs `body` on this stack, then stops it, also when `body` throws (a failing
     /// test leaves no services behind for the tests after it).
     func stop() async throws {
+        defer { if ownsDatabase { TestDatabases.shared.release(database) } }
         for router in routers { try await router.stop() }
         for gateway in gateways { try await gateway.stop() }
         try await auth.stop()

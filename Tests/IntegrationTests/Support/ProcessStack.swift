@@ -26,6 +26,8 @@ final class ProcessStack: @unchecked Sendable {
     private var launched: [String: (binary: String, environment: [String: String])] = [:]
     private let redis: RedisProcess
     private let moto: MotoProcess
+    /// The database `launch` made, released when the stack stops.
+    private var database: PostgresSettings?
 
     /// Starts Redis, moto, a fresh database and the eight services, and waits until each
     /// answers `/ready`. `environment` adds to (or overrides) the services' settings.
@@ -52,6 +54,7 @@ final class ProcessStack: @unchecked Sendable {
     private func launch(_ extra: [String: String], gateways: Int) async throws {
         _ = try await moto.client()
         let database = try await TestDatabases.shared.make()
+        self.database = database
         var environment = Executables.environment(database)
         environment["WHISPER_REDIS_URL"] = redis.url
         let location = moto.settings.location
@@ -150,6 +153,7 @@ final class ProcessStack: @unchecked Sendable {
         }
         redis.kill()
         moto.stop()
+        releaseDatabase()
     }
 
     /// Kills whatever still runs (for a `defer` after a failure) and removes the logs.
@@ -159,7 +163,13 @@ final class ProcessStack: @unchecked Sendable {
         }
         redis.kill()
         moto.stop()
+        releaseDatabase()
         removeFiles()
+    }
+
+    private func releaseDatabase() {
+        if let database { TestDatabases.shared.release(database) }
+        database = nil
     }
 
     func removeFiles() {
