@@ -101,45 +101,78 @@ public struct MessageSending: Sendable {
         }
     }
 
-    /// Checks, stores and passes on one message. Refusals are thrown as `WhisperError`s
-    /// for the caller to answer; a duplicate is answered here like a new message.
-    /// `redeliver`: the same message handled a second time (a stream entry whose router
-    /// died), delivered again when it is still pending.
+    /// Checks, stores and passes on one message, in four steps: `check`, `store`, the
+    /// sender's answer (`answer`) and the recipient's delivery (`deliver`). Refusals are
+    /// thrown as `WhisperError`s for the caller to answer; a duplicate is answered here
+    /// like a new message. `redeliver`: the same message handled a second time (a stream
+    /// entry whose router died), delivered again when it is still pending.
     @discardableResult
     public func send(
         _ message: SendMessage, from sender: Sender, group: GroupCopy? = nil, redeliver: Bool = false, caller: some Caller
     ) async throws -> RoutingOutcome {
-        let body = try await checks.check(message, groupId: group?.groupId, sentBy: sender.whisperId)
-        var membership = try await group?.admit(nil)
+        let checked = try await check(message, group: group, sentBy: sender.whisperId)
+        var encoded: [UInt8]?
+        func received() -> [UInt8] {
+            if let encoded { return encoded }
+            let frame = ServerFrameCodec.encode(.messageReceived, payloadJSON: checked.body)
+            encoded = frame
+            return frame
+        }
+        // A direct peer's message to a socket on this instance goes out while its store is
+        // written (docs/architecture.md, "Delivered while it is stored"); the sender is
+        // still told only once the store answers.
+        let early = group == nil && !redeliver && !checked.fromStranger ? caller.deliverEarly(received, message: message, sender: sender) : nil
+        // Any refusal or failure thrown from here on settles it as not stored.
+        var settledEarly = false
+        defer { if early != nil, !settledEarly { caller.settle(message, stored: false) } }
+        let outcome = try await store(message, checked, group: group, redeliver: redeliver, written: early != nil ? caller.storeWritten : nil, caller: caller)
+        let stored = try isNew(outcome.result, message, fromStranger: checked.fromStranger)
+        let accept = try await answer(message, sender: sender, caller: caller)
+        if early != nil {
+            settledEarly = true
+            caller.settle(message, stored: true)
+        }
+        return try await deliver(
+            message, received, to: outcome.recipientSocket, early: early, stored: stored, after: accept, sender: sender, caller: caller
+        )
+    }
+
+    /// What `check` found: the body to store and deliver, the group's membership as
+    /// checked, and whether the sender is a stranger to the recipient.
+    struct Checked {
+        var body: [UInt8]
+        var membership: PendingQueue.GroupCheck?
+        var fromStranger: Bool
+    }
+
+    /// Step 1: the message's checks (`MessageChecks`), a group copy's membership, the
+    /// attachment's recipients, and whether the sender is the recipient's direct peer.
+    private func check(_ message: SendMessage, group: GroupCopy?, sentBy whisperId: String) async throws -> Checked {
+        let body = try await checks.check(message, groupId: group?.groupId, sentBy: whisperId)
+        let membership = try await group?.admit(nil)
         if let attachment = message.attachment {
             try await attachments.admit(attachment, sender: message.from, recipient: message.to, messageId: message.messageId)
         }
         // A group copy is not a stranger's: both ends are members of the group (a member
         // that is not the owner's direct peer joined by accepting an invitation).
         let fromStranger = try await group == nil ? !peers.arePeers(message.from, message.to, on: redis) : false
-        // A direct peer's message to a socket on this instance goes out while its store is
-        // written (docs/architecture.md, "Delivered while it is stored"); the sender is
-        // still told only once the store answers.
-        var encoded: [UInt8]?
-        func received() -> [UInt8] {
-            if let encoded { return encoded }
-            let frame = ServerFrameCodec.encode(.messageReceived, payloadJSON: body)
-            encoded = frame
-            return frame
-        }
-        let early = group == nil && !redeliver && !fromStranger ? caller.deliverEarly(received, message: message, sender: sender) : nil
-        // Any refusal or failure thrown from here on settles it as not stored.
-        var settledEarly = false
-        defer { if early != nil, !settledEarly { caller.settle(message, stored: false) } }
+        return Checked(body: body, membership: membership, fromStranger: fromStranger)
+    }
+
+    /// Step 2: the store script, with the caller's work alongside. A group copy whose
+    /// group changed meanwhile is checked again and stored again, at most three times more.
+    private func store(
+        _ message: SendMessage, _ checked: Checked, group: GroupCopy?, redeliver: Bool, written: (@Sendable () -> Void)?, caller: some Caller
+    ) async throws -> PendingQueue.StoreOutcome {
+        var membership = checked.membership
         var attempts = 0
-        var outcome: PendingQueue.StoreOutcome
         while true {
             let (commands, returned) = caller.alongside()
+            let outcome: PendingQueue.StoreOutcome
             do {
                 outcome = try await pending.store(
-                    recipient: message.to, messageId: message.messageId, sender: message.from, body: body, redeliver: redeliver,
-                    pairLimit: pairLimit, fromStranger: fromStranger, group: membership, alongside: commands,
-                    written: early != nil ? caller.storeWritten : nil
+                    recipient: message.to, messageId: message.messageId, sender: message.from, body: checked.body, redeliver: redeliver,
+                    pairLimit: pairLimit, fromStranger: checked.fromStranger, group: membership, alongside: commands, written: written
                 )
             } catch {
                 returned(nil)
@@ -147,37 +180,42 @@ public struct MessageSending: Sendable {
             }
             returned(outcome.alongside)
             attempts += 1
-            guard let group, attempts < 4 else { break }
             switch outcome.result {
             case .stale, .notMember:
+                guard let group, attempts < 4 else { return outcome }
                 membership = try await group.admit(outcome.result)
-                continue
             default:
-                break
+                return outcome
             }
-            break
         }
-        let depth: Int?
-        switch outcome.result {
-        case .stored(_, let stored):
-            depth = stored
+    }
+
+    /// Whether the store took the message as new (false: a client's resend, answered as
+    /// before, nothing queued); a refusal is thrown.
+    private func isNew(_ result: PendingQueue.StoreResult, _ message: SendMessage, fromStranger: Bool) throws -> Bool {
+        switch result {
+        case .stored(_, let depth):
             if fromStranger { peers.stored(message.from, message.to) }
+            metrics.queueDepth(depth)
+            return true
         case .duplicate:
-            // A client resend: answered as before, nothing queued.
-            depth = nil
+            return false
         case .notMember:
             throw WhisperError(.forbidden, "to is not a member of this group")
         case .stale:
             throw WhisperError(.internalError, "the group is changing; try again")
         case .conflict, .limited, .full, .strangersFull:
-            throw PendingQueue.refusal(for: outcome.result, metrics: metrics)
+            throw PendingQueue.refusal(for: result, metrics: metrics)
         }
-        if let depth { metrics.queueDepth(depth) }
-        // With replicas required (`WHISPER_REDIS_WAIT_REPLICAS`, on by default in cluster
-        // mode) the answer waits for them. A shortfall is accepted by default (the message
-        // stands on its master's fsync); with `WHISPER_REDIS_WAIT_SHORTFALL=refuse` the
-        // message is passed on all the same and its sender asked to send it again (a
-        // resend is a duplicate, answered once the replicas have it).
+    }
+
+    /// Step 3: the sender's answer, written by the caller or returned as the command
+    /// that publishes it. With replicas required (`WHISPER_REDIS_WAIT_REPLICAS`, on by
+    /// default in cluster mode) it waits for them. A shortfall is accepted by default
+    /// (the message stands on its master's fsync); with `WHISPER_REDIS_WAIT_SHORTFALL=
+    /// refuse` the message is passed on all the same and its sender asked to send it
+    /// again (a resend is a duplicate, answered once the replicas have it).
+    private func answer(_ message: SendMessage, sender: Sender, caller: some Caller) async throws -> RedisCommand? {
         var answer = ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)
         do {
             try await redis.waitForReplicas(afterWritingTo: RedisKeys.pending(message.to))
@@ -186,30 +224,30 @@ public struct MessageSending: Sendable {
                 .internalError, "the message is stored but not yet copied to a replica; send it again", requestId: sender.requestId
             )
         }
-        var commands: [RedisCommand] = []
-        if let accept = caller.accept(answer) {
-            commands.append(accept)
-        }
-        if early != nil {
-            settledEarly = true
-            caller.settle(message, stored: true)
-        }
-        var live = early != nil && outcome.recipientSocket == early
+        return caller.accept(answer)
+    }
+
+    /// Step 4: `message_received` to the recipient's socket unless it went out early
+    /// (here, or published to its gateway with the sender's answer), else a wake-up.
+    private func deliver(
+        _ message: SendMessage, _ received: () -> [UInt8], to socket: PresenceRecord?, early: PresenceRecord?, stored: Bool,
+        after accept: RedisCommand?, sender: Sender, caller: some Caller
+    ) async throws -> RoutingOutcome {
+        var commands = accept.map { [$0] } ?? []
+        var live = early != nil && socket == early
         var published: Int?
-        if let socket = outcome.recipientSocket, socket != early {
-            let frame = received()
-            if let written = caller.deliverHere(frame, to: socket, message: message, sender: sender) {
+        if let socket, socket != early {
+            if let written = caller.deliverHere(received(), to: socket, message: message, sender: sender) {
                 live = written
             } else {
                 let deliver = GatewayCommand(
-                    kind: .deliver, connId: socket.connId, frame: frame, acceptedAt: sender.receivedAt, traceparent: sender.traceparent,
+                    kind: .deliver, connId: socket.connId, frame: received(), acceptedAt: sender.receivedAt, traceparent: sender.traceparent,
                     origin: sender.origin
                 )
                 published = commands.count
                 commands.append(deliver.publishing(to: socket.gateway))
             }
         }
-        let stored = depth != nil
         if let published, !caller.waitsForPublishes {
             // Delivered (or, when that gateway is gone, queued with a wake-up) once the
             // reply is in, while the caller goes on.

@@ -15,7 +15,6 @@ public enum RouterStream {
     /// The frame types a router serves, the declared subset of `ClientFrameType` its
     /// entries may carry (a router's table of them has no `default:`).
     public enum Routed: String, CaseIterable, Sendable {
-        case sendMessage = "send_message"
         case groupSendMessage = "group_send_message"
         case groupCreate = "group_create"
         case groupUpdate = "group_update"

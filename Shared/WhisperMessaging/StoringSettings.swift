@@ -1,8 +1,8 @@
 import WhisperProtocol
 import WhisperShared
 
-/// Settings of the services that store one-to-one messages: routers (group copies, and
-/// `send_message` on the router path) and gateways on the direct path. They fill the
+/// Settings of the services that store messages: gateways (`send_message`) and routers
+/// (group copies). They fill the
 /// same queues, so one variable sets both (`WHISPER_PENDING_MAX_MESSAGES`, say); a
 /// service's own older name (`ROUTER_PENDING_MAX_MESSAGES`, `GATEWAY_…`) is still read
 /// when the shared one is not set, and logged at start as one to rename. The pair limit

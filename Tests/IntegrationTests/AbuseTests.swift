@@ -518,15 +518,14 @@ import WhisperShared
     }
 
     @Test func theRouterStreamHoldsNoSessionTokens() async throws {
-        // No router: the entries stay in the stream as the gateways wrote them (messages
-        // take the stream with GATEWAY_SEND_PATH=router, as group copies always do).
-        try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router }).running { stack in
+        // No router: the entries stay in the stream as the gateways wrote them (group
+        // copies, whose group only a router checks, and a fetch).
+        try await MessagingStack.start(routers: 0).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            try await alice.connection.sendOnly(alice.message("no tokens at rest", to: bob))
-            var withReactions = alice.message("general path", to: bob)
-            withReactions.reactions = ["+1": [bob.whisperId]]
-            try await alice.connection.sendOnly(withReactions)
+            let groupId = "grp-\(RandomID.uuid())"
+            try await alice.connection.sendOnly(alice.copy("no tokens at rest", to: bob, in: groupId))
+            try await alice.connection.sendOnly(alice.copy("nor here", to: bob, in: groupId))
             try await bob.connection.sendOnly(DeliveryReceipt(
                 sessionToken: bob.token, .init(messageId: RandomID.uuid(), from: bob.whisperId, to: alice.whisperId,
                 status: .delivered, timestamp: Clock.millisecondsNow())
@@ -589,10 +588,11 @@ import WhisperShared
     }
 
     @Test func handledEntriesLeaveTheRouterStream() async throws {
-        try await MessagingStack.start(gateway: { $0.sendPath = .router }).running { stack in
+        try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            _ = try await alice.send(20, to: bob, labelled: "routed")
+            let groupId = try await stack.streamGroup(alice, [bob])
+            for index in 0..<20 { _ = try await alice.connection.send(alice.copy("routed \(index)", to: bob, in: groupId)) }
             let received = try await bob.events(.messageReceived, count: 20)
             for frame in received { try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self))) }
             try await waitUntil { try await stack.pendingDepth(bob.whisperId) == 0 }

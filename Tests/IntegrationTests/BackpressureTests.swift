@@ -12,22 +12,28 @@ import WhisperShared
 @Suite(.serialized)
 struct BackpressureTests {
     @Test func aFullBacklogRefusesNewWorkUntilTheRoutersCatchUp() async throws {
-        // No router: whatever enters the stream stays there until one starts. Messages
-        // take the stream here (GATEWAY_SEND_PATH=router); direct sends are held back by
-        // their wait instead (`aSendThatWaitedTooLongIsRefusedAsBusy`).
-        try await MessagingStack.start(routers: 0, gateway: {
-            $0.routerBacklogMax = 3
-            $0.sendPath = .router
-        }).running { stack in
+        // No router: whatever enters the stream stays there until one starts. The messages
+        // are group copies, which take the stream; 1:1 messages are held back by their
+        // wait instead (`aSendThatWaitedTooLongIsRefusedAsBusy`).
+        try await MessagingStack.start(routers: 0, gateway: { $0.routerBacklogMax = 3 }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            let queued = (0..<3).map { alice.message("queued \($0)", to: bob) }
+            let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
+            func withRouter<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+                try await RunningService.start { running in
+                    buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
+                }.running { _ in try await body() }
+            }
+            // A router for a moment, to make the group.
+            let groupId = try await withRouter { try await stack.streamGroup(alice, [bob]) }
+            try await waitUntil { try await stack.routerStreamBacklog() == 0 }
+            let queued = (0..<3).map { alice.copy("queued \($0)", to: bob, in: groupId) }
             for message in queued { try await alice.connection.sendOnly(message) }
             try await waitUntil { try await stack.routerStreamBacklog() == 3 }
 
             // Full: refused at the gateway with a retry hint, nothing added.
             do {
-                try await alice.connection.send(alice.message("one too many", to: bob))
+                _ = try await alice.connection.send(alice.copy("one too many", to: bob, in: groupId))
                 Issue.record("a message past the backlog limit was accepted")
             } catch WhisperClientError.refused(let code, let message) {
                 #expect(code == .rateLimited)
@@ -57,7 +63,7 @@ struct BackpressureTests {
             // The server's state is not the client's fault: more refusals than a socket may
             // have (20 in a minute) and the socket stays open.
             for index in 0..<25 {
-                await expectRefused(.rateLimited, "busy \(index)") { try await alice.connection.send(alice.message("busy \(index)", to: bob)) }
+                await expectRefused(.rateLimited, "busy \(index)") { _ = try await alice.connection.send(alice.copy("busy \(index)", to: bob, in: groupId)) }
             }
             _ = try await alice.connection.ping()
             let busy = try await stack.metricsText(of: [stack.gateways[0]])
@@ -65,14 +71,11 @@ struct BackpressureTests {
 
             // A router starts and works the backlog off: what was admitted arrives, in order,
             // and new messages are accepted again.
-            let settings = TestServers.routerSettings(stack.database, redis: stack.redis)
-            try await RunningService.start { running in
-                buildRouter(settings: settings, logger: TestServers.logger, onServerRunning: running).assembly
-            }.running { router in
+            try await withRouter {
                 let received = try await bob.events(.messageReceived, count: 3)
                 #expect(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId } == queued.map(\.messageId))
                 try await waitUntil { try await stack.routerStreamBacklog() == 0 }
-                try await alice.connection.send(alice.message("room again", to: bob))
+                _ = try await alice.connection.send(alice.copy("room again", to: bob, in: groupId))
             }
         }
     }

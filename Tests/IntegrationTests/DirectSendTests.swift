@@ -8,8 +8,8 @@ import WhisperClient
 import WhisperMessaging
 import WhisperShared
 
-/// `send_message` served by the sender's gateway (`GATEWAY_SEND_PATH=direct`, the
-/// default): checked, verified, stored and passed on with no router and no stream entry.
+/// `send_message` served by the sender's gateway: checked, verified, stored and passed
+/// on with no router and no stream entry.
 @Suite(.serialized)
 struct DirectSendTests {
     @Test func messagesAreStoredAndDeliveredWithoutARouter() async throws {

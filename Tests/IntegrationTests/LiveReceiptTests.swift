@@ -85,11 +85,14 @@ struct LiveReceiptTests {
     }
 
     @Test func aReceiptForAGatewayThatIsGoneIsStoredAndAppliedWhereItArrived() async throws {
-        // Through a router, so the delivery carries no origin and the receipt is looked up.
-        try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router }).running { stack in
+        // A group copy, through a router, so the delivery carries no origin and the
+        // receipt is looked up.
+        try await MessagingStack.start(routers: 1).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            let (message, atBob) = try await alice.sendAndWaitForArrival("one", to: bob)
+            let message = alice.copy("one", to: bob, in: try await stack.streamGroup(alice, [bob]))
+            _ = try await alice.connection.send(message)
+            let atBob = try #require(try await bob.events(.messageReceived).first?.payload(as: MessageReceived.self))
             // Alice's presence names a gateway that no longer listens.
             try await stack.withRedis { _ = try await $0.send("SET", RedisKeys.presence(alice.whisperId), "gateway-gone conn-1", "PX", 60_000) }
             try await bob.connection.acknowledge(atBob)

@@ -102,14 +102,14 @@ import WhisperShared
     }
 
     @Test func routingIsCountedAndTimed() async throws {
-        // Messages through the router stream (GATEWAY_SEND_PATH=router): the routers
-        // count them. DirectSendTests counts them at the gateways.
-        try await MessagingStack.start(gateway: { $0.sendPath = .router }).running { stack in
+        // Messages through the router stream (group copies): the routers count them.
+        // DirectSendTests counts 1:1 messages at the gateways.
+        try await MessagingStack.start().running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            let mallory = try await stack.user(on: 0)
+            let groupId = try await stack.streamGroup(alice, [bob])
             for index in 0..<3 {
-                try await alice.connection.send(alice.message("counted \(index)", to: bob))
+                _ = try await alice.connection.send(alice.copy("counted \(index)", to: bob, in: groupId))
             }
             let frames = try await bob.events(.messageReceived, count: 3)
             for frame in frames {
@@ -118,11 +118,11 @@ import WhisperShared
             try await alice.events(.messageDelivered, count: 3)
             // Refused by a router: over the size limit, a stale timestamp (against the
             // router's clock), a forged signature.
-            try? await alice.connection.send(alice.message(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob))
-            try? await alice.connection.send(alice.message("late", to: bob, timestamp: Clock.millisecondsNow() - 11 * 60_000))
-            var forged = alice.message("forged", to: bob)
-            forged.sig = mallory.message("forged", to: bob, messageId: forged.messageId, timestamp: forged.timestamp).sig
-            try? await alice.connection.send(forged)
+            _ = try? await alice.connection.send(alice.copy(String(repeating: "x", count: Limits.MAX_TEXT_BYTES + 1), to: bob, in: groupId))
+            _ = try? await alice.connection.send(alice.copy("late", to: bob, in: groupId, timestamp: Clock.millisecondsNow() - 11 * 60_000))
+            var forged = alice.copy("forged", to: bob, in: groupId)
+            forged.sig = alice.copy("another text", to: bob, in: groupId, messageId: forged.messageId, timestamp: forged.timestamp).sig
+            _ = try? await alice.connection.send(forged)
             // Refused by a gateway: a frame that is not JSON.
             try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[1].port)/ws") { session in
                 try await session.send("not json")

@@ -246,13 +246,14 @@ import WhisperShared
     }
 
     @Test func acknowledgementsAreGatheredAndNoneIsLeftOut() async throws {
-        // The routers' acknowledgements: messages through the stream (GATEWAY_SEND_PATH=router).
-        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .milliseconds(300) }, gateway: { $0.sendPath = .router }).running { stack in
+        // The routers' acknowledgements: messages through the stream (group copies).
+        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .milliseconds(300) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
+            let groupId = try await stack.streamGroup(alice, [bob])
             _ = try await stack.withRedis { try await $0.send("CONFIG", "RESETSTAT") }
             for index in 0..<20 {
-                try await alice.connection.send(alice.message("m\(index)", to: bob))
+                _ = try await alice.connection.send(alice.copy("m\(index)", to: bob, in: groupId))
             }
             _ = try await bob.events.wait(for: .messageReceived, count: 20, timeout: .seconds(10))
             // Every entry is acknowledged (how few XACKs that takes is the benchmark's matter).
@@ -265,11 +266,12 @@ import WhisperShared
     /// acknowledging task held back for an hour, every entry still leaves the group's
     /// pending list and the stream (the read that ends an idle second takes the last).
     @Test func readsCarryTheAcknowledgements() async throws {
-        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .seconds(3600) }, gateway: { $0.sendPath = .router }).running { stack in
+        try await MessagingStack.start(routers: 1, router: { $0.ackInterval = .seconds(3600) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
+            let groupId = try await stack.streamGroup(alice, [bob])
             for index in 0..<10 {
-                try await alice.connection.send(alice.message("m\(index)", to: bob))
+                _ = try await alice.connection.send(alice.copy("m\(index)", to: bob, in: groupId))
             }
             _ = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(10))
             try await waitUntil { (try? await stack.unacknowledgedEntries()) == 0 }
@@ -281,13 +283,14 @@ import WhisperShared
     /// again; a lone message to an idle router still arrives, and so does a burst. How
     /// much the linger saves, and how long it holds a message, the benchmark measures.
     @Test func aReadLingerDelaysNothingForGood() async throws {
-        try await MessagingStack.start(routers: 1, router: { $0.readLinger = .milliseconds(600) }, gateway: { $0.sendPath = .router }).running { stack in
+        try await MessagingStack.start(routers: 1, router: { $0.readLinger = .milliseconds(600) }).running { stack in
             let alice = try await stack.user(on: 0)
             let bob = try await stack.user(on: 1)
-            try await alice.connection.sendOnly(alice.message("first", to: bob))
+            let groupId = try await stack.streamGroup(alice, [bob])
+            try await alice.connection.sendOnly(alice.copy("first", to: bob, in: groupId))
             _ = try await bob.events.wait(for: .messageReceived, count: 1, timeout: .seconds(5))
             for index in 0..<9 {
-                try await alice.connection.sendOnly(alice.message("m\(index)", to: bob))
+                try await alice.connection.sendOnly(alice.copy("m\(index)", to: bob, in: groupId))
             }
             let received = try await bob.events.wait(for: .messageReceived, count: 10, timeout: .seconds(5))
             #expect(Set(received.compactMap { $0.payload(as: MessageReceived.self)?.messageId }).count == 10)

@@ -32,11 +32,11 @@ import WhisperShared
     }
 
     @Test func aRouterKilledMidFlightLosesNothing() async throws {
-        // Gateways and auth in this process; the two routers as real processes. Messages
-        // go through the router stream (GATEWAY_SEND_PATH=router), so the routers are
-        // what dies with them in flight; GatewayCrashTests kills the gateway that stores
-        // them on the direct path.
-        try await MessagingStack.start(routers: 0, gateway: { $0.sendPath = .router }).running { stack in
+        // Gateways and auth in this process; the two routers as real processes. The
+        // messages are group copies, which go through the router stream, so the routers
+        // are what dies with them in flight; GatewayCrashTests kills the gateway that
+        // stores 1:1 messages.
+        try await MessagingStack.start(routers: 0).running { stack in
             var routers: [Process] = []
             for _ in 0..<2 {
                 let port = try TestServers.freePort()
@@ -49,9 +49,11 @@ import WhisperShared
             let perPair = 100
             var senders: [TestUser] = []
             var recipients: [TestUser] = []
+            var groups: [String] = []
             for _ in 0..<pairs {
                 senders.append(try await stack.user(on: 0))
                 recipients.append(try await stack.user(on: 1))
+                groups.append(try await stack.streamGroup(senders.last!, [recipients.last!]))
             }
             let tally = Tally()
             let victim = routers[0]
@@ -59,10 +61,11 @@ import WhisperShared
                 for index in 0..<pairs {
                     let sender = senders[index]
                     let recipient = recipients[index]
+                    let groupId = groups[index]
                     group.addTask {
                         var ids: [String] = []
                         for number in 0..<perPair {
-                            let message = sender.message("message \(number)", to: recipient)
+                            let message = sender.copy("message \(number)", to: recipient, in: groupId)
                             // Resend until accepted: the same messageId, so never twice.
                             var attempts = 0
                             while true {

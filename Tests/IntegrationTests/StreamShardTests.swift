@@ -11,7 +11,7 @@ import WhisperShared
         let shards = StreamShards(4)
         // One router: with several, a shard's consumer group shares one sender's entries
         // among them, and only one router keeps a sender's lane in order.
-        try await MessagingStack.start(routers: 1, gateway: { $0.sendPath = .router }, streamShards: shards).running { stack in
+        try await MessagingStack.start(routers: 1, streamShards: shards).running { stack in
             let bob = try await stack.user(on: 1)
             // Senders on three different shards.
             var senders: [TestUser] = []
@@ -21,11 +21,14 @@ import WhisperShared
                 if used.insert(shards.shard(of: sender.whisperId)).inserted { senders.append(sender) }
             }
             try #require(used.count == 3)
-            // Each sends ten in a row without waiting for the answers.
+            // Each sends ten in a row without waiting for the answers, as group copies
+            // (the messages routers serve), each in a group of its own with bob.
+            var groups: [String: String] = [:]
+            for sender in senders { groups[sender.whisperId] = try await stack.streamGroup(sender, [bob]) }
             var sent: [String: [String]] = [:]
             for sender in senders {
                 for index in 0..<10 {
-                    let message = sender.message("in order \(index)", to: bob)
+                    let message = sender.copy("in order \(index)", to: bob, in: groups[sender.whisperId]!)
                     try await sender.connection.sendOnly(message)
                     sent[sender.whisperId, default: []].append(message.messageId)
                 }

@@ -7,9 +7,9 @@ import WhisperClient
 import WhisperShared
 
 /// One trace follows a message from the sender's gateway to the recipient's gateway,
-/// through a router when the sender's gateway routes messages through the stream
-/// (`GATEWAY_SEND_PATH=router`): the real executables, exporting over OTLP/HTTP (JSON)
-/// to a collector stand-in that keeps what it is sent.
+/// through a router for a group copy (which goes through the router stream): the real
+/// executables, exporting over OTLP/HTTP (JSON) to a collector stand-in that keeps what
+/// it is sent.
 @Suite struct TracingTests {
     /// Spans received at `POST /v1/traces`, flattened: service, name, trace, span, parent.
     final class Collector: Sendable {
@@ -76,9 +76,6 @@ import WhisperShared
                 var own = environment
                 own["\(name.uppercased())_HTTP_PORT"] = "\(try TestServers.freePort())"
                 own["WHISPER_INSTANCE_ID"] = "\(name)-\(services.count)"
-                // The first gateway stores messages itself (the default), the second passes
-                // them to the routers.
-                if services.count == 3 { own["GATEWAY_SEND_PATH"] = "router" }
                 let folder = directory.appendingPathComponent("\(services.count)")
                 try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
                 let service = try ProcessStack.launch(name, environment: own, in: folder)
@@ -96,18 +93,27 @@ import WhisperShared
             let alice = try await user(on: services[2].port)
             let bob = try await user(on: services[3].port)
             let (sent, _) = try await alice.sendAndWaitForArrival("traced", to: bob)
-            let (answer, _) = try await bob.sendAndWaitForArrival("traced back", to: alice)
+            // A group copy back: through the router stream.
+            try await TestServers.withRedis(try #require(RedisConfiguration(url: redisServer.url))) {
+                try await MessagingStack.makePeers([alice.whisperId, bob.whisperId], on: $0)
+            }
+            let created = try await bob.connection.createGroup(title: "Traced", memberIds: [alice.whisperId])
+            let answer = bob.copy("traced back", to: alice, in: created.groupId)
+            _ = try await bob.connection.send(answer)
+            try await waitUntil {
+                await alice.events.all(.messageReceived).contains { $0.payload(as: MessageReceived.self)?.messageId == answer.messageId }
+            }
             #expect(!sent.messageId.isEmpty && !answer.messageId.isEmpty)
 
-            // Each message is one trace, each span the child of the one before: through the
-            // router from the second gateway, straight from the first.
+            // Each message is one trace, each span the child of the one before: the group
+            // copy through the router, the 1:1 message straight from its gateway.
             var throughRouter: [Collector.Received] = []
             var direct: [Collector.Received] = []
             try await waitUntil(timeout: .seconds(20)) {
                 let spans = collector.spans.withLock { $0 }
-                for first in spans where first.service == "whisper-gateway" && first.name == "send_message" {
+                for first in spans where first.service == "whisper-gateway" && ["send_message", "group_send_message"].contains(first.name) {
                     let trace = spans.filter { $0.traceId == first.traceId }
-                    if let route = trace.first(where: { $0.name == "route send_message" && $0.parentSpanId == first.spanId }),
+                    if let route = trace.first(where: { $0.name == "route \(first.name)" && $0.parentSpanId == first.spanId }),
                        let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == route.spanId }) {
                         throughRouter = [first, route, deliver]
                     } else if let deliver = trace.first(where: { $0.name == "deliver message_received" && $0.parentSpanId == first.spanId }) {

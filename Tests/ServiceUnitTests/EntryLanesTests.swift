@@ -12,7 +12,7 @@ import WhisperShared
     static func item(_ id: String, from sender: String) -> EntryLanes.Item {
         EntryLanes.Item(
             id: id,
-            entry: RouterStream.Entry(gateway: "g", connId: "c", whisperId: sender, type: .sendMessage, requestId: nil, payload: [], receivedAt: 0),
+            entry: RouterStream.Entry(gateway: "g", connId: "c", whisperId: sender, type: .groupSendMessage, requestId: nil, payload: [], receivedAt: 0),
             redelivery: false
         )
     }

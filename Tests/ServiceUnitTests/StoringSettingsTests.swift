@@ -4,7 +4,7 @@ import WhisperShared
 @testable import GatewayService
 @testable import RouterService
 
-/// Gateways on the direct path and routers store messages under the same rules, so
+/// Gateways and routers store messages under the same rules, so
 /// one variable sets both; each service's older name still works on its own.
 @Suite struct StoringSettingsTests {
     private static let required = [

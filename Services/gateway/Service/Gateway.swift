@@ -84,7 +84,7 @@ public func buildGateway(
         receipts: receipts,
         typing: TypingDesk(redis: environment.redis, metrics: environment.metrics),
         watching: watching,
-        sends: settings.sendPath == .direct ? SendDesk(
+        sends: SendDesk(
             sending: MessageSending(
                 checks: MessageChecks(identities: identities), attachments: AttachmentRecipients(postgres: environment.postgres),
                 pending: PendingQueue(redis: environment.redis, capacity: settings.pendingCapacity), redis: environment.redis,
@@ -92,7 +92,7 @@ public func buildGateway(
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts,
             deliversWhileStoring: settings.deliverWhileStoring, limits: limits, sendWaitMax: settings.sendWaitMax
-        ) : nil,
+        ),
         deletions: AccountDeletionDesk(
             environment: environment, sessions: sessions, limits: limits, routerStream: routerStream, live: live, ptt: ptt
         ),
@@ -196,7 +196,7 @@ public func buildGateway(
     // still finds it, and nothing is left running after the socket.
     let onClosed: SocketHandler.Farewell = { connection in
         await frames.live.leaveAll(connection)
-        await frames.ptt.socketClosed(connection)
+        await frames.ptt.floor.socketClosed(connection)
         await frames.binding.release(connection)
         connections.remove(connection.id)
     }
@@ -245,8 +245,8 @@ public func buildGateway(
     let assembly = ServiceAssembly(
         services: refusals + environment.clientServices + [
             subscriber, receipts.settler, receipts.applier, keeper,
-            FloorKeeper.periodic(desk: ptt, logger: environment.logger),
-            ChannelTouches.periodic(desk: ptt, logger: environment.logger),
+            FloorKeeper.periodic(desk: ptt.floor, logger: environment.logger),
+            ChannelTouches.periodic(desk: ptt.channels, logger: environment.logger),
             LiveKeeper.periodic(
                 registry: liveRegistry, redis: environment.redis, instanceID: settings.common.instanceID,
                 interval: .seconds(30), logger: environment.logger

@@ -77,36 +77,28 @@ public struct GatewaySettings: ServiceSettings {
     /// Base URL of turn-cred's internal port, which serves `get_turn_credentials`
     /// (empty: the frame is answered `FORBIDDEN`, TURN is not offered).
     public var turnCredURL = ""
-    /// How `send_message` is served: `direct` (this gateway checks, verifies and stores
-    /// it and answers itself; no router on its path) or `router` (through the router
-    /// stream, like group copies, group changes, calls and fetches).
-    public var sendPath: SendPath = .direct
-    /// For the messages this gateway stores itself (`direct`), the settings it shares
+    /// For the messages this gateway stores itself (`send_message`), the settings it shares
     /// with the routers (`StoringSettings`, read from the same `WHISPER_…` variables):
     /// what one recipient's queue may hold, how long identities stay cached.
     public var pendingCapacity = StoringSettings.standard.pendingCapacity
     public var identityCacheTTL = StoringSettings.standard.identityCacheTTL
     public var unknownIdentityTTL = StoringSettings.standard.unknownIdentityTTL
-    /// Backpressure on the direct path: a `send_message` that waited in its socket's
-    /// queue longer than this before the gateway came to it is refused with
+    /// Backpressure on `send_message`: one that waited in its socket's queue longer
+    /// than this before the gateway came to it is refused with
     /// `RATE_LIMITED` "the server is busy" (not counted against the socket), so past
     /// capacity the wait of an admitted message stays near this bound; 0 turns it off.
     public var sendWaitMax: Duration = .milliseconds(100)
-    /// On the direct path: a direct peer's message to a socket of this instance is
+    /// A direct peer's message to a socket of this instance is
     /// written to it while its store is in flight (docs/architecture.md, "Delivered
     /// while it is stored"); off: every message waits for its store's reply.
     public var deliverWhileStoring = true
     /// The most tokens the gateway takes at once from an identity's bucket for messages
-    /// (direct path) or receipts, to spend on that identity's next frames without a
+    /// or receipts, to spend on that identity's next frames without a
     /// round trip each (`TokenLease`); 1: a round trip per frame.
     public var leaseMax = 16
     /// How long a receipt's last step (its application to the recipient's queue) may
     /// wait to go to Redis with other work (`ReceiptApplier`); 0: at once, by itself.
     public var receiptApplyMaxWait: Duration = .milliseconds(2)
-
-    public enum SendPath: String, Sendable {
-        case direct, router
-    }
 
     public init(common: CommonSettings, authURL: String, internalToken: String, floorKeys: FloorKeys) {
         self.common = common
@@ -149,12 +141,6 @@ public struct GatewaySettings: ServiceSettings {
         pttMaxTalk = settings.seconds("gateway.ptt.max.talk.seconds", default: pttMaxTalk, range: 1...3_600)
         pttMaxQueue = settings.int("gateway.ptt.max.queue", default: pttMaxQueue, range: 0...1_000)
         pttAnnounceTTL = settings.seconds("gateway.ptt.announce.ttl.seconds", default: pttAnnounceTTL, range: 1...600)
-        let path = settings.string("gateway.send.path", default: sendPath.rawValue)
-        if let known = SendPath(rawValue: path) {
-            sendPath = known
-        } else {
-            settings.reject("gateway.send.path", because: "must be direct or router")
-        }
         let storing = StoringSettings(from: settings, service: Self.serviceName)
         pendingCapacity = storing.pendingCapacity
         identityCacheTTL = storing.identityCacheTTL

@@ -5,8 +5,7 @@ import WhisperMessaging
 import WhisperShared
 
 /// Serves the frames of the router stream (docs/architecture.md, "Through the router stream"):
-/// group copies (and `send_message` from gateways with `GATEWAY_SEND_PATH=router`),
-/// `fetch_pending`, group changes, account deletions and call signaling. Every step is idempotent: an entry
+/// group copies, `fetch_pending`, group changes, account deletions and call signaling. Every step is idempotent: an entry
 /// that is processed twice (a router died before acknowledging it) changes nothing twice.
 /// Receipts are served by the gateways (`ReceiptDesk`), never here.
 struct MessageRouter: Sendable {
@@ -28,11 +27,6 @@ struct MessageRouter: Sendable {
     func handle(_ entry: RouterStream.Entry, redelivery: Bool = false) async throws -> RoutingOutcome {
         do {
             switch entry.type {
-            case .sendMessage:
-                let message = try decode(SendMessage.self, entry)
-                return try await traced(entry, messageId: message.messageId) { trace in
-                    try await send(message, entry: entry, redelivery: redelivery, traceparent: trace)
-                }
             case .groupSendMessage:
                 let copy = try decode(GroupSendMessage.self, entry)
                 return try await traced(entry, messageId: copy.messageId) { trace in
@@ -130,30 +124,27 @@ struct MessageRouter: Sendable {
         }
     }
 
-    /// One message, as the gateways' `SendDesk` serves it (`MessageSending`: the same
-    /// checks, in the same order, and the same store), told to the sender through its
-    /// gateway's channel. A group copy (`groupId` set) is signed over the groupId and
-    /// checked once more after the recipient: both ends must be members of the group
-    /// (cached membership, whose version the store script checks against the
-    /// recipient's record; a group that changed meanwhile is read again). A stream entry
-    /// handled a second time (`redelivery`: its router died) is answered again, and
-    /// delivered again if still pending.
+    /// One copy of a group message, served as the gateways' `SendDesk` serves a 1:1
+    /// message (`MessageSending`: the same checks, in the same order, and the same store)
+    /// and told to the sender through its gateway's channel. The copy is signed over the
+    /// groupId, and both ends must be members of the group (cached membership, whose
+    /// version the store script checks against the recipient's record; a group that
+    /// changed meanwhile is read again). An entry handled a second time (`redelivery`:
+    /// its router died) is answered again, and delivered again if still pending.
     private func send(
-        _ message: SendMessage, groupId: String? = nil, entry: RouterStream.Entry, redelivery: Bool, traceparent: String? = nil
+        _ message: SendMessage, groupId: String, entry: RouterStream.Entry, redelivery: Bool, traceparent: String? = nil
     ) async throws -> RoutingOutcome {
         let groups = self.groups
-        let group = groupId.map { groupId in
-            MessageSending.GroupCopy(groupId: groupId) { after in
-                switch after {
-                case .notMember?:
-                    return try await groups.recheck(sender: message.from, recipient: message.to, groupId: groupId)
-                case .some:
-                    // The group changed since this router read it: read it again.
-                    groups.directory.forget(groupId)
-                    return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
-                case nil:
-                    return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
-                }
+        let group = MessageSending.GroupCopy(groupId: groupId) { after in
+            switch after {
+            case .notMember?:
+                return try await groups.recheck(sender: message.from, recipient: message.to, groupId: groupId)
+            case .some:
+                // The group changed since this router read it: read it again.
+                groups.directory.forget(groupId)
+                return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
+            case nil:
+                return try await groups.admit(sender: message.from, recipient: message.to, groupId: groupId)
             }
         }
         return try await sending.send(

@@ -70,7 +70,7 @@ extension Limit {
     /// Frames of one listener's socket in one conversation after its listen offer.
     public static let liveFramesPerListener = Limit("gateway.rate.limit.live.frames.per.listener", "30/10s", per: .socket, bucket: "live_frames", counts: "frames in this conversation")
 
-    // MARK: storing messages (gateways on the direct path, routers)
+    // MARK: storing messages (gateways, routers)
 
     /// New messages per sender→recipient pair, charged by the store script (resends are free).
     public static let sendPerPair = Limit("whisper.rate.limit.send.per.pair", "300/60s", per: .pair, bucket: "from", counts: "messages to this recipient")

@@ -87,6 +87,15 @@ struct MessagingStack {
         )
     }
 
+    /// A group of `owner` and `members`, made direct peers first, for messages through the
+    /// router stream (`TestUser.copy`); every member has seen its `group_created`.
+    func streamGroup(_ owner: TestUser, _ members: [TestUser]) async throws -> String {
+        try await makePeers([owner] + members)
+        let created = try await owner.connection.createGroup(title: "Through the stream", memberIds: members.map(\.whisperId))
+        for member in members { _ = try await member.events(.groupCreated) }
+        return created.groupId
+    }
+
     /// Runs `body` with a Redis client of its own on the stack's Redis.
     func withRedis<T: Sendable>(_ body: (RedisClient) async throws -> T) async throws -> T {
         try await TestServers.withRedis(redis, body)
@@ -274,6 +283,15 @@ struct TestUser {
 
     func message(_ text: String, to peer: TestUser, messageId: String = UUID().uuidString.lowercased(), timestamp: Int64 = Clock.millisecondsNow()) -> SendMessage {
         MessageCrypto.makeMessage(Array(text.utf8), from: (whisperId, keys), to: peer.peerKeys, sessionToken: token, messageId: messageId, timestamp: timestamp)
+    }
+
+    /// A message to `member` that goes through the router stream: the copy for it of a
+    /// group message in `groupId` (`MessagingStack.streamGroup`). Group copies are the
+    /// messages routers serve; a 1:1 message is served by its sender's gateway.
+    func copy(_ text: String, to member: TestUser, in groupId: String, messageId: String = RandomID.uuid(), timestamp: Int64 = Clock.millisecondsNow()) -> GroupSendMessage {
+        MessageCrypto.makeGroupCopies(
+            Array(text.utf8), groupId: groupId, from: (whisperId, keys), to: [member.peerKeys], sessionToken: token, messageId: messageId, timestamp: timestamp
+        )[0]
     }
 
     /// Sends one message to `peer` and waits until it arrives there (the first message

@@ -94,12 +94,12 @@ struct AccountDeletionDesk: Sendable {
                 continue  // deleted meanwhile
             }
         }
-        for channel in try await ptt.list(member: whisperId).channels {
+        for channel in try await ptt.channels.list(member: whisperId).channels {
             do {
                 if channel.ownerId == whisperId {
-                    _ = try await ptt.delete(PTTChannelDelete(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), owner: whisperId)
+                    _ = try await ptt.channels.delete(PTTChannelDelete(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), owner: whisperId)
                 } else {
-                    _ = try await ptt.leave(PTTChannelLeave(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), member: whisperId)
+                    _ = try await ptt.channels.leave(PTTChannelLeave(sessionToken: request.sessionToken, .init(channelId: channel.channelId)), member: whisperId)
                 }
             } catch let refusal as WhisperError where refusal.code == .notFound {
                 continue  // deleted or left meanwhile

@@ -16,8 +16,8 @@ struct FrameHandler: Sendable {
     let receipts: ReceiptDesk
     let typing: TypingDesk
     let watching: PresenceDesk
-    /// Serves `send_message` here (`GATEWAY_SEND_PATH=direct`); nil: through the router stream.
-    let sends: SendDesk?
+    /// Serves `send_message`.
+    let sends: SendDesk
     let deletions: AccountDeletionDesk
     /// Live text: the sequence and the content (`LiveRelay`).
     let live: LiveRelay
@@ -51,7 +51,7 @@ struct FrameHandler: Sendable {
         }
         // A message served here may hand its socket over once its store is written
         // (`SocketTurns`), within the socket's bound of messages in flight.
-        if route.type == .sendMessage, sends != nil {
+        if route.type == .sendMessage {
             await connection.turns.waitForRoom()
             let turn = FrameTurn(turns: connection.turns, handOver: handOver)
             await serve(frame, route, waitingSince: waitingSince, turn: turn, on: connection)

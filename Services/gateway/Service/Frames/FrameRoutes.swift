@@ -42,11 +42,7 @@ extension FrameRoute {
         // MARK: Messages, receipts and the pending queue (sections 3 and 7)
         case .sendMessage:
             .acting(SendMessage.self) { handler, payload, whisperId, served in
-                if let sends = handler.sends {
-                    try await sends.serve(payload, whisperId: whisperId, served)
-                } else {
-                    try await handler.routerStream.enqueue(.sendMessage, served, whisperId: whisperId, charging: .sendPerSender)
-                }
+                try await handler.sends.serve(payload, whisperId: whisperId, served)
             }
         case .deliveryReceipt:
             .acting(DeliveryReceipt.self) { handler, payload, whisperId, served in
@@ -146,51 +142,51 @@ extension FrameRoute {
         // MARK: Push-to-talk: channels, the floor, nearby, media signaling (section 14)
         case .pttChannelCreate:
             .acting(PTTChannelCreate.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.create(payload, owner: whisperId))
+                served.answer(try await handler.ptt.channels.create(payload, owner: whisperId))
             }
         case .pttChannelJoin:
             .acting(PTTChannelJoin.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
                 // A join code is a secret that can be guessed: wrong ones are bounded.
                 let channel = try await handler.limits.guessing(
                     .pttJoinMissesPerIdentity, .pttJoinMissesPerAddress, identity: whisperId, address: served.connection.remoteAddress
-                ) { try await handler.ptt.join(payload, member: whisperId) }
+                ) { try await handler.ptt.channels.join(payload, member: whisperId) }
                 served.answer(channel)
             }
         case .pttChannelLeave:
             .acting(PTTChannelLeave.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.leave(payload, member: whisperId))
+                served.answer(try await handler.ptt.channels.leave(payload, member: whisperId))
             }
         case .pttChannelDelete:
             .acting(PTTChannelDelete.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.delete(payload, owner: whisperId))
+                served.answer(try await handler.ptt.channels.delete(payload, owner: whisperId))
             }
         case .pttChannelRemove:
             .acting(PTTChannelRemove.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.remove(payload, owner: whisperId))
+                served.answer(try await handler.ptt.channels.remove(payload, owner: whisperId))
             }
         case .pttChannelRotateCode:
             .acting(PTTChannelRotateCode.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.rotateCode(payload, owner: whisperId))
+                served.answer(try await handler.ptt.channels.rotateCode(payload, owner: whisperId))
             }
         case .pttChannelsList:
             .acting(PTTChannelsList.self, [Self.ptt], answersRefusals: true) { handler, _, whisperId, served in
-                served.answer(try await handler.ptt.list(member: whisperId))
+                served.answer(try await handler.ptt.channels.list(member: whisperId))
             }
         case .pttTalkRequest:
             .acting(PTTTalkRequest.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.talk(payload, member: whisperId, on: served.connection))
+                served.answer(try await handler.ptt.floor.talk(payload, member: whisperId, on: served.connection))
             }
         case .pttTalkRelease:
             .acting(PTTTalkRelease.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.release(payload, member: whisperId, on: served.connection))
+                served.answer(try await handler.ptt.floor.release(payload, member: whisperId, on: served.connection))
             }
         case .pttAnnounce:
             .acting(PTTAnnounce.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
-                served.answer(try await handler.ptt.announce(payload, owner: whisperId))
+                served.answer(try await handler.ptt.nearby.announce(payload, owner: whisperId))
             }
         case .pttNearby:
             .acting(PTTNearby.self, [Self.ptt], answersRefusals: true) { handler, payload, _, served in
-                served.answer(try await handler.ptt.nearby(payload))
+                served.answer(try await handler.ptt.nearby.nearby(payload))
             }
         case .pttSignal:
             .acting(PTTSignal.self, [.identityBucket(.pttSignalsPerIdentity)], answersRefusals: true) { handler, payload, whisperId, _ in

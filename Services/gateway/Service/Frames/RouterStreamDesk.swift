@@ -19,7 +19,7 @@ struct RouterStreamDesk: Sendable {
     /// refusal is thrown (`FrameRefusal`).
     func enqueue(_ type: RouterStream.Routed, _ served: FrameRoute.Served, whisperId: String, charging limit: Limit) async throws {
         let frame = served.frame, connection = served.connection
-        let isMessage = type == .sendMessage || type == .groupSendMessage
+        let isMessage = type == .groupSendMessage
         if isMessage, limits.busy.holds() { throw FrameRefusal.busy(limits) }
         // A page must not hold what this socket has just acknowledged here.
         if type == .fetchPending { await receipts.applier.flush() }
@@ -42,7 +42,6 @@ struct RouterStreamDesk: Sendable {
         try await withSpan(frame.type.rawValue, ofKind: .server) { span in
             span.attributes["whisper.frame.type"] = frame.type.rawValue
             span.attributes["whisper.gateway.instance"] = instanceID
-            if let message = frame.payload as? SendMessage { span.attributes["whisper.message_id"] = message.messageId }
             if let copy = frame.payload as? GroupSendMessage { span.attributes["whisper.message_id"] = copy.messageId }
             entry.traceparent = WhisperTracing.traceparent(of: span.context)
             try await admit(entry, charging: limit, isMessage: isMessage)

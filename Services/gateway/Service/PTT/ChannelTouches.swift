@@ -31,7 +31,7 @@ final class ChannelTouches: Sendable {
     }
 
     /// Marks the noted members' channels every `interval`.
-    static func periodic(desk: PTTDesk, logger: Logger) -> Periodic {
+    static func periodic(desk: PTTChannelDesk, logger: Logger) -> Periodic {
         Periodic(every: interval, waitingFirst: true, failure: "ptt_touch_failed", logger: logger) {
             try await desk.touchChannels()
             return nil

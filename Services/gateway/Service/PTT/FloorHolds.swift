@@ -28,7 +28,7 @@ final class FloorHolds: Sendable {
 
 /// Takes back floors whose grant ran out, every quarter second.
 enum FloorKeeper {
-    static func periodic(desk: PTTDesk, logger: Logger) -> Periodic {
+    static func periodic(desk: FloorDesk, logger: Logger) -> Periodic {
         Periodic(every: .milliseconds(250), waitingFirst: true, failure: "ptt_floor_sweep_failed", logger: logger) {
             try await desk.sweep()
             return nil

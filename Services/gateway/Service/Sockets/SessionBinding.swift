@@ -99,7 +99,7 @@ struct SessionBinding: Sendable {
             connection.logger.warning("presence_update_failed", metadata: ["error": "\(error)"])
         }
         // A member connected: its push-to-talk channels have not lapsed.
-        ptt.memberConnected(whisperId)
+        ptt.channels.memberConnected(whisperId)
     }
 
     private func announce(_ whisperId: String, _ status: PresenceStatus, on connection: ClientConnection) async {
