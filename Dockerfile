@@ -11,6 +11,11 @@
 
 ARG SWIFT_IMAGE=swift:6.3.1-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
+# Where the executables come from: `build` (compiled below) or `prebuilt` (what
+# scripts/build-release made elsewhere, in the build context's `prebuilt/`; used by
+# scripts/compose-test, whose machine has no Swift image). Either way the same script
+# made them and the same runtime stage below runs them.
+ARG EXECUTABLES=build
 
 FROM ${SWIFT_IMAGE} AS build
 RUN apt-get update \
@@ -30,12 +35,17 @@ COPY . .
 # scripts/check-image compares with what `ldd` says the executables need.
 RUN scripts/build-release /out
 
+FROM ${RUNTIME_IMAGE} AS prebuilt
+COPY prebuilt/ /out/
+
+FROM ${EXECUTABLES} AS executables
+
 FROM ${RUNTIME_IMAGE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libhiredis0.14 libsodium23 libjemalloc2 libstdc++6 zlib1g ca-certificates tzdata curl \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin whisper
-COPY --from=build /out/ /usr/local/bin/
+COPY --from=executables /out/ /usr/local/bin/
 COPY deploy/whisper-healthcheck /usr/local/bin/whisper-healthcheck
 # Listen on every interface inside the container; the ports are the defaults of
 # docs/configuration.md. Nothing is written to disk: the root filesystem may be read-only.

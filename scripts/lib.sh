@@ -54,6 +54,14 @@ ensure_packages() {
         [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
         command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
     fi
+    # scripts/compose-test: podman (with runc, netavark and aardvark's DNS) under
+    # docker-compose, and debootstrap for the images' base.
+    if [ "${WHISPER_NEED_CONTAINERS:-0}" = 1 ]; then
+        for tool in podman runc netavark debootstrap docker-compose; do
+            command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/lib/podman/$tool" ] || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
+        done
+        [ -x /usr/lib/podman/aardvark-dns ] || missing+=(aardvark-dns)
+    fi
     if [ "${#missing[@]}" -gt 0 ]; then
         log "installing: ${missing[*]}"
         as_root apt-get update -qq
