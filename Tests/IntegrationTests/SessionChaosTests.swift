@@ -46,6 +46,12 @@ import WhisperShared
             // (the checks read every change; the limit itself is tested elsewhere).
             "GATEWAY_PTT_MAX_TALK_SECONDS": "600",
             "GATEWAY_RATE_LIMIT_PRESENCE_EVENTS_PER_IDENTITY": "6000/60s",
+            // A session's restore ends with a `fetch_pending`, which a router serves. One
+            // that reaches the router while Redis is still loading its file fails there
+            // and waits to be claimed again (`ROUTER_CLAIM_AFTER_MS`, 10 s by default,
+            // longer than the comeback bound): here 2 s, so that the bound measures the
+            // sessions rather than the claim.
+            "ROUTER_CLAIM_AFTER_MS": "2000",
             "WHISPER_LOG_LEVEL": "warning",
         ], gateways: 2)
         defer { stack.discard() }
