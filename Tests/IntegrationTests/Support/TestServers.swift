@@ -105,29 +105,39 @@ actor TestDatabases {
 
     /// A new database; migrated to the latest schema unless `migrated` is false.
     func make(migrated: Bool = true) async throws -> PostgresSettings {
-        for done in released.withLock({ names in defer { names = [] }; return names }) {
-            try await execute("DROP DATABASE IF EXISTS \(done) WITH (FORCE)")
-        }
+        await dropReleased()
         let name = "whisper_t_\(UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased())"
-        if migrated {
-            let template = try await migratedTemplate()
-            // The template's last connection may still be closing; Postgres refuses to
-            // copy a database someone is connected to.
-            var attempt = 0
-            while true {
-                do {
-                    try await execute("CREATE DATABASE \(name) TEMPLATE \(template)")
-                    break
-                } catch {
-                    attempt += 1
-                    if attempt > 50 { throw TestSetupError("could not copy the template: \(String(reflecting: error))") }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
+        // A copy's source may still have a connection closing (the migrated template's
+        // last one, or a drop's on template1); Postgres refuses to copy a database someone
+        // is connected to, so the copy is tried again.
+        let source = migrated ? try await migratedTemplate() : "template1"
+        var attempt = 0
+        while true {
+            do {
+                try await execute("CREATE DATABASE \(name) TEMPLATE \(source)")
+                break
+            } catch {
+                attempt += 1
+                if attempt > 50 { throw TestSetupError("could not copy \(source): \(String(reflecting: error))") }
+                try await Task.sleep(for: .milliseconds(100))
             }
-        } else {
-            try await execute("CREATE DATABASE \(name)")
         }
         return try adminSettings().with(database: name)
+    }
+
+    /// Drops the released databases. A drop is housekeeping, never the next test's
+    /// failure: one that fails (a connection still closing) is tried again next time.
+    private func dropReleased() async {
+        let names = released.withLock { names in defer { names = [] }; return names }
+        var kept: [String] = []
+        for name in names {
+            do {
+                try await execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+            } catch {
+                kept.append(name)
+            }
+        }
+        released.withLock { $0.append(contentsOf: kept) }
     }
 
     private func migratedTemplate() async throws -> String {
