@@ -1,18 +1,11 @@
 import Foundation
 import WhisperProtocol
 
-/// An auditor of the key directory (docs/key-transparency.md, "Auditing"): it reads
-/// every epoch from the first (`GET /kt/epochs/{n}`) and checks that
-/// - each head is signed by a directory key and numbers the epochs without a gap;
-/// - the log it signs is the log of all epochs so far (rebuilt here leaf by leaf);
-/// - the epoch's prefix tree is the previous one with exactly the listed changes
-///   (``EpochUpdate/verify(previousRoot:)``): nothing removed, nothing else changed;
-/// - an entry that exists changes only to its label's tombstone
-///   (``KeyDirectory/tombstone(label:)``): keys never change, so the one change an entry
-///   may have is its deletion, which anyone can recompute. A key committed over a live
-///   entry, or over a deleted one, is caught here whether or not its owner is watching.
-///
-/// Memory: O(log n) for the log.
+/// An auditor of the key directory (docs/key-transparency.md, "Auditing"): reads every
+/// epoch from the first and checks its signature and numbering, the log, and that the
+/// prefix tree changed by exactly the listed changes, an existing entry only to its
+/// tombstone. So a key committed over another entry is caught whether or not its owner
+/// watches. Memory: O(log n).
 public actor DirectoryAuditor {
     /// What a failed check says: the epoch and what is wrong with it.
     public struct Finding: Error, Equatable, Sendable, CustomStringConvertible {

@@ -2,16 +2,10 @@ import Crypto
 import Foundation
 import WhisperProtocol
 
-/// What a client holds of the key directory (docs/key-transparency.md): the directory's
-/// public keys, and the newest head it has checked. Every key lookup of ``WhisperAPI``
-/// goes through one: its proof is checked against these keys, and its head must be the
-/// held one or grow from it, so a server that swaps a key, rolls the log back or shows
-/// this client another log than its peers is refused with a ``KeyTransparencyError``.
-///
-/// An app pins the directory's keys when it knows them (its configuration), else the
-/// first `GET /kt/keys` answer is taken and kept; it saves ``head`` and ``provenKeys``
-/// between runs and gives them back to the initialiser, so that a restart cannot be
-/// shown an older log, nor a peer's keys swapped since they were first proven.
+/// What a client holds of the key directory (docs/key-transparency.md): its keys and the
+/// newest head checked. Every key lookup of ``WhisperAPI`` is checked against them, and a
+/// swapped key, a rolled-back or forked log is a ``KeyTransparencyError``. The app saves
+/// ``head`` and ``provenKeys`` between runs and gives them back to the initialiser.
 public actor DirectoryView {
     public private(set) var keys: DirectoryKeys?
     public private(set) var head: DirectoryHead?

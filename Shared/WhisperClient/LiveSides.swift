@@ -2,12 +2,9 @@ import Crypto
 import Foundation
 import WhisperProtocol
 
-/// The Whisperer's side of a live-text conversation on a signed-in connection.
-///
-/// Feed it every frame of the connection's `events` (`handle(_:)`); it answers what it
-/// can by itself (a known listener is let in again at once, a joining listener and one
-/// that saw a gap get the whole text) and returns what the app should show or decide:
-/// a stranger's request is the app's to `admit` or `refuse`.
+/// The Whisperer's side of a live-text conversation: fed every frame (`handle(_:)`), it
+/// lets known listeners in again and sends whole texts itself, and returns what the app
+/// decides, such as a stranger's request to `admit` or `refuse`.
 public actor LiveWhisperer {
     public enum Event: Sendable, Equatable {
         /// A listener arrived (`known`: let in before, and let in again already).

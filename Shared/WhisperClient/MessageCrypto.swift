@@ -168,12 +168,9 @@ public struct DeliveredMessage: Codable, Sendable, Equatable {
     }
 }
 
-/// Where a session keeps the messages the app acknowledged as delivered, beside the app's
-/// own data, so that a copy that comes again after any time is acknowledged again and
-/// never shown twice: a resend that outlived the server's duplicate detection (72 hours;
-/// the sender was offline longer, with the message in its outbox) or one that comes after
-/// the app restarted. The session keeps the newest 10,000 of each conversation: a sender's
-/// outbox sends in order, so a copy is never older than that many of its later messages.
+/// Where a session keeps the messages the app acknowledged, so that a copy coming again
+/// (after the server's 72 h duplicate window, or a restart) is acknowledged, not shown
+/// twice: the newest 10,000 per conversation, enough since an outbox sends in order.
 public protocol DeliveredStore: Sendable {
     /// Every message recorded, each conversation's oldest first.
     func load() async throws -> [DeliveredMessage]

@@ -4,13 +4,9 @@ import NIOCore
 import NIOHTTP1
 import WhisperProtocol
 
-/// Where a deployment's client-facing parts answer.
-///
-/// The WebSocket and three HTTP services (auth for key lookup and the contacts backup,
-/// attachment-signer for attachments, turn-cred for TURN credentials). Behind one edge
-/// proxy (compose's nginx, a Kubernetes ingress) they share one origin: use
-/// ``edge(_:)``. `scripts/up` runs each service on its own loopback port: use
-/// ``local(host:)``.
+/// Where a deployment's client-facing parts answer: the WebSocket and the HTTP services
+/// (auth, attachment-signer, turn-cred). Behind one edge proxy they share an origin
+/// (``edge(_:)``); `scripts/up` gives each its own loopback port (``local(host:)``).
 public struct WhisperEndpoints: Codable, Sendable, Equatable {
     /// The WebSocket URL (`ws://…/ws` or `wss://…/ws`).
     public var websocket: String
@@ -89,12 +85,9 @@ public struct KeyLookup: Sendable, Equatable {
     public var head: DirectoryHead
 }
 
-/// The HTTP half of the client: key lookup, contacts backup, attachments (presign,
-/// upload, download) and TURN credentials. Every call takes the session token of a
-/// ``WhisperConnection`` (after `register` or `resume`).
-///
-/// Bodies are bounded: a response larger than its endpoint can legitimately be is an
-/// error, not an allocation.
+/// The HTTP half of the client (key lookup, contacts backup, attachments, TURN), with a
+/// ``WhisperConnection``'s session token; every response is bounded by what its endpoint
+/// can legitimately send.
 public struct WhisperAPI: Sendable {
     public let endpoints: WhisperEndpoints
     /// The key directory as this client holds it: every key lookup is checked against it.

@@ -2,12 +2,9 @@ import Crypto
 import Foundation
 import WhisperProtocol
 
-/// The keys of an identity, all derived from its seed phrase (docs/protocol.md section 4, "Keys"):
-///
-/// - seed = BIP39 seed of the mnemonic (and optional passphrase)
-/// - encSeed = HKDF-SHA256(seed, salt "whisper", info "whisper/enc", 32): the X25519 private key
-/// - signSeed = HKDF-SHA256(seed, salt "whisper", info "whisper/sign", 32): the Ed25519 secret key (RFC 8032 seed)
-/// - contactsKey = HKDF-SHA256(seed, salt "whisper", info "whisper/contacts", 32): the contacts backup key
+/// The keys of an identity, derived from the BIP39 seed of its phrase by HKDF-SHA256 (salt
+/// "whisper"): `whisper/enc` the X25519 key, `whisper/sign` the Ed25519 seed,
+/// `whisper/contacts` the backup key (docs/protocol.md section 4, "Keys").
 public struct WhisperKeys: Sendable {
     public let encPrivateKey: [UInt8]
     public let encPublicKey: [UInt8]

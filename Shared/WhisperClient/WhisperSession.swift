@@ -89,23 +89,11 @@ public enum SessionEvent: Sendable {
     case frame(ServerFrame)
 }
 
-/// A connection to Whisper that keeps itself up, so the app writes no reconnect code.
-///
-/// It opens a socket to one of `gateways`, resumes the stored session (refreshing it
-/// before it ends, registering again from the keys when the server no longer knows it),
-/// walks the pending queue, subscribes to presence again, takes its places in live-text
-/// conversations and asks for push-to-talk floors again, and sends the outbox (every
-/// message with its own `messageId` on every try, so the server stores it once). It
-/// pings the server and treats a socket that does not answer within
-/// ``Configuration/pingInterval`` plus ``Configuration/pingTimeout`` as dead; it follows
-/// `reconnect` notices (a gateway draining) to another gateway after the hint; after
-/// any other loss it waits the protocol's backoff with full jitter and tries the next
-/// gateway. It never undoes a revocation (another device, a logout, a ban): the state
-/// becomes ``SessionState/signedOut(_:)``.
-///
-/// The app reads ``states`` and ``events``, and calls ``networkChanged()`` when the
-/// device's network changes, ``stop()`` when it goes to the background and ``start()``
-/// when it comes back.
+/// A connection to Whisper that keeps itself up, so the app writes no reconnect code: it
+/// resumes or renews the session, walks the pending queue, takes back presence, live places
+/// and floors, sends the outbox, and after a loss waits the protocol's backoff for another
+/// gateway. It never undoes a revocation (``SessionState/signedOut(_:)``). The app reads
+/// ``states`` and ``events`` and calls ``networkChanged()``, ``stop()`` and ``start()``.
 public actor WhisperSession {
     public struct Configuration: Sendable {
         /// WebSocket URLs (`wss://…/ws`), tried in turn: one behind an edge balancer, or

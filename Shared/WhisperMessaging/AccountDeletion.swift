@@ -4,13 +4,10 @@ import NIOCore
 import PostgresNIO
 import WhisperShared
 
-/// Deleting an identity for good (`account_delete`, docs/security.md "Deleting an
-/// account"). The services that serve the request do their own parts first (the gateway
-/// the live conversations and push-to-talk channels, the router the groups, each as for
-/// the owner leaving); this is the rest, and the end: the identity's rows in Postgres
-/// (one transaction, leaving only its Whisper ID in `deleted_identities`), its keys in
-/// Redis, its session and its sockets. Every step can run again: a request that failed
-/// half-way is sent again and finishes what was left.
+/// The end of deleting an identity (`account_delete`, docs/security.md "Deleting an
+/// account"), after the gateway's and router's own parts: its Postgres rows in one
+/// transaction (its Whisper ID stays in `deleted_identities`), its Redis keys, session and
+/// sockets. Every step can run again, so a request that failed half-way is simply resent.
 public struct AccountDeletion: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient

@@ -4,18 +4,10 @@ import Logging
 import PostgresNIO
 import WhisperShared
 
-/// The deletion journal (docs/operations.md, "Deletions and restores"): every account
-/// deletion, with the owner's signed request, copied out of PostgreSQL into the object
-/// store, one object per identity. A database restored from a dump taken before a
-/// deletion would bring the identity back; the journal, which the dump does not hold,
-/// gives the deletion back to it. gc-worker writes the journal (``write()``) and applies
-/// it (``reapply()``).
-///
-/// Nobody who reads the bucket learns who deleted: an object is named
-/// `deletions/<key ID>/<keyed hash of the Whisper ID>` and holds its record sealed
-/// (``JournalKeys``), with keys only gc-workers hold. Objects of the first format
-/// (`deletions/<Whisper ID>`, the record in the clear) and objects under a key that is
-/// no longer the first are rewritten under the first key as a walk meets them.
+/// The deletion journal (docs/operations.md, "Deletions and restores"): each account
+/// deletion with its signed request, sealed in the object store under a keyed hash of the
+/// Whisper ID (``JournalKeys``), so a database restored from an older dump gets its
+/// deletions back. gc-worker writes it (``write()``) and applies it (``reapply()``).
 public struct DeletionJournal: Sendable {
     public static let prefix = "deletions/"
 
@@ -262,14 +254,10 @@ public struct DeletionJournal: Sendable {
     }
 }
 
-/// The deletion journal's keys (`GC_WORKER_JOURNAL_KEYS`, only gc-workers hold them):
-/// the first names and seals every object written; each one configured opens the
-/// objects under it. Each key is a 32-byte secret from which three are derived with
-/// HMAC-SHA-256 under fixed labels: the key's ID (the first 8 bytes, in hex, named in
-/// the object's name), the key that names an object (a keyed hash of the Whisper ID, so
-/// that nobody without it can tell whose deletion an object is, even knowing the ID)
-/// and the key that seals its record (AES-256-GCM, the object's name as associated
-/// data, so that a record cannot be moved to another identity's name).
+/// The deletion journal's keys (`GC_WORKER_JOURNAL_KEYS`): the first seals every new
+/// object, each opens its own. From each 32-byte secret HMAC-SHA-256 derives the key ID,
+/// the naming key (a keyed hash of the Whisper ID) and the sealing key (AES-256-GCM with
+/// the object's name as associated data).
 public struct JournalKeys: Sendable {
     public struct Key: Sendable {
         public let id: String

@@ -1,16 +1,10 @@
 import Foundation
 import WhisperShared
 
-/// The checks a message passes before it is stored (docs/protocol.md section 5), in one place for the two
-/// services that store messages: a gateway serving `send_message` itself, and a router
-/// serving stream entries (group copies, and messages from gateways that route through
-/// the stream). They run cheapest first, so that a refused message costs as little as
-/// it can: what the message itself shows (`from` is the session's identity, inline and
-/// attachment sizes, the timestamp, the stored size with every field counted), then the
-/// sender (cached: signing key for good, ban status for a while), the Ed25519 signature
-/// (CPU only), then the recipient (cached, unknown ones too). What remains is the
-/// caller's: a group copy's membership, the attachment's owner (`AttachmentRecipients`)
-/// and the store script, which charges the pair's bucket and the recipient's queue cap.
+/// The checks a message passes before it is stored (docs/protocol.md section 5), for the
+/// gateway's sends and the router's group copies, cheapest first: what the message shows,
+/// then the sender (cached), the signature, then the recipient (cached). Membership,
+/// attachment ownership and the store script's caps are the caller's.
 public struct MessageChecks: Sendable {
     public let identities: IdentityCache
 

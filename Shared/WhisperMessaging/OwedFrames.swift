@@ -1,11 +1,8 @@
 import WhisperShared
 
-/// The server frames owed to one identity even while it is offline: receipts
-/// (`message_delivered`) for its messages, the `group_created`/`group_updated` of its groups
-/// (kept apart, `OwedStore.groupEvents`) and missed calls (`call_ended`). Each waits in
-/// `receipts:{whisperId}:waiting` (72 h, at most `capacity`, the oldest first) until a
-/// socket of its owner has taken it (docs/architecture.md, "Through the router stream",
-/// step 7).
+/// Server frames owed to an identity while it is offline (receipts, group changes, missed
+/// calls), in `receipts:{whisperId}:waiting` (72 h, at most `capacity`, oldest first) until
+/// one of its sockets takes them (docs/architecture.md, "Through the router stream").
 public struct OwedFrames: Sendable {
     let redis: RedisClient
     public let capacity: Int

@@ -1,15 +1,10 @@
 import Foundation
 import WhisperShared
 
-/// A recipient's pending queue (docs/protocol.md section 5, `fetch_pending`): messages stored before they are acknowledged
-/// to the sender, kept until the recipient's `delivered` receipt or 72 hours.
-///
-/// `pending:{whisperId}` is a Redis Stream: entry IDs are arrival times, so paging with
-/// an exclusive cursor is stable while new messages arrive, and `XTRIM MINID` drops
-/// whatever is older than 72 hours. `pending:{whisperId}:msg:<messageId>` remembers each
-/// message's entry, sender and state for 72 hours, which makes sends idempotent (a
-/// repeat finds it) and receipts checkable (only the recipient's own messages). All
-/// keys of one recipient share a hash slot, so each step is one atomic script.
+/// A recipient's pending queue (docs/protocol.md section 5): `pending:{whisperId}`, a Redis
+/// Stream kept until the `delivered` receipt or 72 h, and `pending:{whisperId}:msg:<id>`,
+/// each message's entry, sender and state, which makes sends idempotent and receipts
+/// checkable. One recipient's keys share a slot, so each step is one script.
 public struct PendingQueue: Sendable {
     public static let ttl: Duration = .seconds(Limits.PENDING_TTL_HOURS * 3600)
     let redis: RedisClient

@@ -1,12 +1,9 @@
 import WhisperProtocol
 import WhisperShared
 
-/// Settings of the services that store messages: gateways (`send_message`) and routers
-/// (group copies). They fill the
-/// same queues, so one variable sets both (`WHISPER_PENDING_MAX_MESSAGES`, say); a
-/// service's own older name (`ROUTER_PENDING_MAX_MESSAGES`, `GATEWAY_…`) is still read
-/// when the shared one is not set, and logged at start as one to rename. The pair limit
-/// they both charge is `Limit.sendPerPair`, read the same way (`LimitRules`).
+/// Settings of the services that store messages (gateways and routers fill the same
+/// queues): one variable sets both (`WHISPER_PENDING_MAX_MESSAGES`, ...), a service's older
+/// name still read and logged as one to rename. Their pair limit is `Limit.sendPerPair`.
 public struct StoringSettings: Sendable, Equatable {
     /// What one recipient's pending queue may hold.
     public var pendingCapacity: PendingQueue.Capacity

@@ -1,13 +1,10 @@
 import Logging
 import WhisperShared
 
-/// One consumer of a Redis Stream's consumer group, the way routers read the router
-/// stream and push-senders the push stream: the group is made when it is missing, new
-/// entries are read in batches (what finished is acknowledged in the same write), entries
-/// another consumer left idle past a while (it died) are claimed, handled entries are
-/// acknowledged and deleted at once (a stream keeps only what is not handled yet), and
-/// the read loop backs off on errors. What a consumer does with its entries (lanes per
-/// sender, slots per provider) stays its own.
+/// One consumer of a Redis Stream's consumer group, as routers and push-senders read: the
+/// group made when missing, batches read with the finished ones acknowledged in the same
+/// write, idle entries of dead consumers claimed, handled ones acknowledged and deleted,
+/// and backoff on errors. What a consumer does with its entries stays its own.
 public struct StreamGroupReader: Sendable {
     /// An entry as read: its fields, or nil for a claimed entry deleted meanwhile.
     public struct Entry: Sendable {

@@ -2,12 +2,9 @@ import Logging
 import ServiceLifecycle
 import WhisperShared
 
-/// Looks once, at start, for entries in shards of a work stream past the count this
-/// service reads (`StreamShards`): left there when `WHISPER_STREAM_SHARDS` was lowered
-/// before those shards were drained, or by a writer configured with more shards than its
-/// readers. Nothing reads them, so each such shard is logged as an error
-/// (`stream_shards_unread`) with how many entries it holds (docs/operations.md, "Stream
-/// shards").
+/// Looks once at start for entries in stream shards past this service's count (left by a
+/// lowered `WHISPER_STREAM_SHARDS`), which nothing reads, and logs each such shard as
+/// `stream_shards_unread` (docs/operations.md, "Stream shards").
 public struct UnreadShards: Service {
     let redis: RedisClient
     /// The stream's name (`RouterStream.key`, `PushStream.key`).

@@ -3,13 +3,9 @@ import Foundation
 import WhisperClient
 import WhisperProtocol
 
-/// Audits a Whisper server's key directory from outside (docs/key-transparency.md,
-/// "Auditing"): reads every epoch from the first through the public endpoints and checks
-/// each one (``DirectoryAuditor``). Exits 1 with the finding when a check fails, or when
-/// the newest head is older than clients accept (a frozen view). With `--serve` it is a
-/// third-party auditor: it keeps following, and signs each newest head it verified with
-/// its own key, which it delivers to the server (`POST /kt/audits`) for clients that
-/// require an auditor's word.
+/// Audits a server's key directory from outside (``DirectoryAuditor``); exits 1 with the
+/// finding, or when the newest head is too old. With `--serve` it keeps following and
+/// signs each head it verified for clients that require an auditor (`POST /kt/audits`).
 @main
 struct WhisperAudit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

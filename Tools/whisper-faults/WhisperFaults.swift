@@ -5,12 +5,8 @@ import Synchronization
 import WhisperClient
 import WhisperShared
 
-/// Steady messaging through the SDK while `scripts/faults` kills and restarts parts of
-/// the stack: every client is an app on the SDK's session object (`WhisperSession`:
-/// reconnects to the next gateway with backoff and jitter, resumes its session, walks
-/// its pending queue on each connect, dedupes by messageId, resends an unanswered message
-/// with the same messageId), acknowledges what it gets, and every messageId is
-/// accounted for.
+/// Steady messaging through the SDK's `WhisperSession` while `scripts/faults` kills and
+/// restarts parts of the stack; every messageId is accounted for.
 @main
 struct WhisperFaults: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

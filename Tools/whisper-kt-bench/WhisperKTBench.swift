@@ -6,12 +6,9 @@ import PostgresNIO
 import WhisperProtocol
 import WhisperShared
 
-/// Measures the key directory at size (docs/benchmarks.md, "Key directory"): inserts
-/// `identities` identities and publishes them in epochs of `batch`, then reports the
-/// publish time of small epochs at that size, proof sizes, the client's verify time,
-/// lookups with proofs at a steady rate (the Postgres reads and proof assembly auth
-/// does per lookup), and storage per identity. `scripts/bench --directory` runs it on
-/// its own PostgreSQL (WHISPER_POSTGRES_URL, migrated).
+/// Measures the key directory at size (docs/benchmarks.md, "Key directory"): publish time,
+/// proof sizes, client verify time, lookups at a steady rate and storage per identity, on
+/// the PostgreSQL `scripts/bench --directory` gives it.
 @main
 struct WhisperKTBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "whisper-kt-bench")

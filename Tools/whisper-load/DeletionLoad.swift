@@ -3,12 +3,9 @@ import Logging
 import WhisperClient
 import WhisperShared
 
-/// `--deletions N`: what an account deletion costs Redis when Redis holds many other keys
-/// (`--filler-keys`). Each deleted identity first has what a person has: a contact it
-/// exchanged messages with, messages it took (their records stay for duplicate
-/// detection) and messages still waiting for it. The deletions then run one at a time,
-/// and for each the run reads, from Redis's own counters before and after, the time
-/// Redis spent on commands and the key-space walks (`SCAN`) it answered.
+/// `--deletions N`: what an account deletion costs Redis beside `--filler-keys` other keys,
+/// each identity with a contact, taken and waiting messages, measured from Redis's own
+/// command time and `SCAN` counters before and after.
 struct DeletionLoad {
     let gateways: [String]
     let accounts: Int

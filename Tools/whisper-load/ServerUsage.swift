@@ -1,11 +1,8 @@
 import Foundation
 
-/// What the server under test spends, read from `/proc`: the CPU time of the given
-/// processes and of their children (PostgreSQL's backends, ejabberd's helpers), the
-/// machine's busy share, and the processes' proportional memory (PSS, so that pages
-/// shared between a server's processes count once). `--server-pid` names them; the
-/// generator samples at the start and the end of the measured window, so registration
-/// and warm-up are not counted.
+/// What the server under test spends, from `/proc`: CPU of the `--server-pid` processes and
+/// their children, the machine's busy share, and PSS, sampled at the start and end of the
+/// measured window.
 struct ServerUsage {
     let roots: [Int32]
 

@@ -2,15 +2,10 @@ import Foundation
 import NIOCore
 import NIOWebSocket
 
-/// `whisper-load --xmpp URL`: the same job as the message load, against an XMPP server over
-/// WebSocket (RFC 7395), so that Whisper can be measured beside the server an operator
-/// would run instead. Users `u1` ... `u(2N)` of `domain` (registered beforehand, all with
-/// one password) make N pairs, u1 to u2, u3 to u4, ...; each sender sends `<message
-/// type='chat'>` stanzas asking for a receipt (XEP-0184) on the same pace as a Whisper
-/// sender, each about the size of a Whisper `send_message` frame; each recipient answers
-/// every one with `<received/>`. A sender's window counts messages whose receipt has not
-/// come back (an XMPP server answers the sender nothing else). Latency is from the send
-/// to the recipient having read the stanza and checked its body, as for Whisper.
+/// `whisper-load --xmpp URL`: the message job against an XMPP server over WebSocket (RFC
+/// 7395): pairs of users `u1`... exchange `<message type='chat'>` stanzas of a `send_message`
+/// frame's size asking for XEP-0184 receipts, on Whisper's pace and window, latency to the
+/// recipient's check (docs/benchmarks.md, "Side by side with ejabberd").
 struct XMPPLoad {
     let url: String
     let domain: String
@@ -52,12 +47,9 @@ struct XMPPUser: Sendable {
     var jid: String { "\(name)@\(domain)" }
 }
 
-/// One XMPP user on its WebSocket: opens the stream, signs in with SASL PLAIN, opens it
-/// again, binds a resource, sends its presence (so that messages to its bare JID reach
-/// this socket), then sends or answers on the channel's event loop, a frame at a time.
-/// Each WebSocket message is one whole element (RFC 7395 section 3.3), so the stanzas
-/// are told apart by their start and read with plain string searches: the generator
-/// reads only what it needs of the stanzas it is sent.
+/// One XMPP user on its WebSocket: stream, SASL PLAIN, bind, presence, then sends or
+/// answers on its event loop. Each WebSocket message is one element (RFC 7395 section 3.3),
+/// so stanzas are told apart by their start and read with plain string searches.
 private final class XMPPSocketHandler: ChannelInboundHandler, PacedSender {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame

@@ -2,16 +2,9 @@ import Foundation
 import WhisperClient
 import WhisperProtocol
 
-/// What the command-line client keeps between runs, in one folder (mode 0700):
-///
-/// - `identity.json` (0600): the mnemonic, the Whisper ID, the device ID, the server's
-///   addresses and the current session. The mnemonic is the identity: whoever reads
-///   this file is this user.
-/// - `contacts.json` (0600): the contact list (`whisper backup push` seals and stores it).
-/// - `groups.json` (0600): the groups this identity is in, as the server last said.
-///
-/// Every file is replaced atomically (written aside, then renamed), so a run that is
-/// killed leaves the previous version.
+/// What the command-line client keeps between runs, in one folder (0700): `identity.json`
+/// (the mnemonic, IDs, server and session: whoever reads it is this user), `contacts.json`
+/// and `groups.json`, each 0600 and replaced atomically (written aside, then renamed).
 struct Profile {
     let directory: URL
 

@@ -3,12 +3,9 @@ import Logging
 import WhisperClient
 import WhisperProtocol
 
-/// One run's connection to the server as the profile's identity: the socket, the HTTP
-/// half, the keys, and a cache of peers' keys.
-///
-/// It resumes the stored session (refreshing it when less than a day is left); once it
-/// has expired it signs in again from the phrase (recovery of the same identity on the
-/// same device ID) and stores the new session.
+/// One run's connection as the profile's identity (socket, HTTP, keys, peers' keys): the
+/// stored session, refreshed with under a day left, or a new sign-in from the phrase once
+/// it expired.
 actor Session {
     let profile: Profile
     private(set) var identity: Profile.Identity

@@ -4,12 +4,9 @@ import Logging
 import PostgresNIO
 import WhisperShared
 
-/// The operator console, served by admin under `/console`: server-rendered pages, no
-/// script and nothing loaded from elsewhere. Sign-in takes an admin token (the same
-/// `ADMIN_TOKENS`); the session lives in a cookie (`HttpOnly`, `SameSite=Strict`,
-/// `Path=/console`) whose id Redis keeps only as a digest. Every form carries the
-/// session's CSRF token and is refused without it (403). Actions go through the same
-/// code as the API (`Moderation`), so they are audited under the operator's name.
+/// The operator console under `/console`: server-rendered, no script. Sign-in with an
+/// admin token; the session cookie (`HttpOnly`, `SameSite=Strict`) is kept in Redis as a
+/// digest, every form carries a CSRF token, and actions go through `Moderation`, audited.
 struct Console: Sendable {
     let auth: AdminAuth
     let moderation: Moderation

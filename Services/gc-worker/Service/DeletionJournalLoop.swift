@@ -3,13 +3,10 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Keeps the deletion journal (`DeletionJournal`): copies new deletions to the object
-/// store every `interval`, and applies the whole journal once the loop starts (a restore
-/// is followed by a start: docs/operations.md, "Restore") and every `reapplyInterval`
-/// after (a database restored under a running gc-worker is caught within it). Every
-/// gc-worker runs it: the copies are claimed row by row, and applying twice finds the
-/// second time nothing to do. Each walk sets `whisper_gc_deletion_journal_unreadable` to
-/// the objects no configured key opened: deletions a restore could not apply again.
+/// Keeps the deletion journal: copies new deletions to the object store every `interval`,
+/// applies the whole journal at start and every `reapplyInterval` (catching a restore), on
+/// every gc-worker at once (rows are claimed; a second application finds nothing), and sets
+/// `whisper_gc_deletion_journal_unreadable` to the objects no configured key opens.
 enum DeletionJournalLoop {
     static func periodic(journal: DeletionJournal, interval: Duration, reapplyInterval: Duration, metrics: ServiceMetrics, logger: Logger) -> Periodic {
         let nextReapply = Mutex<ContinuousClock.Instant?>(nil)

@@ -2,13 +2,10 @@ import Logging
 import Synchronization
 import WhisperShared
 
-/// Publishes the key directory's epochs every `interval` (several gc-workers may run:
-/// one publishes at a time, the others find the lock held and wait for the next tick).
-/// The signer's public keys are recorded first; a VRF key other than the directory's
-/// stops publishing (logged each tick) rather than relabel everyone. Each tick sets
-/// `whisper_kt_head_age_seconds` to the newest head's age, whoever published it:
-/// clients refuse a head older than `KeyDirectory.staleHeadAge`, so an operator must
-/// hear of a directory that stopped publishing before they do.
+/// Publishes the key directory's epochs every `interval` (one gc-worker at a time, under a
+/// lock), refusing to run with a VRF key other than the directory's, and sets
+/// `whisper_kt_head_age_seconds` each tick: clients refuse a head older than
+/// `KeyDirectory.staleHeadAge`, so the operator must hear first.
 enum DirectoryLoop {
     static func periodic(publisher: DirectoryPublisher, store: DirectoryStore, metrics: ServiceMetrics, interval: Duration, logger: Logger) -> Periodic {
         let recorded = Mutex(false)

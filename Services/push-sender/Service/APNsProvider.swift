@@ -6,15 +6,9 @@ import NIOHTTP1
 import Synchronization
 import WhisperShared
 
-/// APNs over HTTP/2 with token authentication: an ES256 JWT made from the team's `.p8`
-/// key, reused for 40 minutes (Apple wants one between 20 and 60 minutes old, and
-/// refuses a new one per request), on the shared client's one connection per host.
-///
-/// Message wake-ups are `alert` pushes carrying no content: a fixed localizable text
-/// the app's notification service extension replaces after fetching, `mutable-content`,
-/// and one collapse ID, so the lock screen shows one "new messages" notification
-/// however many arrive. Calls are `voip` pushes to `<topic>.voip` with the call ID.
-/// docs/protocol.md ("Wake-ups") has both payloads.
+/// APNs over HTTP/2 with an ES256 JWT reused for 40 minutes (Apple wants 20 to 60). Message
+/// wake-ups are contentless `alert` pushes with `mutable-content` and one collapse ID;
+/// calls are `voip` pushes to `<topic>.voip` (docs/protocol.md, "Wake-ups").
 struct APNsProvider: PushProvider {
     let name = "apns"
     let settings: PushSenderSettings.APNsSettings

@@ -5,14 +5,10 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Reads one shard of `stream:push` (`StreamShards`; a push-sender runs one of these per
-/// shard, the shard's retries and dead letters beside it) as one consumer of the group
-/// `push-senders` and turns each job
-/// into at most one provider request. A job is acknowledged (and deleted from the
-/// stream) only once it is finished: delivered, not needed (the recipient is online,
-/// coalesced, has no device or token), scheduled for a retry, or dead-lettered. Jobs
-/// another push-sender left unacknowledged for `claimAfter` (it died) are claimed and
-/// handled here. A job is handled at least once; a wake-up may, rarely, go out twice.
+/// Reads one shard of `stream:push` as a consumer of `push-senders` and turns each job into
+/// at most one provider request. A job is acknowledged only once finished (delivered, not
+/// needed, retried later or dead-lettered), and one left by a dead push-sender is claimed
+/// after `claimAfter`: at least once, so a wake-up may rarely go twice.
 struct PushWorker: Service, CustomStringConvertible {
     var description: String { "PushWorker(\(consumerName), \(streamKey))" }
 

@@ -4,12 +4,8 @@ import WhisperMessaging
 import WhisperShared
 
 /// `account_delete`, the router's part (docs/protocol.md section 4): the identity leaves
-/// each of its groups as a member leaving would (`GroupDesk.update`: the members are told,
-/// an owner's role passes to the member who joined earliest, a group left empty is
-/// deleted), then `AccountDeletion` ends the rest. The gateway checked the request and
-/// let go of the identity's live conversations and push-to-talk channels before it put
-/// the request on the stream; a deletion applied again from the journal after a restore
-/// (`DeletionJournal`, put on the stream by gc-worker) finds those gone with its row.
+/// each group as a leaving member would (`GroupDesk.update`), then `AccountDeletion` ends
+/// the rest. A deletion replayed from the journal after a restore takes the same path.
 struct AccountDesk: Sendable {
     let groups: GroupDesk
     let deletion: AccountDeletion

@@ -4,23 +4,10 @@ import Prometheus
 import WhisperMessaging
 import WhisperShared
 
-/// Call signaling (docs/protocol.md section 7). Every frame is checked like a
-/// message (session identity, timestamp window, size, Ed25519 signature over the
-/// canonical bytes) and then against the call's state in Redis:
-///
-/// - `call:{callId}`: a hash with the parties, the state (`ringing`, `answered`,
-///   `ended`), the callee's `call_incoming` frame (the offer, for a callee woken by a
-///   push), whether the callee's device had it, and the times. It expires on its own:
-///   ring timeout + a minute while ringing, `answeredTTL` once answered (each signal
-///   extends it), ten minutes once ended (so a repeated frame finds it).
-/// - `line:{W}`: the call `W` is in. A second call to `W` while that call is live ends
-///   with `busy`; a caller who starts a new call ends their previous one (`replaced`).
-/// - `calls:ringing`: ringing calls by ring deadline. Every router sweeps it; the
-///   router that claims a due call ends it with `timeout` (the callee's device had it)
-///   or `unavailable` (it never did).
-///
-/// Each step writes one hash slot, so the key space still fits Redis Cluster; each is
-/// idempotent, so a stream entry handled twice (its router died) changes nothing twice.
+/// Call signaling (docs/protocol.md section 7): each frame is checked like a message, then
+/// against the call's state in Redis (`call:{callId}`, `line:{W}`, `calls:ringing`; docs/
+/// architecture.md, "Calls"). Every step writes one hash slot and is idempotent, so an
+/// entry handled twice (its router died) changes nothing twice.
 struct CallDesk: Sendable {
     let redis: RedisClient
     let identities: IdentityCache

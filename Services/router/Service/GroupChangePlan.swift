@@ -1,12 +1,9 @@
 import WhisperShared
 
-/// What a member's `group_update` does to the group as it stands, decided without I/O:
-/// `GroupDesk.update` reads the group and its open invitations, plans, then writes the plan.
-/// The rules are docs/protocol.md section 6's: any member may change the title or leave;
-/// only the owner may add or remove others; an addition that is not a direct peer of the
-/// owner is an invitation, withdrawn by removing it; members and open invitations together
-/// stay within ``Limits/MAX_GROUP_MEMBERS``; when the owner leaves, the member who joined
-/// earliest is the owner; when the last member leaves, the group goes.
+/// What a member's `group_update` does to the group as it stands, decided without I/O
+/// (`GroupDesk.update` reads, plans, then writes the plan), by docs/protocol.md section 6's
+/// rules: title and leaving for anyone, additions and removals for the owner, invitations
+/// for non-peers, at most ``Limits/MAX_GROUP_MEMBERS``, ownership to the earliest member.
 struct GroupChangePlan: Equatable {
     /// Invited rather than added (strangers to the owner who are not members).
     var invited: [String]

@@ -8,17 +8,11 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// `group_create` and `group_update` (docs/protocol.md section 6), and the membership
-/// check of each `group_send_message` copy.
-///
-/// A change is made in one Postgres transaction that holds the group's row: the rows,
-/// then the per-member records in Redis (`groups:{member}` → version), then the commit;
-/// changes of one group take turns, so the records follow them in order. Only then are
-/// the members told (`group_created`/`group_updated`, stored for each like receipts, so
-/// an offline member gets them with its next `fetch_pending`) and the author answered.
-/// The stream entry is acknowledged after all that: a router that dies midway leaves it
-/// to another, which finds the change made and completes the rest (members may then be
-/// told twice; the frames carry the whole state, so a repeat changes nothing).
+/// `group_create` and `group_update` (docs/protocol.md section 6), and each group copy's
+/// membership check. A change is one Postgres transaction holding the group's row (rows,
+/// then the members' Redis records, then commit); members are told and the author answered
+/// after it, and the entry acknowledged last, so a router that dies midway leaves the rest
+/// to another (docs/architecture.md, "Groups").
 struct GroupDesk: Sendable {
     let postgres: PostgresClient
     let redis: RedisClient

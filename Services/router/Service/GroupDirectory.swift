@@ -4,19 +4,11 @@ import Prometheus
 import Synchronization
 import WhisperShared
 
-/// Group memberships cached in each router, so that a group copy costs no database
-/// round trip. A cached view is never trusted alone, whichever way it answers:
-/// - a copy it admits goes to the store script with the view's version, which the script
-///   compares with the recipient's record in Redis (`RedisKeys.groups`); every change
-///   rewrites the members' records before it is answered, so a mismatch makes the router
-///   read the group again (`MessageRouter.send`);
-/// - a copy it would refuse (no such group, sender or recipient not a member) is first
-///   checked against the record of the identity refused (`GroupDesk.admit`): a record
-///   that names another version than the view's means the view is older than a change
-///   already answered, and the group is read again before anything is refused.
-/// So a change is seen by every router at once, without messages between them; the TTL
-/// only bounds how long an unused group takes memory (docs/architecture.md, "In-process
-/// memories of shared state").
+/// Group memberships cached in each router, never trusted alone: a copy it admits is
+/// stored only if the recipient's Redis record has the view's version, and one it would
+/// refuse is first checked against the refused identity's record (`GroupDesk.admit`). So a
+/// change is seen by every router at once; the TTL only bounds memory (docs/architecture.md,
+/// "In-process memories of shared state").
 final class GroupDirectory: Sendable {
     private struct Entry {
         var view: GroupView?

@@ -5,16 +5,10 @@ import ServiceLifecycle
 import WhisperMessaging
 import WhisperShared
 
-/// Reads one shard of the router stream (`StreamShards`; a router runs one of these per
-/// shard) as one consumer of the group `routers`, hands each entry to
-/// the `MessageRouter`, and acknowledges what it handled. Entries another router took
-/// and left unacknowledged for `claimAfter` (it crashed) are claimed and handled again.
-///
-/// Reading never waits for a batch to finish: entries go into per-sender lanes (one
-/// sender's entries in stream order, different senders at once), the next read goes out
-/// at once while fewer than `maxInFlight` entries are being handled, and handled entries
-/// are acknowledged in batches by a task of their own. So one slow entry delays only the
-/// entries of its own sender.
+/// Reads one shard of the router stream as a consumer of the group `routers`, hands
+/// entries to the `MessageRouter` in per-sender lanes, acknowledges what it handled, and
+/// claims entries another router left for `claimAfter`. One slow entry delays only its
+/// sender's (docs/architecture.md, "Through the router stream").
 struct StreamConsumer: Service {
     /// The shard's key.
     let streamKey: String

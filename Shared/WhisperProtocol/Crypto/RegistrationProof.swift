@@ -1,10 +1,6 @@
-/// What a `register_proof` signature covers (docs/protocol.md, "The registration proof").
-///
-/// With `cryptoVersion` 1 the identity key signs the server's 32 random bytes as they
-/// are. The same key signs SHA-256 digests of messages, which are 32 bytes too, so a
-/// server that picked its "challenge" as the digest of a message of its choosing would
-/// get that message signed. From `cryptoVersion` 2 the proof signs a fixed ASCII
-/// prefix followed by the challenge (62 bytes): never a digest, never a message.
+/// What a `register_proof` signature covers (docs/protocol.md, "The registration proof"):
+/// in `cryptoVersion` 1 the server's 32 bytes as they are (which a server could pick as a
+/// message digest); from 2 a fixed ASCII prefix and the challenge, never a digest.
 public enum RegistrationProof {
     /// `whisper-registration-proof-v2:` (30 bytes, no terminator).
     public static let domainPrefix: [UInt8] = Array("whisper-registration-proof-v2:".utf8)

@@ -1,14 +1,9 @@
 import CSodium
 
-/// ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381, suite 0x03): a verifiable random function
-/// over edwards25519 with libsodium's point and scalar operations. The key directory
-/// hides each label behind it: only the holder of the secret key can compute a label's
-/// output (`beta`), and anyone with the public key can check a proof (`pi`) that the
-/// output belongs to the label, without learning anything of any other label's.
-///
-/// Keys are Ed25519 keys (a 32-byte seed, expanded as RFC 8032 does). The proof is
-/// 80 bytes: Gamma (32), the challenge c (16), the response s (32); the output is the
-/// 64-byte SHA-512 `proof_to_hash`. Checked against RFC 9381 appendix B.3.
+/// ECVRF-EDWARDS25519-SHA512-TAI (RFC 9381, suite 0x03), which hides each directory label:
+/// only the secret key's holder computes an output, anyone with the public key checks its
+/// proof. Keys are Ed25519 seeds; a proof is 80 bytes (Gamma, c, s), an output 64. Checked
+/// against RFC 9381 appendix B.3.
 public enum VRF {
     public static let proofBytes = 80
     public static let outputBytes = 64

@@ -1,14 +1,8 @@
 import Crypto
 
-/// The append-only log of the key directory's epochs: a Merkle tree as Certificate
-/// Transparency has it (RFC 9162 section 2.1), whose leaves are the epochs' heads in
-/// order. A client that holds one tree head checks that a newer one extends it (a
-/// consistency proof) and that an epoch is in it (an inclusion proof); nothing in the
-/// log can be changed or taken out without both failing.
-///
-/// Hashes are SHA-256; a leaf is `SHA-256(0x00 ‖ data)`, an inner node
-/// `SHA-256(0x01 ‖ left ‖ right)`, and the tree of n leaves splits at the largest power
-/// of two below n.
+/// The append-only log of the directory's epoch heads: a Merkle tree as RFC 9162 section
+/// 2.1 has it (SHA-256, leaf `0x00 ‖ data`, inner `0x01 ‖ left ‖ right`, split at the largest
+/// power of two below n), with consistency and inclusion proofs.
 public enum LogTree {
     public typealias Hash = [UInt8]
     public static let hashBytes = 32

@@ -1,17 +1,9 @@
 import Crypto
 
-/// One epoch's map of the key directory: a binary prefix tree over 32-byte labels (the
-/// VRF outputs of Whisper IDs) whose leaves hold 32-byte values (commitments to each
-/// identity's key state). A leaf sits where its label's bits first part it from every
-/// other label; its root commits to the whole map, and a proof for one label shows its
-/// value, or that it has none, revealing of any other label only hashes and, for a label
-/// that is absent, the one leaf found in its place.
-///
-/// Hashes are SHA-256: a leaf is `SHA-256(0x00 ‖ label ‖ value)`, an inner node
-/// `SHA-256(0x01 ‖ left ‖ right)` (the left child holds the labels whose bit at that
-/// depth is 0; bits are read from the first byte's highest bit on), and an empty
-/// subtree is 32 zero bytes. The empty tree's root is 32 zero bytes; a one-leaf tree's,
-/// the leaf.
+/// One epoch's map of the key directory: a binary prefix tree over 32-byte labels (VRF
+/// outputs) with 32-byte values (key-state commitments), a leaf where its label's bits part
+/// from all others. SHA-256: leaf `0x00 ‖ label ‖ value`, inner `0x01 ‖ left ‖ right`, an
+/// empty subtree 32 zero bytes (docs/key-transparency.md, "The prefix tree (one per epoch)").
 public enum PrefixTree {
     public typealias Hash = [UInt8]
     public static let labelBytes = 32

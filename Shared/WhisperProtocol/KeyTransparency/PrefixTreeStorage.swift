@@ -1,11 +1,6 @@
-/// The prefix tree as the directory stores it: one row per node of the newest epoch's
-/// tree (an inner node, or a leaf where a label's bits first part it from the others),
-/// named by its position. An epoch's changes touch only the nodes on their labels'
-/// paths; ``PrefixTree/update(_:fetch:)`` reads those level by level and returns the
-/// nodes to write, and the same reading is the epoch's update proof: the untouched
-/// subtrees beside the paths (their hashes) and the leaves the paths ended at. An
-/// auditor recomputes both the old and the new root from that proof alone
-/// (``PrefixTree/root(entries:witness:)``).
+/// The prefix tree as stored: a row per node of the newest tree, by position. An epoch's
+/// update reads only its labels' paths (``PrefixTree/update(_:fetch:)``), and that reading
+/// is the epoch's update proof, from which an auditor recomputes both roots.
 extension PrefixTree {
     /// A node's place: its depth and the first `depth` bits of the labels under it
     /// (packed from the first byte's highest bit, unused bits zero).

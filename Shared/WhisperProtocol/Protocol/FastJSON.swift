@@ -1,12 +1,7 @@
-/// A one-pass reader and a writer for the small part of JSON that the busiest frames
-/// use (`send_message`, `delivery_receipt` and the server frames they cause): objects
-/// whose values are plain strings, non-negative integers, `null` or one nested object.
-///
-/// The reader is a shortcut, never a second opinion: it answers only for text that is
-/// unmistakably inside that subset (ASCII strings without escapes, integers without
-/// sign, fraction or exponent, no repeated keys) and returns nil for everything else,
-/// which then goes through Foundation's `JSONDecoder` and the schema checks as before.
-/// So every refusal, and its error message, still comes from one place.
+/// A one-pass reader and writer for the JSON the busiest frames use (flat string, integer
+/// and null values, one nested object). The reader is a shortcut, never a second opinion:
+/// it answers only for text unmistakably in that subset and returns nil for the rest, which
+/// goes through `JSONDecoder` and the schema checks, so every refusal has one source.
 public enum FastJSON {
     public enum Value: Sendable, Equatable {
         case string(String)

@@ -1,11 +1,7 @@
-/// A versioned client payload: the envelope every one of them carries (the versions it
-/// was built for, docs/protocol.md section 2, and, for a frame that acts for a signed-in identity, its
-/// session token, section 4) and the frame's own fields.
-///
-/// On the wire the envelope's keys stand beside the fields at the payload's top level;
-/// this type is the one place that reads and writes them, so a frame's fields type
-/// declares only what is its own. Its fields read as the payload's own
-/// (`payload.messageId`).
+/// A client payload: the envelope (versions, docs/protocol.md section 2, and the session
+/// token where the frame acts for an identity, section 4) beside the frame's own fields at
+/// the top level. The one place that reads and writes the envelope; fields read as the
+/// payload's own (`payload.messageId`).
 @dynamicMemberLookup
 public struct Payload<Fields: PayloadFields>: ClientPayload {
     public var protocolVersion: Int

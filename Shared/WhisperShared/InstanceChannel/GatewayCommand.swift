@@ -1,13 +1,7 @@
-/// What other services tell a gateway instance about its sockets, published on the
-/// instance's channel (`gateway:<instance>`).
-///
-/// Wire format (cheap to build and to read; the frame is carried as it is; only this type
-/// writes it, and no script builds or publishes one):
-/// `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`, empty where a field does not
-/// apply. `detail` is the reason of a `revoke`, `<owner> <entryId>` of a `receipt`,
-/// `<owner> <recipient> <messageId> delivered|read` of a `live_receipt`, and for a
-/// `deliver` the W3C `traceparent` when traces are on, followed (space-separated) by
-/// the message's origin when a gateway stored it (`DeliveryOrigin`).
+/// What other services tell a gateway about its sockets, on `gateway:<instance>`. Wire
+/// format, written only here: `<kind>\n<connId>\n<detail>\n<acceptedAt>\n<frame>`; `detail`
+/// is a `revoke`'s reason, a `receipt`'s `<owner> <entryId>`, a `live_receipt`'s `<owner>
+/// <recipient> <messageId> <status>`, a `deliver`'s `traceparent` then its origin.
 public struct GatewayCommand: Sendable, Equatable {
     public enum Kind: String, Sendable {
         /// Send `session_revoked` with `reason`, then close the socket.

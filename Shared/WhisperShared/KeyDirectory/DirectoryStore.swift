@@ -243,16 +243,10 @@ public struct DirectoryStore: Sendable {
     }
 }
 
-/// The top levels of the newest epoch's prefix tree (depths 0 to ``levels``), which every
-/// lookup's path passes through, kept in memory (at most 2^(levels+1) - 1 nodes: 8,191
-/// for the standard 12, about a megabyte), so that each lookup reads only the nodes
-/// below them (about 10 of a path's 21 at a million identities).
-///
-/// How stale it can be, and why that is safe: it is one epoch's copy, read in one
-/// statement with that epoch's number and prefix root. A lookup uses it only with a head
-/// of the same epoch and root, read in the same statement as the rest of the path, and
-/// takes a new copy when they differ; a proof never mixes two trees. One read per epoch
-/// per instance, shared by the lookups that wait for it.
+/// The top levels of the newest epoch's prefix tree (8,191 nodes for 12 levels, about a
+/// megabyte), through which every lookup passes. It is one epoch's copy, used only with a
+/// head of the same epoch and root read with the rest of the path, and replaced when they
+/// differ, so a proof never mixes two trees.
 final class DirectoryTop: Sendable {
     static let standardLevels = 12
     let levels: Int

@@ -1,10 +1,6 @@
-/// One rate limit of the server: a token bucket an outsider's frames or requests are
-/// charged to. Every limit is one entry of the registry (`Limit.registry`,
-/// `LimitRegistry.swift`): its settings key, its default rule (written there and
-/// nowhere else), what it is counted per, the name of its bucket, and the words of its
-/// refusal. A service's settings hold the configured rules (`LimitRules`); every
-/// mechanism that charges a bucket (`RateLimiter`, the in-memory `LocalBucket`s, the
-/// scripts that charge inside their own work) takes its rule from them.
+/// One rate limit: a token bucket outsiders' frames or requests are charged to, declared
+/// once in `Limit.registry` with its settings key, default rule, scope, bucket name and
+/// refusal words. Every mechanism that charges a bucket takes its rule from `LimitRules`.
 public struct Limit: Sendable, Hashable, CustomStringConvertible {
     /// What one bucket of the limit is counted per.
     public enum Scope: String, Sendable, CaseIterable {

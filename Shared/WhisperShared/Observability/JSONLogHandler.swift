@@ -2,12 +2,8 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Writes one JSON object per line: `ts`, `level`, `service`, `event` (the log message)
-/// and the metadata as fields.
-///
-/// Metadata whose key names a secret or a payload (tokens, keys, signatures, nonces,
-/// ciphertexts, passwords) is replaced by `"[redacted]"`: a defence in depth, the code
-/// should not log them to begin with.
+/// One JSON object per line (`ts`, `level`, `service`, `event`, metadata). Metadata whose
+/// key names a secret or payload is written `"[redacted]"`: defence in depth.
 public struct JSONLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var logLevel: Logger.Level

@@ -7,20 +7,11 @@ import ServiceLifecycle
 import Synchronization
 import Tracing
 
-/// Distributed traces (swift-distributed-tracing, exported by swift-otel over OTLP/HTTP).
-///
-/// Off unless the operator names a collector with the standard OpenTelemetry variables
-/// (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; the rest of
-/// them, such as `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`
-/// and `OTEL_BSP_SCHEDULE_DELAY`, apply as the specification says). While off, the
-/// message path does no tracing work at all (`isEnabled`).
-///
-/// A message's trace: the sender's gateway opens `send_message` and writes its W3C
-/// `traceparent` into the router stream entry (`tp`); the router continues it with
-/// `route send_message` and passes its own context on in the `deliver` command it
-/// publishes (`GatewayCommand.traceparent`); the recipient's gateway records
-/// `deliver message_received` as it writes the frame. Spans carry the frame type and
-/// message ID, never content, keys or tokens.
+/// Distributed traces over OTLP/HTTP, off unless `OTEL_EXPORTER_OTLP_ENDPOINT` (or its
+/// traces variant) is set; while off the message path does no tracing work (`isEnabled`).
+/// A message's trace crosses the router stream (`tp`) and the `deliver` command; spans
+/// carry frame types and message IDs, never content, keys or tokens (docs/operations.md,
+/// "Traces").
 public enum WhisperTracing {
     private static let enabled = Atomic<Bool>(false)
 

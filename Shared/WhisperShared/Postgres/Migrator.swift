@@ -16,15 +16,9 @@ public enum MigrationError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// Applies `Migrations.all` under a Postgres advisory lock, so that several processes
-/// may run it at once and exactly one does the work. Running it again is a no-op.
-///
-/// The whole run is one transaction that takes the lock for itself
-/// (`pg_advisory_xact_lock`, released by its COMMIT or ROLLBACK) and reads the applied
-/// versions under it: nothing holds a session across transactions, so it works as well
-/// through a PgBouncer in transaction mode, where consecutive transactions may run on
-/// different server connections, as directly against Postgres. The pending migrations
-/// are applied together or not at all.
+/// Applies `Migrations.all` in one transaction under `pg_advisory_xact_lock`, so several
+/// processes may run it at once (one does the work), through PgBouncer's transaction mode
+/// too; running it again is a no-op, and pending migrations apply together or not at all.
 public struct Migrator: Sendable {
     /// The advisory lock key ("whisper" in ASCII, as a number).
     static let lockKey: Int64 = 0x77_6869_7370_6572

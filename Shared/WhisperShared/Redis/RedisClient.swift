@@ -4,16 +4,10 @@ import NIOPosix
 import ServiceLifecycle
 import Synchronization
 
-/// The Redis client every service uses: one pipelined connection that is re-opened
-/// with backoff whenever it drops, so a Redis restart is survived without restarting
-/// the service. While the connection is down, commands fail at once with
-/// `RedisError.unavailable` instead of piling up.
-///
-/// With `RedisConfiguration.clusterSeeds` it speaks to a Redis Cluster instead
-/// (`RedisCluster`: each command to its slot's master, redirects followed); `run` then
-/// learns the slot map, and reads it again every `clusterRefreshInterval`.
-///
-/// Run it in the service's `ServiceGroup` before anything that uses it.
+/// The Redis client every service uses: one pipelined connection, reopened with backoff, so
+/// a Redis restart needs no service restart; while it is down commands fail at once
+/// (`RedisError.unavailable`). With `clusterSeeds` it speaks to a Redis Cluster
+/// (`RedisCluster`). Run it in the service's group before anything that uses it.
 public final class RedisClient: Service, Sendable {
     private enum State {
         case idle

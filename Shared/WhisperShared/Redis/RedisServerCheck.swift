@@ -36,14 +36,10 @@ public enum RedisPersistence: String, Sendable, CaseIterable {
     }
 }
 
-/// Checks once, as soon as Redis answers, that the server keeps what the services
-/// promise: `maxmemory-policy` must be `noeviction` (pending messages, receipts and
-/// sessions carry expiries, and an evicting policy would drop them silently, whatever
-/// the persistence), and the append-only file must be as durable as
-/// `RedisConfiguration.requiredPersistence` says. A server that does not meet them stops
-/// the service at start (`SettingsError`, exit status 1) with what to change. A server
-/// that refuses `CONFIG GET` (some managed services do) is logged loudly as unchecked
-/// and used.
+/// Checks once, when Redis first answers, `maxmemory-policy noeviction` and the
+/// append-only file's durability (`RedisConfiguration.requiredPersistence`); a server that
+/// fails them stops the service at start with what to change, one that refuses `CONFIG
+/// GET` is logged as unchecked and used.
 public final class RedisServerCheck: Service, Sendable {
     let redis: RedisClient
     let required: RedisPersistence

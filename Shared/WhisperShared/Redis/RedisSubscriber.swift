@@ -10,18 +10,10 @@ public struct RedisPubSubMessage: Sendable {
     public var payload: [UInt8]
 }
 
-/// A dedicated pub/sub connection that subscribes to a fixed set of channels, and
-/// re-connects and re-subscribes with backoff whenever the connection drops.
-///
-/// On a Redis Cluster (`RedisConfiguration.clusterSeeds`) it uses sharded pub/sub:
-/// `SSUBSCRIBE` on the master of each channel's slot (one connection per such master),
-/// as `RedisCluster` sends every `PUBLISH` as `SPUBLISH` to that same master. When the
-/// slot moves (a failover, a resharding), the subscriber sees it (the server ends the
-/// subscription with `sunsubscribe`, or the slot map, read every
-/// `shardCheckInterval`, names another master) and subscribes anew where it lives now.
-///
-/// Messages published while the connection is down are lost: pub/sub only carries
-/// wake-ups and live fan-out, never anything that is not also stored.
+/// A pub/sub connection to a fixed set of channels that reconnects and subscribes again
+/// with backoff. Under Redis Cluster it uses sharded pub/sub (`SSUBSCRIBE` on each slot's
+/// master, following the slot when it moves). What is published while it is down is lost:
+/// pub/sub carries only wake-ups and live fan-out, never anything not also stored.
 public final class RedisSubscriber: Service, Sendable {
     public let channels: [String]
     /// Every message, in arrival order, for as long as the subscriber runs (unless an

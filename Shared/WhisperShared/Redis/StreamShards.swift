@@ -1,12 +1,6 @@
-/// How many shards each work stream (the router stream, the push stream) is split into
-/// (`WHISPER_STREAM_SHARDS`). Under Redis Cluster one stream lives on one master, so the
-/// work every router or push-sender reads is split into shards, each a stream with its
-/// own consumer group on its own hash slot, and every consumer reads every shard (a
-/// consumer group shares each shard among the consumers). An identity's work always goes
-/// to the same shard, so one sender's entries keep their order.
-///
-/// Shard 0 is the stream's plain name (`stream:router`), shard n `<name>:<n>`: a
-/// deployment that starts with one shard keeps its stream when it adds more.
+/// How many shards each work stream is split into (`WHISPER_STREAM_SHARDS`), each a stream
+/// with its own consumer group and hash slot; an identity's work always goes to the same
+/// shard, in order. Shard 0 is the plain name (`stream:router`), shard n `<name>:<n>`.
 public struct StreamShards: Sendable, Equatable, CustomStringConvertible {
     public let count: Int
 

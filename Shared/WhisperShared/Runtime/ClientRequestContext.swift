@@ -20,12 +20,9 @@ public struct ClientRequestContext: RequestContext {
     }
 }
 
-/// Where a connection comes from, for per-address limits: one function, used by every
-/// limit (socket caps, frame buckets, refusals, the HTTP routes' limits, and auth's
-/// registration and token limits, which get it with each forwarded frame). The peer's
-/// IP address, or, when the peer is a trusted proxy (`WHISPER_TRUSTED_PROXIES`), the
-/// client it names in `X-Forwarded-For` (docs/operations.md, "Client addresses behind
-/// a proxy").
+/// Where a connection comes from, for every per-address limit: the peer's IP address, or
+/// the client a trusted proxy (`WHISPER_TRUSTED_PROXIES`) names in `X-Forwarded-For`
+/// (docs/operations.md, "Client addresses behind a proxy").
 public enum ClientAddress {
     public static let forwardedFor = HTTPField.Name("X-Forwarded-For")!
 

@@ -3,14 +3,10 @@ import HTTPTypes
 import Hummingbird
 import Logging
 
-/// The internal frame endpoints services offer the gateway: `POST /internal/v1/frames/<type>`
-/// with an `InternalFrameRequest`, guarded by the shared internal token (compared in
-/// constant time). The answer is always 200 with the complete server frame to write
-/// back; a `WhisperError` becomes an `error` frame with its code, anything else
-/// `INTERNAL_ERROR` (logged, without the payload).
-///
-/// `previousToken` is also accepted while the token is rotated
-/// (`WHISPER_INTERNAL_TOKEN_PREVIOUS`, docs/operations.md, "Rotating secrets").
+/// The internal frame endpoints (`POST /internal/v1/frames/<type>`), behind the internal
+/// token (and `previousToken` during a rotation), compared in constant time. The answer is
+/// always 200 with the server frame to write: a `WhisperError` as its `error` frame,
+/// anything else `INTERNAL_ERROR`.
 public struct InternalFrameEndpoints: Sendable {
     let internalToken: [UInt8]
     let previousToken: [UInt8]

@@ -1,12 +1,9 @@
 import Logging
 import ServiceLifecycle
 
-/// Work a service repeats until it stops. `tick` runs, then the loop waits the delay
-/// it returned (nil: `interval`), so a slow or failed tick never brings the next one
-/// forward. A tick that throws is logged as `failure` (a warning with the error),
-/// unless the service is stopping or the error is `RedisError.unavailable` (starting,
-/// stopping, or an outage the Redis client reports itself); the next tick runs on time,
-/// or after `unavailableRetry` when Redis was unavailable and that is set.
+/// Work a service repeats until it stops: `tick`, then the delay it returned (nil:
+/// `interval`). A throwing tick is logged as `failure` unless the service is stopping or
+/// Redis is unavailable (then the next tick may wait `unavailableRetry`).
 public struct Periodic: Service {
     public let interval: Duration
     /// Whether the first tick waits an interval (work that keeps up what exists) or

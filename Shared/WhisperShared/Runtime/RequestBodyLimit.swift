@@ -2,22 +2,11 @@ import Foundation
 import Hummingbird
 import NIOCore
 
-/// How every HTTP service answers a request body over its bound: at once, with the
-/// documented JSON error (413, `INVALID_PAYLOAD`), and without leaving the client
-/// hanging, whatever it does.
-///
-/// Clients differ in when they read an answer. Some (curl) read while they write, and
-/// take the 413 as soon as it is written. Others (Python's urllib) write the whole body
-/// before they read anything: a server that stops reading leaves them blocked in a
-/// write forever, the more so when they asked for `Connection: close` (Hummingbird then
-/// neither reads on nor closes). So after the answer is written the rest of the body is
-/// read and thrown away, as nginx's lingering close does, up to `drainBytes` and
-/// `drainTime`; past either the connection is closed. The answer says
-/// `Connection: close`, so nothing else is read from that connection.
-///
-/// Two ways in: a declared `Content-Length` over `maxBytes` is refused before any route
-/// runs; a route's own smaller bound (`collect(upTo:)`) throws `NIOTooManyBytesError`,
-/// which becomes the same answer.
+/// How every HTTP service answers a body over its bound: at once, 413 `INVALID_PAYLOAD`,
+/// `Connection: close`, then the rest of the body is read and dropped (up to `drainBytes`
+/// and `drainTime`) so a client that writes everything before it reads is not left
+/// blocked. A declared `Content-Length` over `maxBytes` is refused before any route runs;
+/// a route's own `collect(upTo:)` bound gives the same answer.
 public struct RequestBodyLimit<Context: RequestContext>: RouterMiddleware {
     /// The largest body any route of the service takes.
     public let maxBytes: Int

@@ -3,21 +3,10 @@ import Foundation
 import Logging
 import Synchronization
 
-/// Puts an upper bound on how long a process takes to stop once it is told to.
-///
-/// The services stop gracefully on SIGTERM or SIGINT: in-flight work gets
-/// `WHISPER_SHUTDOWN_GRACE_SECONDS`, then what is left is cancelled. All of that runs
-/// as tasks on the event-loop thread (`ServiceMain.useEventLoopsForConcurrency`), so a
-/// task that blocks the thread also blocks the shutdown that would end it. One such
-/// block is known: swift-async-algorithms' `merge` (used by Hummingbird's date cache
-/// through ServiceLifecycle's `cancelOnGracefulShutdown`) holds its lock across a
-/// suspension point, and with a single executor thread the shutdown signal reaching it
-/// in that window leaves the thread waiting on itself for good.
-///
-/// The watchdog lives outside the event loops: a Dispatch signal source and a timer on
-/// a queue of its own. The first stop signal starts the timer; when it runs out and the
-/// process is still there, the watchdog logs `shutdown_stalled` and ends the process at
-/// once with status 1, so an orchestrator (or a test) never waits forever for it.
+/// Puts an upper bound on how long a process takes to stop once told to: a Dispatch signal
+/// source and timer, outside the event loops (which a stuck task can block, as a known
+/// `merge` lock on the single executor thread does), log `shutdown_stalled` and exit 1 when
+/// the grace (`WHISPER_SHUTDOWN_GRACE_SECONDS`) and a margin have passed.
 public final class ShutdownWatchdog: Sendable {
     /// Serial: the signal handler, the timer and `onStall` all run here.
     let queue: DispatchQueue

@@ -1,12 +1,7 @@
-/// A change of an identity's standing that every gateway and router must see at once:
-/// published on `identities:changed` (plain pub/sub, one message per change) by whoever
-/// bans or lifts a ban, or deletes the identity, after the change committed in Postgres.
-///
-/// Wire format: `<kind> <whisperId>`, `kind` being `banned`, `unbanned` or `deleted`.
-///
-/// Pub/sub can lose a message while a subscriber reconnects; subscribers therefore
-/// drop what they cached when they (re)subscribe, and the caches keep their TTL as the
-/// last resort. Nothing here is the record of a ban: Postgres is.
+/// A change of an identity's standing every gateway and router must see (`banned`,
+/// `unbanned`, `deleted`), published on `identities:changed` as `<kind> <whisperId>` after
+/// the Postgres commit. Subscribers drop their caches when they (re)subscribe, since
+/// pub/sub can lose a message; Postgres is the record.
 public struct IdentityChange: Sendable, Equatable {
     public enum Kind: String, Sendable {
         case banned

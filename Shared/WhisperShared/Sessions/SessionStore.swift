@@ -18,15 +18,10 @@ public struct SessionRecord: Codable, Sendable, Equatable {
     }
 }
 
-/// Sessions in Redis. A token itself is stored nowhere: `session:{<digest>}` (the
-/// SHA-256 of the token, hex) holds the record for 7 days, and `user:{whisperId}:session`
-/// holds the digest of the identity's one live token, which is how a new login, a ban or
-/// a logout elsewhere ends the old one. A copy of Redis (a dump, the append-only file, a
-/// replica) therefore holds no token anyone could present.
-///
-/// The two keys live in different hash slots, so each step is a single-key operation;
-/// concurrent logins still converge on exactly one live session: the one the user key
-/// names last, because every login deletes the session it replaced there.
+/// Sessions in Redis, tokens stored nowhere: `session:{<SHA-256 of the token>}` holds the
+/// record for 7 days and `user:{whisperId}:session` the digest of the one live token, so a
+/// new login, ban or logout ends the old one and a copy of Redis holds no usable token.
+/// Concurrent logins converge on the one the user key names last.
 public struct SessionStore: Sendable {
     public static let ttl: Duration = .seconds(Limits.SESSION_TTL_DAYS * 86_400)
     let redis: RedisClient

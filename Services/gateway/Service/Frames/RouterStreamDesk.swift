@@ -2,13 +2,10 @@ import Tracing
 import WhisperMessaging
 import WhisperShared
 
-/// The frames a router serves (group changes and copies, calls, pending-queue pages,
-/// account deletions): added to the router stream, whose router answers through this
-/// instance's channel. Each is charged first to its address (in memory, the route's
-/// gates), then to its identity's bucket for its kind, in the script that adds it: a
-/// frame over either limit never reaches a router. While the stream is over its backlog
-/// the frame is refused as busy, and a message then for a moment without a round trip
-/// (`BusyHold`): under overload a refusal must cost less than the work it turns away.
+/// The frames a router serves, added to the router stream: charged to the address (the
+/// route's gates), then to the identity's bucket inside the append script, and refused as
+/// busy while the stream is over its backlog, a message then for a moment without a round
+/// trip (`BusyHold`), so that under overload a refusal costs less than the work it refuses.
 struct RouterStreamDesk: Sendable {
     let limits: FrameLimits
     let receipts: ReceiptDesk

@@ -2,13 +2,9 @@ import Crypto
 import Foundation
 import WhisperShared
 
-/// Listener devices for live text. A browser (or an app listening without an identity)
-/// is given a device ID by the server, kept in a long-lived cookie: the ID and a MAC of
-/// it under a key every gateway derives from the internal token, so any gateway can
-/// check a cookie and none has to store one. While the internal token is rotated,
-/// cookies made under the previous one are accepted too, and the listener page gives
-/// the browser the same device under the new key; a device not seen during the
-/// rotation becomes a new one (its Whisperer lets it in again).
+/// Listener devices for live text: a device ID and its MAC under a key derived from the
+/// internal token, in a long-lived cookie, so any gateway checks it and none stores it.
+/// During a token rotation the previous key's cookies are accepted and reissued.
 struct LiveDevices: Sendable {
     static let cookieName = "whisper_live_device"
     /// 400 days, the longest browsers keep a cookie.

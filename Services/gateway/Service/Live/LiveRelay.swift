@@ -2,18 +2,11 @@ import Logging
 import PostgresNIO
 import WhisperShared
 
-/// Live text between a Whisperer and its listeners (docs/protocol.md section 13): the
-/// control sequence, checked here, and content relayed through Redis pub/sub to the
-/// gateways of the sockets that may have it, kept nowhere.
-///
-/// Who holds a place in a conversation is in Redis (`RedisKeys.liveSockets`, every
-/// gateway's sockets, each entry renewed by its gateway: `LiveKeeper`) and, for this
-/// gateway's sockets, in `LiveRegistry`, which decides what is written to them. Who
-/// was let in is in Postgres (`live_listeners`). A listener joins only while its row
-/// exists; letting it go deletes the row, then takes every place of its device in
-/// Redis and here. A join writes its place as joined before it reads the row, so a join
-/// and a deauthorization that cross still end with the listener out: either the join
-/// sees no row, or the deauthorization comes after it and sees the joined place.
+/// Live text (docs/protocol.md section 13): the control sequence, and content relayed over
+/// pub/sub to the gateways of the sockets that may have it, kept nowhere. Places are in
+/// Redis (`LiveKeeper`) and, for this gateway, `LiveRegistry`; who was let in is Postgres's
+/// `live_listeners`. A join writes its place before it reads the row, so a join and a
+/// deauthorization that cross end with the listener out (docs/architecture.md, "Live text").
 struct LiveRelay: Sendable {
     struct Limits: Sendable {
         var maxListeners: Int

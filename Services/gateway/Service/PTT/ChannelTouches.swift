@@ -2,14 +2,9 @@ import Logging
 import Synchronization
 import WhisperShared
 
-/// The identities that connected to this gateway since the last batch, each with when it
-/// last connected: the push-to-talk channels each was a member of by then are marked
-/// active together (`PTTDesk.touchChannels`), every
-/// `ChannelTouches.interval`, so a connection costs a set insertion and no query or task
-/// of its own. At most `maxWaiting` wait; past it a connection is not noted, which only
-/// delays its channels' mark to a later connection (a channel lapses after days, and is
-/// marked at most once an hour anyway). Touches waiting when the gateway stops are lost
-/// the same way.
+/// The identities that connected since the last batch, whose push-to-talk channels are
+/// marked active together every `interval`: a connection costs a set insertion. Past
+/// `maxWaiting` one is not noted, which only delays the mark (channels lapse after days).
 final class ChannelTouches: Sendable {
     static let interval: Duration = .seconds(5)
     static let maxWaiting = 100_000

@@ -1,16 +1,10 @@
 import Prometheus
 import WhisperShared
 
-/// Presence (docs/protocol.md section 8): a socket subscribes to the direct peers it
-/// wants to watch (`presence_subscribe`) and is told when one comes online (a socket
-/// of theirs takes a session) or goes offline (its last socket closes, logs out, or
-/// stops answering pings). Nothing else: no "last seen", no periodic updates.
-///
-/// A subscription is kept in the watched identity's slot, `watchers:{W}`: watcher →
-/// `<expires ms> <presence record>` (`PresenceRecord.encoded`: the watching socket), so whichever gateway sees W come or go finds the
-/// sockets to tell in one script, which also charges W's bucket of presence events.
-/// The relation is checked when subscribing: only direct peers are recorded (and only
-/// they appear in the snapshot), so a stranger never learns anyone's presence.
+/// Presence (docs/protocol.md section 8): a socket watches direct peers and is told when
+/// one comes online or goes offline, nothing else. Subscriptions live in the watched
+/// identity's slot (`watchers:{W}`), so whichever gateway sees W change finds the sockets
+/// to tell in one script; only direct peers are recorded, so strangers learn nothing.
 struct PresenceDesk: Sendable {
     /// A subscription lasts as long as the socket that made it, and at most this long.
     static let lifetime: Duration = .seconds(86_400)

@@ -6,17 +6,11 @@ import Prometheus
 import Synchronization
 import WhisperShared
 
-/// The sockets open on this instance, by connection id. A lock, not an actor: every
-/// delivered frame looks its socket up here.
-///
-/// It also knows which socket here holds each identity's presence (`presenceHolder`), so that a
-/// message to a socket on this instance can be written while it is stored
-/// (`SendDesk.deliverEarly`). That is a memory of shared state (`presence:{id}` in Redis
-/// is the source): set once this instance's claim of the presence succeeded, cleared
-/// when the socket releases it or closes. It is stale for as long as another gateway's
-/// claim takes to close this socket (`supersede`); a message written meanwhile reaches
-/// the identity's older socket, and the store's reply, which reads the record itself,
-/// still has it delivered to the new one. It never refuses anything.
+/// The sockets open on this instance, by connection id (a lock: every delivered frame looks
+/// one up), and which socket holds each identity's presence (`presenceHolder`), for
+/// delivery while a message is stored. That memory is stale for as long as another
+/// gateway's claim takes to close the socket; the store's reply still delivers to the new
+/// holder, and it refuses nothing (docs/architecture.md, "In-process memories").
 public final class ConnectionRegistry: Sendable {
     private let connections = Mutex<[String: ClientConnection]>([:])
     private let presenceHolders = Mutex<[String: ClientConnection]>([:])

@@ -10,18 +10,10 @@ import NIOHTTPTypesHTTP1
 import NIOWebSocket
 import WhisperShared
 
-/// What each TCP connection of the gateway becomes: a client WebSocket at `/ws`, or
-/// plain HTTP for everything else (health, readiness, metrics, and the reason a `/ws`
-/// request was not upgraded).
-///
-/// Every connection is counted against `ConnectionCap` as it is accepted (past the cap
-/// it is closed at once, before it costs more than its descriptor for a moment) and must
-/// finish its upgrade within `handshakeTimeout` (`HandshakeDeadline`), so slow headers
-/// hold a connection for that long at most; plain HTTP connections keep the deadline.
-///
-/// An upgraded socket is served by NIO handlers alone (`SocketHandler`): no task waits
-/// on it while it is idle, which is what keeps an idle socket small. HTTP goes to
-/// hummingbird's router as usual.
+/// What each TCP connection of the gateway becomes: a client WebSocket at `/ws`, else plain
+/// HTTP (health, readiness, metrics). Each is counted against `ConnectionCap` as accepted
+/// and must finish its upgrade within `handshakeTimeout`; an upgraded socket is served by
+/// NIO handlers alone (`SocketHandler`), with no task while it is idle.
 struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     enum Negotiated: Sendable {
         case webSocket

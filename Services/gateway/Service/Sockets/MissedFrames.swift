@@ -2,14 +2,10 @@ import Logging
 import Synchronization
 import WhisperShared
 
-/// What a gateway does when its Redis subscription comes back after it was lost: the
-/// frames published for its sockets meanwhile (live deliveries, receipts, presence,
-/// group and call frames, live text) are gone. What is stored (messages, receipts,
-/// owed group frames) waits for the socket's next `fetch_pending`, but a socket that
-/// stayed open has no reason to fetch. So every socket is told to reconnect
-/// (`reconnect`, reason `frames_missed`), each after its own random delay within a
-/// spread so that the clients do not all come back at once; a client reconnecting
-/// fetches what waits and asks again for what it had (presence, live places, floors).
+/// When the gateway's subscription comes back after a loss, what was published meanwhile is
+/// gone, and an open socket has no reason to fetch: every socket is told `reconnect`
+/// (`frames_missed`), each after its own random delay, so the clients fetch what waits and
+/// ask again for presence, live places and floors.
 final class MissedFrames: Sendable {
     /// The clients come back at about this many a second...
     static let reconnectsPerSecond = 2_000

@@ -5,17 +5,10 @@ import NIOWebSocket
 import Synchronization
 import WhisperShared
 
-/// The WebSocket protocol of one client socket, run on the socket's event loop once the
-/// upgrade is done: reads the frames from the socket's bytes and writes its own
-/// (`WebSocketWire`: one handler in the pipeline, no codec handlers of NIO's), puts
-/// fragmented messages together (at most `maxMessageBytes`, else close 1009), answers pings, pings the client and drops it when it stops answering,
-/// carries out the close handshake from either side, and closes a socket that holds no
-/// session after the sign-in deadline (4004).
-///
-/// Complete messages go to the socket's `SocketInbox`; a task handles them one after
-/// another and ends when the inbox is empty (started inside the read, `startHandling`).
-/// So an idle socket costs its channel, this handler and its `ClientConnection`, and no
-/// task, stream or buffer (docs/benchmarks.md, "An idle socket").
+/// The WebSocket protocol of one client socket on its event loop (`WebSocketWire`): frames,
+/// fragments (at most `maxMessageBytes`, else 1009), pings both ways, the close handshake,
+/// and the sign-in deadline (4004). Complete messages go to its `SocketInbox`, handled by a
+/// task that ends when the inbox is empty, so an idle socket holds no task or buffer.
 final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     /// Whole frames (`WebSocketWire.serverFrame`): whoever writes to a client socket's

@@ -1,15 +1,9 @@
 import NIOCore
 import Synchronization
 
-/// When the gateway looks at each of its sockets (`SocketHandler.look`): once per ping
-/// interval, by one timer per event loop instead of one per socket.
-///
-/// Each event loop's sockets are spread over `slotCount` slots; the loop's timer visits
-/// one slot per `interval / slotCount`, so each socket is looked at once per interval,
-/// always in the same slot. A socket joins the slot visited last, so its first look comes
-/// one interval after it opened. What a socket costs here is a place in one slot's array;
-/// a timer of its own would cost a scheduled task, its promise and its closures, each
-/// time it fired (docs/benchmarks.md, "Today's figures", idle sockets).
+/// When the gateway looks at each socket (`SocketHandler.look`): once per ping interval,
+/// by one timer per event loop visiting one of `slotCount` slots in turn, so a socket costs
+/// a place in an array, not a timer of its own.
 final class SocketLooks: Sendable {
     /// The time between two looks at the same socket.
     let interval: TimeAmount

@@ -1,13 +1,9 @@
 import Synchronization
 
-/// A socket's frames are handled one at a time, in the order read, except for a
-/// `send_message` delivered while it is stored: once its store is written to Redis (on
-/// the client's one connection, which keeps the order of writes) the message hands its
-/// socket over (`FrameTurn.release`): the socket's next frame is handled by a task of its
-/// own while this one awaits the store's reply, so that one slow fsync does not hold
-/// every later message of the socket. At most `storesInFlightMax` of a socket's messages
-/// wait for their stores at once; the socket's end waits for them (`drained`).
-/// docs/architecture.md, "A socket's messages in flight".
+/// A socket's frames are handled one at a time in order, except that a `send_message`
+/// delivered while stored hands the socket over once its store is written, so one slow
+/// fsync does not hold the next messages; at most `storesInFlightMax` wait at once
+/// (docs/architecture.md, "A socket's messages in flight").
 final class SocketTurns: Sendable {
     /// A socket's messages past their turn and waiting for their stores, at most.
     static let storesInFlightMax = 8

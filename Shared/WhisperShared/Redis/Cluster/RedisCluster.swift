@@ -3,14 +3,10 @@ import NIOCore
 import NIOPosix
 import Synchronization
 
-/// Commands to a Redis Cluster, written from the Redis Cluster specification: the
-/// slot map read with `CLUSTER SLOTS` (at start, and again after a `MOVED`), one
-/// pipelined connection per master, each command sent to the master of its key's slot
-/// (`RedisClusterSlots`, `RedisCommand.routingKey`), pipelines split by node and their
-/// replies put back in order, `MOVED` followed (the map learns the slot's new master)
-/// and `ASK` followed for that one command (`ASKING` first, the map unchanged), and
-/// `TRYAGAIN`, `CLUSTERDOWN` or a lost connection (a failover in progress) retried with
-/// a fresh map, for a bounded time.
+/// Commands to a Redis Cluster: the slot map from `CLUSTER SLOTS`, one pipelined
+/// connection per master, each command to its slot's master with replies back in order,
+/// `MOVED` and `ASK` followed, and `TRYAGAIN`, `CLUSTERDOWN` or a lost connection retried
+/// on a fresh map for a bounded time.
 public final class RedisCluster: Sendable {
     public struct Endpoint: Hashable, Sendable, CustomStringConvertible {
         public var host: String

@@ -5,13 +5,10 @@ import Synchronization
 import WhisperMessaging
 import WhisperShared
 
-/// Serves `delivery_receipt` at the gateway, without the router stream: look the
-/// message up, make the `message_delivered` frame safe for the sender (taken by its
-/// socket here or on its gateway, or stored for its next fetch), then apply the receipt
-/// to the recipient's queue, in an order that loses nothing when the gateway dies
-/// between two steps (docs/architecture.md, "The life of a message", step 7). The
-/// folder holds the rest of a receipt's life: `ReceiptMemory`, `ReceiptApplier`,
-/// `ReceiptSettler`.
+/// Serves `delivery_receipt` at the gateway: look the message up, make `message_delivered`
+/// safe for the sender, then apply the receipt to the queue, an order that loses nothing
+/// if the gateway dies between steps (docs/architecture.md, "Through the router stream",
+/// step 7). The folder holds the rest of a receipt's life.
 struct ReceiptDesk: Sendable {
     let pending: PendingQueue
     let owed: OwedFrames
