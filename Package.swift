@@ -78,12 +78,12 @@ var targets: [Target] = [
         providers: [.apt(["libsodium-dev"])]
     ),
     // What a client and the server share, and nothing of the server: frame types,
-    // validation, limits, canonical signing bytes, IDs, error codes, backoff, clocks.
-    // No system library but libsodium; CI checks that the SDK's closure stays so.
+    // validation, limits, canonical signing bytes, IDs, error codes, backoff, clocks,
+    // and the crypto a client needs (swift-crypto and Swift of its own). No system
+    // library: scripts/check-sdk checks that the SDK's closure stays so.
     .target(
         name: "WhisperProtocol",
         dependencies: [
-            "CSodium",
             .product(name: "Crypto", package: "swift-crypto"),
         ],
         path: "Shared/WhisperProtocol"
@@ -122,7 +122,8 @@ var targets: [Target] = [
     ),
     .testTarget(
         name: "WhisperSharedTests",
-        dependencies: ["WhisperShared", "WhisperProtocol", .product(name: "NIOEmbedded", package: "swift-nio")],
+        // CSodium: the client's crypto is checked against libsodium (ClientCryptoTests).
+        dependencies: ["WhisperShared", "WhisperProtocol", "CSodium", .product(name: "NIOEmbedded", package: "swift-nio")],
         path: "Tests/WhisperSharedTests"
     ),
     .testTarget(
@@ -243,6 +244,14 @@ targets.append(.executableTarget(
     path: "Tools/whisper-kt-bench"
 ))
 
+// The minimal app of docs/sdk.md (Examples/WhisperExample): on the SDK alone, as an
+// app's dependencies would be; ExampleAppTests runs it against the services.
+targets.append(.executableTarget(
+    name: "whisper-example",
+    dependencies: ["WhisperClient"],
+    path: "Examples/WhisperExample"
+))
+
 // An outside auditor of the key directory: on the SDK alone.
 targets.append(.executableTarget(
     name: "whisper-audit",
@@ -296,7 +305,9 @@ for target in targets where embeddingTargets.contains(target.name) {
 
 let package = Package(
     name: "whisper-server",
-    platforms: [.macOS(.v15)],
+    // macOS 15 for the whole package (the services use Synchronization's Mutex); iOS 16 is
+    // the SDK's floor (swift-websocket's, and Clock and Duration): docs/sdk.md, "Platforms".
+    platforms: [.macOS(.v15), .iOS(.v16)],
     products: services.map { .executable(name: $0.executable, targets: [$0.executable]) }
         + [
             .library(name: "WhisperShared", targets: ["WhisperShared"]),

@@ -15,8 +15,8 @@ public enum AttachmentCrypto {
 
     /// Seals a file under a fresh random key and nonce.
     public static func seal(_ file: [UInt8]) -> SealedFile {
-        let key = Sodium.randomBytes(SecretBox.keyBytes)
-        let nonce = Sodium.randomBytes(SecretBox.nonceBytes)
+        let key = SecureBytes.random(SecretBox.keyBytes)
+        let nonce = SecureBytes.random(SecretBox.nonceBytes)
         return SealedFile(ciphertext: SecretBox.seal(file, nonce: nonce, key: key), fileKey: key, fileNonce: nonce)
     }
 
@@ -24,7 +24,7 @@ public enum AttachmentCrypto {
     public static func pointer(
         to sealed: SealedFile, objectKey: String, contentType: String, from sender: WhisperKeys, to recipient: PeerKeys
     ) -> AttachmentPointer {
-        let keyNonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let keyNonce = SecureBytes.random(X25519Box.nonceBytes)
         let box = X25519Box.seal(sealed.fileKey, nonce: keyNonce, recipientPublicKey: recipient.encPublicKey, senderPrivateKey: sender.encPrivateKey)
         return AttachmentPointer(
             objectKey: objectKey, contentType: contentType, ciphertextSize: Int64(sealed.ciphertext.count),

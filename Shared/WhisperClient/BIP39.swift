@@ -19,7 +19,7 @@ public enum BIP39 {
     /// A new 12-word mnemonic from 128 bits of secure randomness.
     public static func generateMnemonic() -> String {
         do {
-            return try mnemonic(entropy: Sodium.randomBytes(16))
+            return try mnemonic(entropy: SecureBytes.random(16))
         } catch {
             preconditionFailure("16 bytes of entropy always make a mnemonic")
         }

@@ -13,7 +13,7 @@ public enum CallCrypto {
         to peer: PeerKeys, sessionToken: String, timestamp: Int64 = Clock.millisecondsNow(), media: CallMedia? = nil,
         reason: CallEndReason? = nil
     ) -> CallSignal<Marker> {
-        let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let nonce = SecureBytes.random(X25519Box.nonceBytes)
         let ciphertext = X25519Box.seal(blob, nonce: nonce, recipientPublicKey: peer.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
         let nonceText = Data(nonce).base64EncodedString()
         let ciphertextText = Data(ciphertext).base64EncodedString()

@@ -47,7 +47,7 @@ public struct ContactsBackup: Codable, Sendable, Equatable {
     /// Sealed for `PUT /backup/contacts`: `crypto_secretbox(jsonBytes, nonce, contactsKey)`
     /// (the same section), under a fresh random nonce unless one is given (test vectors).
     public func seal(with keys: WhisperKeys, nonce: [UInt8]? = nil) throws -> SealedContactsBackup {
-        let nonce = nonce ?? Sodium.randomBytes(SecretBox.nonceBytes)
+        let nonce = nonce ?? SecureBytes.random(SecretBox.nonceBytes)
         guard nonce.count == SecretBox.nonceBytes else { throw MessageCryptoError.invalidNonce }
         let ciphertext = SecretBox.seal(try jsonBytes(), nonce: nonce, key: keys.contactsKey)
         return SealedContactsBackup(nonce: Data(nonce).base64EncodedString(), ciphertext: Data(ciphertext).base64EncodedString())

@@ -50,7 +50,7 @@ public enum MessageCrypto {
         timestamp: Int64 = Clock.millisecondsNow(), replyTo: String? = nil, attachment: AttachmentPointer? = nil,
         directoryHead: DirectoryHead? = nil, key: ConversationKey? = nil
     ) -> SendMessage {
-        let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let nonce = SecureBytes.random(X25519Box.nonceBytes)
         let ciphertext = if let key {
             X25519Box.seal(plaintext, nonce: nonce, sharedKey: key.bytes)
         } else {
@@ -75,7 +75,7 @@ public enum MessageCrypto {
         directoryHead: DirectoryHead? = nil
     ) -> [GroupSendMessage] {
         members.filter { $0.whisperId != sender.whisperId }.map { member in
-            let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+            let nonce = SecureBytes.random(X25519Box.nonceBytes)
             let ciphertext = X25519Box.seal(plaintext, nonce: nonce, recipientPublicKey: member.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
             var message = SendMessageFields(
                 messageId: messageId, from: sender.whisperId, to: member.whisperId, msgType: msgType, timestamp: timestamp,

@@ -93,7 +93,7 @@ public enum PTTSignaling {
         _ kind: PTTSignalFields.Kind, _ blob: [UInt8], channelId: String, from sender: (whisperId: String, keys: WhisperKeys), to peer: PeerKeys,
         sessionToken: String, signalId: String = RandomID.uuid(), timestamp: Int64 = Clock.millisecondsNow()
     ) -> PTTSignal {
-        let nonce = Sodium.randomBytes(X25519Box.nonceBytes)
+        let nonce = SecureBytes.random(X25519Box.nonceBytes)
         let box = X25519Box.seal(blob, nonce: nonce, recipientPublicKey: peer.encPublicKey, senderPrivateKey: sender.keys.encPrivateKey)
         let nonceText = Data(nonce).base64EncodedString(), ciphertext = Data(box).base64EncodedString()
         let signed = PTTSignalFields.signedBytes(

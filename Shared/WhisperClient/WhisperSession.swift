@@ -105,6 +105,19 @@ public actor WhisperSession {
         public var voipToken: String?
         /// Between tries after a loss: a random delay up to `initial · 2^attempt`, at most `maximum`.
         public var backoff = Backoff.Policy(initial: .milliseconds(500), maximum: .seconds(30))
+        /// The backoff starts again from its first step only after a socket stayed signed
+        /// in this long: a gateway that takes sockets and drops them is tried ever more
+        /// slowly, not every half second for ever.
+        public var healthyAfter: Duration = .seconds(30)
+        /// The first try after losing a socket that was healthy waits a random delay up to
+        /// this (at most the backoff's `maximum`), so that the apps of a gateway that died
+        /// do not all come back to the others in the same second.
+        public var firstRetrySpread: Duration = .seconds(5)
+        /// Events ``WhisperSession/events`` holds for the app, at most. Past it new events
+        /// are dropped (logged `session_events_dropped`), so a server that floods the
+        /// socket cannot grow the app's memory: a message dropped so was not acknowledged
+        /// and comes again with the next walk of the pending queue; other events are lost.
+        public var eventBufferMax = 10_000
         /// How often an idle socket is checked with `ping`.
         public var pingInterval: Duration = .seconds(20)
         /// How long a `ping` may take before the socket is taken for dead.
@@ -244,7 +257,7 @@ public actor WhisperSession {
         self.outbox = SendQueue(store: outbox, policy: retry)
         self.logger = logger
         (states, stateContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(64))
-        (events, eventContinuation) = AsyncStream.makeStream()
+        (events, eventContinuation) = AsyncStream.makeStream(bufferingPolicy: .bufferingOldest(max(1, configuration.eventBufferMax)))
     }
 
     // MARK: - The app's hooks
@@ -363,7 +376,7 @@ public actor WhisperSession {
         guard keys != nil else { throw WhisperClientError.noIdentity }
         presenceWatched = whisperIds
         if let connection, state.isConnected {
-            eventContinuation.yield(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
+            tell(.presenceSnapshot(try await connection.subscribePresence(whisperIds)))
         }
     }
 
@@ -453,11 +466,29 @@ public actor WhisperSession {
         }
     }
 
+    /// Whether events are being dropped (the app's buffer is full), for one log line per spell.
+    private var eventsOverflowing = false
+
+    /// Hands an event to the app (``Configuration/eventBufferMax``); false when it was dropped.
+    @discardableResult
+    private func tell(_ event: SessionEvent) -> Bool {
+        if case .dropped = eventContinuation.yield(event) {
+            if !eventsOverflowing { logger.warning("session_events_dropped", metadata: ["buffer": "\(configuration.eventBufferMax)"]) }
+            eventsOverflowing = true
+            return false
+        }
+        eventsOverflowing = false
+        return true
+    }
+
     // MARK: - The loop
 
     private func run() async {
         var backoff = Backoff(policy: configuration.backoff)
+        /// When the current socket signed in (nil: it never did).
+        var connectedAt: ContinuousClock.Instant?
         while !Task.isCancelled {
+            connectedAt = nil
             let gateway = configuration.gateways[gatewayIndex % configuration.gateways.count]
             set(.connecting(gateway: gateway, attempt: backoff.attempt + 1))
             let socket = WhisperConnection(url: gateway, listenerDevice: configuration.listenerDevice, logger: logger)
@@ -468,7 +499,7 @@ public actor WhisperSession {
                 connection = socket
                 try await restore(on: socket)
                 set(.connected(gateway: gateway))
-                backoff.reset()
+                connectedAt = .now
                 hint = try await serve(socket)
             } catch let ended as SessionEnded {
                 await socket.close()
@@ -486,7 +517,22 @@ public actor WhisperSession {
             await socket.close()
             if Task.isCancelled { break }
             gatewayIndex += 1
-            let delay = skipBackoff ? .zero : hint ?? backoff.next()
+            // After a healthy socket the backoff starts again; otherwise it keeps growing.
+            let wasHealthy = connectedAt.map { ContinuousClock.now - $0 >= configuration.healthyAfter } ?? false
+            if wasHealthy { backoff.reset() }
+            let delay: Duration
+            if skipBackoff {
+                delay = .zero
+            } else if let hint {
+                delay = hint
+            } else if wasHealthy {
+                // Its first try is spread, and counts as the backoff's first step.
+                _ = backoff.next()
+                let spread = min(configuration.firstRetrySpread, configuration.backoff.maximum).nanoseconds
+                delay = .nanoseconds(Int64.random(in: 0...max(0, spread)))
+            } else {
+                delay = backoff.next()
+            }
             skipBackoff = false
             set(.backingOff(attempt: backoff.attempt, nextTryAt: Clock.millisecondsNow() + Int64(delay.milliseconds)))
             await sleep(delay, until: .backoff)
@@ -546,7 +592,7 @@ public actor WhisperSession {
 
     private func keep(_ new: SessionCredentials) {
         credentials = new
-        eventContinuation.yield(.credentials(new))
+        tell(.credentials(new))
     }
 
     /// What the socket needs after every (re)connect: presence watched again, the
@@ -581,13 +627,13 @@ public actor WhisperSession {
             switch place {
             case .presence:
                 guard !presenceWatched.isEmpty else { return true }
-                eventContinuation.yield(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
+                tell(.presenceSnapshot(try await socket.subscribePresence(presenceWatched)))
             case .floor(let channelId):
                 guard let queue = floorsWanted[channelId] else { return true }
                 do {
                     let floor = try await socket.requestTalk(channelId, queue: queue)
                     if floor.outcome == .refused { floorsWanted[channelId] = nil }
-                    eventContinuation.yield(.floor(floor))
+                    tell(.floor(floor))
                 } catch WhisperClientError.refused(let code, _) where code == .notFound || code == .forbidden {
                     floorsWanted[channelId] = nil  // no longer a member, or the channel is gone
                 }
@@ -598,7 +644,7 @@ public actor WhisperSession {
                 } catch WhisperClientError.refused(.notFound, _) {
                     // Deleted while the socket was away (from another device).
                     whisperers[conversationId] = nil
-                    eventContinuation.yield(.whisperer(conversationId: conversationId, .deleted))
+                    tell(.whisperer(conversationId: conversationId, .deleted))
                 }
             case .listener(let conversationId):
                 guard let listener = listeners[conversationId] else { return true }
@@ -606,7 +652,7 @@ public actor WhisperSession {
                     try await listener.moved(to: socket)
                 } catch WhisperClientError.refused(.notFound, _) {
                     listeners[conversationId] = nil
-                    eventContinuation.yield(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
+                    tell(.listener(conversationId: conversationId, .whispererLeft(.deleted)))
                 }
             }
             return true
@@ -642,13 +688,26 @@ public actor WhisperSession {
         }
     }
 
+    /// Pages of one walk of the pending queue, at most: 40,000 messages, eight times the
+    /// server's default cap of a queue. What is left comes with the next walk.
+    static let walkPagesMax = 200
+
+    /// Walks the pending queue. A server that hands out a cursor not after the last one
+    /// (repeated, or back), a cursor with an empty page, or pages without end, is not
+    /// followed further: the walk stops, logged, and what is left comes with the next.
     private func walk(_ socket: WhisperConnection) async throws {
         var cursor: String?
-        repeat {
+        for _ in 0..<Self.walkPagesMax {
             let page = try await socket.fetchPending(cursor: cursor, limit: 200)
             for message in page.messages { await take(message, on: socket) }
-            cursor = page.nextCursor
-        } while cursor != nil
+            guard let next = page.nextCursor else { return }
+            guard !page.messages.isEmpty, Format.isCursor(next, after: cursor) else {
+                logger.warning("session_walk_stopped", metadata: ["reason": "a cursor that does not move on"])
+                return
+            }
+            cursor = next
+        }
+        logger.warning("session_walk_stopped", metadata: ["reason": "\(Self.walkPagesMax) pages"])
     }
 
     /// Serves a signed-in socket until it closes; the `reconnect` hint when that is why.
@@ -692,7 +751,7 @@ public actor WhisperSession {
                 await take(message, on: socket)
             } else if let receipt = frame.payload(as: MessageDelivered.self) {
                 try? await outbox.receipt(messageId: receipt.messageId, status: receipt.status, from: receipt.from)
-                eventContinuation.yield(.receipt(receipt))
+                tell(.receipt(receipt))
             } else if let notice = frame.payload(as: Reconnect.self) {
                 await socket.close()
                 return .moveAfter(notice.delay)
@@ -700,7 +759,7 @@ public actor WhisperSession {
                 await socket.close()
                 return .revoked(SignOutReason(rawValue: revoked.reason.rawValue) ?? .loggedOut)
             } else if await !live(frame) {
-                eventContinuation.yield(.frame(frame))
+                tell(.frame(frame))
             }
         }
         return .closed
@@ -716,7 +775,7 @@ public actor WhisperSession {
             guard let event = try? await whisperer.handle(frame) else { continue }
             handled = true
             if event == .deleted { whisperers[conversationId] = nil }
-            eventContinuation.yield(.whisperer(conversationId: conversationId, event))
+            tell(.whisperer(conversationId: conversationId, event))
         }
         for (conversationId, listener) in listeners {
             guard let event = try? await listener.handle(frame) else { continue }
@@ -725,7 +784,7 @@ public actor WhisperSession {
             case .refused, .removed, .whispererLeft(.deleted): listeners[conversationId] = nil
             default: break
             }
-            eventContinuation.yield(.listener(conversationId: conversationId, event))
+            tell(.listener(conversationId: conversationId, event))
         }
         return handled
     }
@@ -738,8 +797,10 @@ public actor WhisperSession {
         await loadDelivered()
         if acknowledged.contains(message.messageId, in: message.from) {
             try? await socket.acknowledge(message)
-        } else if shown.firstSighting(message.messageId, in: message.from) {
-            eventContinuation.yield(.message(message))
+        } else if !shown.contains(message.messageId, in: message.from), tell(.message(message)) {
+            // Remembered as shown only once the app's buffer took it: a message dropped
+            // there is shown when it comes again.
+            _ = shown.firstSighting(message.messageId, in: message.from)
             if let head = message.directoryHead { Task { await self.compare(head, from: message.from) } }
         }
     }
@@ -755,7 +816,7 @@ public actor WhisperSession {
         do {
             try await api.compareHead(head, from: peer)
         } catch let problem as KeyTransparencyError {
-            eventContinuation.yield(.directoryAlert(problem))
+            tell(.directoryAlert(problem))
         } catch {
             comparedHeads.remove(head)
             logger.debug("session_head_compare_failed", metadata: ["error": "\(error)"])
@@ -869,7 +930,7 @@ public actor WhisperSession {
                 outcome = .failure(error)
             }
             if let alert = ownEntry.checked(outcome, grace: configuration.ownEntryGrace) {
-                eventContinuation.yield(.directoryAlert(alert))
+                tell(.directoryAlert(alert))
             }
         }
     }

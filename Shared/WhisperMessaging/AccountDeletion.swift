@@ -35,7 +35,7 @@ public struct AccountDeletion: Sendable {
             throw WhisperError(.invalidTimestamp, "timestamp is more than \(Limits.TIMESTAMP_SKEW_MS / 60_000) minutes from the server's clock")
         }
         guard let signPublicKey, let signature = Data(base64Encoded: request.signature),
-              Ed25519.verify(signature: Array(signature), message: request.signedBytes, publicKey: signPublicKey) else {
+              Ed25519.verifyWithSodium(signature: Array(signature), message: request.signedBytes, publicKey: signPublicKey) else {
             throw WhisperError(.authFailed, "signature does not verify with the identity's signing key")
         }
     }

@@ -43,7 +43,7 @@ import WhisperShared
                             VALUES (\(objectKey), \(alice.whisperId), 'image/jpeg', 64, 'message_attachment', now() - interval '1 hour')
                             """)
                     }
-                    try await store.put(objectKey, body: Sodium.randomBytes(64), contentType: "application/octet-stream")
+                    try await store.put(objectKey, body: SecureBytes.random(64), contentType: "application/octet-stream")
 
                     let url = "\(admin.baseURL)/admin/attachments/gc/run"
                     for token in [nil, "wrong-token-" + String(repeating: "x", count: 32)] {

@@ -69,7 +69,7 @@ import WhisperShared
         try await Self.start().running { signer in
             let alice = try await signer.stack.user(on: 0)
             let mallory = try await signer.stack.user(on: 1)
-            let blob = Sodium.randomBytes(4_096)
+            let blob = SecureBytes.random(4_096)
 
             let presigned = try await Self.presign(signer, alice, size: blob.count)
             #expect(presigned.status == 200)
@@ -96,7 +96,7 @@ import WhisperShared
 
             // Sent to bob in a message: bob may fetch it, and the SDK opens it.
             let bob = try await signer.stack.user(on: 1)
-            let photo = Array("a photo's bytes".utf8) + Sodium.randomBytes(2_000)
+            let photo = Array("a photo's bytes".utf8) + SecureBytes.random(2_000)
             let sealed = AttachmentCrypto.seal(photo)
             let second = try await Self.presign(signer, alice, size: sealed.ciphertext.count)
             let photoKey = try #require(second.json["objectKey"] as? String)
@@ -131,7 +131,7 @@ import WhisperShared
             let presigned = try await Self.presign(signer, alice, size: 1_000)
             let objectKey = try #require(presigned.json["objectKey"] as? String)
             // Written behind the presigned URL's back, with another length and type.
-            try await signer.store.put(objectKey, body: Sodium.randomBytes(5_000), contentType: "text/html")
+            try await signer.store.put(objectKey, body: SecureBytes.random(5_000), contentType: "text/html")
 
             let refused = try await Self.download(signer, objectKey, as: alice)
             #expect(refused.status == 404)
@@ -141,7 +141,7 @@ import WhisperShared
             }
             #expect(rejected == true)
             // Still refused after a correct upload: a rejected object stays rejected.
-            try await signer.store.put(objectKey, body: Sodium.randomBytes(1_000), contentType: "application/octet-stream")
+            try await signer.store.put(objectKey, body: SecureBytes.random(1_000), contentType: "application/octet-stream")
             #expect(try await Self.download(signer, objectKey, as: alice).status == 404)
         }
     }

@@ -118,7 +118,7 @@ import WhisperShared
         // 1:1: bob listens, alice sends a text and a photo; bob prints the decrypted text,
         // saves the decrypted photo, and acknowledges both.
         let text = "hello from the command line \(RandomID.uuid())"
-        let photo = Sodium.randomBytes(20_000)
+        let photo = SecureBytes.random(20_000)
         let photoFile = scratch.appendingPathComponent("photo.jpg")
         try Data(photo).write(to: photoFile)
         let saved = scratch.appendingPathComponent("bob-attachments")
@@ -279,7 +279,7 @@ import WhisperShared
             stack.discard()
             try? FileManager.default.removeItem(at: scratch)
         }
-        let auditor = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        let auditor = Ed25519.KeyPair(seed: SecureBytes.random(32))
         let bob = try await initialise("bob")
         _ = try await initialise("alice", extra: ["--auditor-key", Data(auditor.publicKey).base64EncodedString()])
         let refused = try await run(["keys", bob], as: "alice")

@@ -57,7 +57,7 @@ import WhisperProtocol
     private func insert(_ count: Int, into postgres: PostgresClient) async throws -> [String: KeyDirectory.KeyState] {
         var states: [String: KeyDirectory.KeyState] = [:]
         for _ in 0..<count {
-            let id = WhisperID.generate(), enc = Sodium.randomBytes(32), sign = Sodium.randomBytes(32)
+            let id = WhisperID.generate(), enc = SecureBytes.random(32), sign = SecureBytes.random(32)
             try await postgres.query(
                 "INSERT INTO users (whisper_id, enc_public_key, sign_public_key) VALUES (\(id), \(ByteBuffer(bytes: enc)), \(ByteBuffer(bytes: sign)))",
                 logger: logger

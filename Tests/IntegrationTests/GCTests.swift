@@ -24,7 +24,7 @@ import WhisperShared
 
     /// An upload of alice's sent to `recipients` in one message each; its objectKey.
     static func sendAttachment(_ signer: AttachmentTests.Signer, from alice: TestUser, to recipients: [TestUser]) async throws -> String {
-        let sealed = AttachmentCrypto.seal(Sodium.randomBytes(3_000))
+        let sealed = AttachmentCrypto.seal(SecureBytes.random(3_000))
         let presigned = try await AttachmentTests.presign(signer, alice, size: sealed.ciphertext.count)
         let objectKey = try #require(presigned.json["objectKey"] as? String)
         let put = try await AttachmentTests.transfer(
@@ -90,7 +90,7 @@ import WhisperShared
             // An upload that differs from its declaration, found out at its first download.
             let presigned = try await AttachmentTests.presign(signer, alice, size: 100)
             let mismatched = try #require(presigned.json["objectKey"] as? String)
-            try await signer.store.put(mismatched, body: Sodium.randomBytes(200), contentType: "application/octet-stream")
+            try await signer.store.put(mismatched, body: SecureBytes.random(200), contentType: "application/octet-stream")
             #expect(try await AttachmentTests.download(signer, mismatched, as: alice).status == 404)
 
             try await Self.collector(signer.stack, store: signer.store) { collector in
@@ -116,7 +116,7 @@ import WhisperShared
             for _ in 0..<40 {
                 let presigned = try await AttachmentTests.presign(signer, alice, size: 64)
                 let objectKey = try #require(presigned.json["objectKey"] as? String)
-                try await signer.store.put(objectKey, body: Sodium.randomBytes(64), contentType: "application/octet-stream")
+                try await signer.store.put(objectKey, body: SecureBytes.random(64), contentType: "application/octet-stream")
                 keys.append(objectKey)
             }
             let later = Date().addingTimeInterval(31 * 86_400)
@@ -145,7 +145,7 @@ import WhisperShared
             let sent = try await Self.sendAttachment(signer, from: alice, to: [bob])
             let presigned = try await AttachmentTests.presign(signer, alice, size: 100)
             let unsent = try #require(presigned.json["objectKey"] as? String)
-            try await signer.store.put(unsent, body: Sodium.randomBytes(100), contentType: "application/octet-stream")
+            try await signer.store.put(unsent, body: SecureBytes.random(100), contentType: "application/octet-stream")
             try await Self.collector(signer.stack, store: signer.store) { collector in
                 // Within the day: both stay.
                 #expect(try await collector.run(now: Date().addingTimeInterval(23 * 3_600)).deleted == 0)

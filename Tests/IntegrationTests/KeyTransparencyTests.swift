@@ -111,9 +111,9 @@ import WhisperShared
     /// head the directory published and signed about now, the auditor's newest kept, and
     /// served beside the head for clients to require.
     @Test func anAuditorsSignatureIsTakenFromItsKeyAloneAndServedBesideTheHead() async throws {
-        let auditorKey = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        let auditorKey = Ed25519.KeyPair(seed: SecureBytes.random(32))
         // A second auditor runs `whisper-audit --serve` with a key file of its own.
-        let seed = Sodium.randomBytes(32), keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("auditor-\(UUID().uuidString).key")
+        let seed = SecureBytes.random(32), keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("auditor-\(UUID().uuidString).key")
         try Data((Data(seed).base64EncodedString() + "\n").utf8).write(to: keyFile)
         defer { try? FileManager.default.removeItem(at: keyFile) }
         let servingKey = Ed25519.KeyPair(seed: seed)
@@ -147,7 +147,7 @@ import WhisperShared
                 }
             }
             // Another key than a configured auditor's: 403, whoever signed.
-            #expect(await refusal(AuditorSignature(signing: head, with: Ed25519.KeyPair(seed: Sodium.randomBytes(32)))) == 403)
+            #expect(await refusal(AuditorSignature(signing: head, with: Ed25519.KeyPair(seed: SecureBytes.random(32)))) == 403)
             // A log root the directory never published for the epoch, or a signature of
             // another time than it says, or long ago: refused.
             var otherLog = head
@@ -183,7 +183,7 @@ import WhisperShared
     /// lookup passes; a head newer than the audited one by more than a client's lag is
     /// `notAudited` for that client.
     @Test func aHeadNoAuditorSignedIsNotAuditedWhereAnAuditorIsRequired() async throws {
-        let auditorKey = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+        let auditorKey = Ed25519.KeyPair(seed: SecureBytes.random(32))
         try await MessagingStack.start(routers: 1, auth: { $0.auditorKeys = [auditorKey.publicKey] }).running { stack in
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
             try await Self.waitForPublication(stack)
@@ -342,7 +342,7 @@ import WhisperShared
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
             let api = Self.api(stack)
             _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
-            let mallory = Ed25519.KeyPair(seed: Sodium.randomBytes(32))
+            let mallory = Ed25519.KeyPair(seed: SecureBytes.random(32))
             try await stack.withPostgres { client in
                 _ = try await client.query(
                     """
@@ -370,7 +370,7 @@ import WhisperShared
             let api = Self.api(stack, directory: DirectoryView(keys: TestServers.directorySigner.publicKeys, keysRefreshInterval: .zero))
             _ = try await api.keys(of: bob.whisperId, sessionToken: alice.token)
             try await stack.directory.stop()
-            let old = TestServers.directorySigningSeed, new = Sodium.randomBytes(32)
+            let old = TestServers.directorySigningSeed, new = SecureBytes.random(32)
             let newId = Ed25519.keyId(Ed25519.KeyPair(seed: new).publicKey)
             @Sendable func publisher(_ seeds: [[UInt8]], _ client: PostgresClient) -> DirectoryPublisher {
                 DirectoryPublisher(

@@ -67,7 +67,7 @@ import WhisperShared
         #expect(try await outbox.state(of: message.messageId) == .delivered)
 
         // An attachment: sealed, uploaded, sent as a pointer, fetched and opened by bob.
-        let photo = Sodium.randomBytes(50_000)
+        let photo = SecureBytes.random(50_000)
         let sealed = AttachmentCrypto.seal(photo)
         let objectKey = try await api.upload(sealed, contentType: "image/jpeg", sessionToken: alice.token)
         let pointer = AttachmentCrypto.pointer(to: sealed, objectKey: objectKey, contentType: "image/jpeg", from: alice.keys, to: lookup.keys)

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Logging
 import Synchronization
 import Testing
 import WhisperClient
@@ -392,6 +393,151 @@ import WhisperShared
             }
             await alice.stop()
         }
+    }
+
+    /// A gateway that takes sockets, signs them in and drops them two seconds later: the
+    /// backoff never starts again (each socket was far from `healthyAfter`), so the
+    /// tries come ever more slowly instead of every few hundred milliseconds.
+    @Test func aGatewayThatDropsEverySocketIsTriedEverMoreSlowly() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let proxy = try await CuttableProxy.start(to: stack.gateways[0].port)
+            defer { Task { await proxy.stop() } }
+            proxy.dropEveryConnection(after: .seconds(2))
+            var configuration = WhisperSession.Configuration(gateways: ["ws://127.0.0.1:\(proxy.port)/ws"], deviceId: RandomID.uuid(), platform: .ios)
+            configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(2))
+            let session = TestSessions.track(WhisperSession(
+                configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
+            ))
+            let watcher = Watcher(session)
+            defer { watcher.cancel() }
+            await session.start()
+            let url = configuration.gateways[0]
+            try await waitUntil(timeout: .seconds(60)) { watcher.connections(to: url) >= 4 }
+            await session.stop()
+            let attempts = watcher.states.withLock { states in
+                states.compactMap { state -> Int? in if case .backingOff(let attempt, _) = state { attempt } else { nil } }
+            }
+            // Every loss is one more step: 1, 2, 3, ... (a reset at each sign-in gave 1, 1, 1).
+            #expect(attempts.count >= 3)
+            #expect(attempts == Array(1...attempts.count), "backoff attempts \(attempts)")
+        }
+    }
+
+    /// The sockets of many apps on one gateway are lost at once after they were healthy:
+    /// their first tries are spread over `firstRetrySpread`, not all within the backoff's
+    /// first step.
+    @Test func theFirstTriesAfterHealthySocketsAreLostAreSpread() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let proxy = try await CuttableProxy.start(to: stack.gateways[0].port)
+            defer { Task { await proxy.stop() } }
+            var configuration = WhisperSession.Configuration(gateways: ["ws://127.0.0.1:\(proxy.port)/ws"], deviceId: "", platform: .ios)
+            configuration.backoff = .init(initial: .milliseconds(100), maximum: .seconds(10))
+            configuration.healthyAfter = .milliseconds(500)
+            configuration.firstRetrySpread = .seconds(4)
+            var watchers: [(WhisperSession, Watcher)] = []
+            defer { for (_, watcher) in watchers { watcher.cancel() } }
+            for _ in 0..<12 {
+                configuration.deviceId = RandomID.uuid()
+                let session = TestSessions.track(WhisperSession(
+                    configuration: configuration, keys: try WhisperKeys(mnemonic: BIP39.generateMnemonic()), credentials: nil, logger: TestServers.logger
+                ))
+                watchers.append((session, Watcher(session)))
+                await session.start()
+            }
+            let url = configuration.gateways[0]
+            try await waitUntil(timeout: .seconds(60)) { watchers.allSatisfy { $0.1.connections(to: url) == 1 } }
+            try await Task.sleep(for: .seconds(1))   // every socket older than healthyAfter
+            let lostAt = Clock.millisecondsNow()
+            proxy.cut()
+            proxy.restore()
+            try await waitUntil(timeout: .seconds(30)) {
+                watchers.allSatisfy { $0.1.states.withLock { $0.contains { if case .backingOff = $0 { true } else { false } } } }
+            }
+            let delays = watchers.compactMap { _, watcher in
+                watcher.states.withLock { states in
+                    states.lazy.compactMap { state -> Int64? in if case .backingOff(_, let at) = state, at >= lostAt { at - lostAt } else { nil } }.first
+                }
+            }
+            for (session, _) in watchers { await session.stop() }
+            #expect(delays.count == 12)
+            // Within the spread (and the time the loss took to be seen), and spread out:
+            // twelve uniform draws over 4 s all within one second of each other are
+            // very unlikely; the backoff's first step alone keeps them within 100 ms.
+            #expect(delays.allSatisfy { $0 <= 5_000 }, "delays \(delays)")
+            #expect((delays.max() ?? 0) - (delays.min() ?? 0) >= 1_000, "delays \(delays)")
+        }
+    }
+
+    /// An app that does not read its events holds at most `eventBufferMax` of them: the
+    /// rest are dropped (logged), and the messages among them, never acknowledged, come
+    /// again with the next walks of the queue once the app reads again, each shown once.
+    @Test func eventsBeyondTheBufferAreDroppedAndTheirMessagesComeAgain() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let bob = try await stack.user(on: 0)
+            let url = "ws://127.0.0.1:\(stack.gateways[0].port)/ws"
+            var configuration = WhisperSession.Configuration(gateways: [url], deviceId: RandomID.uuid(), platform: .ios)
+            configuration.eventBufferMax = 4
+            let keys = try WhisperKeys(mnemonic: BIP39.generateMnemonic())
+            let logged = LoggedEvents()
+            let alice = TestSessions.track(WhisperSession(
+                configuration: configuration, keys: keys, credentials: nil, logger: Logger(label: "session") { _ in logged }
+            ))
+            await alice.start()
+            try await waitUntil { await alice.state == .connected(gateway: url) }
+            let aliceId = try #require(await alice.credentials?.whisperId)
+            let aliceKeys = PeerKeys(whisperId: aliceId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
+            // Nobody reads alice's events while ten messages come: past four, they are dropped.
+            var sent: [String] = []
+            for index in 0..<10 {
+                let message = MessageCrypto.makeMessage(Array("m\(index)".utf8), from: (bob.whisperId, bob.keys), to: aliceKeys, sessionToken: bob.token)
+                try await bob.connection.send(message)
+                sent.append(message.messageId)
+            }
+            try await waitUntil { logged.contains("session_events_dropped") }
+            // The app reads now: what the buffer held first, then what came since.
+            let held = Mutex<[SessionEvent]>([])
+            let reader = Task {
+                for await event in alice.events {
+                    held.withLock { $0.append(event) }
+                    if case .message(let message) = event { try? await alice.acknowledge(message) }
+                }
+            }
+            defer { reader.cancel() }
+            try await waitUntil { held.withLock { $0.count } >= 4 }
+            let messageIds: @Sendable ([SessionEvent]) -> [String] = { events in
+                events.compactMap { event -> String? in if case .message(let message) = event { message.messageId } else { nil } }
+            }
+            // What was dropped is not shown until the queue is walked again.
+            #expect(held.withLock { messageIds($0).count } < sent.count)
+            // Each new socket walks the queue again: every message comes, each shown once.
+            let expected = Set(sent)
+            try await waitUntil(timeout: .seconds(60)) {
+                if Set(held.withLock { messageIds($0) }) == expected { return true }
+                if await alice.state == .connected(gateway: url) { await alice.networkChanged() }
+                return false
+            }
+            let received = held.withLock { messageIds($0) }
+            #expect(received.count == sent.count, "a message shown twice: \(received)")
+            await alice.stop()
+        }
+    }
+
+    /// The messages a logger was given, for tests that wait on a log line.
+    final class LoggedEvents: LogHandler, @unchecked Sendable {
+        private let lines = Mutex<[String]>([])
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .debug
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            lines.withLock { $0.append(event.message.description) }
+        }
+
+        func contains(_ message: String) -> Bool { lines.withLock { $0.contains(message) } }
     }
 
     /// Callers of `connected` while there is no socket: each waits its own time. One that

@@ -15,14 +15,7 @@ import WhisperShared
     }
 
     static func hex(_ text: String) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var index = text.startIndex
-        while index < text.endIndex {
-            let next = text.index(index, offsetBy: 2)
-            bytes.append(UInt8(text[index..<next], radix: 16)!)
-            index = next
-        }
-        return bytes
+        [UInt8](hex: text)!
     }
 
     static func base64(_ text: String) -> [UInt8] { [UInt8](Data(base64Encoded: text)!) }
@@ -196,26 +189,26 @@ import WhisperShared
     }
 
     @Test func boxAndSecretBoxRoundTrip() {
-        let alice = WhisperKeys(seed: Sodium.randomBytes(64))
-        let bob = WhisperKeys(seed: Sodium.randomBytes(64))
-        let nonce = Sodium.randomBytes(24)
+        let alice = WhisperKeys(seed: SecureBytes.random(64))
+        let bob = WhisperKeys(seed: SecureBytes.random(64))
+        let nonce = SecureBytes.random(24)
         let sealed = X25519Box.seal(Array("hi bob".utf8), nonce: nonce, recipientPublicKey: bob.encPublicKey, senderPrivateKey: alice.encPrivateKey)
         #expect(X25519Box.open(sealed, nonce: nonce, senderPublicKey: alice.encPublicKey, recipientPrivateKey: bob.encPrivateKey) == Array("hi bob".utf8))
         #expect(X25519Box.open(sealed, nonce: nonce, senderPublicKey: bob.encPublicKey, recipientPrivateKey: bob.encPrivateKey) == nil)
-        let key = Sodium.randomBytes(32)
+        let key = SecureBytes.random(32)
         let boxed = SecretBox.seal(Array("contacts".utf8), nonce: nonce, key: key)
         #expect(SecretBox.open(boxed, nonce: nonce, key: key) == Array("contacts".utf8))
-        #expect(SecretBox.open(boxed, nonce: nonce, key: Sodium.randomBytes(32)) == nil)
+        #expect(SecretBox.open(boxed, nonce: nonce, key: SecureBytes.random(32)) == nil)
     }
 
     @Test func aConversationKeySealsAndOpensWhatThePerMessageBoxDoes() throws {
-        let alice = WhisperKeys(seed: Sodium.randomBytes(64))
-        let bob = WhisperKeys(seed: Sodium.randomBytes(64))
+        let alice = WhisperKeys(seed: SecureBytes.random(64))
+        let bob = WhisperKeys(seed: SecureBytes.random(64))
         let alicePeer = PeerKeys(whisperId: "WSP-AAAA-BBBB-CCCC", encPublicKey: alice.encPublicKey, signPublicKey: alice.signPublicKey)
         let bobPeer = PeerKeys(whisperId: "WSP-DDDD-EEEE-FFFF", encPublicKey: bob.encPublicKey, signPublicKey: bob.signPublicKey)
         let aliceKey = try #require(ConversationKey(mine: alice, peer: bobPeer))
         let bobKey = try #require(ConversationKey(mine: bob, peer: alicePeer))
-        let strangerKey = try #require(ConversationKey(mine: WhisperKeys(seed: Sodium.randomBytes(64)), peer: alicePeer))
+        let strangerKey = try #require(ConversationKey(mine: WhisperKeys(seed: SecureBytes.random(64)), peer: alicePeer))
         // Sealed with the conversation key, opened per message, and the other way round.
         for (sealKey, openKey) in [(aliceKey, nil), (nil, bobKey), (aliceKey, bobKey)] as [(ConversationKey?, ConversationKey?)] {
             let message = MessageCrypto.makeMessage(Array("hi bob".utf8), from: (alicePeer.whisperId, alice), to: bobPeer, sessionToken: String(repeating: "s", count: 43), key: sealKey)

@@ -99,7 +99,7 @@ struct WhisperAudit: AsyncParsableCommand {
     static func auditorKeyPair(at path: String) throws -> Ed25519.KeyPair {
         let url = URL(fileURLWithPath: path)
         if !FileManager.default.fileExists(atPath: path) {
-            let seed = Data(Sodium.randomBytes(32)).base64EncodedString()
+            let seed = Data(SecureBytes.random(32)).base64EncodedString()
             guard FileManager.default.createFile(atPath: path, contents: Data((seed + "\n").utf8), attributes: [.posixPermissions: 0o600]) else {
                 throw ValidationError("cannot write the auditor's key to \(path)")
             }

@@ -67,7 +67,7 @@ struct WhisperKTBench: AsyncParsableCommand {
     }
 
     func fill(_ ids: inout [String], _ postgres: PostgresClient, logger: Logger) async throws {
-        let signer = DirectorySigner(vrfSeed: Sodium.randomBytes(32), signingSeeds: [Sodium.randomBytes(32)])
+        let signer = DirectorySigner(vrfSeed: SecureBytes.random(32), signingSeeds: [SecureBytes.random(32)])
         let publisher = DirectoryPublisher(postgres: postgres, signer: signer, batchSize: batch, headMaxAge: .seconds(86_400), logger: logger)
         try await publisher.recordKeys()
         // Filling: identities inserted as registration does, published epoch by epoch.
@@ -158,8 +158,8 @@ struct WhisperKTBench: AsyncParsableCommand {
 
     func insert(_ count: Int, into postgres: PostgresClient, logger: Logger) async throws -> [String] {
         let ids = (0..<count).map { _ in WhisperID.generate() }
-        let enc = ids.map { _ in ByteBuffer(bytes: Sodium.randomBytes(32)) }
-        let sign = ids.map { _ in ByteBuffer(bytes: Sodium.randomBytes(32)) }
+        let enc = ids.map { _ in ByteBuffer(bytes: SecureBytes.random(32)) }
+        let sign = ids.map { _ in ByteBuffer(bytes: SecureBytes.random(32)) }
         _ = try await postgres.query(
             """
             INSERT INTO users (whisper_id, enc_public_key, sign_public_key)

@@ -33,7 +33,7 @@ struct LiveLoad {
         print("registering a Whisperer and \(listeners) listener device(s) over \(gateways.count) gateway(s)...")
         let owner = WhisperConnection(url: gateways[0], logger: logger)
         try await owner.connect()
-        _ = try await owner.register(keys: WhisperKeys(seed: Sodium.randomBytes(64)), deviceId: RandomID.uuid(), platform: .android)
+        _ = try await owner.register(keys: WhisperKeys(seed: SecureBytes.random(64)), deviceId: RandomID.uuid(), platform: .android)
         let conversation = try await owner.createLiveConversation(name: "Benchmark")
         let whisperer = LiveWhisperer(connection: owner, conversationId: conversation.conversationId, name: "Bench")
         let requests = AsyncStream<String>.makeStream()

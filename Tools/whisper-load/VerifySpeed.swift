@@ -2,7 +2,7 @@ import Crypto
 import Foundation
 import WhisperShared
 
-/// Ed25519 verification time per library: libsodium (`Ed25519.verify`, the services')
+/// Ed25519 verification time per library: libsodium (`Ed25519.verifyWithSodium`, the services')
 /// and swift-crypto (`Curve25519.Signing`, BoringSSL's code, what the SDK can carry
 /// without a system library). Both verify the same signatures, over random 420-byte
 /// messages (about what a short text message's signature covers), in alternating
@@ -11,8 +11,8 @@ struct VerifySpeed {
     var verifications: Int
 
     func run() {
-        let keys = (0..<16).map { _ in Ed25519.KeyPair(seed: Sodium.randomBytes(Ed25519.seedBytes)) }
-        let messages = (0..<64).map { _ in Sodium.randomBytes(420) }
+        let keys = (0..<16).map { _ in Ed25519.KeyPair(seed: SecureBytes.random(Ed25519.seedBytes)) }
+        let messages = (0..<64).map { _ in SecureBytes.random(420) }
         let signed = messages.enumerated().map { index, message in
             let key = keys[index % keys.count]
             return (publicKey: key.publicKey, message: message, signature: key.sign(message))
@@ -30,7 +30,7 @@ struct VerifySpeed {
             sodium += clock.measure {
                 for index in 0..<perRound {
                     let entry = signed[index % signed.count]
-                    if Ed25519.verify(signature: entry.signature, message: entry.message, publicKey: entry.publicKey) { accepted += 1 }
+                    if Ed25519.verifyWithSodium(signature: entry.signature, message: entry.message, publicKey: entry.publicKey) { accepted += 1 }
                 }
             }
             boring += clock.measure {

@@ -209,7 +209,7 @@ struct WhisperLoad: AsyncParsableCommand {
     /// The XMPP run (`--xmpp`): the same pace, window, warm-up and report as the Whisper one.
     func runXMPP(url: String) async throws {
         // Each stanza the size of the Whisper frame the message load sends.
-        let keys = WhisperKeys(seed: Sodium.randomBytes(64))
+        let keys = WhisperKeys(seed: SecureBytes.random(64))
         let me = PeerKeys(whisperId: "WSP-AAAA-BBBB-CCCC", encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey)
         let stanzaBytes = PreparedMessage(from: (me.whisperId, keys), to: me, sessionToken: SessionStore.newToken(), key: nil).frame.count
         print("signing in \(pairs * 2) XMPP users at \(url) (messages of \(stanzaBytes) bytes)...")
@@ -281,7 +281,7 @@ extension WhisperLoad {
         let sessions = try await Self.openAll(count, over: gateways, concurrency: concurrency) { url in
             let configuration = WhisperSession.Configuration(gateways: [url], deviceId: RandomID.uuid(), platform: .android)
             let session = WhisperSession(
-                configuration: configuration, keys: try WhisperKeys(seed: Sodium.randomBytes(64)), credentials: nil, logger: logger
+                configuration: configuration, keys: try WhisperKeys(seed: SecureBytes.random(64)), credentials: nil, logger: logger
             )
             await session.start()
             for await state in session.states {
@@ -556,7 +556,7 @@ struct Party: Sendable {
     var peer: PeerKeys { PeerKeys(whisperId: whisperId, encPublicKey: keys.encPublicKey, signPublicKey: keys.signPublicKey) }
 
     static func register(url: String, logger: Logger) async throws -> Party {
-        let keys = WhisperKeys(seed: Sodium.randomBytes(64))
+        let keys = WhisperKeys(seed: SecureBytes.random(64))
         let connection = WhisperConnection(url: url, logger: logger)
         try await connection.connect()
         let ack = try await connection.register(keys: keys, deviceId: RandomID.uuid(), platform: .android)

@@ -56,7 +56,7 @@ public struct AdminTokens: Sendable {
     public func name(for presented: String) -> String? {
         let digest = Array(SHA256.hash(data: Array(presented.utf8)))
         var found: String?
-        for entry in digests where Sodium.constantTimeEqual(entry.digest, digest) && found == nil {
+        for entry in digests where SecureBytes.constantTimeEqual(entry.digest, digest) && found == nil {
             found = entry.name
         }
         return found

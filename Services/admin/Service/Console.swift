@@ -130,7 +130,7 @@ struct Console: Sendable {
     private func signInPage(error: String?, status: HTTPResponse.Status) -> Response {
         // A fresh value per form, in a cookie and in the form: a sign-in can only be
         // posted from this page (no signing a browser in as someone else).
-        let nonce = Base64URL.encode(Sodium.randomBytes(24))
+        let nonce = Base64URL.encode(SecureBytes.random(24))
         let body = """
             <form method="post" action="/console/login" id="login">
             <input type="hidden" name="csrf" value="\(nonce)">
@@ -147,7 +147,7 @@ struct Console: Sendable {
     private func signIn(_ request: Request) async throws -> Response {
         let form = try await ConsoleRequest.form(request)
         guard ConsoleRequest.sameOrigin(request), let expected = ConsoleRequest.cookie(Self.loginCookie, in: request),
-              let given = form["csrf"], Sodium.constantTimeEqual(Array(expected.utf8), Array(given.utf8)) else {
+              let given = form["csrf"], SecureBytes.constantTimeEqual(Array(expected.utf8), Array(given.utf8)) else {
             logger.info("console_sign_in_form_refused", metadata: [
                 "sameOrigin": "\(ConsoleRequest.sameOrigin(request))", "cookie": "\(ConsoleRequest.cookie(Self.loginCookie, in: request) != nil)",
                 "field": "\(form["csrf"] != nil)",
@@ -191,7 +191,7 @@ struct Console: Sendable {
         }
         let form = try await ConsoleRequest.form(request)
         guard ConsoleRequest.sameOrigin(request), let given = form["csrf"],
-              Sodium.constantTimeEqual(Array(given.utf8), Array(session.csrf.utf8)) else {
+              SecureBytes.constantTimeEqual(Array(given.utf8), Array(session.csrf.utf8)) else {
             logger.warning("console_csrf_refused", metadata: ["actor": "\(session.operator)"])
             throw ConsoleRefusal(status: .forbidden, message: "The form did not come from this console (CSRF check); nothing was changed.")
         }

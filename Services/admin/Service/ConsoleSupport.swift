@@ -19,8 +19,8 @@ struct ConsoleSessions: Sendable {
     }
 
     func create(for operatorName: String) async throws -> (id: String, session: Session) {
-        let id = Base64URL.encode(Sodium.randomBytes(32))
-        let session = Session(operator: operatorName, csrf: Base64URL.encode(Sodium.randomBytes(24)))
+        let id = Base64URL.encode(SecureBytes.random(32))
+        let session = Session(operator: operatorName, csrf: Base64URL.encode(SecureBytes.random(24)))
         try await redis.send("SET", Self.key(id), "\(session.operator) \(session.csrf)", "PX", Int(Self.lifetime.milliseconds))
         return (id, session)
     }

@@ -26,7 +26,7 @@ struct Registration: Sendable {
         // so naming someone's Whisper ID here costs them nothing.
         try await limitRegistration(context: context)
         let challengeId = RandomID.uuid()
-        let challenge = Data(Sodium.randomBytes(32)).base64EncodedString()
+        let challenge = Data(SecureBytes.random(32)).base64EncodedString()
         let stored = StoredChallenge(challenge: challenge, deviceId: request.deviceId.lowercased(), platform: request.platform, whisperId: request.whisperId)
         let ttl = Limits.CHALLENGE_TTL_SECONDS * 1000
         try await redis.send("SET", RedisKeys.challenge(challengeId), Array(try JSONEncoder().encode(stored)), "PX", ttl)
@@ -49,7 +49,7 @@ struct Registration: Sendable {
         let encPublicKey = [UInt8](Data(base64Encoded: request.encPublicKey) ?? Data())
         let signature = [UInt8](Data(base64Encoded: request.signature) ?? Data())
         let signed = RegistrationProof.signedBytes(challenge: challengeBytes, cryptoVersion: request.cryptoVersion)
-        guard Ed25519.verify(signature: signature, message: signed, publicKey: signPublicKey) else {
+        guard Ed25519.verifyWithSodium(signature: signature, message: signed, publicKey: signPublicKey) else {
             throw refuse(.authFailed, "signature does not verify", outcome: "bad_signature")
         }
 

@@ -149,22 +149,37 @@ extension Format {
         (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
     }
 
-    /// `^[A-Za-z0-9_-]{1,128}$`: a `fetch_pending` cursor as the server issued it.
     /// A position in a pending queue, as the server hands it out (`nextCursor`): the
     /// Redis stream entry ID `<ms>-<seq>`, each part a decimal of at most 20 digits
     /// that fits in 64 bits unsigned, and not the greatest ID of all (no entry can
     /// follow it, and Redis refuses a range that starts after it). Checked here so that
     /// no cursor reaches Redis that Redis would refuse.
     public static func isCursor(_ value: String) -> Bool {
+        guard let position = cursorPosition(value) else { return false }
+        return !(position.ms == UInt64.max && position.seq == UInt64.max)
+    }
+
+    /// A cursor's two numbers, which order cursors as the queue orders its messages; nil
+    /// for text that is no cursor.
+    public static func cursorPosition(_ value: String) -> (ms: UInt64, seq: UInt64)? {
         let parts = value.utf8.split(separator: UInt8(ascii: "-"), omittingEmptySubsequences: false)
-        guard parts.count == 2 else { return false }
+        guard parts.count == 2 else { return nil }
         var numbers: [UInt64] = []
         for part in parts {
             guard (1...20).contains(part.count), part.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-                  let number = UInt64(String(decoding: part, as: UTF8.self)) else { return false }
+                  let number = UInt64(String(decoding: part, as: UTF8.self)) else { return nil }
             numbers.append(number)
         }
-        return !(numbers[0] == UInt64.max && numbers[1] == UInt64.max)
+        return (numbers[0], numbers[1])
+    }
+
+    /// Whether `next` lies after `previous` (nil: the queue's start) in the queue: what a
+    /// walk of its pages must see at every step, else it is not followed.
+    public static func isCursor(_ next: String, after previous: String?) -> Bool {
+        guard isCursor(next), let position = cursorPosition(next) else { return false }
+        guard let previous else { return true }
+        guard let before = cursorPosition(previous) else { return false }
+        return (position.ms, position.seq) > (before.ms, before.seq)
     }
 }
 

@@ -9,7 +9,7 @@ public enum WhisperID {
 
     /// A new random Whisper ID with a valid checksum.
     public static func generate() -> String {
-        let random = Sodium.randomBytes(10)
+        let random = SecureBytes.random(10)
         let body = random.map { alphabet[Int($0 & 0x1f)] }
         return format(body: body)
     }

@@ -229,7 +229,7 @@ public struct DirectoryPublisher: Sendable {
                         let proof = vrfProof.map { Array($0.readableBytesView) } ?? vrf.prove(KeyDirectory.vrfInput(whisperId))
                         guard let output = VRF.output(ofProof: proof) else { throw WhisperError(.internalError, "a VRF proof without an output") }
                         let label = label.map { Array($0.readableBytesView) } ?? KeyDirectory.label(vrfOutput: output)
-                        let opening = Sodium.randomBytes(32)
+                        let opening = SecureBytes.random(32)
                         // A deleted identity has no keys: its entry is its label's tombstone.
                         let state: KeyDirectory.KeyState = if let enc, let sign {
                             .active(encPublicKey: Array(enc.readableBytesView), signPublicKey: Array(sign.readableBytesView))

@@ -31,8 +31,8 @@ public struct InternalFrameEndpoints: Sendable {
         router.post(RouterPath(stringLiteral: InternalAPI.framePath(P.frameType))) { request, _ -> Response in
             let presented = Array((request.headers[HTTPField.Name(InternalAPI.tokenHeader)!] ?? "").utf8)
             // Both compared, always: the time taken says nothing about which matched.
-            let current = !expected.isEmpty && Sodium.constantTimeEqual(presented, expected)
-            let old = !previous.isEmpty && Sodium.constantTimeEqual(presented, previous)
+            let current = !expected.isEmpty && SecureBytes.constantTimeEqual(presented, expected)
+            let old = !previous.isEmpty && SecureBytes.constantTimeEqual(presented, previous)
             guard current || old else {
                 throw WhisperHTTPError(.authFailed, "internal endpoint")
             }

@@ -42,7 +42,7 @@ public struct SessionStore: Sendable {
 
     /// A new opaque token: 256 random bits, base64url without padding (43 characters).
     public static func newToken() -> String {
-        Base64URL.encode(Sodium.randomBytes(32))
+        Base64URL.encode(SecureBytes.random(32))
     }
 
     /// Starts a session, ending every earlier one of the identity. Returns the new

@@ -13,6 +13,8 @@ final class CuttableProxy: @unchecked Sendable {
 
     private struct State {
         var cut = false
+        /// When set, each new connection is closed this long after it was accepted.
+        var dropAfter: TimeAmount?
         /// Every open pair (client side, server side), and whether it saw a cut.
         var pairs: [ObjectIdentifier: (client: any Channel, server: (any Channel)?, tainted: Bool)] = [:]
     }
@@ -38,6 +40,12 @@ final class CuttableProxy: @unchecked Sendable {
     }
 
     var isCut: Bool { state.withLockedValue { $0.cut } }
+
+    /// From now on every new connection is closed `delay` after it was accepted (a
+    /// gateway that takes sockets and drops them); nil: they are kept again.
+    func dropEveryConnection(after delay: TimeAmount?) {
+        state.withLockedValue { $0.dropAfter = delay }
+    }
 
     /// Nothing passes from now on.
     func cut() {
@@ -75,7 +83,13 @@ final class CuttableProxy: @unchecked Sendable {
 
     private func accept(_ client: any Channel, targetPort: Int) -> EventLoopFuture<Void> {
         let key = ObjectIdentifier(client)
-        state.withLockedValue { $0.pairs[key] = (client, nil, $0.cut) }
+        let dropAfter = state.withLockedValue { state in
+            state.pairs[key] = (client, nil, state.cut)
+            return state.dropAfter
+        }
+        if let dropAfter {
+            client.eventLoop.scheduleTask(in: dropAfter) { client.close(promise: nil) }
+        }
         return ClientBootstrap(group: client.eventLoop)
             .channelInitializer { server in
                 server.pipeline.addHandler(Forward(to: client, proxy: self))
