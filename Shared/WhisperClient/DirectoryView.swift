@@ -89,15 +89,22 @@ public actor DirectoryView {
         return learned
     }
 
-    /// Checks a lookup's proof that `whisperId` holds `state` and holds its head from now on.
-    func accept(_ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys) throws(KeyTransparencyError) -> DirectoryHead {
-        let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: head)
+    /// Checks a lookup's proof that `whisperId` holds `state`, against `base`, the head
+    /// held when the lookup was sent (its `since`: the proof's consistency starts there),
+    /// and holds its head from now on. `moved` is true when another lookup moved the held
+    /// head on meanwhile: the caller then compares the two (`compare(with:)`), so that
+    /// two lookups across an epoch are not taken for a rollback, and a fork still is.
+    func accept(
+        _ proof: KeyProof, whisperId: String, state: KeyDirectory.KeyState, keys: DirectoryKeys, base: DirectoryHead?
+    ) throws(KeyTransparencyError) -> (head: DirectoryHead, moved: Bool) {
+        let checked = try proof.verify(whisperId: whisperId, state: state, keys: keys, held: base)
         try checkFresh(checked)
         if case .active(let encPublicKey, let signPublicKey) = state {
             try remember(whisperId, Array(SHA256.hash(data: encPublicKey + signPublicKey)))
         }
+        guard head == base || head == checked else { return (checked, true) }
         if checked.epoch >= head?.epoch ?? 0 { head = checked }
-        return checked
+        return (checked, false)
     }
 
     /// Whether `head` still needs an auditor's word: auditor keys are configured, and the

@@ -124,7 +124,8 @@ public struct WhisperAPI: Sendable {
         let deadline = ContinuousClock.now + directoryWait
         var pause = Duration.milliseconds(200)
         while true {
-            let since = await directory.head.map { "?since=\($0.epoch)" } ?? ""
+            let base = await directory.head
+            let since = base.map { "?since=\($0.epoch)" } ?? ""
             let body: Body = try await call(.GET, endpoints.auth, "/users/\(whisperId)/keys\(since)", token: sessionToken, limit: 65_536)
             guard body.whisperId == whisperId,
                   let enc = Data(base64Encoded: body.encPublicKey), enc.count == 32,
@@ -143,9 +144,14 @@ public struct WhisperAPI: Sendable {
                 // keys last read long ago (one may have retired).
                 keys = await directory.learn(try await servedDirectoryKeys()) ?? keys
             }
-            let head = try await directory.accept(
-                proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys
+            let (head, moved) = try await directory.accept(
+                proof, whisperId: whisperId, state: .active(encPublicKey: peer.encPublicKey, signPublicKey: peer.signPublicKey), keys: keys, base: base
             )
+            if moved {
+                // Another lookup moved the held head on while this one was answered: this
+                // head must lie on the same log (a rollback or fork is refused there).
+                try await directory.compare(with: head, keys: keys) { try await newestHead(since: $0) }
+            }
             try await requireAudit(of: head)
             return KeyLookup(keys: peer, status: body.status, head: head)
         }

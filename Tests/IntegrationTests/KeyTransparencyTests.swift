@@ -546,6 +546,56 @@ import WhisperShared
         }
     }
 
+    /// Two lookups of one client cross an epoch: the one answered first moves the held
+    /// head on, the other's answer (proven in the epoch before) comes later. It is checked
+    /// against the head it was asked with and then found on the same log, not taken for
+    /// a rollback; a head really rolled back is still refused (the test above).
+    @Test func lookupsThatCrossAnEpochAreNotTakenForARollback() async throws {
+        try await MessagingStack.start(routers: 1).running { stack in
+            let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
+            let aliceAPI = Self.api(stack)
+            let first = try await aliceAPI.keys(of: bob.whisperId, sessionToken: alice.token)
+            // A path to auth that fetches bob's keys at once but answers only when released.
+            let fetched = AsyncStream.makeStream(of: Void.self), released = AsyncStream.makeStream(of: Void.self)
+            let auth = stack.auth.baseURL
+            @Sendable func forward(_ request: Request) async throws -> ByteBuffer {
+                var forwarded = HTTPClientRequest(url: auth + request.uri.description)
+                forwarded.headers.add(name: "Authorization", value: request.headers[.authorization] ?? "")
+                let answer = try await HTTPClient.shared.execute(forwarded, timeout: .seconds(10))
+                return try await answer.body.collect(upTo: 1 << 20)
+            }
+            let router = Router()
+            router.get("/users/\(bob.whisperId)/keys") { request, _ -> Response in
+                let body = try await forward(request)
+                fetched.continuation.yield()
+                for await _ in released.stream { break }
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: body))
+            }
+            // The directory's own endpoints pass at once.
+            router.get("/kt/**") { request, _ -> Response in
+                Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: try await forward(request)))
+            }
+            try await RunningService.serving(router).running { server in
+                let slow = WhisperAPI(
+                    endpoints: WhisperEndpoints(websocket: "ws://unused/ws", auth: server.baseURL, attachments: auth, turn: auth),
+                    directory: aliceAPI.directory
+                )
+                let late = Task { try await slow.keys(of: bob.whisperId, sessionToken: alice.token) }
+                for await _ in fetched.stream { break }
+                // Meanwhile another lookup of the same client moves its head to a newer epoch.
+                let carol = try await stack.user(on: 0)
+                try await Self.waitForPublication(stack)
+                let newer = try await aliceAPI.keys(of: carol.whisperId, sessionToken: alice.token).head
+                #expect(newer.epoch > first.head.epoch)
+                released.continuation.yield()
+                let lookup = try await late.value
+                #expect(lookup.keys == bob.peerKeys)
+                #expect(lookup.head == first.head)
+                #expect(await aliceAPI.directory.head == newer)
+            }
+        }
+    }
+
     @Test func aProofWithAnyOneByteFlippedIsRefused() async throws {
         try await MessagingStack.start(routers: 1).running { stack in
             let alice = try await stack.user(on: 0), bob = try await stack.user(on: 1)
