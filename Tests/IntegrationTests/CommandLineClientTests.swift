@@ -234,6 +234,23 @@ import WhisperShared
     /// sender's genuine head raises nothing, and a head the directory signed over another
     /// log for the same epoch (the sender was shown another directory) is an alert line
     /// naming the sender, beside the message.
+    /// `whisper monitor` runs until stopped; its lines reach a file (or a pipe) as they are
+    /// printed, not when the process ends.
+    @Test func theMonitorsLinesReachAFileWhileItRuns() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        _ = try await initialise("alice")
+        let monitor = try start(["monitor", "--every", "10"], as: "alice")
+        defer { if monitor.process.isRunning { monitor.process.terminate() } }
+        try await waitUntil(timeout: .seconds(60)) {
+            guard monitor.process.isRunning else { throw TestSetupError("monitor ended: \(monitor.errors)") }
+            return monitor.output.contains("ok: your keys")
+        }
+        #expect(monitor.process.isRunning)
+    }
+
     @Test func aSendersHeadFromAnotherLogIsAnAlertWhereTheMessageIsRead() async throws {
         defer {
             stack.discard()

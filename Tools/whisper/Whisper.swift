@@ -7,8 +7,16 @@ import WhisperProtocol
 
 /// `whisper`: the command-line client, on the SDK alone. How an operator checks a
 /// deployment end to end, and how scripts talk to a Whisper server.
+/// Standard output, a line at a time, in a pipe or a file too: `monitor`, `listen` and
+/// `ptt watch` run until stopped, and stdio's block buffering showed nothing there until
+/// they ended. Every `print` of this tool is this one.
+func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    FileHandle.standardOutput.write(Data((items.map { "\($0)" }.joined(separator: separator) + terminator).utf8))
+}
+
 @main
 struct Whisper: AsyncParsableCommand {
+
     static let configuration = CommandConfiguration(
         commandName: "whisper",
         abstract: "A command-line client for a Whisper server.",
@@ -719,7 +727,7 @@ struct Monitor: AsyncParsableCommand {
         """
     )
     @OptionGroup var common: Common
-    @Option(help: "Seconds between checks.")
+    @Option(help: "Seconds between checks (at least 10: a smaller value is taken as 10).")
     var every = 300
     @Flag(help: "Check once and exit.")
     var once = false
