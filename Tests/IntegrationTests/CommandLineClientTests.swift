@@ -193,6 +193,8 @@ import WhisperShared
         #expect(try await run(["contacts", "add", dave], as: "alice").status == 0)
         let pushed = try await run(["backup", "push"], as: "alice")
         #expect(pushed.status == 0, "\(pushed.errors)")
+        // The time as people read it (ISO 8601, UTC), not milliseconds.
+        #expect(pushed.output.range(of: #"stored 2 contact\(s\) at \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z"#, options: .regularExpression) != nil, "\(pushed.output)")
         let aliceContacts = try await run(["contacts", "list"], as: "alice").output
         let phrase = try JSONSerialization.jsonObject(with: Data(contentsOf: identityFile)) as? [String: Any]
         let phraseFile = scratch.appendingPathComponent("alice.phrase")
@@ -201,6 +203,7 @@ import WhisperShared
         #expect(recovered == alice)
         let pulled = try await run(["backup", "pull"], as: "alice-again")
         #expect(pulled.status == 0, "\(pulled.errors)")
+        #expect(pulled.output.range(of: #"from \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z"#, options: .regularExpression) != nil, "\(pulled.output)")
         let restored = try await run(["contacts", "list"], as: "alice-again").output
         #expect(restored == aliceContacts)
         #expect(restored.contains("\(bob)\tBob the builder"))

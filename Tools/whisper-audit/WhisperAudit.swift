@@ -15,7 +15,7 @@ struct WhisperAudit: AsyncParsableCommand {
     @Option(help: "The server's auth base URL (http://127.0.0.1:8081), or its edge origin (https://chat.example.org).")
     var server: String
 
-    @Option(help: "The directory's keys as JSON (what GET /kt/keys answers), to check against instead of asking the server.")
+    @Option(help: ArgumentHelp("A file holding the directory's keys as JSON (what GET /kt/keys answers), to check against instead of asking the server.", valueName: "path"))
     var keys: String?
 
     @Flag(help: "Keep following new epochs instead of stopping at the newest.")

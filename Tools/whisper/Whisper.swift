@@ -620,7 +620,7 @@ struct Backup: AsyncParsableCommand {
                 let updatedAt = try await session.withSession { _, token in
                     try await api.pushContactsBackup(ContactsBackup(contacts: contacts), keys: keys, sessionToken: token)
                 }
-                print("stored \(contacts.count) contact(s) at \(updatedAt)")
+                print("stored \(contacts.count) contact(s) at \(Timestamp.readable(updatedAt))")
             }
         }
     }
@@ -644,7 +644,7 @@ struct Backup: AsyncParsableCommand {
                 let restored = Set(merged.map(\.whisperId))
                 merged += try common.profile.contacts().filter { !restored.contains($0.whisperId) }
                 try common.profile.save(contacts: merged)
-                print("restored \(pulled.backup.contacts.count) contact(s) from \(pulled.updatedAt)")
+                print("restored \(pulled.backup.contacts.count) contact(s) from \(Timestamp.readable(pulled.updatedAt))")
             }
         }
     }
@@ -748,6 +748,13 @@ struct Monitor: AsyncParsableCommand {
                 try await Task.sleep(for: .seconds(max(10, every)))
             }
         }
+    }
+}
+
+/// Times as people read them: ISO 8601 in UTC, to the second.
+enum Timestamp {
+    static func readable(_ milliseconds: Int64) -> String {
+        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1_000))
     }
 }
 
