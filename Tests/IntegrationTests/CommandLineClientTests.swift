@@ -254,6 +254,28 @@ import WhisperShared
         #expect(monitor.process.isRunning)
     }
 
+    /// Addresses that are no URL, or a server that is not there, are said in words with
+    /// their exit codes (65, 69), never as a raw Swift error.
+    @Test func wrongAddressesAndAnAbsentServerAreSaidInWords() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        for (arguments, option) in [
+            (["--server", "chat example org"], "--server"), (["--auth-url", "localhost:8081"], "--auth-url"),
+            (["--websocket", "http://127.0.0.1:8080/ws"], "--websocket"),
+        ] {
+            let result = try await run(["init"] + arguments, as: "nobody-\(option)")
+            #expect(result.status == 65, "\(arguments): \(result.errors)")
+            #expect(result.errors.contains("\(option) must be"), "\(result.errors)")
+            #expect(!result.errors.contains("HTTPClientError"))
+        }
+        let closed = try TestServers.freePort()
+        let absent = try await run(["init", "--websocket", "ws://127.0.0.1:\(closed)/ws", "--auth-url", "http://127.0.0.1:\(closed)"], as: "nobody")
+        #expect(absent.status == 69, "\(absent.errors)")
+        #expect(absent.errors.contains("could not be reached"), "\(absent.errors)")
+    }
+
     @Test func aSendersHeadFromAnotherLogIsAnAlertWhereTheMessageIsRead() async throws {
         defer {
             stack.discard()

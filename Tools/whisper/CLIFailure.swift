@@ -109,8 +109,15 @@ enum CLIFailure: Error, CustomStringConvertible {
         case let error as MessageCryptoError:
             return .refused("\(what): \(error == .badSignature ? "bad signature" : "cannot decrypt")")
         default:
-            return .unavailable("\(what): \(error)")
+            // Anything else is the way to the server (refused, unreachable, cut, TLS).
+            return .unavailable("\(what): the server could not be reached or stopped answering (\(String(describing: error).prefix(160)))")
         }
+    }
+
+    /// A server that could not be reached at `address`, in words: the transport's own
+    /// error only as a short detail.
+    static func unreachable(_ address: String, _ error: any Error) -> CLIFailure {
+        .unavailable("cannot reach \(address): the server could not be reached or stopped answering (is the address right, and is it up?); detail: \(String(describing: error).prefix(120))")
     }
 
     static func from(code: ErrorCode, message: String, doing what: String) -> CLIFailure {

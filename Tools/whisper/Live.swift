@@ -184,7 +184,7 @@ extension LiveCommand {
                     _ = try await session.listen(to: conversationId, name: String(name.prefix(64)))
                 } catch {
                     await session.stop()
-                    throw CLIFailure.unavailable("cannot reach \(websocket): \(error)")
+                    throw CLIFailure.unreachable(websocket, error)
                 }
                 note("waiting for the Whisperer to let you in")
                 var shownPast = 0

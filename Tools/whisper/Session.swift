@@ -41,7 +41,7 @@ actor Session {
         do {
             try await connection.connect()
         } catch {
-            throw CLIFailure.unavailable("cannot reach \(identity.endpoints.websocket): \(error)")
+            throw CLIFailure.unreachable(identity.endpoints.websocket, error)
         }
     }
 

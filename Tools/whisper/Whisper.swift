@@ -110,11 +110,21 @@ struct Init: AsyncParsableCommand {
         } else {
             endpoints = .local(host: localHost ?? "127.0.0.1")
         }
-        if let websocket { endpoints.websocket = websocket }
-        if let authURL { endpoints.auth = authURL }
-        if let attachmentsURL { endpoints.attachments = attachmentsURL }
-        if let turnURL { endpoints.turn = turnURL }
+        if let websocket { endpoints.websocket = try Self.checked(websocket, "--websocket", schemes: ["ws", "wss"]) }
+        if let authURL { endpoints.auth = try Self.checked(authURL, "--auth-url", schemes: ["http", "https"]) }
+        if let attachmentsURL { endpoints.attachments = try Self.checked(attachmentsURL, "--attachments-url", schemes: ["http", "https"]) }
+        if let turnURL { endpoints.turn = try Self.checked(turnURL, "--turn-url", schemes: ["http", "https"]) }
         return endpoints
+    }
+
+    /// `value` when it is a URL with one of `schemes` and a host; else what to type instead.
+    static func checked(_ value: String, _ option: String, schemes: [String]) throws -> String {
+        guard let url = URL(string: value), let scheme = url.scheme?.lowercased(), schemes.contains(scheme),
+              let host = url.host, !host.isEmpty else {
+            let forms = schemes.map { "\($0)://" }.joined(separator: " or ")
+            throw CLIFailure.badInput("\(option) must be a \(forms) URL with a host, not `\(value)`")
+        }
+        return value
     }
 
     func readPhrase() throws -> String {
@@ -152,7 +162,7 @@ struct Init: AsyncParsableCommand {
             do {
                 try await connection.connect()
             } catch {
-                throw CLIFailure.unavailable("cannot reach \(endpoints.websocket): \(error)")
+                throw CLIFailure.unreachable(endpoints.websocket, error)
             }
             let ack = try await connection.register(keys: keys, deviceId: deviceId, platform: .android)
             await connection.close()
