@@ -1,4 +1,5 @@
 import Foundation
+import PostgresNIO
 import Testing
 import WhisperProtocol
 import WhisperClient
@@ -252,6 +253,34 @@ import WhisperShared
             return monitor.output.contains("ok: your keys")
         }
         #expect(monitor.process.isRunning)
+    }
+
+    /// `init --platform ios` registers the device as iOS (the default is android), and
+    /// later sign-ins of the profile keep it.
+    @Test func thePlatformIsChosenAtInitAndKept() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let alice = try await initialise("alice", extra: ["--platform", "ios"])
+        let bob = try await initialise("bob")
+        let saved = try JSONSerialization.jsonObject(with: Data(contentsOf: home("alice").appendingPathComponent("identity.json"))) as? [String: Any]
+        #expect(saved?["platform"] as? String == "ios")
+        let settings = try #require(stack.database)
+        let client = PostgresClient(configuration: settings.clientConfiguration, backgroundLogger: TestServers.logger)
+        let platforms = try await withThrowingTaskGroup(of: [String: String].self) { group in
+            group.addTask { await client.run(); return [:] }
+            var found: [String: String] = [:]
+            for id in [alice, bob] {
+                let rows = try await client.query("SELECT platform FROM devices WHERE whisper_id = \(id) AND active", logger: TestServers.logger)
+                for try await platform in rows.decode(String.self) { found[id] = platform }
+            }
+            group.cancelAll()
+            return found
+        }
+        #expect(platforms == [alice: "ios", bob: "android"])
+        let refused = try await run(["init", "--platform", "windows", "--force"], as: "carol")
+        #expect(refused.status != 0 && refused.errors.contains("platform"), "\(refused.errors)")
     }
 
     /// Addresses that are no URL, or a server that is not there, are said in words with

@@ -19,6 +19,9 @@ struct Profile {
         /// The third-party auditors this profile requires a word from (Ed25519 public
         /// keys, base64): a head none of them vouched for is refused (`notAudited`).
         var auditorKeys: [String]?
+        /// The platform the device registers as (`init --platform`); nil in profiles made
+        /// before the option: `android`.
+        var platform: Platform?
     }
 
     struct Group: Codable {

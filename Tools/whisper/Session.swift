@@ -68,7 +68,7 @@ actor Session {
     /// device (the person decides, with `whisper signin`).
     func keepConnected() -> WhisperSession {
         var configuration = WhisperSession.Configuration(
-            gateways: [identity.endpoints.websocket], deviceId: identity.deviceId, platform: .android
+            gateways: [identity.endpoints.websocket], deviceId: identity.deviceId, platform: identity.platform ?? .android
         )
         configuration.backoff = .init(initial: .milliseconds(250), maximum: .seconds(30))
         configuration.registerAgain = false
@@ -90,7 +90,7 @@ actor Session {
     /// Registers from the phrase (the server recovers the identity by its signing key)
     /// and stores the session.
     func signIn() async throws {
-        let ack = try await connection.register(keys: keys, deviceId: identity.deviceId, platform: .android, whisperId: identity.whisperId)
+        let ack = try await connection.register(keys: keys, deviceId: identity.deviceId, platform: identity.platform ?? .android, whisperId: identity.whisperId)
         identity.sessionToken = ack.sessionToken
         identity.sessionExpiresAt = ack.sessionExpiresAt
         try profile.save(identity)

@@ -97,6 +97,8 @@ struct Init: AsyncParsableCommand {
     @Flag(help: "Replace the identity already in the profile folder.")
     var force = false
 
+    @Option(help: "The platform this device registers as: ios or android (which push service would wake it; this command takes no pushes itself).")
+    var platform: Platform = .android
     @Option(name: .customLong("auditor-key"), help: "A third-party auditor whose word every key lookup requires (its Ed25519 public key, base64, as `whisper-audit --print-public-key` prints it); repeat for several.")
     var auditorKeys: [String] = []
 
@@ -164,11 +166,12 @@ struct Init: AsyncParsableCommand {
             } catch {
                 throw CLIFailure.unreachable(endpoints.websocket, error)
             }
-            let ack = try await connection.register(keys: keys, deviceId: deviceId, platform: .android)
+            let ack = try await connection.register(keys: keys, deviceId: deviceId, platform: platform)
             await connection.close()
             try profile.save(Profile.Identity(
                 mnemonic: mnemonic, whisperId: ack.whisperId, deviceId: deviceId, endpoints: endpoints,
-                sessionToken: ack.sessionToken, sessionExpiresAt: ack.sessionExpiresAt, auditorKeys: auditorKeys.isEmpty ? nil : auditorKeys
+                sessionToken: ack.sessionToken, sessionExpiresAt: ack.sessionExpiresAt, auditorKeys: auditorKeys.isEmpty ? nil : auditorKeys,
+                platform: platform
             ))
             if !recover {
                 FileHandle.standardError.write(Data("""
@@ -760,6 +763,8 @@ struct Monitor: AsyncParsableCommand {
         }
     }
 }
+
+extension Platform: ExpressibleByArgument {}
 
 /// Times as people read them: ISO 8601 in UTC, to the second.
 enum Timestamp {

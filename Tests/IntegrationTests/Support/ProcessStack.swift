@@ -27,7 +27,7 @@ final class ProcessStack: @unchecked Sendable {
     private let redis: RedisProcess
     private let moto: MotoProcess
     /// The database `launch` made, released when the stack stops.
-    private var database: PostgresSettings?
+    private(set) var database: PostgresSettings?
 
     /// Starts Redis, moto, a fresh database and the eight services, and waits until each
     /// answers `/ready`. `environment` adds to (or overrides) the services' settings.
