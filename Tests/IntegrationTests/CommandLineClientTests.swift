@@ -283,6 +283,25 @@ import WhisperShared
         #expect(refused.status != 0 && refused.errors.contains("platform"), "\(refused.errors)")
     }
 
+    /// A banned identity is told it is banned, not that `whisper signin` takes it back
+    /// (which the ban refuses while it lasts).
+    @Test func aBannedListenerIsToldOfTheBanNotToSignInAgain() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let alice = try await initialise("alice")
+        let listening = try await listen("alice", count: 1)
+        let (status, _) = try await HTTP.json(
+            .POST, "\(try stack.service("admin").baseURL)/admin/ban", token: stack.adminToken, body: ["whisperId": alice, "reason": "spam waves"]
+        )
+        #expect(status == 200)
+        let exit = try await listening.finish()
+        #expect(exit == 77, "\(listening.errors)")
+        #expect(listening.errors.contains("banned"), "\(listening.errors)")
+        #expect(!listening.errors.contains("whisper signin` takes"), "\(listening.errors)")
+    }
+
     /// Addresses that are no URL, or a server that is not there, are said in words with
     /// their exit codes (65, 69), never as a raw Swift error.
     @Test func wrongAddressesAndAnAbsentServerAreSaidInWords() async throws {

@@ -114,6 +114,20 @@ enum CLIFailure: Error, CustomStringConvertible {
         }
     }
 
+    /// Why the session ended (`session_revoked`'s reason, or a `SignOutReason`), and what
+    /// the person can do: `whisper signin` takes the identity back, except from a ban
+    /// (refused while it lasts) or a deletion (the identity is gone).
+    static func sessionEnded(_ reason: String) -> String {
+        switch reason {
+        case SignOutReason.banned.rawValue:
+            "the session ended: the identity is banned by this server's operator, and `whisper signin` is refused while the ban lasts"
+        case SignOutReason.deleted.rawValue:
+            "the session ended: the identity was deleted, and cannot be signed in again"
+        default:
+            "the session ended (\(reason)); `whisper signin` takes the identity back to this device"
+        }
+    }
+
     /// A server that could not be reached at `address`, in words: the transport's own
     /// error only as a short detail.
     static func unreachable(_ address: String, _ error: any Error) -> CLIFailure {

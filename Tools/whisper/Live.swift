@@ -80,7 +80,7 @@ extension LiveCommand {
                     for await state in live.states {
                         switch state {
                         case .backingOff: note("the connection was lost; reconnecting")
-                        case .signedOut(let reason): note("the session ended (\(reason.rawValue)); `whisper signin` takes the identity back")
+                        case .signedOut(let reason): note(CLIFailure.sessionEnded(reason.rawValue))
                         default: continue
                         }
                     }

@@ -370,7 +370,7 @@ struct Listen: AsyncParsableCommand {
             await live.stop()
             switch ending {
             case .revoked(let reason):
-                throw CLIFailure.notAllowed("the session ended (\(reason)); `whisper signin` takes the identity back to this device")
+                throw CLIFailure.notAllowed(CLIFailure.sessionEnded(reason))
             case .failed(let failure):
                 throw failure
             case .done, .closed, nil:
