@@ -152,6 +152,9 @@ import WhisperShared
         // Alice and the three have written to each other: she adds them (strangers would be invited).
         try await TestServers.withRedis(redis) { try await MessagingStack.makePeers([alice, bob, carol, dave], on: $0) }
         let listeners = try await [listen("bob", count: 1), listen("carol", count: 1), listen("dave", count: 1)]
+        // A group of no one else is refused in words before anything is sent.
+        let lonely = try await run(["group", "create", "Just me"], as: "alice")
+        #expect(lonely.status == 65 && lonely.errors.contains("at least one other member"), "\(lonely.errors)")
         let created = try await run(["group", "create", "Command line", bob, carol, dave], as: "alice")
         #expect(created.status == 0, "\(created.errors)")
         let groupId = created.output

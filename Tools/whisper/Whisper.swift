@@ -410,13 +410,19 @@ struct GroupCommand: AsyncParsableCommand {
     )
 
     struct Create: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create a group with these members; prints its ID.")
+        static let configuration = CommandConfiguration(
+            abstract: "Create a group with these members; prints its ID.",
+            discussion: "A group starts with you and at least one other member (up to 254); more join later with `whisper group add`."
+        )
         @OptionGroup var common: Common
         @Argument(help: "The title (1 to 128 characters).") var title: String
-        @Argument(help: "The other members.") var members: [String] = []
+        @Argument(help: "The other members: at least one.") var members: [String] = []
 
         func run() async throws {
             try await guarded("group create") {
+                guard !members.isEmpty else {
+                    throw CLIFailure.badInput("a group starts with at least one other member: `whisper group create TITLE WSP-…` (add more later with `whisper group add`)")
+                }
                 let ids = try members.map(parseWhisperID)
                 let session = try await common.session()
                 defer { Task { await session.close() } }
