@@ -485,10 +485,9 @@ public actor WhisperSession {
 
     private func run() async {
         var backoff = Backoff(policy: configuration.backoff)
-        /// When the current socket signed in (nil: it never did).
-        var connectedAt: ContinuousClock.Instant?
         while !Task.isCancelled {
-            connectedAt = nil
+            /// When this try's socket signed in (nil: it never did).
+            var connectedAt: ContinuousClock.Instant?
             let gateway = configuration.gateways[gatewayIndex % configuration.gateways.count]
             set(.connecting(gateway: gateway, attempt: backoff.attempt + 1))
             let socket = WhisperConnection(url: gateway, listenerDevice: configuration.listenerDevice, logger: logger)

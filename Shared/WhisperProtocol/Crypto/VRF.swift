@@ -18,7 +18,12 @@ public enum VRF {
     /// nil for bytes that are no proof.
     public static func output(ofProof proof: [UInt8]) -> [UInt8]? {
         guard proof.count == proofBytes, let gamma = Point.decode(Array(proof[0..<32])) else { return nil }
-        return sha512([suite, 0x03] + gamma.doubled().doubled().doubled().encoded() + [0x00])
+        return output(of: gamma)
+    }
+
+    /// `proof_to_hash` of a decoded Gamma.
+    static func output(of gamma: Point) -> [UInt8] {
+        sha512([suite, 0x03] + gamma.doubled().doubled().doubled().encoded() + [0x00])
     }
 
     /// The output for `alpha` when `proof` is a valid proof under `publicKey`
@@ -32,7 +37,8 @@ public enum VRF {
         // s must be a canonical scalar (below L); Gamma a point of the prime-order group
         // (what an honest prover's Gamma always is).
         guard Edwards25519.isCanonicalScalar(s), let gamma = validPoint(Array(proof[0..<32])),
-              let hBytes = encodeToCurve(publicKey: publicKey, alpha: alpha), let h = Point.decode(hBytes) else { return nil }
+              let h = hashToCurve(publicKey: publicKey, alpha: alpha) else { return nil }
+        let hBytes = h.encoded()
         // U = s·B − c·Y, V = s·H − c·Gamma; a product that is the identity is refused,
         // as libsodium's multiplications refuse it.
         let sB = Edwards25519.base.multiplied(by: s), cY = y.multiplied(by: cWide)
@@ -40,7 +46,7 @@ public enum VRF {
         guard !sB.isIdentity, !cY.isIdentity, !sH.isIdentity, !cGamma.isIdentity else { return nil }
         let u = (sB + -cY).encoded(), v = (sH + -cGamma).encoded()
         guard SecureBytes.constantTimeEqual(challenge(publicKey, hBytes, Array(proof[0..<32]), u, v), c) else { return nil }
-        return output(ofProof: proof)
+        return output(of: gamma)
     }
 
     // MARK: - RFC 9381 section 5.4
@@ -48,11 +54,16 @@ public enum VRF {
     /// `ECVRF_encode_to_curve_try_and_increment`: the first counter whose hash decodes to
     /// a point, with the cofactor cleared, as its encoding.
     public static func encodeToCurve(publicKey: [UInt8], alpha: [UInt8]) -> [UInt8]? {
+        hashToCurve(publicKey: publicKey, alpha: alpha)?.encoded()
+    }
+
+    /// The point `encodeToCurve` encodes, for a check that goes on with it.
+    static func hashToCurve(publicKey: [UInt8], alpha: [UInt8]) -> Point? {
         for counter in 0...255 {
             let hash = sha512([suite, 0x01] + publicKey + alpha + [UInt8(counter), 0x00])
             if let point = Point.decode(Array(hash[0..<32])) {
                 let cleared = point.doubled().doubled().doubled()
-                if !cleared.isIdentity { return cleared.encoded() }
+                if !cleared.isIdentity { return cleared }
             }
         }
         return nil
