@@ -37,6 +37,7 @@ let sharedDependencies: [Target.Dependency] = [
     .product(name: "NIOSSL", package: "swift-nio-ssl"),
     .product(name: "AsyncHTTPClient", package: "async-http-client"),
     "CSodium",
+    "CEd25519Verify",
     .product(name: "Hummingbird", package: "hummingbird"),
     .product(name: "PostgresNIO", package: "postgres-nio"),
     .product(name: "NIOCore", package: "swift-nio"),
@@ -76,6 +77,11 @@ var targets: [Target] = [
         path: "Shared/CSodium",
         pkgConfig: "libsodium",
         providers: [.apt(["libsodium-dev"])]
+    ),
+    // The services' Ed25519 verification against a prepared key (C of our own).
+    .target(
+        name: "CEd25519Verify",
+        path: "Shared/CEd25519Verify"
     ),
     // What a client and the server share, and nothing of the server: frame types,
     // validation, limits, canonical signing bytes, IDs, error codes, backoff, clocks,

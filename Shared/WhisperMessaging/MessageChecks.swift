@@ -55,7 +55,7 @@ public struct MessageChecks: Sendable {
             throw WhisperError(.notRegistered, "the sending identity does not exist")
         }
         guard !identity.banned else { throw WhisperError(.userBanned, "this identity is banned") }
-        guard let signature = Data(base64Encoded: sig), CanonicalSigning.verifyWithSodium([UInt8](signature), over: canonical, publicKey: identity.signPublicKey) else {
+        guard let signature = Data(base64Encoded: sig), CanonicalSigning.verifyPrepared([UInt8](signature), over: canonical, publicKey: identity.signPublicKey) else {
             throw WhisperError(.authFailed, "sig does not verify with the sender's signing key")
         }
     }

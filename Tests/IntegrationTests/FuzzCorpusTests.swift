@@ -4,7 +4,7 @@ import Testing
 /// Every input of the fuzzer's checked-in corpus (seeds and past findings) goes through
 /// its target again in each test run, without the fuzzer: `whisper-fuzz TARGET FOLDER`.
 @Suite struct FuzzCorpusTests {
-    @Test(arguments: ["frames", "resp", "commands", "settings"])
+    @Test(arguments: ["frames", "resp", "commands", "settings", "signatures"])
     func everyCorpusInputPassesItsTarget(target: String) throws {
         let folder = TestServers.repoRoot.appendingPathComponent("Tests/Fuzz/corpus/\(target)")
         let inputs = try FileManager.default.contentsOfDirectory(atPath: folder.path).filter { !$0.hasPrefix(".") }.count

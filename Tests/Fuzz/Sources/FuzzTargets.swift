@@ -17,6 +17,9 @@ enum FuzzTarget: String, CaseIterable {
     case commands
     /// Settings (environment variables) and the URLs and rules inside them.
     case settings
+    /// Ed25519 signatures: the services' check against a prepared key gives libsodium's
+    /// answer.
+    case signatures
 
     func run(_ bytes: [UInt8]) {
         switch self {
@@ -24,6 +27,7 @@ enum FuzzTarget: String, CaseIterable {
         case .resp: Self.resp(bytes)
         case .commands: Self.commands(bytes)
         case .settings: Self.settings(bytes)
+        case .signatures: Self.signatures(bytes)
         }
     }
 
@@ -116,6 +120,22 @@ enum FuzzTarget: String, CaseIterable {
             }
         }
         _ = try? reader.validate()
+    }
+
+    /// A mode byte, a key (or, odd mode, the seed of one whose real signature the next
+    /// 64 bytes damage by XOR, zeros leaving it valid), a signature, then the message.
+    static func signatures(_ bytes: [UInt8]) {
+        guard bytes.count >= 97 else { return }
+        var publicKey = Array(bytes[1..<33]), signature = Array(bytes[33..<97])
+        let message = Array(bytes[97...])
+        if bytes[0] & 1 == 1 {
+            let pair = Ed25519.KeyPair(seed: publicKey)
+            signature = zip(pair.sign(message), signature).map { $0 ^ $1 }
+            publicKey = pair.publicKey
+        }
+        let prepared = Ed25519.verifyPrepared(signature: signature, message: message, publicKey: publicKey)
+        let sodium = Ed25519.verifyWithSodium(signature: signature, message: message, publicKey: publicKey)
+        expect(prepared == sodium, "the prepared key says \(prepared), libsodium \(sodium)")
     }
 
     static func expect(_ condition: Bool, _ message: @autoclosure () -> String) {
