@@ -34,17 +34,39 @@ public struct OutgoingMessage: Codable, Sendable, Equatable {
     public var nextAttemptAt: Int64
     /// Why the last attempt failed, for the app's UI and logs.
     public var lastError: String?
+    /// When the server accepted it (ms since 1970, this device's clock).
+    public var sentAt: Int64?
 
     /// What names it in the outbox: the messageId, and the recipient (a group message's
     /// copies share the messageId).
-    var key: String { message.messageId + " " + message.to }
+    public var key: String { message.messageId + " " + message.to }
 }
 
 /// Keeps the outbox across app restarts (docs/sdk.md). Apps back it with their database;
-/// `FileOutboxStore` and `MemoryOutboxStore` are provided.
+/// `FileOutboxStore` and `MemoryOutboxStore` are provided. A change records only the
+/// entries it touched; the queue replaces the whole record once it has grown past twice
+/// what the outbox holds.
 public protocol OutboxStore: Sendable {
+    /// Every entry, in the order first recorded (since its last removal), as last recorded.
     func load() async throws -> [OutgoingMessage]
-    func save(_ messages: [OutgoingMessage]) async throws
+    /// Records the new state of `changed` (an entry not held yet goes last) and the
+    /// removal of the entries named in `removed` (`OutgoingMessage.key`).
+    func record(_ changed: [OutgoingMessage], removed: [String]) async throws
+    /// Replaces the whole record with `messages`.
+    func replace(with messages: [OutgoingMessage]) async throws
+}
+
+extension [OutgoingMessage] {
+    /// `record` applied to an outbox in memory.
+    mutating func apply(_ changed: [OutgoingMessage], removed: [String]) {
+        if !removed.isEmpty {
+            let gone = Set(removed)
+            removeAll { gone.contains($0.key) }
+        }
+        for entry in changed {
+            if let index = firstIndex(where: { $0.key == entry.key }) { self[index] = entry } else { append(entry) }
+        }
+    }
 }
 
 /// An outbox that lives as long as the process (tests, tools).
@@ -52,21 +74,57 @@ public actor MemoryOutboxStore: OutboxStore {
     private var messages: [OutgoingMessage] = []
     public init() {}
     public func load() async throws -> [OutgoingMessage] { messages }
-    public func save(_ messages: [OutgoingMessage]) async throws { self.messages = messages }
+    public func record(_ changed: [OutgoingMessage], removed: [String]) async throws { messages.apply(changed, removed: removed) }
+    public func replace(with messages: [OutgoingMessage]) async throws { self.messages = messages }
 }
 
-/// The outbox as one JSON file, replaced atomically on every change.
-public struct FileOutboxStore: OutboxStore {
+/// The outbox as a file of JSON lines: each change appends the entries it touched (or
+/// their removal), and the queue's compaction replaces the file atomically. A line cut
+/// short by a crash is skipped when the file is read.
+public actor FileOutboxStore: OutboxStore {
     public let url: URL
     public init(url: URL) { self.url = url }
 
-    public func load() async throws -> [OutgoingMessage] {
-        guard FileManager.default.fileExists(atPath: url.path) else { return [] }
-        return try JSONDecoder().decode([OutgoingMessage].self, from: Data(contentsOf: url))
+    /// One line: an entry's new state, or the key of one removed.
+    struct Line: Codable {
+        var set: OutgoingMessage?
+        var remove: String?
     }
 
-    public func save(_ messages: [OutgoingMessage]) async throws {
-        try JSONEncoder().encode(messages).write(to: url, options: .atomic)
+    public func load() async throws -> [OutgoingMessage] {
+        guard FileManager.default.fileExists(atPath: url.path) else { return [] }
+        let decoder = JSONDecoder()
+        var messages: [OutgoingMessage] = []
+        for text in try Data(contentsOf: url).split(separator: UInt8(ascii: "\n")) {
+            guard let line = try? decoder.decode(Line.self, from: Data(text)) else { continue }
+            messages.apply(line.set.map { [$0] } ?? [], removed: line.remove.map { [$0] } ?? [])
+        }
+        return messages
+    }
+
+    public func record(_ changed: [OutgoingMessage], removed: [String]) async throws {
+        let lines = removed.map { Line(set: nil, remove: $0) } + changed.map { Line(set: $0, remove: nil) }
+        guard !lines.isEmpty else { return }
+        let data = try Self.encode(lines)
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            try data.write(to: url, options: .atomic)
+            return
+        }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: data)
+    }
+
+    public func replace(with messages: [OutgoingMessage]) async throws {
+        try Self.encode(messages.map { Line(set: $0, remove: nil) }).write(to: url, options: .atomic)
+    }
+
+    static func encode(_ lines: [Line]) throws -> Data {
+        let encoder = JSONEncoder()
+        var data = Data()
+        for line in lines { data += try encoder.encode(line) + Data("\n".utf8) }
+        return data
     }
 }
 
@@ -101,6 +159,9 @@ public actor SendQueue {
     private let policy: RetryPolicy
     private var messages: [OutgoingMessage] = []
     private var loaded = false
+    /// Lines in the store's record since it was last replaced (about: a fresh load counts
+    /// the entries it found).
+    private var recorded = 0
 
     public init(store: any OutboxStore, policy: RetryPolicy = RetryPolicy()) {
         self.store = store
@@ -129,7 +190,7 @@ public actor SendQueue {
         let added = new.filter { !known.contains($0.key) }
         guard !added.isEmpty else { return }
         messages += added
-        try await store.save(messages)
+        try await persist(added.map(\.key))
     }
 
     /// Tries every message that is due, oldest first. `transport` sends one frame and
@@ -153,16 +214,16 @@ public actor SendQueue {
             })?.key {
                 tried.insert(id)
                 guard let sending = change(id, { $0.state = .sending; $0.attempts += 1 }) else { continue }
-                try await store.save(messages)
+                try await persist([id])
                 do {
                     try await transport(sending)
-                    change(id) { $0.state = .sent; $0.lastError = nil }
+                    change(id) { $0.state = .sent; $0.lastError = nil; $0.sentAt = Clock.millisecondsNow() }
                     accepted = true
                 } catch WhisperClientError.closed, WhisperClientError.notConnected {
                     // The socket went before the frame did: not an attempt. The rest waits for
                     // the next socket.
                     change(id) { $0.attempts -= 1; $0.state = .queued }
-                    try await store.save(messages)
+                    try await persist([id])
                     return
                 } catch {
                     let policy = self.policy
@@ -176,8 +237,9 @@ public actor SendQueue {
                         }
                     }
                 }
-                try await store.save(messages)
-                if let entry = messages.first(where: { $0.key == id }), entry.state != .queued { settled(entry.message.messageId, entry.state) }
+                let entry = messages.first(where: { $0.key == id })
+                try await persist([id])
+                if let entry, entry.state != .queued { settled(entry.message.messageId, entry.state) }
             }
             // The server took a message: what waits behind a backoff from its failures
             // before goes now rather than when its backoff ends.
@@ -219,14 +281,14 @@ public actor SendQueue {
     public func receipt(messageId: String, status: ReceiptStatus, from recipient: String? = nil) async throws {
         try await load()
         let next: OutgoingState = status == .read ? .read : .delivered
-        var changed = false
+        var changed: [String] = []
         for index in messages.indices where messages[index].message.messageId == messageId && (recipient == nil || messages[index].message.to == recipient) {
             if messages[index].state < next {
                 messages[index].state = next
-                changed = true
+                changed.append(messages[index].key)
             }
         }
-        if changed { try await store.save(messages) }
+        if !changed.isEmpty { try await persist(changed) }
     }
 
     /// Where a message is (a group message: its least advanced copy), or nil for one the
@@ -242,16 +304,53 @@ public actor SendQueue {
         return messages
     }
 
-    /// Drops delivered and read messages from the outbox.
+    /// Drops delivered and read messages from the outbox now (the queue keeps the newest
+    /// `settledKept` of them and of the failed ones by itself).
     public func pruneFinished() async throws {
         try await load()
-        messages.removeAll { $0.state == .delivered || $0.state == .read }
-        try await store.save(messages)
+        let finished = messages.filter { $0.state == .delivered || $0.state == .read }.map(\.key)
+        try await persist([], removed: finished)
     }
+
+    /// Records the entries `keys` as they are now, with the removal of `removed` and of
+    /// what `pruned` finds, and replaces the whole record once it has grown past twice
+    /// the outbox.
+    private func persist(_ keys: [String], removed: [String] = []) async throws {
+        let gone = removed + pruned()
+        if !gone.isEmpty { messages.apply([], removed: gone) }
+        let wanted = Set(keys)
+        let changed = messages.filter { wanted.contains($0.key) }
+        try await store.record(changed, removed: gone)
+        recorded += changed.count + gone.count
+        if recorded > 2 * messages.count + 64 {
+            try await store.replace(with: messages)
+            recorded = messages.count
+        }
+    }
+
+    /// What the outbox no longer needs: settled messages (delivered, read or failed) past
+    /// the newest `settledKept`, oldest first, and sent ones older than `sentKeptMs`,
+    /// whose receipt can no longer come (the server keeps a message, and a receipt for
+    /// its offline sender, 72 hours each).
+    private func pruned(now: Int64 = Clock.millisecondsNow()) -> [String] {
+        var drop: [String] = []
+        let settled = messages.filter { $0.state >= .delivered }
+        if settled.count > Self.settledKept {
+            drop += settled.prefix(settled.count - Self.settledKept).map(\.key)
+        }
+        drop += messages.filter { $0.state == .sent && ($0.sentAt ?? now) < now - Self.sentKeptMs }.map(\.key)
+        return drop
+    }
+
+    /// How many settled messages the outbox keeps for the app to look up.
+    public static let settledKept = 1_000
+    /// How long a sent message waits for its receipt: 7 days.
+    public static let sentKeptMs: Int64 = 7 * 24 * 3_600_000
 
     private func load() async throws {
         guard !loaded else { return }
         messages = try await store.load()
+        recorded = messages.count
         loaded = true
     }
 }

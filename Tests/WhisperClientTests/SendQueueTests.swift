@@ -163,6 +163,73 @@ import WhisperShared
         #expect(await resent.ids == [b.messageId])
     }
 
+    /// A change appends to the file what it touched, never rewriting what was there; the
+    /// file is replaced only at compaction, so it stays within about twice the outbox; a
+    /// restart reads every state back.
+    @Test func theFileOutboxIsAppendedToAndCompacted() async throws {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-\(UUID().uuidString).jsonl")
+        defer { try? FileManager.default.removeItem(at: url) }
+        let queue = SendQueue(store: FileOutboxStore(url: url))
+        let messages = (0..<40).map { _ in message() }
+        for outgoing in messages { try await queue.enqueue(outgoing) }
+        try await queue.flush { _ in }
+        var before = try Data(contentsOf: url)
+        var appended = 0, replaced = 0
+        for outgoing in messages {
+            try await queue.receipt(messageId: outgoing.messageId, status: .delivered)
+            let after = try Data(contentsOf: url)
+            if after.count > before.count, after.prefix(before.count) == before { appended += 1 } else { replaced += 1 }
+            before = after
+        }
+        // 40 enqueued, 40 sending, 40 sent and 40 delivered lines: replaced once past
+        // twice the 40 entries and 64 more; every other change only appended.
+        #expect(appended >= 38 && replaced >= 1 && replaced <= 2, "appended \(appended), replaced \(replaced)")
+        let lines = try String(contentsOf: url, encoding: .utf8).split(separator: "\n").count
+        #expect(lines <= 2 * messages.count + 64, "\(lines) lines")
+        let restarted = SendQueue(store: FileOutboxStore(url: url))
+        #expect(try await restarted.all().map(\.message.messageId) == messages.map(\.messageId))
+        #expect(try await restarted.all().allSatisfy { $0.state == .delivered })
+        // A line cut short by a crash is skipped.
+        let handle = try FileHandle(forWritingTo: url)
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("{\"set\":{\"mess".utf8))
+        try handle.close()
+        #expect(try await SendQueue(store: FileOutboxStore(url: url)).all().count == messages.count)
+    }
+
+    /// The outbox keeps the newest `settledKept` delivered, read or failed messages, and
+    /// drops a sent one whose receipt can no longer come; what waits to be sent stays.
+    @Test func settledAndLongSentMessagesArePruned() async throws {
+        let queue = SendQueue(store: MemoryOutboxStore())
+        let total = SendQueue.settledKept + 10
+        let messages = (0..<total).map { _ in message() }
+        for outgoing in messages { try await queue.enqueue(outgoing) }
+        try await queue.flush { _ in }
+        for outgoing in messages { try await queue.receipt(messageId: outgoing.messageId, status: .read) }
+        #expect(try await queue.all().count == SendQueue.settledKept)
+        #expect(try await queue.state(of: messages[0].messageId) == nil)
+        #expect(try await queue.state(of: messages[9].messageId) == nil)
+        #expect(try await queue.state(of: messages[10].messageId) == .read)
+        #expect(try await queue.state(of: messages[total - 1].messageId) == .read)
+
+        // A restarted app whose outbox holds one message sent eight days ago.
+        let store = MemoryOutboxStore()
+        let earlier = SendQueue(store: store)
+        let old = message(), recent = message(), waiting = message()
+        try await earlier.enqueue(old)
+        try await earlier.enqueue(recent)
+        try await earlier.flush { _ in }
+        var held = try await earlier.all()
+        held[0].sentAt = Clock.millisecondsNow() - SendQueue.sentKeptMs - 86_400_000
+        try await store.replace(with: held)
+        let restarted = SendQueue(store: store)
+        try await restarted.enqueue(waiting)
+        #expect(try await restarted.state(of: old.messageId) == nil, "sent over a week ago: no receipt can come")
+        #expect(try await restarted.state(of: recent.messageId) == .sent)
+        #expect(try await restarted.state(of: waiting.messageId) == .queued)
+        #expect(try await store.load().map(\.message.messageId) == [recent.messageId, waiting.messageId])
+    }
+
     @Test func enqueuingTheSameMessageTwiceKeepsOne() async throws {
         let queue = SendQueue(store: MemoryOutboxStore())
         let outgoing = message()
