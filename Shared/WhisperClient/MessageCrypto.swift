@@ -205,15 +205,7 @@ public actor FileDeliveredStore: DeliveredStore {
     }
 
     public func append(_ message: DeliveredMessage) async throws {
-        let line = try JSONEncoder().encode(message) + Data("\n".utf8)
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            try line.write(to: url, options: .atomic)
-            return
-        }
-        let handle = try FileHandle(forWritingTo: url)
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        try handle.write(contentsOf: line)
+        try (JSONEncoder().encode(message) + Data("\n".utf8)).appendLines(to: url)
     }
 
     public func replace(with messages: [DeliveredMessage]) async throws {

@@ -105,15 +105,7 @@ public actor FileOutboxStore: OutboxStore {
     public func record(_ changed: [OutgoingMessage], removed: [String]) async throws {
         let lines = removed.map { Line(set: nil, remove: $0) } + changed.map { Line(set: $0, remove: nil) }
         guard !lines.isEmpty else { return }
-        let data = try Self.encode(lines)
-        guard FileManager.default.fileExists(atPath: url.path) else {
-            try data.write(to: url, options: .atomic)
-            return
-        }
-        let handle = try FileHandle(forWritingTo: url)
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        try handle.write(contentsOf: data)
+        try Self.encode(lines).appendLines(to: url)
     }
 
     public func replace(with messages: [OutgoingMessage]) async throws {
@@ -352,5 +344,20 @@ public actor SendQueue {
         messages = try await store.load()
         recorded = messages.count
         loaded = true
+    }
+}
+
+extension Data {
+    /// Appends these whole lines to the file at `url` (made, atomically, when missing):
+    /// the stores that are records of JSON lines (`FileOutboxStore`, `FileDeliveredStore`).
+    func appendLines(to url: URL) throws {
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            try write(to: url, options: .atomic)
+            return
+        }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: self)
     }
 }
