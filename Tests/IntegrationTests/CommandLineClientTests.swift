@@ -464,6 +464,32 @@ import WhisperShared
         #expect(try await watch.finish() == 0, "\(watch.errors)")
         let events = watch.lines.map { "\($0["outcome"] ?? "") \($0["holder"] as? String ?? "-")" }
         #expect(events == ["granted \(alice)", "released -"])
+
+        // A hold follows the floor: another run of Alice's profile takes her session, and
+        // with its socket the floor; the holding run says it lost it and ends.
+        let holding = try start(["ptt", "hold", channelId], as: "alice", typed: true)
+        try await waitUntil(timeout: .seconds(60)) { holding.output.contains("granted") }
+        #expect(try await run(["ptt", "list"], as: "alice").status == 0)
+        let status = try await holding.finish(timeout: .seconds(30))
+        #expect(status == 69 || status == 75, "\(holding.errors)")
+        #expect(holding.output.split(separator: "\n").last == "lost", "\(holding.output)")
+        #expect(holding.errors.contains("floor"), "\(holding.errors)")
+
+        // A watcher comes back, as `listen` does, when another run of its profile used the
+        // session, and goes on printing.
+        let watching = try start(["ptt", "watch", channelId, "--json"], as: "bob")
+        defer { watching.process.terminate() }
+        try await waitUntil(timeout: .seconds(60)) { watching.errors.contains("watching") }
+        #expect(try await run(["ptt", "list"], as: "bob").status == 0)
+        try await waitUntil(timeout: .seconds(60)) {
+            guard watching.process.isRunning else { throw TestSetupError("watch ended: \(watching.errors)") }
+            return watching.errors.components(separatedBy: "watching").count - 1 >= 2
+        }
+        let again = try start(["ptt", "hold", channelId], as: "alice", typed: true)
+        try await waitUntil(timeout: .seconds(60)) { again.output.contains("granted") }
+        try await waitUntil(timeout: .seconds(60)) { watching.lines.contains { $0["holder"] as? String == alice } }
+        again.input?.fileHandleForWriting.write(Data("\n".utf8))
+        #expect(try await again.finish() == 0, "\(again.errors)")
         _ = (bob, carol)
     }
 

@@ -116,11 +116,24 @@ struct PTTCommand: AsyncParsableCommand {
     struct Hold: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Take the floor (waiting in line with --queue) and hold it until return or end of input, then let go.",
-            discussion: "Prints granted, queued or refused; exits 75 when refused."
+            discussion: """
+                Prints granted, queued or refused, then released. Exits 75 when refused, or when \
+                the floor is taken back while held (the longest talk is over, or this socket was \
+                seen to close: prints lost), and 69 when the connection closes (another run of \
+                this profile may have taken the session).
+                """
         )
         @OptionGroup var common: Common
         @Argument var channelId: String
         @Flag(help: "Wait in line when someone else holds it.") var queue = false
+
+        /// How a hold ends.
+        enum End: Sendable {
+            case released
+            /// The server took the floor back (`timeout`, `disconnected`) or gave it on.
+            case lost(PTTFloor)
+            case closed
+        }
 
         func run() async throws {
             try await guarded("ptt hold") {
@@ -143,17 +156,60 @@ struct PTTCommand: AsyncParsableCommand {
                     await session.close()
                     throw CLIFailure.tryLater("\(floor.holder ?? "someone") holds the floor")
                 }
-                // Held until a line (return) or the end of input.
-                _ = await Task.detached { readLine() }.value
-                _ = try await connection.releaseTalk(channelId)
-                say("released")
-                await session.close()
+                switch await Self.held(channelId, by: me, on: connection) {
+                case .released:
+                    _ = try await connection.releaseTalk(channelId)
+                    say("released")
+                    await session.close()
+                case .lost(let next):
+                    say("lost")
+                    await session.close()
+                    let why = switch next.outcome {
+                    case .timeout: "the longest talk is over"
+                    case .disconnected: "the server saw this socket close"
+                    default: next.holder.map { "\($0) has it now" } ?? "it was freed"
+                    }
+                    throw CLIFailure.tryLater("the floor was taken back: \(why)")
+                case .closed:
+                    say("lost")
+                    throw CLIFailure.unavailable("the connection closed, and the floor with it (another run of this profile may have taken the session)")
+                }
             }
+        }
+
+        /// Holds the floor until a line (return) or the end of input, or until the server
+        /// says someone other than `me` holds it, or none does, or the socket closes.
+        static func held(_ channelId: String, by me: String, on connection: WhisperConnection) async -> End {
+            let (ends, ending) = AsyncStream<End>.makeStream()
+            // readLine blocks its thread and cannot be cancelled (a task group would wait
+            // for it): when the floor is lost first, the process ends with it still waiting.
+            Task.detached {
+                _ = readLine()
+                ending.yield(.released)
+            }
+            let floor = Task {
+                for await frame in connection.events {
+                    guard let floor = frame.payload(as: PTTFloor.self), floor.channelId == channelId, floor.holder != me else { continue }
+                    ending.yield(.lost(floor))
+                    return
+                }
+                ending.yield(.closed)
+            }
+            var first = End.closed
+            for await end in ends {
+                first = end
+                break
+            }
+            floor.cancel()
+            return first
         }
     }
 
     struct Watch: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print who holds the floor and who joins or leaves, as it happens.")
+        static let configuration = CommandConfiguration(
+            abstract: "Print who holds the floor and who joins or leaves, as it happens.",
+            discussion: "Keeps its connection as `whisper listen` does: it comes back after a drop, or after another run of this profile used the session."
+        )
         @OptionGroup var common: Common
         @Argument var channelId: String
         @Flag(help: "One JSON object per line.") var json = false
@@ -161,37 +217,67 @@ struct PTTCommand: AsyncParsableCommand {
 
         func run() async throws {
             try await guarded("ptt watch") {
+                if let count, count < 1 { throw CLIFailure.badInput("--count must be at least 1") }
                 let session = try await common.session()
-                let connection = await session.connection
-                // A first frame with the session makes this socket the identity's live one
-                // (the one members' events are sent to), and checks the channel is ours.
+                let channelId = self.channelId
                 guard try await session.withSession({ connection, _ in try await connection.channels() }).contains(where: { $0.channelId == channelId }) else {
+                    await session.close()
                     throw CLIFailure.badInput("you are not in channel \(channelId)")
                 }
-                FileHandle.standardError.write(Data("watching \(channelId)\n".utf8))
-                var seen = 0
-                for await frame in connection.events {
-                    var line: [String: Any]?
-                    if let floor = frame.payload(as: PTTFloor.self), floor.channelId == channelId {
-                        line = ["event": "floor", "outcome": floor.outcome.rawValue, "holder": floor.holder ?? NSNull()]
-                    } else if let change = frame.payload(as: PTTMembership.self), change.channelId == channelId {
-                        line = ["event": "membership", "change": change.change.rawValue, "whisperId": change.whisperId]
+                await session.close()
+                // The SDK's session object keeps the connection; each socket it signs in on
+                // becomes the identity's live one, which members' events are sent to.
+                let live = await session.keepConnected()
+                await live.start()
+                let json = self.json, count = self.count
+                let revoked: String? = await withTaskGroup(of: String?.self) { group in
+                    group.addTask {
+                        for await state in live.states {
+                            switch state {
+                            case .connected: FileHandle.standardError.write(Data("watching \(channelId)\n".utf8))
+                            case .signedOut(let reason): return reason.rawValue
+                            default: continue
+                            }
+                        }
+                        return nil
                     }
-                    guard let line else { continue }
-                    if json, let data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) {
-                        FileHandle.standardOutput.write(data + Data("\n".utf8))
-                    } else if line["event"] as? String == "floor" {
-                        say((line["holder"] as? String).map { "\($0) is talking" } ?? "the floor is free")
-                    } else {
-                        say("\(line["whisperId"] ?? "") \(line["change"] ?? "")")
+                    group.addTask {
+                        var seen = 0
+                        for await event in live.events {
+                            guard case .frame(let frame) = event, let line = Self.line(frame, channelId: channelId) else { continue }
+                            Self.print(line, json: json)
+                            seen += 1
+                            if let count, seen >= count { return nil }
+                        }
+                        return nil
                     }
-                    seen += 1
-                    if let count, seen >= count {
-                        await session.close()
-                        return
-                    }
+                    let first = await group.next() ?? nil
+                    group.cancelAll()
+                    return first
                 }
-                throw CLIFailure.unavailable("the connection closed (another run of this profile may have taken the session)")
+                await live.stop()
+                if let revoked { throw CLIFailure.notAllowed(CLIFailure.sessionEnded(revoked)) }
+            }
+        }
+
+        /// A floor or membership change of the channel, as the line to print.
+        static func line(_ frame: ServerFrame, channelId: String) -> [String: Any]? {
+            if let floor = frame.payload(as: PTTFloor.self), floor.channelId == channelId {
+                return ["event": "floor", "outcome": floor.outcome.rawValue, "holder": floor.holder ?? NSNull()]
+            }
+            if let change = frame.payload(as: PTTMembership.self), change.channelId == channelId {
+                return ["event": "membership", "change": change.change.rawValue, "whisperId": change.whisperId]
+            }
+            return nil
+        }
+
+        static func print(_ line: [String: Any], json: Bool) {
+            if json, let data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) {
+                FileHandle.standardOutput.write(data + Data("\n".utf8))
+            } else if line["event"] as? String == "floor" {
+                say((line["holder"] as? String).map { "\($0) is talking" } ?? "the floor is free")
+            } else {
+                say("\(line["whisperId"] ?? "") \(line["change"] ?? "")")
             }
         }
     }
