@@ -421,14 +421,16 @@ struct DirectSendTests {
                     }
                     _ = try await framesUntilDelivered(2)
                     try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0 }
-                    _ = try await redis.send("CLIENT", "PAUSE", "2000", "WRITE")
+                    // One second: well inside the two a receipt waits for its store's answer
+                    // (`ReceiptDesk.settleLimit`), past which Redis is asked instead.
+                    _ = try await redis.send("CLIENT", "PAUSE", "1000", "WRITE")
                     let held = alice.message("while stored", to: bob)
                     try await socket.send(frameText(held, requestId: "held"))
                     let arrived = try await bob.events(.messageReceived, count: 3).compactMap { $0.payload(as: MessageReceived.self) }
                     let atBob = try #require(arrived.first { $0.messageId == held.messageId })
                     #expect(try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0, "at Bob before its store")
                     // The receipt reaches the gateway while the store is held (until the pause
-                    // ends, two seconds after it began).
+                    // ends, a second after it began).
                     try await bob.connection.acknowledge(atBob)
                     let frames = try await framesUntil("held")
                     #expect(frames.last?.type == .messageAccepted, "\(frames.map(\.type))")
@@ -446,6 +448,12 @@ struct DirectSendTests {
                     try await socket.send(frameText(clash, requestId: "clash"))
                     let refusal = try #require(try await framesUntil("clash").last)
                     #expect(refusal.type == .error && refusal.payload(as: ErrorPayload.self)?.code == .invalidPayload)
+                    // The copy written to Bob before the store answered reaches his client in
+                    // its own time: the refusal to Alice can be read first.
+                    try await waitUntil(timeout: .seconds(10)) {
+                        await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
+                            .contains { $0.messageId == taken.messageId && $0.from == alice.whisperId }
+                    }
                     let copies = await bob.events.all(.messageReceived).compactMap { $0.payload(as: MessageReceived.self) }
                     if let early = copies.first(where: { $0.messageId == taken.messageId && $0.from == alice.whisperId }) {
                         try await bob.connection.acknowledge(early)
