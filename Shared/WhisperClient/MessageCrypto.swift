@@ -111,17 +111,31 @@ public enum MessageCrypto {
 
 /// Remembers the last `capacity` message IDs per conversation, so a message that arrives
 /// twice (a resend, a redelivery after a server crash) is processed once (docs/sdk.md).
+/// At most `total` IDs in all: past it the conversations least recently heard from are
+/// forgotten whole, so messages from ever new senders (or a hostile server's invented
+/// ones) cannot grow it without bound.
 public struct MessageDeduplicator: Sendable {
     public let capacity: Int
+    public let total: Int
     private var seen: [String: Set<String>] = [:]
     private var order: [String: [String]] = [:]
     private var head: [String: Int] = [:]
     /// IDs remembered, every conversation together.
     public private(set) var count = 0
+    /// Each conversation's last new ID, by a counter, and the sightings in that order
+    /// (older entries of a conversation seen since are skipped, and dropped in a while).
+    private var lastHeard: [String: UInt64] = [:]
+    private var heard: [(conversation: String, at: UInt64)] = []
+    private var heardStart = 0
+    private var clock: UInt64 = 0
 
-    public init(capacity: Int = 10_000) {
+    public init(capacity: Int = 10_000, total: Int = 100_000) {
         self.capacity = capacity
+        self.total = max(total, capacity)
     }
+
+    /// Conversations remembered.
+    public var conversations: Int { order.count }
 
     /// Whether a messageId was seen in a conversation (without remembering it).
     public func contains(_ messageId: String, in conversation: String) -> Bool {
@@ -144,6 +158,7 @@ public struct MessageDeduplicator: Sendable {
             head[conversation] = (slot + 1) % capacity
         }
         order[conversation] = ring
+        heardFrom(conversation)
         return true
     }
 
@@ -152,6 +167,29 @@ public struct MessageDeduplicator: Sendable {
         order.sorted { $0.key < $1.key }.flatMap { conversation, ring in
             let start = ring.count < capacity ? 0 : head[conversation, default: 0]
             return (ring[start...] + ring[..<start]).map { DeliveredMessage(conversation: conversation, messageId: $0) }
+        }
+    }
+
+    /// Marks `conversation` the most recently heard from, then forgets the least recently
+    /// heard from ones while more than `total` IDs are held.
+    private mutating func heardFrom(_ conversation: String) {
+        clock += 1
+        lastHeard[conversation] = clock
+        heard.append((conversation, clock))
+        while count > total, heardStart < heard.count {
+            let (oldest, at) = heard[heardStart]
+            heardStart += 1
+            guard lastHeard[oldest] == at, oldest != conversation else { continue }
+            count -= order[oldest]?.count ?? 0
+            seen[oldest] = nil
+            order[oldest] = nil
+            head[oldest] = nil
+            lastHeard[oldest] = nil
+        }
+        // The list of sightings keeps about one entry per conversation.
+        if heard.count - heardStart > 2 * lastHeard.count + 64 {
+            heard = heard[heardStart...].filter { lastHeard[$0.conversation] == $0.at }
+            heardStart = 0
         }
     }
 }

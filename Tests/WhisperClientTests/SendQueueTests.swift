@@ -230,6 +230,31 @@ import WhisperShared
         #expect(try await store.load().map(\.message.messageId) == [recent.messageId, waiting.messageId])
     }
 
+    /// A thousand senders of one message each (or a hostile server's invented ones) fill
+    /// at most `total` IDs: the conversations least recently heard from go whole, and a
+    /// contact heard from all along stays.
+    @Test func theDeduplicatorForgetsTheConversationsLeastRecentlyHeardFromPastItsTotal() {
+        var dedupe = MessageDeduplicator(capacity: 3, total: 10)
+        var last = ""
+        for index in 0..<1_000 {
+            let new = dedupe.firstSighting("m", in: "stranger \(index)")
+            #expect(new)
+            if index % 3 == 0 {
+                last = "from a friend \(index)"
+                let fresh = dedupe.firstSighting(last, in: "friend")
+                #expect(fresh)
+            }
+            #expect(dedupe.count <= 10)
+        }
+        #expect(dedupe.conversations <= 10)
+        #expect(dedupe.contains(last, in: "friend"))
+        let copy = dedupe.firstSighting(last, in: "friend")
+        #expect(!copy, "a copy of the friend's last message is still dropped")
+        #expect(dedupe.contains("m", in: "stranger 999"))
+        #expect(!dedupe.contains("m", in: "stranger 0"))
+        #expect(dedupe.remembered().count == dedupe.count)
+    }
+
     @Test func enqueuingTheSameMessageTwiceKeepsOne() async throws {
         let queue = SendQueue(store: MemoryOutboxStore())
         let outgoing = message()
