@@ -34,12 +34,16 @@ public enum CanonicalSigning {
         "head:\(head.epoch),\(head.logRoot),\(head.prefixRoot),\(head.publishedAt),\(head.keyId),\(head.signature)\n"
     }
 
-    /// sig = Ed25519_Sign(SHA256(signed_bytes)).
+    /// What is signed: sig = Ed25519_Sign(SHA256(signed_bytes)).
+    public static func digest(_ signedBytes: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: signedBytes))
+    }
+
     public static func sign(_ signedBytes: [UInt8], with keys: Ed25519.KeyPair) -> [UInt8] {
-        keys.sign(Array(SHA256.hash(data: signedBytes)))
+        keys.sign(digest(signedBytes))
     }
 
     public static func verify(_ signature: [UInt8], over signedBytes: [UInt8], publicKey: [UInt8]) -> Bool {
-        Ed25519.verify(signature: signature, message: Array(SHA256.hash(data: signedBytes)), publicKey: publicKey)
+        Ed25519.verify(signature: signature, message: digest(signedBytes), publicKey: publicKey)
     }
 }

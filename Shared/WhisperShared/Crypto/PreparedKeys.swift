@@ -7,6 +7,8 @@ import WhisperProtocol
 extension Ed25519 {
     /// A signer's public key prepared for `whisper_ed25519_check`: immutable once made.
     public final class PreparedKey: @unchecked Sendable {
+        /// The key's own 32 bytes (hashed into every check).
+        let publicKey: [UInt8]
         let storage: UnsafeMutablePointer<whisper_ed25519_key>
 
         /// `.refused` for a key libsodium refuses too; `.unavailable` when the prepared
@@ -14,6 +16,7 @@ extension Ed25519 {
         enum Failure: Error { case refused, unavailable }
 
         init(_ publicKey: [UInt8]) throws(Failure) {
+            self.publicKey = publicKey
             // Once `storage` is set, a throw runs `deinit`, which frees it.
             storage = .allocate(capacity: 1)
             switch whisper_ed25519_prepare(storage, publicKey) {
@@ -26,7 +29,7 @@ extension Ed25519 {
         deinit { storage.deallocate() }
 
         /// Whether `signature` is this key's over `message`, with libsodium's rules.
-        func verify(signature: [UInt8], message: [UInt8], publicKey: [UInt8]) -> Bool {
+        func verify(signature: [UInt8], message: [UInt8]) -> Bool {
             Sodium.ready()
             var hasher = SHA512()
             hasher.update(data: signature[0..<32])
@@ -94,7 +97,7 @@ extension Ed25519 {
     ) -> Bool {
         guard signature.count == signatureBytes, publicKey.count == publicKeyBytes else { return false }
         do {
-            return try keys.prepared(publicKey).verify(signature: signature, message: message, publicKey: publicKey)
+            return try keys.prepared(publicKey).verify(signature: signature, message: message)
         } catch {
             switch error {
             case .refused: return false
@@ -107,6 +110,6 @@ extension Ed25519 {
 extension CanonicalSigning {
     /// `verify` through a prepared key (`Ed25519.verifyPrepared`).
     public static func verifyPrepared(_ signature: [UInt8], over signedBytes: [UInt8], publicKey: [UInt8]) -> Bool {
-        Ed25519.verifyPrepared(signature: signature, message: Array(SHA256.hash(data: signedBytes)), publicKey: publicKey)
+        Ed25519.verifyPrepared(signature: signature, message: digest(signedBytes), publicKey: publicKey)
     }
 }

@@ -24,13 +24,6 @@ extension Ed25519 {
     }
 }
 
-extension CanonicalSigning {
-    /// `verify` through libsodium (`Ed25519.verifyWithSodium`).
-    public static func verifyWithSodium(_ signature: [UInt8], over signedBytes: [UInt8], publicKey: [UInt8]) -> Bool {
-        Ed25519.verifyWithSodium(signature: signature, message: Array(SHA256.hash(data: signedBytes)), publicKey: publicKey)
-    }
-}
-
 extension VRF {
     /// A VRF key pair from a 32-byte seed: the directory's prover, with libsodium's
     /// point and scalar operations.
