@@ -228,35 +228,19 @@ struct PTTCommand: AsyncParsableCommand {
                 // The SDK's session object keeps the connection; each socket it signs in on
                 // becomes the identity's live one, which members' events are sent to.
                 let live = await session.keepConnected()
-                await live.start()
                 let json = self.json, count = self.count
-                let revoked: String? = await withTaskGroup(of: String?.self) { group in
-                    group.addTask {
-                        for await state in live.states {
-                            switch state {
-                            case .connected: FileHandle.standardError.write(Data("watching \(channelId)\n".utf8))
-                            case .signedOut(let reason): return reason.rawValue
-                            default: continue
-                            }
-                        }
-                        return nil
+                let end = await Session.untilSignedOut(live, connected: {
+                    FileHandle.standardError.write(Data("watching \(channelId)\n".utf8))
+                }) {
+                    var seen = 0
+                    for await event in live.events {
+                        guard case .frame(let frame) = event, let line = Self.line(frame, channelId: channelId) else { continue }
+                        Self.print(line, json: json)
+                        seen += 1
+                        if let count, seen >= count { return }
                     }
-                    group.addTask {
-                        var seen = 0
-                        for await event in live.events {
-                            guard case .frame(let frame) = event, let line = Self.line(frame, channelId: channelId) else { continue }
-                            Self.print(line, json: json)
-                            seen += 1
-                            if let count, seen >= count { return nil }
-                        }
-                        return nil
-                    }
-                    let first = await group.next() ?? nil
-                    group.cancelAll()
-                    return first
                 }
-                await live.stop()
-                if let revoked { throw CLIFailure.notAllowed(CLIFailure.sessionEnded(revoked)) }
+                if case .signedOut(let reason) = end { throw CLIFailure.notAllowed(CLIFailure.sessionEnded(reason)) }
             }
         }
 

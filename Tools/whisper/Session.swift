@@ -78,6 +78,43 @@ actor Session {
         return WhisperSession(configuration: configuration, keys: keys, credentials: credentials, api: api, logger: logger)
     }
 
+    /// How a run on the session object ended (`untilSignedOut`).
+    enum KeptRunEnd<T: Sendable>: Sendable {
+        /// The run's own work returned.
+        case consumed(T)
+        /// The session was signed out (another device, a ban, a deletion), with the reason.
+        case signedOut(String)
+        /// The session object stopped.
+        case stopped
+    }
+
+    /// Runs `consume` (a command's work on the session object's events) until it returns,
+    /// or until the session is signed out; `connected` is called at each sign-in (`listen`,
+    /// `ptt watch`). The session object is stopped after.
+    static func untilSignedOut<T: Sendable>(
+        _ live: WhisperSession, connected: @escaping @Sendable () async -> Void, _ consume: @escaping @Sendable () async -> T
+    ) async -> KeptRunEnd<T> {
+        await live.start()
+        let end = await withTaskGroup(of: KeptRunEnd<T>.self) { group in
+            group.addTask {
+                for await state in live.states {
+                    switch state {
+                    case .connected: await connected()
+                    case .signedOut(let reason): return .signedOut(reason.rawValue)
+                    default: continue
+                    }
+                }
+                return .stopped
+            }
+            group.addTask { .consumed(await consume()) }
+            let first = await group.next() ?? .stopped
+            group.cancelAll()
+            return first
+        }
+        await live.stop()
+        return end
+    }
+
     /// Keeps credentials the session object got (a refresh) in the profile.
     func adopt(_ credentials: SessionCredentials) throws {
         identity.sessionToken = credentials.sessionToken

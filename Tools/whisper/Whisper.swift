@@ -347,33 +347,15 @@ struct Listen: AsyncParsableCommand {
             let inbox = Inbox(session: session, json: json, attachmentsDirectory: saveAttachments.map { URL(fileURLWithPath: $0) })
             await inbox.acknowledge(through: live)
             let count = self.count
-            await live.start()
-            let ending = await withTaskGroup(of: Inbox.Ending?.self) { group in
-                group.addTask {
-                    for await state in live.states {
-                        switch state {
-                        case .connected:
-                            FileHandle.standardError.write(Data("listening as \(await session.whisperId)\n".utf8))
-                        case .signedOut(let reason):
-                            return .revoked(reason.rawValue)
-                        default:
-                            continue
-                        }
-                    }
-                    return nil
-                }
-                group.addTask { await inbox.consume(live.events, through: session, stopAfter: count) }
-                let first = await group.next() ?? nil
-                group.cancelAll()
-                return first
-            }
-            await live.stop()
-            switch ending {
-            case .revoked(let reason):
+            let end = await Session.untilSignedOut(live, connected: {
+                FileHandle.standardError.write(Data("listening as \(await session.whisperId)\n".utf8))
+            }) { await inbox.consume(live.events, through: session, stopAfter: count) }
+            switch end {
+            case .signedOut(let reason), .consumed(.revoked(let reason)):
                 throw CLIFailure.notAllowed(CLIFailure.sessionEnded(reason))
-            case .failed(let failure):
+            case .consumed(.failed(let failure)):
                 throw failure
-            case .done, .closed, nil:
+            case .consumed(.done), .consumed(.closed), .stopped:
                 return
             }
         }
