@@ -2,8 +2,9 @@
 """The operator console in headless Chromium (Debian's package, driven by Playwright).
 
 Run by ConsoleTests against a running admin service: signs in, reviews a report, bans
-an identity from the page, finds the ban in the bans list and the audit log, looks at
-the user's page, lifts the ban, checks that a form without its CSRF token changes
+an identity from the page (cancelled once, then confirmed), finds the ban in the bans
+list and the audit log, lists and searches identities, looks at the user's page, lifts
+the ban (confirmed), checks that a form without its CSRF token changes
 nothing, signs out. Asserts on the rendered pages; saves a screenshot of each step in
 --artifacts. Exit status 0 when every check held; otherwise 1 with the failed check.
 """
@@ -84,12 +85,26 @@ def main() -> int:
             page.click("nav >> text=Bans")
             page.fill("#ban-form input[name=whisperId]", args.target)
             page.fill("#ban-form input[name=reason]", "spam from the console")
+            page.fill("#ban-form input[name=durationHours]", "24")
             page.click("#ban-form button[type=submit]")
+            # A confirmation step first: nothing is banned until it is confirmed.
+            check(page.locator("h1").inner_text() == f"Ban {args.target}?", f"no confirmation step: {page.locator('h1').inner_text()}")
+            details = page.locator("#confirm-details").inner_text()
+            check("spam from the console" in details, f"the confirmation does not show the reason: {details}")
+            check(" UTC (in 23 h " in details or " UTC (in 1 d 0 h)" in details, f"the confirmation does not say until when: {details}")
+            shot("confirm-ban")
+            page.click("#cancel")
+            check(page.locator(f"#bans tr[data-whisper-id='{args.target}']").count() == 0, "a cancelled ban was made")
+            page.fill("#ban-form input[name=whisperId]", args.target)
+            page.fill("#ban-form input[name=reason]", "spam from the console")
+            page.click("#ban-form button[type=submit]")
+            page.click("#confirm button[type=submit]")
             check(f"{args.target} is banned." in page.locator(".notice").inner_text(), "no notice after the ban")
             row = page.locator(f"#bans tr[data-whisper-id='{args.target}']")
             check(row.count() == 1, "the ban is not in the bans list")
             cells = row.locator("td").all_inner_texts()
             check(cells[1] == "spam from the console" and cells[2] == args.operator and cells[5] == "active", f"the ban row reads {cells}")
+            check(cells[3].endswith(" UTC") and cells[4] == "until lifted", f"the ban's times read {cells[3:5]}")
             shot("banned")
 
             # The audit log has both actions under the operator's name.
@@ -100,8 +115,25 @@ def main() -> int:
             check(any(a[0] == args.operator and a[1] == "report.review" for a in actions), "the review is not in the audit log")
             shot("audit")
 
+            # The list of identities, newest first; then found by the start of the ID and by
+            # a piece from its middle.
+            page.click("nav >> text=Users")
+            listed = page.locator("#users tr[data-whisper-id]")
+            check(listed.count() >= 2, f"the users list shows {listed.count()} identities")
+            check(page.locator(f"#users tr[data-whisper-id='{args.target}']").count() == 1, "the target is not in the users list")
+            shot("users")
+            for piece in (args.target[:8], args.target[9:13].lower()):
+                page.fill("#user-search input[name=q]", piece)
+                page.click("#user-search button[type=submit]")
+                found = [r.get_attribute("data-whisper-id") for r in page.locator("#users tr[data-whisper-id]").all()]
+                check(args.target in found, f"searching {piece!r} did not find the target: {found}")
+                check(all(piece.upper() in f for f in found), f"searching {piece!r} found others: {found}")
+            row = page.locator(f"#users tr[data-whisper-id='{args.target}']")
+            check("banned" in row.inner_text(), f"the users list does not show the ban: {row.inner_text()}")
+
             # The user's page: banned, a device, what waits; no content anywhere.
-            page.goto(f"{args.base}/console/users?whisperId={args.target}")
+            page.locator(f"#users tr[data-whisper-id='{args.target}'] a").click()
+            check(page.url.endswith(f"/console/users?whisperId={args.target}"), f"the row did not open the user's page: {page.url}")
             check(page.locator("#standing").inner_text() == "banned", "the user page does not say banned")
             check(page.locator("#devices tr").count() >= 2, "no device on the user page")
             check(page.locator("#pending").inner_text().isdigit(), "no pending count")
@@ -113,8 +145,12 @@ def main() -> int:
             page.goto(f"{args.base}/console/bans")
             check(page.locator(f"#bans tr[data-whisper-id='{args.target}']").count() == 1, "the forged unban lifted the ban")
 
-            # Lift it from the page.
+            # Lift it from the page, confirmed.
             page.locator(f"#bans tr[data-whisper-id='{args.target}'] button").click()
+            check(page.locator("h1").inner_text() == f"Lift the ban of {args.target}?", "no confirmation before lifting")
+            check(args.operator in page.locator("#confirm-details").inner_text(), "the confirmation does not say who banned")
+            shot("confirm-lift")
+            page.click("#confirm button[type=submit]")
             check("is lifted" in page.locator(".notice").inner_text(), "no notice after lifting")
             check(page.locator(f"#bans tr[data-whisper-id='{args.target}']").count() == 0, "the lifted ban is still listed")
             shot("lifted")

@@ -493,6 +493,50 @@ import WhisperShared
         _ = (bob, carol)
     }
 
+    /// Contacts' names work where IDs do (send, keys, group members) and are shown beside
+    /// the IDs that listen and fetch print. A well-formed ID the server does not know is
+    /// said apart from a typo, and one whose keys were proven to this profile is said deleted.
+    @Test func contactsNamesServeAsAddressesAndADeletedAccountIsSaidSo() async throws {
+        defer {
+            stack.discard()
+            try? FileManager.default.removeItem(at: scratch)
+        }
+        let alice = try await initialise("alice"), bob = try await initialise("bob"), carol = try await initialise("carol")
+        #expect(try await run(["contacts", "add", bob, "--name", "Bob"], as: "alice").status == 0)
+        #expect(try await run(["contacts", "add", alice, "--name", "Alice L"], as: "bob").status == 0)
+        let listening = try await listen("bob", count: 1)
+        let sent = try await run(["send", "bob", "hello by name"], as: "alice")
+        #expect(sent.status == 0, "\(sent.errors)")
+        #expect(try await listening.finish() == 0, "\(listening.errors)")
+        let line = try #require(listening.lines.first { $0["type"] as? String == "message" }, "\(listening.output)")
+        #expect(line["from"] as? String == alice)
+        #expect(line["fromName"] as? String == "Alice L")
+        #expect(line["text"] as? String == "hello by name")
+        #expect(try await run(["send", "Bob", "second"], as: "alice").status == 0)
+        let fetched = try await run(["fetch"], as: "bob")
+        #expect(fetched.output.contains("\(alice) (Alice L): second"), "\(fetched.output)")
+        let keys = try await run(["keys", "Bob"], as: "alice")
+        #expect(keys.status == 0, "\(keys.errors)")
+        #expect(keys.output.contains(bob) && keys.output.contains("contact        Bob"), "\(keys.output)")
+        // A name two contacts share asks for the ID; a name nobody has is no address.
+        #expect(try await run(["contacts", "add", carol, "--name", "BOB"], as: "alice").status == 0)
+        let ambiguous = try await run(["send", "Bob", "which one"], as: "alice")
+        #expect(ambiguous.status == 65 && ambiguous.errors.contains("names 2 contacts"), "\(ambiguous.errors)")
+        let nobody = try await run(["send", "Robert", "hi"], as: "alice")
+        #expect(nobody.status == 65 && nobody.errors.contains("nor a contact's name"), "\(nobody.errors)")
+        // Bob deletes his account: Alice, who had his keys proven, is told he deleted it;
+        // Carol, who never looked him up, hears what the server says of any unknown ID.
+        let deleted = try await run(["account", "delete", "--confirm", bob], as: "bob")
+        #expect(deleted.status == 0, "\(deleted.errors)")
+        let toDeleted = try await run(["send", bob, "are you there"], as: "alice")
+        #expect(toDeleted.status == 67, "\(toDeleted.errors)")
+        #expect(toDeleted.errors.contains("\(bob) (Bob) is no longer on this server"), "\(toDeleted.errors)")
+        #expect(toDeleted.errors.contains("its account was deleted"), "\(toDeleted.errors)")
+        let unknownToCarol = try await run(["keys", bob], as: "carol")
+        #expect(unknownToCarol.status == 67, "\(unknownToCarol.errors)")
+        #expect(unknownToCarol.errors.contains("never registered here, or its account was deleted"), "\(unknownToCarol.errors)")
+    }
+
     @Test func mistakesGetExitCodesAndMessagesAPersonCanActOn() async throws {
         defer {
             stack.discard()
@@ -513,10 +557,10 @@ import WhisperShared
         let mistyped = try await run(["send", String(typo), "hi"], as: "alice")
         #expect(mistyped.status == 65)
         #expect(mistyped.errors.contains("checksum"))
-        // A well-formed ID nobody has: the server's NOT_FOUND, exit 1.
+        // A well-formed ID nobody has: 67, and the words say it is no typo.
         let unknown = try await run(["keys", WhisperID.generate()], as: "alice")
-        #expect(unknown.status == 1)
-        #expect(unknown.errors.contains("NOT_FOUND"))
+        #expect(unknown.status == 67)
+        #expect(unknown.errors.contains("was never registered here, or its account was deleted"), "\(unknown.errors)")
         // A phrase that is not one.
         let phraseFile = scratch.appendingPathComponent("bad.phrase")
         try Data("abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon".utf8).write(to: phraseFile)

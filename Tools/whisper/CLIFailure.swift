@@ -8,6 +8,9 @@ import WhisperProtocol
 enum CLIFailure: Error, CustomStringConvertible {
     /// 65: input that cannot be right (a mistyped Whisper ID, an empty message).
     case badInput(String)
+    /// 67: a well-formed Whisper ID the server does not know (never registered there, or
+    /// deleted; said apart when this profile had its keys proven before).
+    case noSuchIdentity(String)
     /// 78: no identity here yet, or its files are damaged.
     case noIdentity(String)
     case config(String)
@@ -23,6 +26,7 @@ enum CLIFailure: Error, CustomStringConvertible {
     var exitCode: Int32 {
         switch self {
         case .badInput: 65
+        case .noSuchIdentity: 67
         case .noIdentity, .config: 78
         case .unavailable: 69
         case .tryLater: 75
@@ -33,7 +37,7 @@ enum CLIFailure: Error, CustomStringConvertible {
 
     var description: String {
         switch self {
-        case .badInput(let text), .noIdentity(let text), .config(let text), .unavailable(let text), .tryLater(let text),
+        case .badInput(let text), .noSuchIdentity(let text), .noIdentity(let text), .config(let text), .unavailable(let text), .tryLater(let text),
              .notAllowed(let text), .refused(let text):
             text
         }

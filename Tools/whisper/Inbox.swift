@@ -108,7 +108,7 @@ actor Inbox {
                 try session.profile.save(group: Profile.Group(created))
                 emit(
                     ["type": "group_created", "groupId": created.groupId, "title": created.title, "by": created.createdBy],
-                    text: "added to group \(created.groupId) \"\(Self.printable(created.title))\" by \(created.createdBy)"
+                    text: "added to group \(created.groupId) \"\(Self.printable(created.title))\" by \(session.profile.shown(created.createdBy))"
                 )
             }
         case .groupUpdated:
@@ -130,7 +130,7 @@ actor Inbox {
             if let invitation = frame.payload(as: GroupInvitation.self) {
                 emit(
                     ["type": "group_invited", "groupId": invitation.groupId, "title": invitation.title, "by": invitation.invitedBy],
-                    text: "invited to group \(invitation.groupId) \"\(Self.printable(invitation.title))\" by \(invitation.invitedBy) (whisper group accept|decline)"
+                    text: "invited to group \(invitation.groupId) \"\(Self.printable(invitation.title))\" by \(session.profile.shown(invitation.invitedBy)) (whisper group accept|decline)"
                 )
             }
         default:
@@ -150,8 +150,13 @@ actor Inbox {
         do {
             sender = try await session.peer(message.from)
         } catch let error as WhisperAPIError {
-            // The sender's keys cannot be had (gone, banned): nothing to verify it with.
+            // The sender's keys cannot be had (banned): nothing to verify it with.
             warn("cannot look up \(message.from) for message \(message.messageId): \(CLIFailure.from(error, doing: "key lookup"))")
+            try await acknowledge(message)
+            return
+        } catch CLIFailure.noSuchIdentity(let said) {
+            // The sender's account is gone since it sent this: nothing to verify it with.
+            warn("message \(message.messageId) dropped: \(said)")
             try await acknowledge(message)
             return
         }
@@ -176,9 +181,10 @@ actor Inbox {
         ]
         if let groupId = message.groupId { fields["groupId"] = groupId }
         if let savedPath { fields["attachment"] = savedPath }
+        if let name = session.profile.name(of: message.from) { fields["fromName"] = name }
         let place = message.groupId.map { " @ \($0)" } ?? ""
         let attached = savedPath.map { " [attachment saved to \($0)]" } ?? (message.attachment != nil ? " [attachment]" : "")
-        emit(fields, text: "\(message.from)\(place): \(Self.printable(text))\(attached)")
+        emit(fields, text: "\(session.profile.shown(message.from))\(place): \(Self.printable(text))\(attached)")
         printed += 1
         try await acknowledge(message)
     }
@@ -203,10 +209,9 @@ actor Inbox {
     }
 
     private func note(_ receipt: MessageDelivered) {
-        emit(
-            ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""],
-            text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \($0)" } ?? "")"
-        )
+        var fields: [String: Any] = ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""]
+        if let name = receipt.from.flatMap(session.profile.name(of:)) { fields["fromName"] = name }
+        emit(fields, text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \(session.profile.shown($0))" } ?? "")")
     }
 
     private func acknowledge(_ message: MessageReceived) async throws {

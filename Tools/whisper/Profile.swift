@@ -96,6 +96,37 @@ struct Profile {
         try save(contacts: list)
     }
 
+    /// The name this profile's contacts give `whisperId`, if any.
+    func name(of whisperId: String) -> String? {
+        guard let name = (try? contacts())?.first(where: { $0.whisperId == whisperId })?.displayName, !name.isEmpty else { return nil }
+        return name
+    }
+
+    /// `WSP-…` followed by the contact's name when it has one, for printing.
+    func shown(_ whisperId: String) -> String {
+        name(of: whisperId).map { "\(whisperId) (\(Inbox.printable($0)))" } ?? whisperId
+    }
+
+    /// Whom a person means by what they typed: a Whisper ID (its checksum checked), else
+    /// the name of exactly one contact (letter case aside).
+    func recipient(_ typed: String) throws -> String {
+        if let id = WhisperID.normalize(typed) { return id }
+        let wanted = typed.trimmingCharacters(in: .whitespaces).lowercased()
+        let named = try contacts().filter { ($0.displayName ?? "").lowercased() == wanted && !wanted.isEmpty }
+        switch named.count {
+        case 1:
+            return named[0].whisperId
+        case 0:
+            throw CLIFailure.badInput(
+                "`\(typed)` is neither a Whisper ID (WSP-XXXX-XXXX-XXXX with a valid checksum; check for a typo) nor a contact's name (`whisper contacts list`)"
+            )
+        default:
+            throw CLIFailure.badInput(
+                "`\(typed)` names \(named.count) contacts (\(named.map(\.whisperId).joined(separator: ", "))): give the Whisper ID"
+            )
+        }
+    }
+
     /// What this profile holds of the server's key directory: its keys (taken at first
     /// use) and the newest head checked, so that no later run accepts an older log.
     struct KeyDirectory: Codable {

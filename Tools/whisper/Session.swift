@@ -164,9 +164,29 @@ actor Session {
 
     func lookup(_ whisperId: String) async throws -> KeyLookup {
         let api = self.api
-        let lookup = try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        let lookup: KeyLookup
+        do {
+            lookup = try await withSession { _, token in try await api.keys(of: whisperId, sessionToken: token) }
+        } catch WhisperAPIError.refused(404, _, _) {
+            let provenBefore = await api.directory.provenKeys[whisperId] != nil
+            throw Self.notFound(profile.shown(whisperId), provenBefore: provenBefore)
+        }
         try await keepDirectory()
         return lookup
+    }
+
+    /// A lookup's 404, in words. The server answers a deleted identity as it answers an
+    /// ID it never had (docs/key-transparency.md, "A lookup of a deleted identity"); only
+    /// this profile knows whether the directory proved the ID's keys to it before.
+    static func notFound(_ shown: String, provenBefore: Bool) -> CLIFailure {
+        if provenBefore {
+            return .noSuchIdentity(
+                "\(shown) is no longer on this server: the key directory proved its keys to you before and now finds nothing, so its account was deleted (a deleted ID never takes keys again)"
+            )
+        }
+        return .noSuchIdentity(
+            "no identity \(shown) on this server: the ID is well formed (its checksum holds) but was never registered here, or its account was deleted; the server does not say which"
+        )
     }
 
     /// Checks this identity's own entry in the key directory (`whisper monitor`).

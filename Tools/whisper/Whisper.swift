@@ -233,7 +233,7 @@ struct Send: AsyncParsableCommand {
 
     @OptionGroup var common: Common
 
-    @Argument(help: "The recipient (WSP-XXXX-XXXX-XXXX).") var recipient: String
+    @Argument(help: "The recipient: a Whisper ID (WSP-XXXX-XXXX-XXXX) or a contact's name.") var recipient: String
     @Argument(help: "The text (a caption with --attach).") var text: String
 
     @Option(help: "A file to send with the message, encrypted and uploaded.") var attach: String?
@@ -242,7 +242,7 @@ struct Send: AsyncParsableCommand {
 
     func run() async throws {
         try await guarded("send") {
-            let to = try parseWhisperID(recipient)
+            let to = try common.profile.recipient(recipient)
             let plaintext = try messageBytes(text)
             let file = try attach.map { try Attachment.read($0, contentType: contentType) }
             let session = try await common.session()
@@ -398,14 +398,14 @@ struct GroupCommand: AsyncParsableCommand {
         )
         @OptionGroup var common: Common
         @Argument(help: "The title (1 to 128 characters).") var title: String
-        @Argument(help: "The other members: at least one.") var members: [String] = []
+        @Argument(help: "The other members, by Whisper ID or contact's name: at least one.") var members: [String] = []
 
         func run() async throws {
             try await guarded("group create") {
                 guard !members.isEmpty else {
                     throw CLIFailure.badInput("a group starts with at least one other member: `whisper group create TITLE WSP-…` (add more later with `whisper group add`)")
                 }
-                let ids = try members.map(parseWhisperID)
+                let ids = try members.map(common.profile.recipient)
                 let session = try await common.session()
                 defer { Task { await session.close() } }
                 let created = try await session.withSession { connection, _ in try await connection.createGroup(title: title, memberIds: ids) }
@@ -423,11 +423,11 @@ struct GroupCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add members (owner only).")
         @OptionGroup var common: Common
         @Argument var groupId: String
-        @Argument var members: [String]
+        @Argument(help: "Whisper IDs or contacts' names.") var members: [String]
 
         func run() async throws {
             try await guarded("group add") {
-                try await change(common, groupId, add: try members.map(parseWhisperID), remove: nil)
+                try await change(common, groupId, add: try members.map(common.profile.recipient), remove: nil)
             }
         }
     }
@@ -436,11 +436,11 @@ struct GroupCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Remove members (owner only), or leave with one's own ID.")
         @OptionGroup var common: Common
         @Argument var groupId: String
-        @Argument var members: [String]
+        @Argument(help: "Whisper IDs or contacts' names.") var members: [String]
 
         func run() async throws {
             try await guarded("group remove") {
-                try await change(common, groupId, add: nil, remove: try members.map(parseWhisperID))
+                try await change(common, groupId, add: nil, remove: try members.map(common.profile.recipient))
             }
         }
     }
@@ -693,17 +693,18 @@ struct Keys: AsyncParsableCommand {
         """
     )
     @OptionGroup var common: Common
-    @Argument var whisperId: String
+    @Argument(help: "A Whisper ID (WSP-XXXX-XXXX-XXXX) or a contact's name.") var whisperId: String
     @Flag(help: "Also check your own entry, and print the head's digest for comparing with a contact.")
     var verify = false
 
     func run() async throws {
         try await guarded("keys") {
-            let id = try parseWhisperID(whisperId)
+            let id = try common.profile.recipient(whisperId)
             let session = try await common.session()
             defer { Task { await session.close() } }
             let lookup = try await session.lookup(id)
             print("whisperId      \(lookup.keys.whisperId)")
+            if let name = common.profile.name(of: id) { print("contact        \(Inbox.printable(name))") }
             print("status         \(lookup.status)")
             print("encPublicKey   \(Data(lookup.keys.encPublicKey).base64EncodedString())")
             print("signPublicKey  \(Data(lookup.keys.signPublicKey).base64EncodedString())")

@@ -94,6 +94,16 @@ struct Console: Sendable {
                     expiresAt: nil, durationSeconds: hours.map { $0 * 3_600 }
                 )
                 let (whisperId, reason, expiresAt) = try Moderation.checked(body, now: Clock.millisecondsNow())
+                guard form["confirmed"] == "yes" else {
+                    return confirmation(session, title: "Ban \(whisperId)?", action: "/console/ban", button: "Ban", back: "/console/bans", fields: [
+                        "whisperId": whisperId, "reason": reason, "durationHours": hours.map(String.init) ?? "",
+                    ], body: """
+                        <table id="confirm-details"><tr><th>Whisper ID</th><td>\(HTML.escape(whisperId))</td></tr>
+                        <tr><th>reason</th><td>\(HTML.escape(reason))</td></tr>
+                        <tr><th>until</th><td>\(HTML.until(expiresAt, now: Clock.millisecondsNow()))</td></tr></table>
+                        <p>Its session ends and its socket closes at once, on every gateway; it cannot sign in until the ban ends or is lifted.</p>
+                        """)
+                }
                 _ = try await moderation.performBan(whisperId, reason: reason, expiresAt: expiresAt, by: session.operator)
                 return HTML.redirect(to: "/console/bans?notice=banned&whisperId=\(HTML.query(whisperId))")
             } catch let error as WhisperHTTPError {
@@ -106,6 +116,20 @@ struct Console: Sendable {
             do {
                 guard Format.isWhisperID(whisperId) else { throw WhisperHTTPError(.invalidPayload, "not a Whisper ID") }
                 let note = try nonEmpty(form["note"]).map { try AdminBody.text($0, "note", characters: Moderation.noteCharacters) }
+                guard form["confirmed"] == "yes" else {
+                    guard let ban = try await moderation.bans(activeOnly: true, whisperId: whisperId, limit: 1).0.first else {
+                        throw WhisperHTTPError(.notFound, "\(whisperId) has no ban in force")
+                    }
+                    return confirmation(session, title: "Lift the ban of \(whisperId)?", action: "/console/unban", button: "Lift the ban",
+                                        back: "/console/bans", fields: ["whisperId": whisperId, "note": note ?? ""], body: """
+                        <table id="confirm-details"><tr><th>Whisper ID</th><td>\(HTML.escape(whisperId))</td></tr>
+                        <tr><th>reason</th><td>\(HTML.escape(ban["reason"] as? String ?? ""))</td></tr>
+                        <tr><th>banned by</th><td>\(HTML.escape(ban["bannedBy"] as? String ?? ""))</td></tr>
+                        <tr><th>since</th><td>\(HTML.time(ban["createdAt"] as? Int64))</td></tr>
+                        <tr><th>until</th><td>\(HTML.until(ban["expiresAt"] as? Int64, now: Clock.millisecondsNow()))</td></tr></table>
+                        <p>It can sign in again at once.</p>
+                        """)
+                }
                 _ = try await moderation.performUnban(whisperId, note: note, by: session.operator)
                 return HTML.redirect(to: "/console/bans?notice=unbanned&whisperId=\(HTML.query(whisperId))")
             } catch let error as WhisperHTTPError {
@@ -198,6 +222,20 @@ struct Console: Sendable {
         return (session, id, form)
     }
 
+    /// The step before a ban or a lift: what is about to happen, and a form that posts
+    /// the same fields again with `confirmed=yes` (no script: the console has none).
+    private func confirmation(
+        _ session: ConsoleSessions.Session, title: String, action: String, button: String, back: String, fields: [String: String], body: String
+    ) -> Response {
+        var html = body + "<form method=\"post\" action=\"\(action)\" id=\"confirm\">\(HTML.csrfField(session))"
+        for (name, value) in fields.sorted(by: { $0.key < $1.key }) {
+            html += "<input type=\"hidden\" name=\"\(HTML.escape(name))\" value=\"\(HTML.escape(value))\">"
+        }
+        html += "<input type=\"hidden\" name=\"confirmed\" value=\"yes\"><button type=\"submit\">\(HTML.escape(button))</button> "
+            + "<a href=\"\(back)\" id=\"cancel\">Cancel</a></form>"
+        return HTML.response(HTML.page(title: title, session: session, body: html))
+    }
+
     // MARK: Pages
 
     private func figuresPage(_ session: ConsoleSessions.Session) async throws -> Response {
@@ -272,6 +310,7 @@ struct Console: Sendable {
         let query = request.uri.queryParameters
         let showAll = query["state"].map(String.init) == "all"
         let (bans, _) = try await moderation.bans(activeOnly: !showAll, whisperId: nil, limit: 200)
+        let now = Clock.millisecondsNow()
         var notice: String?
         if let done = query["notice"].map(String.init), let whisperId = query["whisperId"].map(String.init), Format.isWhisperID(whisperId) {
             notice = done == "banned" ? "\(whisperId) is banned." : done == "unbanned" ? "The ban of \(whisperId) is lifted." : nil
@@ -294,7 +333,7 @@ struct Console: Sendable {
             let state = ban["state"] as? String ?? ""
             body += "<tr data-whisper-id=\"\(HTML.escape(whisperId))\"><td><a href=\"/console/users?whisperId=\(HTML.query(whisperId))\">\(HTML.escape(whisperId))</a></td>"
                 + "<td>\(HTML.escape(ban["reason"] as? String ?? ""))</td><td>\(HTML.escape(ban["bannedBy"] as? String ?? ""))</td>"
-                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.time(ban["expiresAt"] as? Int64))</td><td>\(HTML.escape(state))</td><td>"
+                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.until(ban["expiresAt"] as? Int64, now: now))</td><td>\(HTML.escape(state))</td><td>"
             if state == "active" {
                 body += "<form method=\"post\" action=\"/console/unban\" class=\"inline\">\(HTML.csrfField(session))"
                     + "<input type=\"hidden\" name=\"whisperId\" value=\"\(HTML.escape(whisperId))\"><button type=\"submit\">Lift</button></form>"
@@ -319,14 +358,45 @@ struct Console: Sendable {
         return HTML.response(HTML.page(title: "Audit log", session: session, body: body))
     }
 
-    /// One identity: standing, devices, when last seen, what waits for it; never content.
+    /// Identities, newest first, or those whose ID holds what was typed (`q`); a whole
+    /// Whisper ID, or `whisperId`, opens that identity's page.
     private func userPage(_ request: Request, _ session: ConsoleSessions.Session) async throws -> Response {
-        let asked = (request.uri.queryParameters["whisperId"].map(String.init) ?? "").trimmingCharacters(in: .whitespaces).uppercased()
-        var body = """
-            <form method="get" action="/console/users" id="user-lookup"><label>Whisper ID <input type="text" name="whisperId" \
-            value="\(HTML.escape(asked))"></label> <button type="submit">Look up</button></form>
-            """
-        guard !asked.isEmpty else { return HTML.response(HTML.page(title: "Users", session: session, body: body)) }
+        let query = request.uri.queryParameters
+        let typed = (query["q"].map(String.init) ?? "").filter { !$0.isWhitespace }.uppercased()
+        if let asked = query["whisperId"].map(String.init) ?? (Format.isWhisperID(typed) ? typed : nil) {
+            return try await identityPage(asked.trimmingCharacters(in: .whitespaces).uppercased(), session)
+        }
+        var body = Self.userSearchForm(typed)
+        guard let search = UserSearch(typed: typed, cursor: query["cursor"].map(String.init)) else {
+            body += "<p>Type letters A to Z, digits 2 to 7 and dashes, as in a Whisper ID.</p>"
+            return HTML.response(HTML.page(title: "Users", session: session, error: "Not part of a Whisper ID.", body: body), status: .badRequest)
+        }
+        let (rows, next) = try await search.page(on: postgres, logger: logger)
+        body += "<p id=\"user-count\">\(rows.isEmpty ? "No identities" : "\(rows.count)\(next == nil ? "" : "+") \(rows.count == 1 ? "identity" : "identities")")"
+            + (typed.isEmpty ? ", newest first" : " whose ID \(typed.hasPrefix("WSP-") ? "starts with" : "holds") \(HTML.escape(typed))") + ".</p>"
+        body += "<table id=\"users\"><tr><th>Whisper ID</th><th>created</th><th>standing</th><th>active devices</th><th>last seen</th></tr>"
+        for row in rows {
+            body += "<tr data-whisper-id=\"\(HTML.escape(row.whisperId))\"><td><a href=\"/console/users?whisperId=\(HTML.query(row.whisperId))\">"
+                + "\(HTML.escape(row.whisperId))</a></td><td>\(HTML.time(row.createdAt))</td>"
+                + "<td>\(row.banned ? "<span class=\"banned\">banned</span>" : "active")</td><td>\(row.activeDevices)</td><td>\(HTML.time(row.lastSeen))</td></tr>"
+        }
+        body += "</table>"
+        if let next {
+            body += "<p><a href=\"/console/users?q=\(HTML.query(typed))&amp;cursor=\(HTML.query(next))\" id=\"older\">Older</a></p>"
+        }
+        return HTML.response(HTML.page(title: "Users", session: session, body: body))
+    }
+
+    private static func userSearchForm(_ typed: String) -> String {
+        """
+        <form method="get" action="/console/users" id="user-search"><label>Whisper ID, whole or in part <input type="text" name="q" \
+        value="\(HTML.escape(typed))" maxlength="40"></label> <button type="submit">Search</button></form>
+        """
+    }
+
+    /// One identity: standing, devices, when last seen, what waits for it; never content.
+    private func identityPage(_ asked: String, _ session: ConsoleSessions.Session) async throws -> Response {
+        var body = Self.userSearchForm(asked)
         guard Format.isWhisperID(asked) else {
             return HTML.response(HTML.page(title: "Users", session: session, error: "Not a Whisper ID (WSP-XXXX-XXXX-XXXX).", body: body), status: .badRequest)
         }
@@ -367,7 +437,8 @@ struct Console: Sendable {
         body += "</table><h2>Bans</h2><table><tr><th>reason</th><th>by</th><th>since</th><th>until</th><th>state</th></tr>"
         for ban in try await moderation.bans(activeOnly: false, whisperId: asked, limit: 50).0 {
             body += "<tr><td>\(HTML.escape(ban["reason"] as? String ?? ""))</td><td>\(HTML.escape(ban["bannedBy"] as? String ?? ""))</td>"
-                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.time(ban["expiresAt"] as? Int64))</td><td>\(HTML.escape(ban["state"] as? String ?? ""))</td></tr>"
+                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.until(ban["expiresAt"] as? Int64, now: Clock.millisecondsNow()))</td>"
+                + "<td>\(HTML.escape(ban["state"] as? String ?? ""))</td></tr>"
         }
         body += "</table>"
         if !banned {

@@ -100,10 +100,33 @@ enum HTML {
         return out
     }
 
+    /// A moment as `2026-12-07 05:30:12 UTC`, in a `<time>` element carrying its ISO 8601
+    /// form: every time on the console is UTC and says so.
     static func time(_ milliseconds: Int64?) -> String {
         guard let milliseconds else { return "—" }
         let date = Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
-        return escape(date.formatted(.iso8601.year().month().day().time(includingFractionalSeconds: false).timeSeparator(.colon)) )
+        let calendar = Calendar.utc
+        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        func two(_ value: Int?) -> String { value.map { $0 < 10 ? "0\($0)" : "\($0)" } ?? "00" }
+        let day = "\(c.year ?? 1970)-\(two(c.month))-\(two(c.day))", clock = "\(two(c.hour)):\(two(c.minute)):\(two(c.second))"
+        return "<time datetime=\"\(day)T\(clock)Z\">\(day) \(clock) UTC</time>"
+    }
+
+    /// When something ends (a ban's `expiresAt`): the moment and how far off it is, or
+    /// `until lifted` for no end.
+    static func until(_ milliseconds: Int64?, now: Int64) -> String {
+        guard let milliseconds else { return "until lifted" }
+        let left = milliseconds - now
+        guard left > 0 else { return "\(time(milliseconds)) (ended)" }
+        return "\(time(milliseconds)) (in \(span(left)))"
+    }
+
+    /// A length of time in words: `3 d 4 h`, `5 h 12 min`, `40 min`, `under a minute`.
+    static func span(_ milliseconds: Int64) -> String {
+        let minutes = milliseconds / 60_000, hours = minutes / 60, days = hours / 24
+        if days > 0 { return "\(days) d \(hours % 24) h" }
+        if hours > 0 { return "\(hours) h \(minutes % 60) min" }
+        return minutes > 0 ? "\(minutes) min" : "under a minute"
     }
 
     static func query(_ value: String) -> String {
@@ -196,4 +219,13 @@ enum HTML {
         .banned { color: #a32020; font-weight: 600; }
         code { font-size: .9rem; }
         """
+}
+
+extension Calendar {
+    /// The Gregorian calendar in UTC, for printing times.
+    static let utc: Calendar = {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC") ?? TimeZone(secondsFromGMT: 0) ?? calendar.timeZone
+        return calendar
+    }()
 }

@@ -376,6 +376,12 @@ public enum Migrations {
             )
             """,
         ]),
+        // The console's list of identities (`UserSearch` in admin): newest first, and by
+        // the start of an ID whatever the database's collation.
+        Migration(version: 16, name: "console_user_search", statements: [
+            "CREATE INDEX users_created_at ON users (created_at DESC, whisper_id DESC)",
+            "CREATE INDEX users_whisper_id_pattern ON users (whisper_id text_pattern_ops)",
+        ]),
     ]
 
     /// The version a service needs before it reports ready.
