@@ -161,6 +161,7 @@ var targets: [Target] = [
             "WhisperMessaging",
             "WhisperClient",
             .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             "PushFakes",

@@ -234,7 +234,7 @@ import WhisperShared
         #expect(!FileManager.default.fileExists(atPath: identityFile.path))
         #expect(try await run(["id"], as: "alice").status == 78)
         let gone = try await run(["send", alice, "anyone?"], as: "bob")
-        #expect(gone.status == 1 && gone.errors.contains("NOT_FOUND"), "\(gone.errors)")
+        #expect(gone.status == 67 && gone.errors.contains("its account was deleted"), "\(gone.errors)")
     }
 
     /// `whisper listen` compares the head each message brings with its profile's log: a
