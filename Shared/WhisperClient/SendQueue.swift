@@ -193,7 +193,7 @@ public actor SendQueue {
     /// `settled` hears each message this flush moved to `sent` or `failed`.
     public func flush(
         now: Int64 = Clock.millisecondsNow(), using transport: Transport,
-        settled: @Sendable (_ messageId: String, _ state: OutgoingState) -> Void = { _, _ in }
+        settled: @Sendable (_ messageId: String, _ state: OutgoingState) async -> Void = { _, _ in }
     ) async throws {
         try await load()
         // Messages are named by ID, never by position: while a send is awaited, another
@@ -231,7 +231,7 @@ public actor SendQueue {
                 }
                 let entry = messages.first(where: { $0.key == id })
                 try await persist([id])
-                if let entry, entry.state != .queued { settled(entry.message.messageId, entry.state) }
+                if let entry, entry.state != .queued { await settled(entry.message.messageId, entry.state) }
             }
             // The server took a message: what waits behind a backoff from its failures
             // before goes now rather than when its backoff ends.

@@ -875,7 +875,6 @@ public actor WhisperSession {
         while !Task.isCancelled {
             let token = credentials?.sessionToken ?? ""
             let me = credentials?.whisperId, signing = keys.signing
-            let events = eventContinuation
             // The directory head this client holds goes with every message, for the
             // recipient to compare with its own (split views are caught at the next message).
             let head = await api?.directory.head
@@ -900,7 +899,7 @@ public actor WhisperSession {
                 } else {
                     _ = try await socket.send(message)
                 }
-            }, settled: { messageId, state in events.yield(.outgoing(messageId: messageId, state: state)) })
+            }, settled: { messageId, state in await self.tell(.outgoing(messageId: messageId, state: state)) })
             // A socket that closed under the flush: the next one flushes.
             if await socket.closeCode != nil { return }
             let next = try? await outbox.nextAttemptAt()
