@@ -48,6 +48,11 @@ private let topologyEdge = ProcessInfo.processInfo.environment["WHISPER_TOPOLOGY
         return TestUser(whisperId: ack.whisperId, keys: keys, token: ack.sessionToken, connection: connection, events: EventLog(connection))
     }
 
+    /// docs/sdk.md's minimal app, as an app developer would first point it at a server.
+    @Test func theExampleAppThroughTheEdge() async throws {
+        try await ExampleAppTests.runs(websocket: endpoints.websocket, auth: edge)
+    }
+
     @Test func messagingGroupsCallsAttachmentsAndAdminThroughTheEdge() async throws {
         let alice = try await user()
         let bob = try await user()
