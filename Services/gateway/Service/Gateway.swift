@@ -62,8 +62,10 @@ public func buildGateway(
         metrics: environment.metrics
     )
     let binding = SessionBinding(
-        sessions: sessions, presence: presence, recentBans: recentBans, watching: watching, connections: connections, ptt: ptt,
-        redis: environment.redis, instanceID: settings.common.instanceID
+        sessions: sessions, recentBans: recentBans,
+        presence: PresenceClaims(
+            presence: presence, watching: watching, connections: connections, ptt: ptt, redis: environment.redis, instanceID: settings.common.instanceID
+        )
     )
     let live = LiveRelay(
         redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
