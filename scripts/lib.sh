@@ -211,7 +211,8 @@ stop_postgres() {
 
 # start_redis NAME PORT: append-only Redis in .data/NAME. WHISPER_REDIS_APPENDFSYNC
 # (always by default: a message is on disk before its message_accepted goes out; see
-# docs/operations.md) and WHISPER_REDIS_APPENDONLY (yes) choose its durability.
+# docs/operations.md) and WHISPER_REDIS_APPENDONLY (yes) choose its durability;
+# WHISPER_REDIS_AOF_REWRITE_MIN_SIZE (512mb) how far the file grows between rewrites.
 start_redis() {
     local name="$1" port="$2" dir
     require_started_redis_persistence
@@ -226,7 +227,8 @@ start_redis() {
     for attempt in 1 2 3 4 5; do
         redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
             --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-            --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" >/dev/null
+            --appendonly "${WHISPER_REDIS_APPENDONLY:-yes}" --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" \
+            --auto-aof-rewrite-min-size "${WHISPER_REDIS_AOF_REWRITE_MIN_SIZE:-512mb}" >/dev/null
         for i in $(seq 1 50); do
             redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
             sleep 0.1
@@ -261,7 +263,8 @@ start_redis_cluster() {
         redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
             --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
             --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout "${WHISPER_REDIS_CLUSTER_NODE_TIMEOUT_MS:-2000}" \
-            --appendonly yes --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" --maxmemory-policy noeviction >/dev/null
+            --appendonly yes --appendfsync "${WHISPER_REDIS_APPENDFSYNC:-always}" --save "" --maxmemory-policy noeviction \
+            --auto-aof-rewrite-min-size "${WHISPER_REDIS_AOF_REWRITE_MIN_SIZE:-512mb}" >/dev/null
         for i in $(seq 1 50); do
             redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
             sleep 0.1
