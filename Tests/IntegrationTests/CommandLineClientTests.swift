@@ -567,6 +567,19 @@ import WhisperShared
         let bad = try await run(["init", "--recover", "--mnemonic-file", phraseFile.path, "--local-host", "127.0.0.1"], as: "other")
         #expect(bad.status == 65)
         #expect(bad.errors.contains("recovery phrase"))
+        // The help says what the options take: monitor's 10 s floor, whisper-audit's key file.
+        let monitorHelp = try await run(["monitor", "--help"], as: "alice")
+        #expect(monitorHelp.output.contains("at least 10"), "\(monitorHelp.output)")
+        let audit = Process()
+        audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
+        audit.arguments = ["--help"]
+        let auditOutput = Pipe()
+        audit.standardOutput = auditOutput
+        audit.standardError = FileHandle.nullDevice
+        try audit.run()
+        let auditHelp = String(decoding: auditOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        audit.waitUntilExit()
+        #expect(auditHelp.contains("--keys <path>"), "\(auditHelp)")
         // A server that is not there: 69.
         let port = try TestServers.freePort()
         let away = try await run(["init", "--websocket", "ws://127.0.0.1:\(port)/ws"], as: "elsewhere")
