@@ -181,10 +181,11 @@ actor Inbox {
         ]
         if let groupId = message.groupId { fields["groupId"] = groupId }
         if let savedPath { fields["attachment"] = savedPath }
-        if let name = session.profile.name(of: message.from) { fields["fromName"] = name }
+        let name = session.profile.name(of: message.from)
+        if let name { fields["fromName"] = name }
         let place = message.groupId.map { " @ \($0)" } ?? ""
         let attached = savedPath.map { " [attachment saved to \($0)]" } ?? (message.attachment != nil ? " [attachment]" : "")
-        emit(fields, text: "\(session.profile.shown(message.from))\(place): \(Self.printable(text))\(attached)")
+        emit(fields, text: "\(Profile.shown(message.from, name: name))\(place): \(Self.printable(text))\(attached)")
         printed += 1
         try await acknowledge(message)
     }
@@ -210,8 +211,9 @@ actor Inbox {
 
     private func note(_ receipt: MessageDelivered) {
         var fields: [String: Any] = ["type": "receipt", "messageId": receipt.messageId, "status": receipt.status.rawValue, "from": receipt.from ?? ""]
-        if let name = receipt.from.flatMap(session.profile.name(of:)) { fields["fromName"] = name }
-        emit(fields, text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \(session.profile.shown($0))" } ?? "")")
+        let name = receipt.from.flatMap(session.profile.name(of:))
+        if let name { fields["fromName"] = name }
+        emit(fields, text: "\(receipt.status.rawValue): \(receipt.messageId)\(receipt.from.map { " by \(Profile.shown($0, name: name))" } ?? "")")
     }
 
     private func acknowledge(_ message: MessageReceived) async throws {

@@ -103,8 +103,11 @@ struct Profile {
     }
 
     /// `WSP-…` followed by the contact's name when it has one, for printing.
-    func shown(_ whisperId: String) -> String {
-        name(of: whisperId).map { "\(whisperId) (\(Inbox.printable($0)))" } ?? whisperId
+    func shown(_ whisperId: String) -> String { Self.shown(whisperId, name: name(of: whisperId)) }
+
+    /// `WSP-…` followed by `name` when there is one (read once by a caller that uses it twice).
+    static func shown(_ whisperId: String, name: String?) -> String {
+        name.map { "\(whisperId) (\(Inbox.printable($0)))" } ?? whisperId
     }
 
     /// Whom a person means by what they typed: a Whisper ID (its checksum checked), else
@@ -112,7 +115,7 @@ struct Profile {
     func recipient(_ typed: String) throws -> String {
         if let id = WhisperID.normalize(typed) { return id }
         let wanted = typed.trimmingCharacters(in: .whitespaces).lowercased()
-        let named = try contacts().filter { ($0.displayName ?? "").lowercased() == wanted && !wanted.isEmpty }
+        let named = wanted.isEmpty ? [] : try contacts().filter { ($0.displayName ?? "").lowercased() == wanted }
         switch named.count {
         case 1:
             return named[0].whisperId

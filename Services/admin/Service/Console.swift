@@ -93,14 +93,15 @@ struct Console: Sendable {
                     whisperId: (form["whisperId"] ?? "").trimmingCharacters(in: .whitespaces).uppercased(), reason: form["reason"] ?? "",
                     expiresAt: nil, durationSeconds: hours.map { $0 * 3_600 }
                 )
-                let (whisperId, reason, expiresAt) = try Moderation.checked(body, now: Clock.millisecondsNow())
+                let now = Clock.millisecondsNow()
+                let (whisperId, reason, expiresAt) = try Moderation.checked(body, now: now)
                 guard form["confirmed"] == "yes" else {
                     return confirmation(session, title: "Ban \(whisperId)?", action: "/console/ban", button: "Ban", back: "/console/bans", fields: [
                         "whisperId": whisperId, "reason": reason, "durationHours": hours.map(String.init) ?? "",
                     ], body: """
                         <table id="confirm-details"><tr><th>Whisper ID</th><td>\(HTML.escape(whisperId))</td></tr>
                         <tr><th>reason</th><td>\(HTML.escape(reason))</td></tr>
-                        <tr><th>until</th><td>\(HTML.until(expiresAt, now: Clock.millisecondsNow()))</td></tr></table>
+                        <tr><th>until</th><td>\(HTML.until(expiresAt, now: now))</td></tr></table>
                         <p>Its session ends and its socket closes at once, on every gateway; it cannot sign in until the ban ends or is lifted.</p>
                         """)
                 }
@@ -435,9 +436,10 @@ struct Console: Sendable {
                 + "<td>\(HTML.time(seen))</td><td>\(push ? "registered" : "none")</td><td>\(voip ? "registered" : "none")</td></tr>"
         }
         body += "</table><h2>Bans</h2><table><tr><th>reason</th><th>by</th><th>since</th><th>until</th><th>state</th></tr>"
+        let now = Clock.millisecondsNow()
         for ban in try await moderation.bans(activeOnly: false, whisperId: asked, limit: 50).0 {
             body += "<tr><td>\(HTML.escape(ban["reason"] as? String ?? ""))</td><td>\(HTML.escape(ban["bannedBy"] as? String ?? ""))</td>"
-                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.until(ban["expiresAt"] as? Int64, now: Clock.millisecondsNow()))</td>"
+                + "<td>\(HTML.time(ban["createdAt"] as? Int64))</td><td>\(HTML.until(ban["expiresAt"] as? Int64, now: now))</td>"
                 + "<td>\(HTML.escape(ban["state"] as? String ?? ""))</td></tr>"
         }
         body += "</table>"

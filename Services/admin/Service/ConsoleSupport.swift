@@ -104,12 +104,10 @@ enum HTML {
     /// form: every time on the console is UTC and says so.
     static func time(_ milliseconds: Int64?) -> String {
         guard let milliseconds else { return "—" }
+        // ISO 8601 format styles are in UTC unless told otherwise.
         let date = Date(timeIntervalSince1970: Double(milliseconds) / 1_000)
-        let calendar = Calendar.utc
-        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
-        func two(_ value: Int?) -> String { value.map { $0 < 10 ? "0\($0)" : "\($0)" } ?? "00" }
-        let day = "\(c.year ?? 1970)-\(two(c.month))-\(two(c.day))", clock = "\(two(c.hour)):\(two(c.minute)):\(two(c.second))"
-        return "<time datetime=\"\(day)T\(clock)Z\">\(day) \(clock) UTC</time>"
+        let shown = date.formatted(.iso8601.year().month().day().dateSeparator(.dash).dateTimeSeparator(.space).time(includingFractionalSeconds: false).timeSeparator(.colon))
+        return "<time datetime=\"\(date.formatted(.iso8601))\">\(shown) UTC</time>"
     }
 
     /// When something ends (a ban's `expiresAt`): the moment and how far off it is, or
@@ -219,13 +217,4 @@ enum HTML {
         .banned { color: #a32020; font-weight: 600; }
         code { font-size: .9rem; }
         """
-}
-
-extension Calendar {
-    /// The Gregorian calendar in UTC, for printing times.
-    static let utc: Calendar = {
-        var calendar = Calendar(identifier: .gregorian)
-        calendar.timeZone = TimeZone(identifier: "UTC") ?? TimeZone(secondsFromGMT: 0) ?? calendar.timeZone
-        return calendar
-    }()
 }
