@@ -570,15 +570,7 @@ import WhisperShared
         // The help says what the options take: monitor's 10 s floor, whisper-audit's key file.
         let monitorHelp = try await run(["monitor", "--help"], as: "alice")
         #expect(monitorHelp.output.contains("at least 10"), "\(monitorHelp.output)")
-        let audit = Process()
-        audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
-        audit.arguments = ["--help"]
-        let auditOutput = Pipe()
-        audit.standardOutput = auditOutput
-        audit.standardError = FileHandle.nullDevice
-        try audit.run()
-        let auditHelp = String(decoding: auditOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        audit.waitUntilExit()
+        let (_, auditHelp) = try KeyTransparencyTests.audit(["--help"])
         #expect(auditHelp.contains("--keys <path>"), "\(auditHelp)")
         // A server that is not there: 69.
         let port = try TestServers.freePort()

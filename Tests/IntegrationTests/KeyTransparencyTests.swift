@@ -422,9 +422,14 @@ import WhisperShared
 
     /// Runs `whisper-audit` against the stack's auth; its exit status and what it printed.
     static func audit(_ stack: MessagingStack, _ arguments: String...) throws -> (Int32, String) {
+        try audit(["--server", stack.auth.baseURL] + arguments)
+    }
+
+    /// Runs `whisper-audit` with `arguments`; its exit status and what it printed.
+    static func audit(_ arguments: [String]) throws -> (Int32, String) {
         let audit = Process()
         audit.executableURL = URL(fileURLWithPath: "\(Executables.binPath)/whisper-audit")
-        audit.arguments = ["--server", stack.auth.baseURL] + arguments
+        audit.arguments = arguments
         let output = Pipe()
         audit.standardOutput = output
         audit.standardError = FileHandle.nullDevice
