@@ -89,6 +89,7 @@ struct PushTests {
         func stop() async {
             await apns.stop()
             await fcm.stop()
+            certificates.removeFiles()
         }
     }
 
@@ -315,6 +316,7 @@ struct PushTests {
             providers.answerAPNs(ProviderReply(status: 200, stall: true))
             try await MessagingStack.start().running { stack in
                 let keyPath = try providers.keys.writeAPNsKey()
+                defer { try? FileManager.default.removeItem(atPath: keyPath) }
                 var environment = Executables.environment(stack.database)
                 environment["WHISPER_REDIS_URL"] = "redis://\(stack.redis.host):\(stack.redis.port)"
                 environment["WHISPER_INSTANCE_ID"] = "push-sender-doomed"

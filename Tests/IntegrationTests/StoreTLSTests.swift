@@ -21,6 +21,7 @@ import Testing
 
     @Test func redisOverTLSWithAnACLUserAndTheOperatorsCA() async throws {
         let certificates = try TestCertificates.make()
+        defer { certificates.removeFiles() }
         let server = try RedisProcess(tls: (certificates.serverCertificatePath, certificates.serverKeyPath))
         try server.start()
         defer { server.kill() }
@@ -73,6 +74,7 @@ import Testing
 
     @Test func theSettingsTakeRedissAndACAFileOnlyTogether() throws {
         let certificates = try TestCertificates.make()
+        defer { certificates.removeFiles() }
         let good = SettingsReader.environment([
             "WHISPER_POSTGRES_URL": "postgres://whisper@127.0.0.1/whisper", "WHISPER_REDIS_URL": "rediss://app:secret@redis.internal:6380",
             "WHISPER_REDIS_CA_FILE": certificates.caPath,
@@ -103,7 +105,9 @@ import Testing
         #expect(try await Self.queryOverTLS(byURL) == true)
 
         // Another CA's certificate is refused: the connection never opens.
-        byURL.caFile = try TestCertificates.make().caPath
+        let others = try TestCertificates.make()
+        defer { others.removeFiles() }
+        byURL.caFile = others.caPath
         await #expect(throws: (any Error).self) { try await Self.queryOverTLS(byURL) }
     }
 

@@ -28,6 +28,13 @@ public struct TestCertificates: Sendable {
     public let serverCertificatePath: String
     public let serverKeyPath: String
 
+    /// Deletes the three files; every test that makes certificates calls it when done.
+    public func removeFiles() {
+        for path in [caPath, serverCertificatePath, serverKeyPath] { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    /// A CA and a server certificate for 127.0.0.1, also written to files in the
+    /// temporary directory (`removeFiles`).
     public static func make() throws -> TestCertificates {
         let caKey = P256.Signing.PrivateKey()
         let caName = try DistinguishedName { CommonName("Whisper test CA") }
@@ -278,7 +285,8 @@ public struct ProviderKeys: Sendable {
         }
     }
 
-    /// The `.p8` file of the APNs key (PKCS#8 PEM, as Apple hands it out).
+    /// The `.p8` file of the APNs key (PKCS#8 PEM, as Apple hands it out), in the
+    /// temporary directory: the caller deletes it when done.
     public func writeAPNsKey() throws -> String {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("whisper-test-apns-\(UUID().uuidString).p8").path
         try apnsKey.pemRepresentation.write(toFile: path, atomically: true, encoding: .utf8)
