@@ -79,6 +79,10 @@ public struct MessageSending: Sendable {
         /// write went out without waiting for anything first: one connection, the script
         /// known). Nothing was delivered after the store for it, so no order is at stake.
         func storeWritten()
+        /// How long the store of a message delivered early may wait for other writes to
+        /// share its trip to Redis, and so Redis's fsync (group commit): only its sender's
+        /// `message_accepted` waits for it, the recipient already has the message.
+        var storeMayWait: Duration { get }
         /// Whether `send` waits for what it publishes before it returns. A router must (it
         /// acknowledges the stream entry next, on another connection); a gateway need not:
         /// the publish is written before anything the socket sends next, on the same
@@ -125,7 +129,10 @@ public struct MessageSending: Sendable {
         // Any refusal or failure thrown from here on settles it as not stored.
         var settledEarly = false
         defer { if early != nil, !settledEarly { caller.settle(message, stored: false) } }
-        let outcome = try await store(message, checked, group: group, redeliver: redeliver, written: early != nil ? caller.storeWritten : nil, caller: caller)
+        let outcome = try await store(
+            message, checked, group: group, redeliver: redeliver, written: early != nil ? caller.storeWritten : nil,
+            mayWait: early != nil ? caller.storeMayWait : .zero, caller: caller
+        )
         let stored = try isNew(outcome.result, message, fromStranger: checked.fromStranger)
         let accept = try await answer(message, sender: sender, caller: caller)
         if early != nil {
@@ -162,7 +169,8 @@ public struct MessageSending: Sendable {
     /// Step 2: the store script, with the caller's work alongside. A group copy whose
     /// group changed meanwhile is checked again and stored again, at most three times more.
     private func store(
-        _ message: SendMessage, _ checked: Checked, group: GroupCopy?, redeliver: Bool, written: (@Sendable () -> Void)?, caller: some Caller
+        _ message: SendMessage, _ checked: Checked, group: GroupCopy?, redeliver: Bool, written: (@Sendable () -> Void)?, mayWait: Duration,
+        caller: some Caller
     ) async throws -> PendingQueue.StoreOutcome {
         var membership = checked.membership
         var attempts = 0
@@ -172,7 +180,8 @@ public struct MessageSending: Sendable {
             do {
                 outcome = try await pending.store(
                     recipient: message.to, messageId: message.messageId, sender: message.from, body: checked.body, redeliver: redeliver,
-                    pairLimit: pairLimit, fromStranger: checked.fromStranger, group: membership, alongside: commands, written: written
+                    pairLimit: pairLimit, fromStranger: checked.fromStranger, group: membership, alongside: commands, written: written,
+                    mayWait: mayWait
                 )
             } catch {
                 returned(nil)
@@ -292,4 +301,6 @@ public struct MessageSending: Sendable {
 extension MessageSending.Caller {
     /// A caller that handles one message at a time ignores it.
     public func storeWritten() {}
+    /// A caller that delivers nothing early writes each store at once.
+    public var storeMayWait: Duration { .zero }
 }

@@ -128,7 +128,8 @@ public struct PendingQueue: Sendable {
     /// counts against the strangers' share of the queue (`Capacity.strangersPercent`).
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8], redeliver: Bool, pairLimit: RateLimitRule,
-        fromStranger: Bool, group: GroupCheck? = nil, alongside: [RedisCommand] = [], written: (@Sendable () -> Void)? = nil
+        fromStranger: Bool, group: GroupCheck? = nil, alongside: [RedisCommand] = [], written: (@Sendable () -> Void)? = nil,
+        mayWait: Duration = .zero
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
@@ -144,7 +145,7 @@ public struct PendingQueue: Sendable {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
         }
-        let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside, written: written)
+        let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside, written: written, mayWait: mayWait)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         // The fourth part of `stored` and `duplicate`: the recipient's presence record, or false.
         let socket = parts.count > 3 ? parts[3].string.flatMap(PresenceRecord.init(encoded:)) : nil

@@ -303,6 +303,48 @@ import WhisperShared
         }
     }
 
+    /// The owner's own socket is told `live_dropped` (`deleted`) before the answer to its
+    /// `live_conversation_delete`, also with the gateway busy: 40 conversations, each
+    /// deleted while two users on the same gateway exchange messages flat out. The frames
+    /// are read off a plain socket, in the order they came.
+    @Test func theOwnersSocketHearsItsPlaceGoBeforeTheDeletionIsAnswered() async throws {
+        let rule = RateLimitRule(capacity: 1_000, period: .seconds(60))
+        try await MessagingStack.start(routers: 0, gateway: { $0.limits[.liveConversationsPerIdentity] = rule }).running { stack in
+            let owner = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0), carol = try await stack.user(on: 0)
+            try await stack.makePeers([bob, carol])
+            let load = Task {
+                while !Task.isCancelled {
+                    async let one: Void = { _ = try? await bob.connection.send(bob.message("busy", to: carol)) }()
+                    async let other: Void = { _ = try? await carol.connection.send(carol.message("busy", to: bob)) }()
+                    _ = await (one, other)
+                }
+            }
+            defer { load.cancel() }
+            try await WebSocketTest.connect(stack.websocketURL(0)) { socket in
+                for round in 0..<40 {
+                    try await socket.send(LiveConversationCreate(sessionToken: owner.token, .init(name: "Round \(round)")), requestId: "create-\(round)")
+                    let created = try #require(try await socket.answer(to: "create-\(round)").payload(as: LiveConversation.self))
+                    let conversationId = created.conversationId
+                    try await socket.send(LiveWhisperOffer(sessionToken: owner.token, .init(conversationId: conversationId, whispererName: "Sam")), requestId: "offer-\(round)")
+                    #expect(try await socket.answer(to: "offer-\(round)").type == .liveAck)
+                    try await socket.send(LiveConversationDelete(sessionToken: owner.token, .init(conversationId: conversationId)), requestId: "delete-\(round)")
+                    var told = false
+                    while true {
+                        let frame = try await socket.receive(timeout: .seconds(10))
+                        if frame.type == .liveDropped, frame.payload(as: LiveDropped.self) == LiveDropped(conversationId: conversationId, listenerId: nil, reason: .deleted) {
+                            told = true
+                        }
+                        guard frame.requestId == "delete-\(round)" else { continue }
+                        #expect(frame.type == .liveConversationDeleted)
+                        break
+                    }
+                    #expect(told, "round \(round): live_conversation_deleted came before live_dropped")
+                }
+            }
+        }
+    }
+
     @Test func deviceCookiesAreCheckedAndSurviveARotationOfTheInternalToken() throws {
         let old = String(repeating: "a", count: 40), new = String(repeating: "b", count: 40)
         let before = LiveDevices(internalToken: old)

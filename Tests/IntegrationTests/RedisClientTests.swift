@@ -106,6 +106,36 @@ import Testing
         }
     }
 
+    /// Group commit (`RedisConnection.pipeline(mayWait:)`): a write that may wait leaves
+    /// at its deadline when nothing else is written, and with the next write that may
+    /// not wait, ahead of it, however long it might still have waited.
+    @Test func aWriteThatMayWaitLeavesAtItsDeadlineOrWithTheNextWrite() async throws {
+        let connection = try await RedisConnection.connect(to: TestServers.redis, eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        let other = try await RedisConnection.connect(to: TestServers.redis, eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        do {
+            let key = "test:\(UUID().uuidString)"
+            let started = ContinuousClock.now
+            #expect(try await connection.pipeline([RedisCommand("INCR", key)], mayWait: .milliseconds(300)) == [.integer(1)])
+            #expect(ContinuousClock.now - started >= .milliseconds(300), "a write alone leaves at its deadline, not before")
+
+            let (written, handedOver) = AsyncStream.makeStream(of: Void.self)
+            let held = Task {
+                try await connection.pipeline([RedisCommand("INCR", key)], written: { handedOver.yield() }, mayWait: .seconds(600))
+            }
+            for await _ in written { break }
+            #expect(try await other.send(RedisCommand("GET", key)) == .bulkString(Array("1".utf8)), "still held")
+            let eager = try await withTimeout("a write that may not wait") { try await connection.send(RedisCommand("INCR", key)) }
+            #expect(eager == .integer(3), "the held write went first")
+            #expect(try await withTimeout("the held write") { try await held.value } == [.integer(2)])
+        } catch {
+            await connection.close()
+            await other.close()
+            throw error
+        }
+        await connection.close()
+        await other.close()
+    }
+
     @Test func concurrentCallersEachGetTheirOwnReply() async throws {
         try await withClient { redis in
             let prefix = "test:\(UUID().uuidString)"

@@ -67,10 +67,7 @@ struct ControlChannel: Sendable {
             }
         case .live:
             guard let route = command.liveRoute, let frame = command.frame else { return }
-            for connId in command.connId.split(separator: ",").prefix(10_000) {
-                let connId = String(connId)
-                if live.admits(connId, route), let connection = connections.connection(connId) { connection.sendRaw(frame) }
-            }
+            live.write(frame, to: command.connId.split(separator: ",").prefix(10_000).lazy.map(String.init), route, through: connections)
         case .revoke:
             guard let connection = target() else { return }
             revoke(connection, reason: command.reason ?? .replacedByNewDevice)

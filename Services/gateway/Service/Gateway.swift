@@ -68,7 +68,7 @@ public func buildGateway(
         )
     )
     let live = LiveRelay(
-        redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, limiter: limits.limiter,
+        redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, connections: connections, limiter: limits.limiter,
         limits: LiveRelay.Limits(maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets, rules: settings.limits),
         instanceID: settings.common.instanceID, logger: environment.logger
     )
@@ -93,7 +93,8 @@ public func buildGateway(
                 pairLimit: settings.limits[.sendPerPair], metrics: RoutingMetrics(metrics: environment.metrics, stream: false), peers: peers
             ),
             instanceID: settings.common.instanceID, connections: connections, control: control, receipts: receipts,
-            deliversWhileStoring: settings.deliverWhileStoring, limits: limits, sendWaitMax: settings.sendWaitMax
+            deliversWhileStoring: settings.deliverWhileStoring, limits: limits, sendWaitMax: settings.sendWaitMax,
+            storeGroupWait: settings.storeGroupWait
         ),
         deletions: AccountDeletionDesk(
             environment: environment, sessions: sessions, limits: limits, routerStream: routerStream, live: live, ptt: ptt

@@ -99,6 +99,9 @@ public struct GatewaySettings: ServiceSettings {
     /// How long a receipt's last step (its application to the recipient's queue) may
     /// wait to go to Redis with other work (`ReceiptApplier`); 0: at once, by itself.
     public var receiptApplyMaxWait: Duration = .milliseconds(2)
+    /// How long the store of a message already delivered early may wait for other
+    /// writes to share its trip to Redis and its fsync (group commit); 0: at once.
+    public var storeGroupWait: Duration = .milliseconds(2)
 
     public init(common: CommonSettings, authURL: String, internalToken: String, floorKeys: FloorKeys) {
         self.common = common
@@ -147,6 +150,7 @@ public struct GatewaySettings: ServiceSettings {
         unknownIdentityTTL = storing.unknownIdentityTTL
         leaseMax = settings.int("gateway.rate.limit.lease.max", default: leaseMax, range: 1...1_000)
         receiptApplyMaxWait = settings.milliseconds("gateway.receipt.apply.max.wait.ms", default: receiptApplyMaxWait, range: 0...1_000)
+        storeGroupWait = settings.milliseconds("gateway.store.group.wait.ms", default: storeGroupWait, range: 0...100)
         sendWaitMax = settings.milliseconds("gateway.send.wait.max.ms", default: sendWaitMax, range: 0...60_000)
         deliverWhileStoring = settings.bool("gateway.deliver.while.storing", default: deliverWhileStoring)
         turnCredURL = settings.string("gateway.turn.cred.url", default: turnCredURL)

@@ -208,9 +208,11 @@ public final class RedisClient: Service, Sendable {
     /// reply (an error reply thrown) and the others' replies as they came. `written` is
     /// called once the script's call is written, when that happened before any wait (one
     /// connection, the script known): what this client writes next goes behind it.
+    /// `mayWait`: how long that write may wait for others to share it (one connection,
+    /// the script known: `RedisConnection.pipeline`).
     public func evaluate(
         _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand],
-        written: (@Sendable () -> Void)? = nil
+        written: (@Sendable () -> Void)? = nil, mayWait: Duration = .zero
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
         if let cluster = try mappedCluster() {
             return try await evaluate(script, keys: keys, arguments: arguments, alongside: others, on: cluster)
@@ -219,7 +221,7 @@ public final class RedisClient: Service, Sendable {
         let evalsha = script.evalsha(keys: keys, arguments: arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
-            let replies = try await connection.pipeline([evalsha] + others, written: written)
+            let replies = try await connection.pipeline([evalsha] + others, written: written, mayWait: mayWait)
             switch replies[0] {
             case .error(let message) where message.hasPrefix("NOSCRIPT"):
                 break

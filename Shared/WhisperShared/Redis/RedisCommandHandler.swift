@@ -4,6 +4,9 @@ import NIOCore
 struct RedisOutboundRequest {
     var bytes: ByteBuffer
     var promises: [EventLoopPromise<RESPValue>]
+    /// How long these commands may wait for others to leave in the same write (zero:
+    /// the event loop's current batch of tasks only). See `flush(context:)`.
+    var mayWait: TimeAmount = .zero
 }
 
 /// Matches replies to requests on a pipelined connection: Redis answers in order,
@@ -31,21 +34,50 @@ final class RedisCommandHandler: ChannelDuplexHandler {
             return
         }
         waiting.append(contentsOf: request.promises)
+        if request.mayWait > .zero {
+            let deadline = NIODeadline.now() + request.mayWait
+            groupDeadline = min(groupDeadline ?? deadline, deadline)
+        } else {
+            eagerWritten = true
+        }
         context.write(wrapOutboundOut(request.bytes), promise: promise)
     }
 
     /// Flushes wait for the event loop's current batch of tasks: commands written by
     /// many tasks at about the same time leave in one `write(2)` instead of one each.
     private var flushScheduled = false
+    /// Group commit: while everything written since the last flush may wait
+    /// (`RedisOutboundRequest.mayWait`), the flush waits until the earliest of their
+    /// deadlines, so that writes of several messages reach Redis together and share its
+    /// event-loop pass, and so its fsync. Any write that may not wait flushes them all
+    /// (a write never overtakes an earlier one).
+    private var eagerWritten = false
+    private var groupDeadline: NIODeadline?
+    private var groupFlush: Scheduled<Void>?
 
     func flush(context: ChannelHandlerContext) {
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
+        if !eagerWritten, let deadline = groupDeadline {
+            guard groupFlush == nil else { return }
+            groupFlush = context.eventLoop.scheduleTask(deadline: deadline) {
+                bound.value.handler.flushNow(context: bound.value.context)
+            }
+            return
+        }
         guard !flushScheduled else { return }
         flushScheduled = true
-        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
         context.eventLoop.execute {
-            bound.value.handler.flushScheduled = false
-            bound.value.context.flush()
+            bound.value.handler.flushNow(context: bound.value.context)
         }
+    }
+
+    private func flushNow(context: ChannelHandlerContext) {
+        flushScheduled = false
+        eagerWritten = false
+        groupDeadline = nil
+        groupFlush?.cancel()
+        groupFlush = nil
+        context.flush()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -69,6 +101,8 @@ final class RedisCommandHandler: ChannelDuplexHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        groupFlush?.cancel()
+        groupFlush = nil
         failAll(RedisError.connectionClosed)
     }
 

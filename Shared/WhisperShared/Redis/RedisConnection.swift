@@ -68,10 +68,14 @@ public final class RedisConnection: Sendable {
 
     /// Sends several commands in one write. Error replies are returned, not thrown,
     /// so that each result can be looked at on its own. `written` is called once the
-    /// write is handed to the connection, before the replies are awaited.
-    public func pipeline(_ commands: [RedisCommand], written: (@Sendable () -> Void)? = nil) async throws -> [RESPValue] {
+    /// write is handed to the connection, before the replies are awaited. `mayWait`: how
+    /// long the write may wait for others to go with it (`RedisCommandHandler`, group
+    /// commit); anything written after it still goes after it.
+    public func pipeline(
+        _ commands: [RedisCommand], written: (@Sendable () -> Void)? = nil, mayWait: Duration = .zero
+    ) async throws -> [RESPValue] {
         guard !commands.isEmpty else { return [] }
-        let promises = write(commands)
+        let promises = write(commands, mayWait: .nanoseconds(mayWait.nanoseconds))
         written?()
         var replies: [RESPValue] = []
         replies.reserveCapacity(promises.count)
@@ -93,7 +97,7 @@ public final class RedisConnection: Sendable {
     /// A write that fails fails its replies. Once a closed channel's handlers are gone, a
     /// write never reaches ``RedisCommandHandler`` (which fails what it holds): without
     /// this, a command sent just as its connection died would wait for ever.
-    private func write(_ commands: [RedisCommand]) -> [EventLoopPromise<RESPValue>] {
+    private func write(_ commands: [RedisCommand], mayWait: TimeAmount = .zero) -> [EventLoopPromise<RESPValue>] {
         var bytes = channel.allocator.buffer(capacity: 64 * commands.count)
         for command in commands {
             command.encode(into: &bytes)
@@ -105,7 +109,7 @@ public final class RedisConnection: Sendable {
             // A reply already given stays given (a second completion is ignored).
             for promise in promises { promise.fail(RedisError.connectionClosed) }
         }
-        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises), promise: written)
+        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises, mayWait: mayWait), promise: written)
         return promises
     }
 

@@ -102,4 +102,13 @@ final class LiveRegistry: Sendable {
             }
         }
     }
+
+    /// Writes a frame routed in live text to each of `connIds` on this gateway that its
+    /// place admits, whether it came through Redis (`ControlChannel`) or from a desk of
+    /// this gateway (`LiveRelay`).
+    func write(_ frame: [UInt8], to connIds: some Sequence<String>, _ route: LiveRoute, through connections: ConnectionRegistry) {
+        for connId in connIds where admits(connId, route) {
+            connections.connection(connId)?.sendRaw(frame)
+        }
+    }
 }

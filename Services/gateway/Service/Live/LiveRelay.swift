@@ -29,6 +29,8 @@ struct LiveRelay: Sendable {
     let redis: RedisClient
     let postgres: PostgresClient
     let registry: LiveRegistry
+    /// This gateway's sockets, written straight from here (`route`).
+    let connections: ConnectionRegistry
     let limiter: RateLimiter
     let limits: Limits
     let instanceID: String
@@ -300,18 +302,24 @@ struct LiveRelay: Sendable {
 
     // MARK: - Relaying
 
-    /// One command per gateway holding a target, all in one round trip; each gateway
-    /// writes the frame to those of its sockets `LiveRegistry` still admits.
+    /// Each gateway writes the frame to those of its sockets `LiveRegistry` still admits:
+    /// this one at once, before `route` returns (so a frame that answers the request
+    /// comes after it), the others through one command each, all in one round trip.
     private func route<P: ServerPayload>(_ payload: P, to targets: [Entry], conversationId: String, mode: LiveRoute.Mode) async throws {
         guard !targets.isEmpty else { return }
         let frame = ServerFrameCodec.encode(payload)
+        let route = LiveRoute(conversationId: conversationId, mode: mode)
         var byGateway: [String: [String]] = [:]
         for target in targets { byGateway[target.gateway, default: []].append(target.connId) }
+        if let here = byGateway.removeValue(forKey: instanceID) {
+            registry.write(frame, to: here, route, through: connections)
+        }
         let commands = byGateway.map { gateway, connIds in
             var command = GatewayCommand(kind: .live, connId: connIds.joined(separator: ","), frame: frame)
-            command.liveRoute = LiveRoute(conversationId: conversationId, mode: mode)
+            command.liveRoute = route
             return command.publishing(to: gateway)
         }
+        guard !commands.isEmpty else { return }
         _ = try await redis.pipeline(commands)
     }
 

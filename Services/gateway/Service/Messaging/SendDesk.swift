@@ -22,6 +22,9 @@ struct SendDesk: Sendable {
     let limits: FrameLimits
     /// Past this wait in the socket's queue a message is refused as busy.
     let sendWaitMax: Duration
+    /// `GATEWAY_STORE_GROUP_WAIT_MS`: how long the store of a message delivered early may
+    /// wait for others to share its write (`MessageSending.Caller.storeMayWait`).
+    let storeGroupWait: Duration
 
     var metrics: RoutingMetrics { sending.metrics }
 
@@ -133,6 +136,8 @@ struct SendDesk: Sendable {
         func storeWritten() {
             turn?.release()
         }
+
+        var storeMayWait: Duration { desk.storeGroupWait }
 
         /// The socket's next frame does not wait for the publish (`MessageSending.Caller`).
         var waitsForPublishes: Bool { false }
