@@ -31,6 +31,8 @@ public actor LiveWhisperer {
     /// Listeners present in this session: their public key and, once known, name.
     private var publicKeys: [String: String] = [:]
     private var names: [String: String] = [:]
+    /// Each listener device's profile: devices of one profile are one person, let go together.
+    private var profiles: [String: String] = [:]
     private var admitted: Set<String> = []
     public private(set) var joined: Set<String> = []
 
@@ -63,6 +65,7 @@ public actor LiveWhisperer {
     public func handle(_ frame: ServerFrame) async throws -> Event? {
         if let offer = frame.payload(as: LiveListenerOffered.self), offer.conversationId == conversationId {
             publicKeys[offer.listenerId] = offer.publicKey
+            profiles[offer.listenerId] = offer.profileId
             if offer.known, admitsKnownListeners, let known = offer.name {
                 try await admit(offer.listenerId, name: known)
             } else {
@@ -114,13 +117,18 @@ public actor LiveWhisperer {
         admitted.insert(listenerId)
     }
 
-    /// Refuses a listener, or lets one go: the server forgets it and sends it nothing
-    /// more, and the others get a new key it never saw.
+    /// Refuses a listener, or lets one go, with every device of its profile: the server
+    /// forgets it and sends it nothing more, and the others get a new key it never saw.
     public func refuse(_ listenerId: String) async throws {
         try await control(LiveDeauthorize(sessionToken: try await connection.token(), .init(conversationId: conversationId, listenerId: listenerId)))
-        let wasAdmitted = admitted.remove(listenerId) != nil
-        joined.remove(listenerId)
-        publicKeys[listenerId] = nil
+        let profile = profiles[listenerId]
+        let gone = Set([listenerId] + (profile.map { profile in profiles.filter { $0.value == profile }.map(\.key) } ?? []))
+        var wasAdmitted = false
+        for device in gone {
+            wasAdmitted = admitted.remove(device) != nil || wasAdmitted
+            joined.remove(device)
+            publicKeys[device] = nil
+        }
         guard wasAdmitted else { return }
         keyId += 1
         key = LiveCrypto.newConversationKey()

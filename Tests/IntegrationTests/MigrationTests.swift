@@ -38,6 +38,7 @@ import WhisperShared
             let expected: Set<String> = [
                 "users", "devices", "groups", "group_members", "bans", "reports", "audit_events",
                 "attachments", "attachment_recipients", "contact_backups", "schema_migrations", "group_invitations", "live_conversations", "live_listeners", "ptt_channels", "ptt_members", "ptt_removed", "kt_leaves", "kt_nodes", "kt_log", "kt_epochs", "kt_keys", "kt_key_statements", "kt_audits", "deleted_identities",
+                "live_profiles", "live_profile_devices", "live_profile_codes",
             ]
             #expect(tables == expected)
         }

@@ -78,7 +78,8 @@ import WhisperShared
         for type in ClientFrameType.allCases {
             #expect(type.payloadType.frameType == type)
         }
-        let open: Set<ClientFrameType> = [.registerBegin, .registerProof, .ping, .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping]
+        let open: Set<ClientFrameType> = [.registerBegin, .registerProof, .ping, .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping,
+            .liveProfileGet, .liveProfileRename, .liveProfileShare, .liveProfileJoin, .liveProfileLeave, .liveProfileDelete]
         #expect(Set(ClientFrameType.allCases.filter { !$0.isPrivileged }) == open)
     }
 

@@ -68,7 +68,8 @@ public func buildGateway(
         )
     )
     let live = LiveRelay(
-        redis: environment.redis, postgres: environment.postgres, registry: liveRegistry, connections: connections, limiter: limits.limiter,
+        redis: environment.redis, postgres: environment.postgres, profiles: LiveProfiles(postgres: environment.postgres, logger: environment.logger),
+        registry: liveRegistry, connections: connections, limiter: limits.limiter,
         limits: LiveRelay.Limits(maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets, rules: settings.limits),
         instanceID: settings.common.instanceID, logger: environment.logger
     )

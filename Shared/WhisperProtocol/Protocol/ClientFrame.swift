@@ -37,6 +37,12 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case liveAuthorize = "live_authorize"
     case liveDeauthorize = "live_deauthorize"
     case livePacket = "live_packet"
+    case liveProfileGet = "live_profile_get"
+    case liveProfileRename = "live_profile_rename"
+    case liveProfileShare = "live_profile_share"
+    case liveProfileJoin = "live_profile_join"
+    case liveProfileLeave = "live_profile_leave"
+    case liveProfileDelete = "live_profile_delete"
     case pttChannelCreate = "ptt_channel_create"
     case pttChannelJoin = "ptt_channel_join"
     case pttChannelLeave = "ptt_channel_leave"
@@ -73,7 +79,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         PresenceSubscribe.self, ReportUser.self, LiveConversationCreate.self, LiveConversationRename.self,
         LiveConversationDelete.self, LiveConversationsList.self, LiveListenOffer.self, LiveListenRequest.self,
         LiveJoining.self, LiveListenerPacket.self, LiveDropping.self, LiveWhisperOffer.self,
-        LiveAuthorize.self, LiveDeauthorize.self, LivePacket.self, PTTChannelCreate.self,
+        LiveAuthorize.self, LiveDeauthorize.self, LivePacket.self, LiveProfileGet.self, LiveProfileRename.self,
+        LiveProfileShare.self, LiveProfileJoin.self, LiveProfileLeave.self, LiveProfileDelete.self, PTTChannelCreate.self,
         PTTChannelJoin.self, PTTChannelLeave.self, PTTChannelDelete.self, PTTChannelRemove.self,
         PTTChannelRotateCode.self, PTTChannelsList.self, PTTTalkRequest.self, PTTTalkRelease.self,
         PTTAnnounce.self, PTTNearby.self, PTTSignal.self,

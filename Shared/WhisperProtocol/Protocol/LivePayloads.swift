@@ -346,13 +346,16 @@ public struct LiveListenerOffered: ServerPayload, Equatable {
     public static let frameType = ServerFrameType.liveListenerOffered
     public var conversationId: String
     public var listenerId: String
+    /// The profile of the listener's device: devices with one profile are one person.
+    public var profileId: String?
     public var publicKey: String
     public var known: Bool
     public var name: String?
 
-    public init(conversationId: String, listenerId: String, publicKey: String, known: Bool, name: String?) {
+    public init(conversationId: String, listenerId: String, profileId: String? = nil, publicKey: String, known: Bool, name: String?) {
         self.conversationId = conversationId
         self.listenerId = listenerId
+        self.profileId = profileId
         self.publicKey = publicKey
         self.known = known
         self.name = name

@@ -34,6 +34,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case liveConversations = "live_conversations"
     case liveConversationDeleted = "live_conversation_deleted"
     case liveAck = "live_ack"
+    case liveProfile = "live_profile"
+    case liveProfileCode = "live_profile_code"
     case liveListenerOffered = "live_listener_offered"
     case liveListenerRequested = "live_listener_requested"
     case liveListenerJoined = "live_listener_joined"
@@ -85,6 +87,8 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .liveConversations: LiveConversations.self
         case .liveConversationDeleted: LiveConversationDeleted.self
         case .liveAck: LiveAck.self
+        case .liveProfile: LiveProfile.self
+        case .liveProfileCode: LiveProfileCode.self
         case .liveListenerOffered: LiveListenerOffered.self
         case .liveListenerRequested: LiveListenerRequested.self
         case .liveListenerJoined: LiveListenerJoined.self

@@ -69,6 +69,13 @@ extension Limit {
     public static let liveDevicesPerAddress = Limit("gateway.rate.limit.live.devices.per.address", "20/1h", per: .address, bucket: "live_device", counts: "new listener devices from this address")
     /// Frames of one listener's socket in one conversation after its listen offer.
     public static let liveFramesPerListener = Limit("gateway.rate.limit.live.frames.per.listener", "30/10s", per: .socket, bucket: "live_frames", counts: "frames in this conversation")
+    /// Listener profile frames (`live_profile_*`) from one client address, this instance's count.
+    public static let liveProfilesPerAddress = Limit("gateway.rate.limit.live.profiles.per.address", "60/60s", per: .address, bucket: "live_profile", counts: "profile frames from this address")
+    /// `live_profile_join` attempts that named no code waiting, per device: checked
+    /// before each join, charged only when it fails (`NOT_FOUND`).
+    public static let liveProfileCodeMissesPerDevice = Limit("gateway.rate.limit.live.profile.code.misses.per.device", "10/1h", per: .device, bucket: "live_profile_miss", counts: "profile joins that named no code")
+    /// The same per client address, this instance's count.
+    public static let liveProfileCodeMissesPerAddress = Limit("gateway.rate.limit.live.profile.code.misses.per.address", "30/1h", per: .address, bucket: "live_profile_miss", counts: "profile joins from this address that named no code")
 
     // MARK: storing messages (gateways, routers)
 
@@ -120,6 +127,7 @@ extension Limit {
         presenceSubscribePerIdentity, presenceEventsPerIdentity, callsPerIdentity, callSignalsPerIdentity,
         liveConversationsPerIdentity, pttPerIdentity, pttJoinMissesPerIdentity, pttJoinMissesPerAddress, pttSignalsPerIdentity,
         liveOffersPerDevice, liveOffersPerAddress, livePacketsPerWhisperer, liveDevicesPerAddress, liveFramesPerListener,
+        liveProfilesPerAddress, liveProfileCodeMissesPerDevice, liveProfileCodeMissesPerAddress,
         sendPerPair,
         registerPerAddress, registerPerIdentity, updateTokensPerIdentity, updateTokensPerAddress, keyLookupPerIdentity, directoryPerAddress,
         backupPerIdentity, reportPerIdentity,

@@ -382,6 +382,42 @@ public enum Migrations {
             "CREATE INDEX users_created_at ON users (created_at DESC, whisper_id DESC)",
             "CREATE INDEX users_whisper_id_pattern ON users (whisper_id text_pattern_ops)",
         ]),
+        // Listener profiles (docs/protocol.md section 13): a device with no row here is
+        // alone in the profile whose ID is its device ID (`live_profile_of`).
+        // `live_listeners.listener_id` is a profile ID. Codes are kept as SHA-256
+        // digests, each used once.
+        Migration(version: 17, name: "live_profiles", statements: [
+            """
+            CREATE TABLE live_profiles (
+                profile_id text PRIMARY KEY,
+                name       text CHECK (char_length(name) BETWEEN 1 AND 64),
+                created_at timestamptz NOT NULL DEFAULT now(),
+                updated_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE live_profile_devices (
+                device_id  text PRIMARY KEY,
+                profile_id text NOT NULL REFERENCES live_profiles (profile_id) ON DELETE CASCADE,
+                joined_at  timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            "CREATE INDEX live_profile_devices_profile ON live_profile_devices (profile_id)",
+            """
+            CREATE TABLE live_profile_codes (
+                code_digest bytea PRIMARY KEY,
+                profile_id  text NOT NULL REFERENCES live_profiles (profile_id) ON DELETE CASCADE,
+                expires_at  timestamptz NOT NULL
+            )
+            """,
+            "CREATE INDEX live_profile_codes_profile ON live_profile_codes (profile_id)",
+            "CREATE INDEX live_listeners_listener ON live_listeners (listener_id)",
+            // The one statement of which profile a device is in.
+            """
+            CREATE FUNCTION live_profile_of(device text) RETURNS text LANGUAGE sql STABLE AS
+            $$ SELECT COALESCE((SELECT profile_id FROM live_profile_devices WHERE device_id = device), device) $$
+            """,
+        ]),
     ]
 
     /// The version a service needs before it reports ready.

@@ -139,6 +139,37 @@ extension FrameRoute {
                 served.answer(try await handler.live.dropping(payload, on: served.connection))
             }
 
+        // MARK: Live text: a listener device's profile
+        case .liveProfileGet:
+            .open(LiveProfileGet.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
+                served.answer(try await handler.live.profiles.profile(of: served.connection.liveDevice ?? ""))
+            }
+        case .liveProfileRename:
+            .open(LiveProfileRename.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, payload, served in
+                served.answer(try await handler.live.profiles.rename(payload, device: served.connection.liveDevice ?? ""))
+            }
+        case .liveProfileShare:
+            .open(LiveProfileShare.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
+                served.answer(try await handler.live.profiles.share(device: served.connection.liveDevice ?? ""))
+            }
+        case .liveProfileJoin:
+            .open(LiveProfileJoin.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, payload, served in
+                // A code is a secret that can be guessed: wrong ones are bounded.
+                let device = served.connection.liveDevice ?? ""
+                let profile = try await handler.limits.guessing(
+                    .liveProfileCodeMissesPerDevice, .liveProfileCodeMissesPerAddress, identity: device, address: served.connection.remoteAddress
+                ) { try await handler.live.profiles.join(payload, device: device) }
+                served.answer(profile)
+            }
+        case .liveProfileLeave:
+            .open(LiveProfileLeave.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
+                served.answer(try await handler.live.profiles.leave(device: served.connection.liveDevice ?? ""))
+            }
+        case .liveProfileDelete:
+            .open(LiveProfileDelete.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
+                served.answer(try await handler.live.profiles.delete(device: served.connection.liveDevice ?? ""))
+            }
+
         // MARK: Push-to-talk: channels, the floor, nearby, media signaling (section 14)
         case .pttChannelCreate:
             .acting(PTTChannelCreate.self, [Self.ptt], answersRefusals: true) { handler, payload, whisperId, served in
@@ -211,4 +242,6 @@ extension FrameRoute {
     private static let liveConversations = Gate.identityBucket(.liveConversationsPerIdentity)
     /// Push-to-talk frames but signals, per identity.
     private static let ptt = Gate.identityBucket(.pttPerIdentity)
+    /// A listener device's profile frames: each is a Postgres round trip or two.
+    private static let liveProfile: [Gate] = [.address(.routedPerAddress), .address(.liveProfilesPerAddress)]
 }

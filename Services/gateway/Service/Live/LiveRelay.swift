@@ -28,6 +28,8 @@ struct LiveRelay: Sendable {
 
     let redis: RedisClient
     let postgres: PostgresClient
+    /// Which devices are one listener (`live_listeners` names profiles).
+    let profiles: LiveProfiles
     let registry: LiveRegistry
     /// This gateway's sockets, written straight from here (`route`).
     let connections: ConnectionRegistry
@@ -62,9 +64,10 @@ struct LiveRelay: Sendable {
         let rows = try await postgres.query(
             """
             INSERT INTO live_listeners (conversation_id, listener_id, name)
-            SELECT \(request.conversationId), \(request.listenerId), \(request.listenerName)
+            SELECT \(request.conversationId), p.id, \(request.listenerName)
+            FROM (SELECT live_profile_of(\(request.listenerId)) AS id) p
             WHERE EXISTS (SELECT 1 FROM live_conversations WHERE conversation_id = \(request.conversationId) AND owner_id = \(whisperId))
-              AND (EXISTS (SELECT 1 FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId))
+              AND (EXISTS (SELECT 1 FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = p.id)
                    OR (SELECT count(*) FROM live_listeners WHERE conversation_id = \(request.conversationId)) < \(limits.maxListeners))
             ON CONFLICT (conversation_id, listener_id) DO UPDATE SET name = EXCLUDED.name
             RETURNING listener_id
@@ -86,15 +89,17 @@ struct LiveRelay: Sendable {
         return LiveAck(conversationId: request.conversationId)
     }
 
-    /// Refuses or lets go a listener, with or without the Whisperer's place: its row goes
-    /// first, then its places everywhere (told `live_deauthorized` as they go).
+    /// Refuses or lets go a listener, with or without the Whisperer's place: the row of
+    /// its device's profile goes first, then the places of every device of that profile,
+    /// everywhere (told `live_deauthorized` as they go).
     func deauthorize(_ request: LiveDeauthorize, whisperId: String) async throws -> LiveAck {
         _ = try await ownedName(request.conversationId, owner: whisperId)
+        let person = try await profiles.people(request.listenerId)
         try await postgres.query(
-            "DELETE FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(request.listenerId)",
+            "DELETE FROM live_listeners WHERE conversation_id = \(request.conversationId) AND listener_id = \(person.profileId)",
             logger: logger
         )
-        let targets = try await entries(request.conversationId).filter { !$0.isWhisperer && $0.id == request.listenerId }
+        let targets = try await entries(request.conversationId).filter { !$0.isWhisperer && person.devices.contains($0.id) }
         try await forget(targets, conversationId: request.conversationId)
         try await route(LiveDeauthorized(conversationId: request.conversationId), to: targets, conversationId: request.conversationId, mode: .detach)
         return LiveAck(conversationId: request.conversationId)
@@ -119,17 +124,24 @@ struct LiveRelay: Sendable {
     // MARK: - Listener
 
     func listenOffer(_ offer: LiveListenOffer, device: String, on connection: ClientConnection) async throws -> LiveAck {
+        // Known when the device's profile was let in, under the profile's own name if it
+        // has one, else the name it was let in under.
         let rows = try await postgres.query(
             """
-            SELECT (SELECT name FROM live_listeners WHERE conversation_id = c.conversation_id AND listener_id = \(device))
-            FROM live_conversations c WHERE c.conversation_id = \(offer.conversationId)
+            SELECT p.id, (SELECT COALESCE((SELECT name FROM live_profiles WHERE profile_id = p.id), l.name)
+                          FROM live_listeners l WHERE l.conversation_id = c.conversation_id AND l.listener_id = p.id)
+            FROM live_conversations c,
+                 (SELECT live_profile_of(\(device)) AS id) p
+            WHERE c.conversation_id = \(offer.conversationId)
             """,
             logger: logger
         )
         var found = false
         var knownName: String?
-        for try await name in rows.decode(String?.self) {
+        var profileId = device
+        for try await (id, name) in rows.decode((String, String?).self) {
             found = true
+            profileId = id
             knownName = name
         }
         guard found else { throw WhisperError(.notFound, "no such conversation") }
@@ -152,7 +164,8 @@ struct LiveRelay: Sendable {
         try await record(connection.id, offer.conversationId, isWhisperer: false, id: device, joined: false)
         try await route(
             LiveListenerOffered(
-                conversationId: offer.conversationId, listenerId: device, publicKey: offer.publicKey, known: knownName != nil, name: knownName
+                conversationId: offer.conversationId, listenerId: device, profileId: profileId, publicKey: offer.publicKey,
+                known: knownName != nil, name: knownName
             ),
             to: present.filter(\.isWhisperer), conversationId: offer.conversationId, mode: .control
         )
@@ -174,7 +187,11 @@ struct LiveRelay: Sendable {
         // Let in first, joined after: a device the Whisperer has not let in never holds a
         // joined place, not even for the moment of a lookup, so no content reaches it.
         let rows = try await postgres.query(
-            "SELECT name FROM live_listeners WHERE conversation_id = \(conversationId) AND listener_id = \(device)", logger: logger
+            """
+            SELECT name FROM live_listeners WHERE conversation_id = \(conversationId)
+              AND listener_id = live_profile_of(\(device))
+            """,
+            logger: logger
         )
         var name: String?
         for try await row in rows.decode(String.self) { name = row }

@@ -1,0 +1,198 @@
+import Crypto
+import Logging
+import NIOCore
+import PostgresNIO
+import WhisperShared
+
+/// Listener profiles (docs/protocol.md section 13, "Listener profiles"), kept in Postgres:
+/// which listener devices are one person, its name, and the codes that let one more
+/// device in. A device with no row is alone in the profile named by its device ID;
+/// its first change (a name, a code) gives it rows. `live_listeners` names profiles.
+struct LiveProfiles: Sendable {
+    let postgres: PostgresClient
+    let logger: Logger
+    static let maxDevices = 10
+    static let maxCodes = 3
+    static let codeLifetime: Duration = .seconds(600)
+
+    // MARK: - Frames
+
+    func profile(of device: String) async throws -> LiveProfile {
+        try await postgres.withConnection { try await Self.profile(of: device, on: $0, logger: logger) }
+    }
+
+    func rename(_ request: LiveProfileRename, device: String) async throws -> LiveProfile {
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+            let id = try await Self.ownRows(device, on: connection, logger: logger)
+            _ = try await connection.query(
+                "UPDATE live_profiles SET name = \(request.name), updated_at = now() WHERE profile_id = \(id)", logger: logger
+            )
+            return try await Self.profile(of: device, on: connection, logger: logger)
+        }
+    }
+
+    /// A new code for the device's profile, kept as a digest; refused past `maxCodes`
+    /// waiting (under the profile's row lock).
+    func share(device: String) async throws -> LiveProfileCode {
+        let code = PTTJoinCode.make()
+        let expiresAt = Clock.millisecondsNow() + Int64(Self.codeLifetime.milliseconds)
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+            let id = try await Self.ownRows(device, on: connection, logger: logger)
+            _ = try await connection.query("SELECT 1 FROM live_profiles WHERE profile_id = \(id) FOR UPDATE", logger: logger)
+            _ = try await connection.query("DELETE FROM live_profile_codes WHERE profile_id = \(id) AND expires_at <= now()", logger: logger)
+            guard try await Self.count("SELECT count(*)::bigint FROM live_profile_codes WHERE profile_id = \(id)", on: connection, logger: logger)
+                < Self.maxCodes else {
+                throw WhisperError(.forbidden, "a profile has at most \(Self.maxCodes) codes waiting; use one or let one expire")
+            }
+            _ = try await connection.query(
+                """
+                INSERT INTO live_profile_codes (code_digest, profile_id, expires_at)
+                VALUES (\(Self.digest(code)), \(id), to_timestamp(\(Double(expiresAt) / 1_000)))
+                """,
+                logger: logger
+            )
+        }
+        return LiveProfileCode(code: code, expiresAt: expiresAt)
+    }
+
+    /// Moves the device into the profile a code was made for, and uses the code up.
+    /// An unknown or expired code is `NOT_FOUND` (the route counts it as a guess). The
+    /// profile it leaves, once it has no device, goes with the conversations that let it in.
+    func join(_ request: LiveProfileJoin, device: String) async throws -> LiveProfile {
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+            let found = try await connection.query(
+                "SELECT profile_id FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code)) AND expires_at > now() FOR UPDATE",
+                logger: logger
+            )
+            var target: String?
+            for try await id in found.decode(String.self) { target = id }
+            guard let target else { throw WhisperError(.notFound, "no such code, or it has expired") }
+            _ = try await connection.query("SELECT 1 FROM live_profiles WHERE profile_id = \(target) FOR UPDATE", logger: logger)
+            let current = try await Self.profileID(of: device, on: connection, logger: logger)
+            if current != target {
+                guard try await Self.count("SELECT count(*)::bigint FROM live_profile_devices WHERE profile_id = \(target)", on: connection, logger: logger)
+                    < Self.maxDevices else {
+                    throw WhisperError(.forbidden, "a profile has at most \(Self.maxDevices) devices; let one leave first")
+                }
+                _ = try await connection.query(
+                    """
+                    INSERT INTO live_profile_devices (device_id, profile_id) VALUES (\(device), \(target))
+                    ON CONFLICT (device_id) DO UPDATE SET profile_id = EXCLUDED.profile_id, joined_at = now()
+                    """,
+                    logger: logger
+                )
+                try await Self.dropIfEmpty(current, on: connection, logger: logger)
+            }
+            _ = try await connection.query("DELETE FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code))", logger: logger)
+            return try await Self.profile(of: device, on: connection, logger: logger)
+        }
+    }
+
+    /// The device leaves its profile for a new one of its own; a device alone keeps its.
+    func leave(device: String) async throws -> LiveProfile {
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+            let current = try await Self.profileID(of: device, on: connection, logger: logger)
+            if try await Self.devices(of: current, on: connection, logger: logger).count > 1 {
+                try await Self.giveNewProfile(to: device, on: connection, logger: logger)
+            }
+            return try await Self.profile(of: device, on: connection, logger: logger)
+        }
+    }
+
+    /// The device's profile goes with its name, codes and the conversations that let it
+    /// in; each of its devices gets a new profile of its own (never the old ID again).
+    func delete(device: String) async throws -> LiveProfile {
+        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+            let current = try await Self.profileID(of: device, on: connection, logger: logger)
+            let devices = try await Self.devices(of: current, on: connection, logger: logger)
+            _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(current)", logger: logger)
+            _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(current)", logger: logger)
+            for each in devices.union([device]) {
+                try await Self.giveNewProfile(to: each, on: connection, logger: logger)
+            }
+            return try await Self.profile(of: device, on: connection, logger: logger)
+        }
+    }
+
+    // MARK: - For the live sequence
+
+    /// The profile `listener` (a device ID, as the Whisperer names listeners) is in, and
+    /// every device of that profile (`listener` among them).
+    func people(_ listener: String) async throws -> (profileId: String, devices: Set<String>) {
+        try await postgres.withConnection { connection in
+            let id = try await Self.profileID(of: listener, on: connection, logger: logger)
+            return (id, try await Self.devices(of: id, on: connection, logger: logger).union([listener]))
+        }
+    }
+
+    // MARK: - Rows
+
+    static func profileID(of device: String, on connection: PostgresConnection, logger: Logger) async throws -> String {
+        for try await id in try await connection.query(
+            "SELECT live_profile_of(\(device))", logger: logger
+        ).decode(String.self) { return id }
+        return device
+    }
+
+    static func profile(of device: String, on connection: PostgresConnection, logger: Logger) async throws -> LiveProfile {
+        let id = try await profileID(of: device, on: connection, logger: logger)
+        var name: String?
+        for try await row in try await connection.query("SELECT name FROM live_profiles WHERE profile_id = \(id)", logger: logger).decode(String?.self) {
+            name = row
+        }
+        return LiveProfile(profileId: id, name: name, devices: try await devices(of: id, on: connection, logger: logger).count)
+    }
+
+    /// The devices of a profile: its rows, or the device alone whose ID names it.
+    static func devices(of profileId: String, on connection: PostgresConnection, logger: Logger) async throws -> Set<String> {
+        let rows = try await connection.query(
+            """
+            SELECT device_id FROM live_profile_devices WHERE profile_id = \(profileId)
+            UNION SELECT \(profileId) WHERE NOT EXISTS (SELECT 1 FROM live_profile_devices WHERE device_id = \(profileId))
+              AND NOT EXISTS (SELECT 1 FROM live_profiles WHERE profile_id = \(profileId))
+            """,
+            logger: logger
+        )
+        var found: Set<String> = []
+        for try await id in rows.decode(String.self) { found.insert(id) }
+        return found
+    }
+
+    /// Gives a device alone in the profile its ID names the rows of that profile; its
+    /// profile's ID either way.
+    private static func ownRows(_ device: String, on connection: PostgresConnection, logger: Logger) async throws -> String {
+        let id = try await profileID(of: device, on: connection, logger: logger)
+        guard id == device else { return id }
+        _ = try await connection.query("INSERT INTO live_profiles (profile_id) VALUES (\(id)) ON CONFLICT DO NOTHING", logger: logger)
+        _ = try await connection.query(
+            "INSERT INTO live_profile_devices (device_id, profile_id) VALUES (\(device), \(id)) ON CONFLICT DO NOTHING", logger: logger
+        )
+        return id
+    }
+
+    private static func giveNewProfile(to device: String, on connection: PostgresConnection, logger: Logger) async throws {
+        let id = RandomID.uuid()
+        _ = try await connection.query("INSERT INTO live_profiles (profile_id) VALUES (\(id))", logger: logger)
+        _ = try await connection.query(
+            """
+            INSERT INTO live_profile_devices (device_id, profile_id) VALUES (\(device), \(id))
+            ON CONFLICT (device_id) DO UPDATE SET profile_id = EXCLUDED.profile_id, joined_at = now()
+            """,
+            logger: logger
+        )
+    }
+
+    /// A profile no device is in any more goes, with the conversations that let it in.
+    private static func dropIfEmpty(_ profileId: String, on connection: PostgresConnection, logger: Logger) async throws {
+        guard try await devices(of: profileId, on: connection, logger: logger).isEmpty else { return }
+        _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(profileId)", logger: logger)
+        _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(profileId)", logger: logger)
+    }
+
+    private static func count(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int64 {
+        for try await value in try await connection.query(query, logger: logger).decode(Int64.self) { return value }
+        return 0
+    }
+
+    private static func digest(_ code: String) -> ByteBuffer { ByteBuffer(bytes: SHA256.hash(data: Array(code.utf8))) }
+}
