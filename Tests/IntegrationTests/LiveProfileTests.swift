@@ -58,6 +58,15 @@ import WhisperShared
                 try await device.record.waitFor { if case .text(let t) = $0 { t.live == "both of you" } else { false } }
             }
 
+            // Either device lists the conversation, live while the Whisperer is in it;
+            // another conversation of the same Whisperer that never let it in is not listed.
+            _ = try await whisperer.connection.createLiveConversation(name: "Clinic")
+            for socket in [phoneSocket, laptopSocket] {
+                let listed: LiveProfileConversations = try await Self.answer(socket, LiveProfileConversationsList(.init()))
+                #expect(listed.conversations.map(\.conversationId) == [conversation.conversationId])
+                #expect(listed.conversations.first.map { ($0.name, $0.whispererName, $0.live) } ?? ("", nil, false) == ("Kitchen table", "Sam", true))
+            }
+
             // Let go through one device: both are out, and neither reads anything more.
             try await whisperer.side.refuse(phone.deviceId)
             try await onPhone.record.waitFor { $0 == .removed }
@@ -75,6 +84,8 @@ import WhisperShared
             }
             #expect(await onPhone.record.frames(.liveContent).count == heard.0)
             #expect(await onLaptop.record.frames(.liveContent).count == heard.1)
+            // Let go, the conversation is no longer listed.
+            #expect((try await Self.answer(laptopSocket, LiveProfileConversationsList(.init())) as LiveProfileConversations).conversations.isEmpty)
 
             // The laptop leaves for a profile of its own; deleting the phone's profile
             // gives the phone a new one too, with nothing of the old.

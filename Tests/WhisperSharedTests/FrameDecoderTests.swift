@@ -79,7 +79,7 @@ import WhisperShared
             #expect(type.payloadType.frameType == type)
         }
         let open: Set<ClientFrameType> = [.registerBegin, .registerProof, .ping, .liveListenOffer, .liveListenRequest, .liveJoining, .liveListenerPacket, .liveDropping,
-            .liveProfileGet, .liveProfileRename, .liveProfileShare, .liveProfileJoin, .liveProfileLeave, .liveProfileDelete]
+            .liveProfileGet, .liveProfileRename, .liveProfileShare, .liveProfileJoin, .liveProfileLeave, .liveProfileDelete, .liveProfileConversationsList]
         #expect(Set(ClientFrameType.allCases.filter { !$0.isPrivileged }) == open)
     }
 

@@ -43,6 +43,7 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
     case liveProfileJoin = "live_profile_join"
     case liveProfileLeave = "live_profile_leave"
     case liveProfileDelete = "live_profile_delete"
+    case liveProfileConversationsList = "live_profile_conversations_list"
     case pttChannelCreate = "ptt_channel_create"
     case pttChannelJoin = "ptt_channel_join"
     case pttChannelLeave = "ptt_channel_leave"
@@ -80,7 +81,8 @@ public enum ClientFrameType: String, CaseIterable, Sendable, Codable {
         LiveConversationDelete.self, LiveConversationsList.self, LiveListenOffer.self, LiveListenRequest.self,
         LiveJoining.self, LiveListenerPacket.self, LiveDropping.self, LiveWhisperOffer.self,
         LiveAuthorize.self, LiveDeauthorize.self, LivePacket.self, LiveProfileGet.self, LiveProfileRename.self,
-        LiveProfileShare.self, LiveProfileJoin.self, LiveProfileLeave.self, LiveProfileDelete.self, PTTChannelCreate.self,
+        LiveProfileShare.self, LiveProfileJoin.self, LiveProfileLeave.self, LiveProfileDelete.self,
+        LiveProfileConversationsList.self, PTTChannelCreate.self,
         PTTChannelJoin.self, PTTChannelLeave.self, PTTChannelDelete.self, PTTChannelRemove.self,
         PTTChannelRotateCode.self, PTTChannelsList.self, PTTTalkRequest.self, PTTTalkRelease.self,
         PTTAnnounce.self, PTTNearby.self, PTTSignal.self,

@@ -29,6 +29,10 @@ public enum LiveProfileDeleteFrame: FrameMarker { public static let frameType = 
 /// The profile goes with what it holds; each of its devices gets a new one of its own.
 public typealias LiveProfileDelete = Payload<DeviceNoFields<LiveProfileDeleteFrame>>
 
+public enum LiveProfileConversationsListFrame: FrameMarker { public static let frameType = ClientFrameType.liveProfileConversationsList }
+/// The conversations that let the device's profile in.
+public typealias LiveProfileConversationsList = Payload<DeviceNoFields<LiveProfileConversationsListFrame>>
+
 /// Names the device's profile.
 public struct LiveProfileRenameFields: DeviceFields, Equatable {
     public enum CodingKeys: String, CodingKey, CaseIterable { case name }
@@ -87,5 +91,33 @@ public struct LiveProfileCode: ServerPayload, Equatable {
     public init(code: String, expiresAt: Int64) {
         self.code = code
         self.expiresAt = expiresAt
+    }
+}
+
+/// The conversations that let a profile in, the latest first (at most
+/// `MAX_LIVE_CONVERSATIONS`): each with its name, the name its Whisperer last whispered
+/// under, whether the Whisperer is in it now, and when the profile was let in (ms).
+public struct LiveProfileConversations: ServerPayload, Equatable {
+    public static let frameType = ServerFrameType.liveProfileConversations
+    public var conversations: [Entry]
+
+    public struct Entry: Codable, Sendable, Equatable {
+        public var conversationId: String
+        public var name: String
+        public var whispererName: String?
+        public var live: Bool
+        public var letInAt: Int64
+
+        public init(conversationId: String, name: String, whispererName: String?, live: Bool, letInAt: Int64) {
+            self.conversationId = conversationId
+            self.name = name
+            self.whispererName = whispererName
+            self.live = live
+            self.letInAt = letInAt
+        }
+    }
+
+    public init(conversations: [Entry]) {
+        self.conversations = conversations
     }
 }

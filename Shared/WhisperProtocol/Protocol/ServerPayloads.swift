@@ -36,6 +36,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
     case liveAck = "live_ack"
     case liveProfile = "live_profile"
     case liveProfileCode = "live_profile_code"
+    case liveProfileConversations = "live_profile_conversations"
     case liveListenerOffered = "live_listener_offered"
     case liveListenerRequested = "live_listener_requested"
     case liveListenerJoined = "live_listener_joined"
@@ -89,6 +90,7 @@ public enum ServerFrameType: String, CaseIterable, Sendable, Codable {
         case .liveAck: LiveAck.self
         case .liveProfile: LiveProfile.self
         case .liveProfileCode: LiveProfileCode.self
+        case .liveProfileConversations: LiveProfileConversations.self
         case .liveListenerOffered: LiveListenerOffered.self
         case .liveListenerRequested: LiveListenerRequested.self
         case .liveListenerJoined: LiveListenerJoined.self

@@ -411,7 +411,9 @@ public enum Migrations {
             )
             """,
             "CREATE INDEX live_profile_codes_profile ON live_profile_codes (profile_id)",
-            "CREATE INDEX live_listeners_listener ON live_listeners (listener_id)",
+            "CREATE INDEX live_listeners_listener ON live_listeners (listener_id, authorized_at DESC)",
+            // The name the Whisperer last whispered under, for its listeners' lists.
+            "ALTER TABLE live_conversations ADD COLUMN whisperer_name text",
             // The one statement of which profile a device is in.
             """
             CREATE FUNCTION live_profile_of(device text) RETURNS text LANGUAGE sql STABLE AS

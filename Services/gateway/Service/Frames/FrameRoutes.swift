@@ -165,6 +165,10 @@ extension FrameRoute {
             .open(LiveProfileLeave.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
                 served.answer(try await handler.live.profiles.leave(device: served.connection.liveDevice ?? ""))
             }
+        case .liveProfileConversationsList:
+            .open(LiveProfileConversationsList.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
+                served.answer(try await handler.live.conversations(ofDevice: served.connection.liveDevice ?? ""))
+            }
         case .liveProfileDelete:
             .open(LiveProfileDelete.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
                 served.answer(try await handler.live.profiles.delete(device: served.connection.liveDevice ?? ""))

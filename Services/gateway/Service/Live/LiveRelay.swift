@@ -43,7 +43,7 @@ struct LiveRelay: Sendable {
     // MARK: - Whisperer
 
     func whisperOffer(_ offer: LiveWhisperOffer, whisperId: String, on connection: ClientConnection) async throws -> LiveAck {
-        let name = try await ownedName(offer.conversationId, owner: whisperId)
+        let name = try await ownedName(offer.conversationId, owner: whisperId, whisperingAs: offer.whispererName)
         guard registry.take(connection.id, offer.conversationId, role: .whisperer(whisperId: whisperId), rule: limits.rules[.livePacketsPerWhisperer]) else {
             throw WhisperError(.forbidden, "this socket is in \(LiveRegistry.maxPlacesPerSocket) conversations already")
         }
@@ -286,8 +286,15 @@ struct LiveRelay: Sendable {
     /// Every place in the conversation that has not lapsed (lapsed ones are removed).
     func entries(_ conversationId: String) async throws -> [Entry] {
         let key = RedisKeys.liveSockets(conversationId)
-        guard let flat = try await redis.send("HGETALL", key).array else { return [] }
-        let now = Clock.millisecondsNow()
+        let (found, lapsed) = Self.places(try await redis.send("HGETALL", key), now: Clock.millisecondsNow())
+        if !lapsed.isEmpty { _ = try? await redis.send(RedisCommand("HDEL", [key] + lapsed)) }
+        return found
+    }
+
+    /// The places of an `HGETALL` of `live:{C}`: those that hold, and the fields of
+    /// those that lapsed or cannot be read.
+    static func places(_ reply: RESPValue, now: Int64) -> (found: [Entry], lapsed: [String]) {
+        guard let flat = reply.array else { return ([], []) }
         var found: [Entry] = []
         var lapsed: [String] = []
         var index = 0
@@ -296,11 +303,7 @@ struct LiveRelay: Sendable {
             guard let field = flat[index].string, let value = flat[index + 1].string else { continue }
             let where_ = field.split(separator: " ")
             let parts = value.split(separator: " ")
-            guard where_.count == 2, parts.count == 4, let expires = Int64(parts[0]) else {
-                lapsed.append(field)
-                continue
-            }
-            guard expires > now else {
+            guard where_.count == 2, parts.count == 4, let expires = Int64(parts[0]), expires > now else {
                 lapsed.append(field)
                 continue
             }
@@ -308,8 +311,34 @@ struct LiveRelay: Sendable {
                 gateway: String(where_[0]), connId: String(where_[1]), isWhisperer: parts[1] == "W", id: String(parts[2]), joined: parts[3] == "1"
             ))
         }
-        if !lapsed.isEmpty { _ = try? await redis.send(RedisCommand("HDEL", [key] + lapsed)) }
-        return found
+        return (found, lapsed)
+    }
+
+    // MARK: - A listener's list
+
+    /// `live_profile_conversations_list`: the conversations that let the device's
+    /// profile in, the latest first, each live while its Whisperer holds a place in it.
+    func conversations(ofDevice device: String) async throws -> LiveProfileConversations {
+        let rows = try await postgres.query(
+            """
+            SELECT c.conversation_id, c.name, c.whisperer_name, (extract(epoch FROM l.authorized_at) * 1000)::bigint
+            FROM live_listeners l JOIN live_conversations c ON c.conversation_id = l.conversation_id
+            WHERE l.listener_id = live_profile_of(\(device))
+            ORDER BY l.authorized_at DESC LIMIT \(WhisperProtocol.Limits.MAX_LIVE_CONVERSATIONS)
+            """,
+            logger: logger
+        )
+        var found: [LiveProfileConversations.Entry] = []
+        for try await (id, name, whisperer, at) in rows.decode((String, String, String?, Int64).self) {
+            found.append(.init(conversationId: id, name: name, whispererName: whisperer, live: false, letInAt: at))
+        }
+        guard !found.isEmpty else { return LiveProfileConversations(conversations: []) }
+        let places = try await redis.pipeline(found.map { RedisCommand("HGETALL", RedisKeys.liveSockets($0.conversationId)) })
+        let now = Clock.millisecondsNow()
+        for (index, reply) in zip(found.indices, places) {
+            found[index].live = Self.places(reply, now: now).found.contains(where: \.isWhisperer)
+        }
+        return LiveProfileConversations(conversations: found)
     }
 
     private func forget(_ entries: [Entry], conversationId: String) async throws {
@@ -348,11 +377,22 @@ struct LiveRelay: Sendable {
 
     static let noPlace = WhisperError(.notFound, "this socket has no place in that conversation")
 
-    /// The conversation's name, when `owner` owns it.
-    private func ownedName(_ conversationId: String, owner: String) async throws -> String {
-        let rows = try await postgres.query(
-            "SELECT name FROM live_conversations WHERE conversation_id = \(conversationId) AND owner_id = \(owner)", logger: logger
-        )
+    /// The conversation's name, when `owner` owns it; `whisperingAs` is kept as the name
+    /// its Whisperer whispers under, for its listeners' lists.
+    private func ownedName(_ conversationId: String, owner: String, whisperingAs whispererName: String? = nil) async throws -> String {
+        let rows = if let whispererName {
+            try await postgres.query(
+                """
+                UPDATE live_conversations SET whisperer_name = \(whispererName)
+                WHERE conversation_id = \(conversationId) AND owner_id = \(owner) RETURNING name
+                """,
+                logger: logger
+            )
+        } else {
+            try await postgres.query(
+                "SELECT name FROM live_conversations WHERE conversation_id = \(conversationId) AND owner_id = \(owner)", logger: logger
+            )
+        }
         for try await name in rows.decode(String.self) { return name }
         throw WhisperError(.notFound, "no such conversation of yours")
     }
