@@ -19,6 +19,14 @@ import WhisperShared
         try #require(try await connection.request(payload).payload(as: Answer.self))
     }
 
+    /// The next unasked frame of `type` on the socket.
+    static func next(_ type: ServerFrameType, on connection: WhisperConnection) async throws -> ServerFrame {
+        try await withTimeout("a \(type.rawValue) frame") {
+            for await frame in connection.events where frame.type == type { return frame }
+            throw TestSetupError("the socket closed")
+        }
+    }
+
     @Test func twoDevicesOfOneProfileAreLetInOnceAndLetGoTogether() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let owner = try await stack.user(on: 0)
@@ -41,6 +49,11 @@ import WhisperShared
             let joined: LiveProfile = try await Self.answer(laptopSocket, LiveProfileJoin(.init(code: code.code)))
             #expect(joined == LiveProfile(profileId: phone.deviceId, name: "Grandma", devices: 2))
             await expectRefused(.notFound, "a code used twice") { _ = try await laptopSocket.request(LiveProfileJoin(.init(code: code.code))) }
+            // The phone heard of its second device; a name given on the laptop reaches the
+            // phone at once, on its other gateway.
+            #expect(try await Self.next(.liveProfile, on: phoneSocket).payload(as: LiveProfile.self)?.devices == 2)
+            #expect(try await laptopSocket.renameLiveProfile("Grandma Ada").name == "Grandma Ada")
+            #expect(try await Self.next(.liveProfile, on: phoneSocket).payload(as: LiveProfile.self)?.name == "Grandma Ada")
 
             // Let in once, on the phone: the laptop is known under the profile's name and
             // let in at once; both read the text.
@@ -49,7 +62,7 @@ import WhisperShared
             try await whisperer.side.admit(phone.deviceId)
             try await onPhone.record.waitFor { $0 == .admitted }
             let onLaptop = try await LiveHarness.listener(device: laptop, conversation, name: "Ada", stack: stack, on: 0)
-            try await whisperer.record.waitFor { $0 == .arrived(listenerId: laptop.deviceId, known: true, name: "Grandma") }
+            try await whisperer.record.waitFor { $0 == .arrived(listenerId: laptop.deviceId, known: true, name: "Grandma Ada") }
             try await onLaptop.record.waitFor { $0 == .admitted }
             #expect(await whisperer.record.frames(.liveListenerOffered).compactMap { $0.payload(as: LiveListenerOffered.self)?.profileId }
                 .allSatisfy { $0 == phone.deviceId })
@@ -89,8 +102,9 @@ import WhisperShared
 
             // The laptop leaves for a profile of its own; deleting the phone's profile
             // gives the phone a new one too, with nothing of the old.
-            let left: LiveProfile = try await Self.answer(laptopSocket, LiveProfileLeave(.init()))
+            let left = try await laptopSocket.leaveLiveProfile()
             #expect(left.profileId != phone.deviceId && left.devices == 1 && left.name == nil)
+            #expect(try await Self.next(.liveProfile, on: phoneSocket).payload(as: LiveProfile.self)?.devices == 1)
             let fresh: LiveProfile = try await Self.answer(phoneSocket, LiveProfileDelete(.init()))
             #expect(fresh.profileId != phone.deviceId && fresh.devices == 1 && fresh.name == nil)
         }

@@ -53,6 +53,10 @@ struct ControlChannel: Sendable {
             nearby.apply(message.payload)
             return
         }
+        if message.channel == LiveProfiles.channel {
+            LiveProfiles.deliver(message.payload, to: connections)
+            return
+        }
         guard let command = GatewayCommand.decode(message.payload) else {
             logger.warning("control_message_unreadable", metadata: ["sizeBytes": "\(message.payload.count)"])
             return

@@ -68,7 +68,7 @@ public func buildGateway(
         )
     )
     let live = LiveRelay(
-        redis: environment.redis, postgres: environment.postgres, profiles: LiveProfiles(postgres: environment.postgres, logger: environment.logger),
+        redis: environment.redis, postgres: environment.postgres, profiles: LiveProfiles(postgres: environment.postgres, redis: environment.redis, logger: environment.logger),
         registry: liveRegistry, connections: connections, limiter: limits.limiter,
         limits: LiveRelay.Limits(maxListeners: settings.liveMaxListeners, maxSockets: settings.liveMaxSockets, rules: settings.limits),
         instanceID: settings.common.instanceID, logger: environment.logger
@@ -116,7 +116,7 @@ public func buildGateway(
     let missedFrames = MissedFrames(connections: connections, logger: environment.logger)
     let subscriber = RedisSubscriber(
         configuration: settings.common.redis,
-        channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel, NearbyBoard.channel],
+        channels: [RedisKeys.gatewayChannel(settings.common.instanceID), IdentityChange.channel, NearbyBoard.channel, LiveProfiles.channel],
         logger: environment.logger,
         onMessage: control.handle,
         // Changes published while the subscription was down were missed.

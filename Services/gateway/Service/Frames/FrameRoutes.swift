@@ -146,7 +146,7 @@ extension FrameRoute {
             }
         case .liveProfileRename:
             .open(LiveProfileRename.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, payload, served in
-                served.answer(try await handler.live.profiles.rename(payload, device: served.connection.liveDevice ?? ""))
+                served.answer(try await handler.live.profiles.rename(payload, device: served.connection.liveDevice ?? "", asker: served.connection.id))
             }
         case .liveProfileShare:
             .open(LiveProfileShare.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
@@ -158,12 +158,12 @@ extension FrameRoute {
                 let device = served.connection.liveDevice ?? ""
                 let profile = try await handler.limits.guessing(
                     .liveProfileCodeMissesPerDevice, .liveProfileCodeMissesPerAddress, identity: device, address: served.connection.remoteAddress
-                ) { try await handler.live.profiles.join(payload, device: device) }
+                ) { try await handler.live.profiles.join(payload, device: device, asker: served.connection.id) }
                 served.answer(profile)
             }
         case .liveProfileLeave:
             .open(LiveProfileLeave.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
-                served.answer(try await handler.live.profiles.leave(device: served.connection.liveDevice ?? ""))
+                served.answer(try await handler.live.profiles.leave(device: served.connection.liveDevice ?? "", asker: served.connection.id))
             }
         case .liveProfileConversationsList:
             .open(LiveProfileConversationsList.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
@@ -171,7 +171,7 @@ extension FrameRoute {
             }
         case .liveProfileDelete:
             .open(LiveProfileDelete.self, .listenerDevice, Self.liveProfile, answersRefusals: true) { handler, _, served in
-                served.answer(try await handler.live.profiles.delete(device: served.connection.liveDevice ?? ""))
+                served.answer(try await handler.live.profiles.delete(device: served.connection.liveDevice ?? "", asker: served.connection.id))
             }
 
         // MARK: Push-to-talk: channels, the floor, nearby, media signaling (section 14)

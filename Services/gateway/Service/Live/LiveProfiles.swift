@@ -10,6 +10,7 @@ import WhisperShared
 /// its first change (a name, a code) gives it rows. `live_listeners` names profiles.
 struct LiveProfiles: Sendable {
     let postgres: PostgresClient
+    let redis: RedisClient
     let logger: Logger
     static let maxDevices = 10
     static let maxCodes = 3
@@ -21,14 +22,16 @@ struct LiveProfiles: Sendable {
         try await postgres.withConnection { try await Self.profile(of: device, on: $0, logger: logger) }
     }
 
-    func rename(_ request: LiveProfileRename, device: String) async throws -> LiveProfile {
-        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+    func rename(_ request: LiveProfileRename, device: String, asker: String) async throws -> LiveProfile {
+        let profile = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
             let id = try await Self.ownRows(device, on: connection, logger: logger)
             _ = try await connection.query(
                 "UPDATE live_profiles SET name = \(request.name), updated_at = now() WHERE profile_id = \(id)", logger: logger
             )
             return try await Self.profile(of: device, on: connection, logger: logger)
         }
+        await tell(profile, except: asker)
+        return profile
     }
 
     /// A new code for the device's profile, kept as a digest; refused past `maxCodes`
@@ -58,8 +61,8 @@ struct LiveProfiles: Sendable {
     /// Moves the device into the profile a code was made for, and uses the code up.
     /// An unknown or expired code is `NOT_FOUND` (the route counts it as a guess). The
     /// profile it leaves, once it has no device, goes with the conversations that let it in.
-    func join(_ request: LiveProfileJoin, device: String) async throws -> LiveProfile {
-        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+    func join(_ request: LiveProfileJoin, device: String, asker: String) async throws -> LiveProfile {
+        let profile = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
             let found = try await connection.query(
                 "SELECT profile_id FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code)) AND expires_at > now() FOR UPDATE",
                 logger: logger
@@ -86,31 +89,75 @@ struct LiveProfiles: Sendable {
             _ = try await connection.query("DELETE FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code))", logger: logger)
             return try await Self.profile(of: device, on: connection, logger: logger)
         }
+        await tell(profile, except: asker)
+        return profile
     }
 
     /// The device leaves its profile for a new one of its own; a device alone keeps its.
-    func leave(device: String) async throws -> LiveProfile {
-        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+    func leave(device: String, asker: String) async throws -> LiveProfile {
+        let (profile, left) = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> (LiveProfile, LiveProfile?) in
             let current = try await Self.profileID(of: device, on: connection, logger: logger)
-            if try await Self.devices(of: current, on: connection, logger: logger).count > 1 {
-                try await Self.giveNewProfile(to: device, on: connection, logger: logger)
+            guard try await Self.devices(of: current, on: connection, logger: logger).count > 1 else {
+                return (try await Self.profile(of: device, on: connection, logger: logger), nil)
             }
-            return try await Self.profile(of: device, on: connection, logger: logger)
+            try await Self.giveNewProfile(to: device, on: connection, logger: logger)
+            return (try await Self.profile(of: device, on: connection, logger: logger), try await Self.profile(id: current, on: connection, logger: logger))
         }
+        await tell(profile, except: asker)
+        if let left { await tell(left, except: asker) }
+        return profile
     }
 
     /// The device's profile goes with its name, codes and the conversations that let it
     /// in; each of its devices gets a new profile of its own (never the old ID again).
-    func delete(device: String) async throws -> LiveProfile {
-        try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+    func delete(device: String, asker: String) async throws -> LiveProfile {
+        let profiles = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> [LiveProfile] in
             let current = try await Self.profileID(of: device, on: connection, logger: logger)
             let devices = try await Self.devices(of: current, on: connection, logger: logger)
             _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(current)", logger: logger)
             _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(current)", logger: logger)
-            for each in devices.union([device]) {
+            var profiles = [LiveProfile]()
+            for each in [device] + devices.subtracting([device]) {
                 try await Self.giveNewProfile(to: each, on: connection, logger: logger)
+                profiles.append(try await Self.profile(of: each, on: connection, logger: logger))
             }
-            return try await Self.profile(of: device, on: connection, logger: logger)
+            return profiles
+        }
+        for profile in profiles { await tell(profile, except: asker) }
+        return profiles[0]
+    }
+
+    // MARK: - Telling a profile's other sockets
+
+    /// Every gateway hears profile changes here and writes them to its sockets of the
+    /// profile's devices (`ControlChannel`).
+    static let channel = "live:profiles"
+
+    /// Tells every socket of the profile's devices, on every gateway, but the one that
+    /// asked (it has its answer), the profile as it now is. Lost with pub/sub at worst:
+    /// a device sees the change at its next `live_profile_get`.
+    private func tell(_ profile: LiveProfile, except asker: String) async {
+        let devices = (try? await postgres.withConnection { try await Self.devices(of: profile.profileId, on: $0, logger: logger) }) ?? []
+        guard !devices.isEmpty else { return }
+        let message = Array("\(asker) \(devices.sorted().joined(separator: ",")) ".utf8) + ServerFrameCodec.encode(profile)
+        do {
+            _ = try await redis.send("PUBLISH", Self.channel, message)
+        } catch {
+            logger.warning("live_profile_tell_failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// A message of `channel`: the frame for every socket here of the devices it names,
+    /// but the asker's; an unreadable one is dropped.
+    static func deliver(_ message: [UInt8], to connections: ConnectionRegistry) {
+        let parts = message.split(separator: UInt8(ascii: " "), maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return }
+        let asker = String(decoding: parts[0], as: UTF8.self)
+        let frame = Array(parts[2])
+        for device in parts[1].split(separator: UInt8(ascii: ",")).prefix(maxDevices) {
+            for socket in connections.sockets(ofListenerDevice: String(decoding: device, as: UTF8.self)) where socket.id != asker {
+                socket.sendRaw(frame)
+            }
         }
     }
 
@@ -135,7 +182,10 @@ struct LiveProfiles: Sendable {
     }
 
     static func profile(of device: String, on connection: PostgresConnection, logger: Logger) async throws -> LiveProfile {
-        let id = try await profileID(of: device, on: connection, logger: logger)
+        try await profile(id: try await profileID(of: device, on: connection, logger: logger), on: connection, logger: logger)
+    }
+
+    static func profile(id: String, on connection: PostgresConnection, logger: Logger) async throws -> LiveProfile {
         var name: String?
         for try await row in try await connection.query("SELECT name FROM live_profiles WHERE profile_id = \(id)", logger: logger).decode(String?.self) {
             name = row

@@ -14,6 +14,8 @@ import WhisperShared
 public final class ConnectionRegistry: Sendable {
     private let connections = Mutex<[String: ClientConnection]>([:])
     private let presenceHolders = Mutex<[String: ClientConnection]>([:])
+    /// The sockets of each listener device (live text), by device ID, then connection id.
+    private let listenerDevices = Mutex<[String: [String: ClientConnection]]>([:])
     private let active: Gauge
 
     init(metrics: ServiceMetrics) {
@@ -25,15 +27,29 @@ public final class ConnectionRegistry: Sendable {
             $0[connection.id] = connection
             return $0.count
         }
+        if let device = connection.liveDevice {
+            listenerDevices.withLock { $0[device, default: [:]][connection.id] = connection }
+        }
         active.set(Double(count))
     }
 
     func remove(_ id: String) {
-        let count = connections.withLock {
-            $0[id] = nil
-            return $0.count
+        let (count, removed) = connections.withLock {
+            let removed = $0.removeValue(forKey: id)
+            return ($0.count, removed)
+        }
+        if let device = removed?.liveDevice {
+            listenerDevices.withLock { devices in
+                devices[device]?[id] = nil
+                if devices[device]?.isEmpty == true { devices[device] = nil }
+            }
         }
         active.set(Double(count))
+    }
+
+    /// The sockets here of a listener device.
+    func sockets(ofListenerDevice device: String) -> [ClientConnection] {
+        listenerDevices.withLock { $0[device].map { Array($0.values) } ?? [] }
     }
 
     /// `connection` now holds `whisperId`'s presence (its claim succeeded).
