@@ -426,6 +426,20 @@ import WhisperShared
         back.input?.fileHandleForWriting.write(Data("/quit\n".utf8))
         #expect(try await back.finish() == 0)
         again.process.terminate()
+        // Ada's conversations, with their links; a second terminal of hers joins her
+        // profile with a code and has them too.
+        let listed = try await run(["live", "conversations", link], as: "ada")
+        #expect(listed.status == 0 && listed.output.contains("Kitchen table (Sam)") && listed.output.contains(link), "\(listed)")
+        let named = try await run(["live", "profile", link, "--rename", "Ada Okafor"], as: "ada")
+        #expect(named.status == 0 && named.output.contains("Ada Okafor, 1 device"), "\(named)")
+        let shared = try await run(["live", "profile", link, "--share"], as: "ada")
+        let code = try #require(shared.output.split(separator: " ").dropFirst().first.map(String.init), "\(shared)")
+        let joined = try await run(["live", "profile", link, "--join", code.lowercased()], as: "ada-laptop")
+        #expect(joined.status == 0 && joined.output.contains("Ada Okafor, 2 devices"), "\(joined)")
+        let theirs = try await run(["live", "conversations", link], as: "ada-laptop")
+        #expect(theirs.status == 0 && theirs.output.contains("Kitchen table (Sam)"), "\(theirs)")
+        let guessed = try await run(["live", "profile", link, "--join", "22222222"], as: "bo")
+        #expect(guessed.status == 1 && guessed.errors.contains("NOT_FOUND"), "\(guessed)")
         // A link that is not one.
         let wrong = try await run(["live", "listen", "http://127.0.0.1:1/nowhere"], as: "ada")
         #expect(wrong.status == 65)

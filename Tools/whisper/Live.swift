@@ -21,7 +21,7 @@ struct LiveCommand: AsyncParsableCommand {
             typed a character at a time, then return; `/admit`, `/refuse` and `/quit` lines \
             act as the keys do.
             """,
-        subcommands: [Whisp.self, ListenLive.self],
+        subcommands: [Whisp.self, ListenLive.self, ListenerProfile.self, ListenerConversations.self],
         defaultSubcommand: Whisp.self
     )
 }
@@ -254,6 +254,117 @@ extension LiveCommand {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: file.path)
             return device
         }
+    }
+}
+
+extension LiveCommand {
+    /// `whisper live profile <server>`: this terminal's listener profile on that server.
+    struct ListenerProfile: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "profile",
+            abstract: "Show or change your listener profile on a server (http(s)://host, or any of its listen links).",
+            discussion: """
+                Devices that share a profile are one listener: a Whisperer lets them in once \
+                and lets them go together. `--share` prints a code another device joins with \
+                (`--join CODE`, here or on the listen page) within 10 minutes.
+                """
+        )
+
+        @OptionGroup var common: Common
+        @Argument(help: "The server (http(s)://host) or a listen link.") var server: String
+        @Option(help: "Give the profile this name (1 to 64 characters).") var rename: String?
+        @Flag(help: "Make a code that lets one more device join this profile.") var share = false
+        @Option(help: "Join the profile this code was made for.") var join: String?
+        @Flag(help: "Leave the profile for a new one of this device's own.") var leave = false
+        @Flag(help: "Delete the profile, its name and the conversations that let it in.") var delete = false
+
+        func run() async throws {
+            try await guarded("live profile") {
+                let asked = [rename != nil, share, join != nil, leave, delete].filter { $0 }.count
+                guard asked <= 1 else { throw CLIFailure.badInput("give one of --rename, --share, --join, --leave, --delete") }
+                if let join, !PTTJoinCode.isValid(join.uppercased()) {
+                    throw CLIFailure.badInput("not a profile code: \(join) (\(PTTJoinCode.length) characters of \(PTTJoinCode.alphabet))")
+                }
+                let (rename, share, join, leave, delete) = (self.rename, self.share, self.join, self.leave, self.delete)
+                try await LiveCommand.withListenerSocket(server, common) { connection in
+                    if share {
+                        let code = try await connection.shareLiveProfile()
+                        print("code \(code.code) (one device, until \(Date(timeIntervalSince1970: Double(code.expiresAt) / 1_000).formatted(date: .omitted, time: .shortened)))")
+                        return
+                    }
+                    let profile = if let rename {
+                        try await connection.renameLiveProfile(String(rename.prefix(64)))
+                    } else if let join {
+                        try await connection.joinLiveProfile(code: join.uppercased())
+                    } else if leave {
+                        try await connection.leaveLiveProfile()
+                    } else if delete {
+                        try await connection.deleteLiveProfile()
+                    } else {
+                        try await connection.liveProfile()
+                    }
+                    print("profile \(profile.profileId): \(profile.name ?? "(no name yet)"), \(profile.devices) device\(profile.devices == 1 ? "" : "s")")
+                }
+            }
+        }
+    }
+
+    /// `whisper live conversations <server>`: the conversations that let this profile in.
+    struct ListenerConversations: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "conversations",
+            abstract: "List the conversations that let your listener profile in, with their links (to listen again without the Whisperer's link)."
+        )
+
+        @OptionGroup var common: Common
+        @Argument(help: "The server (http(s)://host) or a listen link.") var server: String
+
+        func run() async throws {
+            try await guarded("live conversations") {
+                let server = self.server
+                try await LiveCommand.withListenerSocket(server, common) { connection in
+                    let listed = try await connection.liveProfileConversations()
+                    guard !listed.isEmpty else {
+                        print("no conversation has let you in yet")
+                        return
+                    }
+                    let websocket = try LiveCommand.websocket(of: server)
+                    for entry in listed {
+                        let who = entry.whispererName.map { " (\($0))" } ?? ""
+                        print("\(entry.name)\(who)\(entry.live ? ", live now" : ""): \(Whisp.link(websocket, entry.conversationId))")
+                    }
+                }
+            }
+        }
+    }
+
+    /// The WebSocket URL of a server given as http(s)://host or as one of its listen links.
+    static func websocket(of server: String) throws -> String {
+        if let (websocket, _) = ListenLive.parse(server) { return websocket }
+        guard let url = URL(string: server), let scheme = url.scheme, let host = url.host, ["http", "https"].contains(scheme),
+              url.path.isEmpty || url.path == "/" else {
+            throw CLIFailure.badInput("not a server: \(server) (expected http(s)://host or a listen link)")
+        }
+        return "\(scheme == "https" ? "wss" : "ws")://\(host)\(url.port.map { ":\($0)" } ?? "")/ws"
+    }
+
+    /// Runs `body` on a socket of this profile's listener device for `server`.
+    static func withListenerSocket(_ server: String, _ common: Common, _ body: (WhisperConnection) async throws -> Void) async throws {
+        let websocket = try websocket(of: server)
+        let device = try await ListenLive.device(for: websocket, in: common.profile.directory)
+        let connection = WhisperConnection(url: websocket, listenerDevice: device, logger: common.logger)
+        do {
+            try await connection.connect()
+        } catch {
+            throw CLIFailure.unreachable(websocket, error)
+        }
+        do {
+            try await body(connection)
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
     }
 }
 
