@@ -547,6 +547,57 @@ actor LiveRecord<Event: Sendable & Equatable> {
 /// The listener page in headless Chromium (Tests/Console/listen_flow.py), answered by an
 /// SDK Whisperer on the same stack.
 @Suite struct LiveBrowserTests {
+    /// Two browser contexts (two devices) share one listener profile through a "use on
+    /// another device" link (Tests/Console/listen_profile_flow.py): let in once, both read;
+    /// let go, neither does; a name given on one shows on the other.
+    @Test func twoBrowsersShareAProfileAndAreLetInAndGoTogether() async throws {
+        try await MessagingStack.start(routers: 0).running { stack in
+            let owner = try await stack.user(on: 0)
+            let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
+            let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
+
+            let directory = "\(ConsoleTests.artifacts)/listen-profile"
+            try? FileManager.default.removeItem(atPath: directory)
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            process.arguments = [
+                MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_profile_flow.py").path,
+                "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
+                "--artifacts", directory, "--chromium", ConsoleTests.chromium,
+            ]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.run()
+            defer { if process.isRunning { process.terminate() } }
+            let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+
+            // The phone asks as Grandma: let in once. The laptop, of the same profile, is
+            // known and let in by the Whisperer's client at once.
+            let asked = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Grandma") = $0 { true } else { false } }
+            let phoneRequest: String? = if case .request(let id, _) = asked { id } else { nil }
+            let phone = try #require(phoneRequest)
+            try await whisperer.side.admit(phone)
+            let laptopArrived = try await whisperer.record.waitFor(timeout: .seconds(60)) {
+                if case .arrived(let id, true, "Grandma") = $0 { id != phone } else { false }
+            }
+            let laptopId: String? = if case .arrived(let id, _, _) = laptopArrived { id } else { nil }
+            let laptop = try #require(laptopId)
+            try await whisperer.record.waitFor(timeout: .seconds(30)) { $0 == .joined(listenerId: laptop, name: "Grandma") }
+            try await whisperer.side.type("for both of you")
+            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/both-reading") }
+            // Let go through the phone: both devices are out.
+            try await whisperer.side.refuse(phone)
+
+            try await waitUntil(timeout: .seconds(90)) { !process.isRunning }
+            let text = await reading.value
+            #expect(process.terminationStatus == 0, "listen_profile_flow.py: \(text)")
+            let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+            #expect(summary?["steps"] as? [String] == ["phone-shares", "both-reading", "let-go", "renamed"])
+            #expect(try await LiveHarness.kept(conversation, stack: stack).isEmpty)
+        }
+    }
+
     @Test func aBrowserJoinsReadsARevisionAndAnotherIsRefused() async throws {
         try await MessagingStack.start(routers: 0).running { stack in
             let owner = try await stack.user(on: 0)

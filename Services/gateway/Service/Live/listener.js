@@ -10,15 +10,21 @@
   const b64 = (bytes) => btoa(String.fromCharCode(...new Uint8Array(bytes)));
   const unb64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
   const cat = (...parts) => { const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0)); let i = 0; for (const p of parts) { out.set(p, i); i += p.length; } return out; };
-  const state = { socket: null, keyPair: null, publicKey: null, keys: new Map(), keyId: 0, joined: false, name: "",
-                  past: [], live: "", rereading: false, ended: false, backoff: 500 };
+  const state = { socket: null, keyPair: null, publicKey: null, keys: new Map(), keyId: 0, joined: false, name: "", asked: false,
+                  past: [], live: "", rereading: false, ended: false, backoff: 500, profile: null, profileAsks: new Set(),
+                  joinCode: null };
 
   function status(text) { $("status").textContent = text; }
-  function send(type, payload) {
-    if (state.socket && state.socket.readyState === WebSocket.OPEN) {
-      state.socket.send(JSON.stringify({ type, requestId: crypto.randomUUID(), payload: Object.assign({ protocolVersion: 1, cryptoVersion: 1, conversationId }, payload) }));
-    }
+  function frame(type, payload) {
+    if (!state.socket || state.socket.readyState !== WebSocket.OPEN) return null;
+    const requestId = crypto.randomUUID();
+    state.socket.send(JSON.stringify({ type, requestId, payload: Object.assign({ protocolVersion: 1, cryptoVersion: 1 }, payload) }));
+    return requestId;
   }
+  function send(type, payload) { frame(type, Object.assign({ conversationId }, payload)); }
+  // The device's profile (docs/protocol.md, "Listener profiles"): its answers and refusals
+  // are the profile section's, not the conversation's.
+  function profileFrame(type, payload) { const id = frame(type, payload || {}); if (id) state.profileAsks.add(id); }
 
   // The conversation key, sealed to this page's key pair (docs/protocol.md, "Keys").
   async function openSealedKey(keyId, sealed) {
@@ -81,8 +87,42 @@
     render();
   }
 
+  function showProfile(profile) {
+    state.profile = profile;
+    $("profile").hidden = false;
+    $("profileName").textContent = profile.name
+      ? "You are " + profile.name + (profile.devices > 1 ? ", on " + profile.devices + " devices." : ".")
+      : "You have no name yet.";
+    if (profile.name && !$("name").value) $("name").value = profile.name;
+  }
+  function showConversations(list) {
+    $("conversations").replaceChildren(...list.map((c) => {
+      const item = document.createElement("li"), link = document.createElement("a");
+      link.href = "/listen/" + encodeURIComponent(c.conversationId);
+      link.textContent = c.name;
+      item.append(link, (c.whispererName ? ", with " + c.whispererName : "") + (c.live ? " (live now)" : ""));
+      return item;
+    }));
+    if (!list.length) { const item = document.createElement("li"); item.textContent = "None yet."; $("conversations").append(item); }
+  }
+  function onProfileFrame(frame) {
+    const p = frame.payload || {};
+    state.profileAsks.delete(frame.requestId);
+    if (frame.type === "live_profile") { showProfile(p); profileFrame("live_profile_conversations_list"); }
+    else if (frame.type === "live_profile_conversations") showConversations(p.conversations || []);
+    else if (frame.type === "live_profile_code") {
+      const link = location.origin + location.pathname + "#join=" + p.code;
+      $("shareCode").textContent = p.code; $("shareLink").value = link; $("shared").hidden = false;
+      $("profileStatus").textContent = "Open the link on your other device.";
+    } else if (frame.type === "error") {
+      $("profileStatus").textContent = p.code === "NOT_FOUND" ? "That code is wrong, used or expired." : "The server refused: " + p.message;
+    }
+  }
+
   async function onFrame(frame) {
     const p = frame.payload || {};
+    if (frame.requestId && state.profileAsks.has(frame.requestId)) { onProfileFrame(frame); return; }
+    if (frame.type === "live_profile" && !frame.requestId) { showProfile(p); return; }
     switch (frame.type) {
       case "live_offered":
         $("title").textContent = p.conversationName;
@@ -97,11 +137,12 @@
         if (!state.joined) { state.joined = true; send("live_joining", {}); }
         $("conversation").hidden = false;
         status("Listening.");
+        profileFrame("live_profile_conversations_list");
         break;
       case "live_deauthorized":
         state.ended = true; state.keys.clear();
         status(state.joined ? "The Whisperer has removed you from this conversation." : "The Whisperer did not let you in to this conversation.");
-        state.socket.close();
+        profileFrame("live_profile_conversations_list");
         break;
       case "live_content":
         try { const text = await openPacket(p.keyId, p.packet); if (text !== null) apply(text); } catch (e) { state.rereading = true; sendPacket("-5|"); }
@@ -124,7 +165,12 @@
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const socket = new WebSocket(scheme + location.host + "/ws");
     state.socket = socket;
-    socket.onopen = () => { state.backoff = 500; state.joined = false; status("Waiting for the Whisperer…"); send("live_listen_offer", { publicKey: b64(state.publicKey) }); };
+    socket.onopen = () => {
+      state.backoff = 500; state.joined = false;
+      if (state.joinCode) { profileFrame("live_profile_join", { code: state.joinCode }); state.joinCode = null; }
+      else profileFrame("live_profile_get");
+      if (state.asked) { status("Waiting for the Whisperer…"); send("live_listen_offer", { publicKey: b64(state.publicKey) }); }
+    };
     socket.onmessage = (event) => { try { onFrame(JSON.parse(event.data)); } catch (e) {} };
     socket.onclose = () => {
       if (state.ended) return;
@@ -134,20 +180,35 @@
     };
   }
 
-  async function start(event) {
+  function start(event) {
     event.preventDefault();
     state.name = $("name").value.trim().slice(0, 64);
     if (!state.name) { $("name").focus(); return; }
     $("join").hidden = true;
+    // The name is the profile's, kept for this device's next visits and its other devices.
+    if (!state.profile || state.profile.name !== state.name) profileFrame("live_profile_rename", { name: state.name });
+    state.asked = true;
+    status("Waiting for the Whisperer…");
+    send("live_listen_offer", { publicKey: b64(state.publicKey) });
+  }
+  function rename(event) {
+    event.preventDefault();
+    const name = $("newName").value.trim().slice(0, 64);
+    if (name) { profileFrame("live_profile_rename", { name }); $("newName").value = ""; }
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    if (!window.crypto || !crypto.subtle || !/^[0-9a-f-]{36}$/.test(conversationId)) { status("This browser cannot open this link (it needs WebCrypto over HTTPS)."); return; }
+    const code = /^#join=([23456789A-HJKMNP-Z]{8})$/i.exec(location.hash);
+    if (code) { state.joinCode = code[1].toUpperCase(); history.replaceState(null, "", location.pathname); }
+    $("announceLive").addEventListener("change", (e) => $("live").setAttribute("aria-live", e.target.checked ? "polite" : "off"));
+    $("join").addEventListener("submit", start);
+    $("rename").addEventListener("submit", rename);
+    $("share").addEventListener("click", () => profileFrame("live_profile_share"));
+    $("copy").addEventListener("click", () => { navigator.clipboard.writeText($("shareLink").value).then(() => { $("profileStatus").textContent = "Link copied."; }, () => { $("shareLink").select(); }); });
     state.keyPair = await crypto.subtle.generateKey({ name: "ECDH", namedCurve: "P-256" }, false, ["deriveBits"]);
     state.publicKey = new Uint8Array(await crypto.subtle.exportKey("raw", state.keyPair.publicKey));
     connect();
-  }
-
-  document.addEventListener("DOMContentLoaded", () => {
-    if (!window.crypto || !crypto.subtle || !/^[0-9a-f-]{36}$/.test(conversationId)) { status("This browser cannot open this link (it needs WebCrypto over HTTPS)."); return; }
-    $("announceLive").addEventListener("change", (e) => $("live").setAttribute("aria-live", e.target.checked ? "polite" : "off"));
-    $("join").addEventListener("submit", start);
     $("join").hidden = false;
     status("Type your name and ask to join.");
     $("name").focus();
