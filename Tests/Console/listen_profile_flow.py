@@ -7,7 +7,9 @@ another device" link; a second browser context (the laptop) opens that link, fin
 profile's name filled in, asks, and is let in at once; both read the text; both list the
 conversation. The test then lets the profile go: both pages say so. The laptop renames
 the profile and the phone shows the new name. Files in --artifacts tell the test where
-the flow is ("both-reading"). Exit status 0 when every check held; otherwise 1.
+the flow is ("both-reading"). With --join-code, a browser instead opens the link with a
+code another device (the command-line client) made, and checks that it joined that
+profile (--expect: the text it shows). Exit status 0 when every check held; otherwise 1.
 """
 import argparse
 import json
@@ -23,6 +25,8 @@ def main() -> int:
     parser.add_argument("--conversation", required=True)
     parser.add_argument("--artifacts", required=True)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--join-code", help="join the profile of this code, and check --expect")
+    parser.add_argument("--expect", help="what the page then says of its profile")
     args = parser.parse_args()
     os.makedirs(args.artifacts, exist_ok=True)
     steps = []
@@ -53,6 +57,14 @@ def main() -> int:
                 raise AssertionError(f"{what}: {selector} is {page.locator(selector).text_content()!r}")
 
         try:
+            if args.join_code:
+                browser_device = open_device("browser")
+                browser_device.goto(f"{link}#join={args.join_code}")
+                wait(browser_device, "#profileName", f"t => t.includes({json.dumps(args.expect)})", "the browser did not join the terminal's profile")
+                wait(browser_device, "#conversations", "t => t.includes('Kitchen table')", "the browser does not list the profile's conversation")
+                shot(browser_device, "joined-from-terminal")
+                print(json.dumps({"steps": steps}))
+                return 0
             phone = open_device("phone")
             phone.goto(link)
             wait(phone, "#profileName", "t => t.includes('no name')", "the phone's new profile is not shown")

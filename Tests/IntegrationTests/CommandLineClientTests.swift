@@ -440,6 +440,28 @@ import WhisperShared
         #expect(theirs.status == 0 && theirs.output.contains("Kitchen table (Sam)"), "\(theirs)")
         let guessed = try await run(["live", "profile", link, "--join", "22222222"], as: "bo")
         #expect(guessed.status == 1 && guessed.errors.contains("NOT_FOUND"), "\(guessed)")
+        // A browser joins the same profile with a code the terminal made, as a second
+        // browser would with the page's link.
+        let forBrowser = try await run(["live", "profile", link, "--share"], as: "ada")
+        let browserCode = try #require(forBrowser.output.split(separator: " ").dropFirst().first.map(String.init), "\(forBrowser)")
+        let browser = Process()
+        browser.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        browser.arguments = [
+            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_profile_flow.py").path,
+            "--base", String(link.prefix(upTo: try #require(link.range(of: "/listen/")).lowerBound)), "--conversation", String(link.split(separator: "/").last ?? ""),
+            "--artifacts", "\(ConsoleTests.artifacts)/listen-cli-profile", "--chromium", ConsoleTests.chromium,
+            "--join-code", browserCode, "--expect", "You are Ada Okafor, on 3 devices",
+        ]
+        let browserOutput = Pipe()
+        browser.standardOutput = browserOutput
+        browser.standardError = browserOutput
+        try browser.run()
+        let browserText = Task { String(decoding: browserOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+        try await waitUntil(timeout: .seconds(90)) { !browser.isRunning }
+        let browserSaid = await browserText.value
+        #expect(browser.terminationStatus == 0, "listen_profile_flow.py --join-code: \(browserSaid)")
+        let three = try await run(["live", "profile", link], as: "ada-laptop")
+        #expect(three.output.contains("Ada Okafor, 3 devices"), "\(three)")
         // A link that is not one.
         let wrong = try await run(["live", "listen", "http://127.0.0.1:1/nowhere"], as: "ada")
         #expect(wrong.status == 65)
