@@ -444,22 +444,13 @@ import WhisperShared
         // browser would with the page's link.
         let forBrowser = try await run(["live", "profile", link, "--share"], as: "ada")
         let browserCode = try #require(forBrowser.output.split(separator: " ").dropFirst().first.map(String.init), "\(forBrowser)")
-        let browser = Process()
-        browser.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        browser.arguments = [
-            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_profile_flow.py").path,
-            "--base", String(link.prefix(upTo: try #require(link.range(of: "/listen/")).lowerBound)), "--conversation", String(link.split(separator: "/").last ?? ""),
-            "--artifacts", "\(ConsoleTests.artifacts)/listen-cli-profile", "--chromium", ConsoleTests.chromium,
-            "--join-code", browserCode, "--expect", "You are Ada Okafor, on 3 devices",
-        ]
-        let browserOutput = Pipe()
-        browser.standardOutput = browserOutput
-        browser.standardError = browserOutput
-        try browser.run()
-        let browserText = Task { String(decoding: browserOutput.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
-        try await waitUntil(timeout: .seconds(90)) { !browser.isRunning }
-        let browserSaid = await browserText.value
-        #expect(browser.terminationStatus == 0, "listen_profile_flow.py --join-code: \(browserSaid)")
+        let base = String(link.prefix(upTo: try #require(link.range(of: "/listen/")).lowerBound))
+        let browser = try ListenPageFlow(
+            "listen_profile_flow.py", base: base, conversationId: String(link.split(separator: "/").last ?? ""), artifacts: "listen-cli-profile",
+            extra: ["--join-code", browserCode, "--expect", "You are Ada Okafor, on 3 devices"]
+        )
+        let joinedInBrowser = try await browser.finish()
+        #expect(joinedInBrowser.status == 0, "listen_profile_flow.py --join-code: \(joinedInBrowser.output)")
         let three = try await run(["live", "profile", link], as: "ada-laptop")
         #expect(three.output.contains("Ada Okafor, 3 devices"), "\(three)")
         // A link that is not one.

@@ -544,6 +544,45 @@ actor LiveRecord<Event: Sendable & Equatable> {
     }
 }
 
+/// A flow of Tests/Console against the listener page in headless Chromium, run while the
+/// test answers it: the process, and all it printed once it ends.
+struct ListenPageFlow {
+    let process = Process()
+    let directory: String
+    private let reading: Task<String, Never>
+
+    /// Starts `script` for the page of `conversationId` at `base` (http://host:port), its
+    /// screenshots in the artifacts' `name` folder.
+    init(_ script: String, base: String, conversationId: String, artifacts name: String, extra: [String] = []) throws {
+        directory = "\(ConsoleTests.artifacts)/\(name)"
+        try? FileManager.default.removeItem(atPath: directory)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [
+            MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/\(script)").path,
+            "--base", base, "--conversation", conversationId, "--artifacts", directory, "--chromium", ConsoleTests.chromium,
+        ] + extra
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        try process.run()
+        reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+    }
+
+    /// Waits for the flow to end: its exit status, all it printed, and the steps its last
+    /// line reports.
+    func finish(timeout: Duration = .seconds(90)) async throws -> (status: Int32, output: String, steps: [String]?) {
+        do {
+            try await waitUntil(timeout: timeout) { !process.isRunning }
+        } catch {
+            process.terminate()
+            throw error
+        }
+        let text = await reading.value
+        let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
+        return (process.terminationStatus, text, summary?["steps"] as? [String])
+    }
+}
+
 /// The listener page in headless Chromium (Tests/Console/listen_flow.py), answered by an
 /// SDK Whisperer on the same stack.
 @Suite struct LiveBrowserTests {
@@ -556,21 +595,11 @@ actor LiveRecord<Event: Sendable & Equatable> {
             let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
             let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
 
-            let directory = "\(ConsoleTests.artifacts)/listen-profile"
-            try? FileManager.default.removeItem(atPath: directory)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [
-                MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_profile_flow.py").path,
-                "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
-                "--artifacts", directory, "--chromium", ConsoleTests.chromium,
-            ]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            defer { if process.isRunning { process.terminate() } }
-            let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let flow = try ListenPageFlow(
+                "listen_profile_flow.py", base: "http://127.0.0.1:\(stack.gateways[1].port)", conversationId: conversation.conversationId,
+                artifacts: "listen-profile"
+            )
+            defer { if flow.process.isRunning { flow.process.terminate() } }
 
             // The phone asks as Grandma: let in once. The laptop, of the same profile, is
             // known and let in by the Whisperer's client at once.
@@ -585,15 +614,13 @@ actor LiveRecord<Event: Sendable & Equatable> {
             let laptop = try #require(laptopId)
             try await whisperer.record.waitFor(timeout: .seconds(30)) { $0 == .joined(listenerId: laptop, name: "Grandma") }
             try await whisperer.side.type("for both of you")
-            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/both-reading") }
+            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(flow.directory)/both-reading") }
             // Let go through the phone: both devices are out.
             try await whisperer.side.refuse(phone)
 
-            try await waitUntil(timeout: .seconds(90)) { !process.isRunning }
-            let text = await reading.value
-            #expect(process.terminationStatus == 0, "listen_profile_flow.py: \(text)")
-            let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
-            #expect(summary?["steps"] as? [String] == ["phone-shares", "both-reading", "let-go", "renamed"])
+            let ended = try await flow.finish()
+            #expect(ended.status == 0, "listen_profile_flow.py: \(ended.output)")
+            #expect(ended.steps == ["phone-shares", "both-reading", "let-go", "renamed"])
             #expect(try await LiveHarness.kept(conversation, stack: stack).isEmpty)
         }
     }
@@ -604,20 +631,10 @@ actor LiveRecord<Event: Sendable & Equatable> {
             let conversation = try await owner.connection.createLiveConversation(name: "Kitchen table")
             let whisperer = try await LiveHarness.whisperer(owner, conversation, stack: stack, on: 0)
 
-            let directory = "\(ConsoleTests.artifacts)/listen"
-            try? FileManager.default.removeItem(atPath: directory)
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = [
-                MotoProcess.python, TestServers.repoRoot.appendingPathComponent("Tests/Console/listen_flow.py").path,
-                "--base", "http://127.0.0.1:\(stack.gateways[1].port)", "--conversation", conversation.conversationId,
-                "--artifacts", directory, "--chromium", ConsoleTests.chromium,
-            ]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
-            let reading = Task { String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self) }
+            let flow = try ListenPageFlow(
+                "listen_flow.py", base: "http://127.0.0.1:\(stack.gateways[1].port)", conversationId: conversation.conversationId, artifacts: "listen"
+            )
+            defer { if flow.process.isRunning { flow.process.terminate() } }
 
             // The page asks as Ada: let her in, then type.
             let ada = try await whisperer.record.waitFor(timeout: .seconds(60)) { if case .request(_, "Ada") = $0 { true } else { false } }
@@ -629,7 +646,7 @@ actor LiveRecord<Event: Sendable & Equatable> {
             try await whisperer.side.newline()
             for text in ["Hel", "Hello", "Hello there"] { try await whisperer.side.type(text) }
             // Once the page showed it, a revision: "there" becomes "world".
-            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(directory)/seen-first") }
+            try await waitUntil(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: "\(flow.directory)/seen-first") }
             try await whisperer.side.type("Hello w")
             try await whisperer.side.type("Hello world")
             // A second browser asks as Eve: refused.
@@ -638,11 +655,9 @@ actor LiveRecord<Event: Sendable & Equatable> {
             let eveId = try #require(eveRequest)
             try await whisperer.side.refuse(eveId)
 
-            try await waitUntil(timeout: .seconds(60)) { !process.isRunning }
-            let text = await reading.value
-            #expect(process.terminationStatus == 0, "listen_flow.py: \(text)")
-            let summary = text.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) } as? [String: Any]
-            #expect(summary?["steps"] as? [String] == ["join", "reading", "revised", "refused"])
+            let ended = try await flow.finish()
+            #expect(ended.status == 0, "listen_flow.py: \(ended.output)")
+            #expect(ended.steps == ["join", "reading", "revised", "refused"])
             // The page's listener was kept under the name it typed; the refused one was not.
             let kept = try await LiveHarness.kept(conversation, stack: stack)
             #expect(kept == ["Ada"])
