@@ -19,10 +19,8 @@ struct LiveConversationDesk: Sendable {
         let id = RandomID.uuid()
         let created = try await postgres.withTransaction(logger: logger) { connection -> LiveConversation? in
             _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(owner) FOR UPDATE", logger: logger)
-            let counted = try await connection.query("SELECT count(*)::bigint FROM live_conversations WHERE owner_id = \(owner)", logger: logger)
-            var count: Int64 = 0
-            for try await row in counted.decode(Int64.self) { count = row }
-            guard count < Limits.MAX_LIVE_CONVERSATIONS else { return nil }
+            guard try await connection.count("SELECT count(*)::bigint FROM live_conversations WHERE owner_id = \(owner)", logger: logger)
+                < Limits.MAX_LIVE_CONVERSATIONS else { return nil }
             let rows = try await connection.query(
                 """
                 INSERT INTO live_conversations (conversation_id, owner_id, name) VALUES (\(id), \(owner), \(request.name))

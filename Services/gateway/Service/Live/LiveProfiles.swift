@@ -43,7 +43,7 @@ struct LiveProfiles: Sendable {
             let id = try await Self.ownRows(device, on: connection, logger: logger)
             _ = try await connection.query("SELECT 1 FROM live_profiles WHERE profile_id = \(id) FOR UPDATE", logger: logger)
             _ = try await connection.query("DELETE FROM live_profile_codes WHERE profile_id = \(id) AND expires_at <= now()", logger: logger)
-            guard try await Self.count("SELECT count(*)::bigint FROM live_profile_codes WHERE profile_id = \(id)", on: connection, logger: logger)
+            guard try await connection.count("SELECT count(*)::bigint FROM live_profile_codes WHERE profile_id = \(id)", logger: logger)
                 < Self.maxCodes else {
                 throw WhisperError(.forbidden, "a profile has at most \(Self.maxCodes) codes waiting; use one or let one expire")
             }
@@ -73,7 +73,7 @@ struct LiveProfiles: Sendable {
             _ = try await connection.query("SELECT 1 FROM live_profiles WHERE profile_id = \(target) FOR UPDATE", logger: logger)
             let current = try await Self.profileID(of: device, on: connection, logger: logger)
             if current != target {
-                guard try await Self.count("SELECT count(*)::bigint FROM live_profile_devices WHERE profile_id = \(target)", on: connection, logger: logger)
+                guard try await connection.count("SELECT count(*)::bigint FROM live_profile_devices WHERE profile_id = \(target)", logger: logger)
                     < Self.maxDevices else {
                     throw WhisperError(.forbidden, "a profile has at most \(Self.maxDevices) devices; let one leave first")
                 }
@@ -237,11 +237,6 @@ struct LiveProfiles: Sendable {
         guard try await devices(of: profileId, on: connection, logger: logger).isEmpty else { return }
         _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(profileId)", logger: logger)
         _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(profileId)", logger: logger)
-    }
-
-    private static func count(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int64 {
-        for try await value in try await connection.query(query, logger: logger).decode(Int64.self) { return value }
-        return 0
     }
 
     private static func digest(_ code: String) -> ByteBuffer { ByteBuffer(bytes: SHA256.hash(data: Array(code.utf8))) }

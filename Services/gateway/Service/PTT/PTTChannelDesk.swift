@@ -24,7 +24,7 @@ struct PTTChannelDesk: Sendable {
         let id = RandomID.uuid()
         return try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> PTTChannel in
             _ = try await connection.query("SELECT 1 FROM users WHERE whisper_id = \(owner) FOR UPDATE", logger: logger)
-            guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(owner)", on: connection, logger: logger)
+            guard try await connection.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(owner)", logger: logger)
                 < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
                 throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first")
             }
@@ -89,7 +89,7 @@ struct PTTChannelDesk: Sendable {
                 guard members.count < maxMembers else {
                     throw WhisperError(.forbidden, "the channel has its \(maxMembers) members")
                 }
-                guard try await Self.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(member)", on: connection, logger: logger)
+                guard try await connection.count("SELECT count(*)::bigint FROM ptt_members WHERE whisper_id = \(member)", logger: logger)
                     < Limits.MAX_PTT_CHANNELS_PER_IDENTITY else {
                     throw WhisperError(.forbidden, "at most \(Limits.MAX_PTT_CHANNELS_PER_IDENTITY) channels per identity; leave one first")
                 }
@@ -261,11 +261,5 @@ struct PTTChannelDesk: Sendable {
             found[index].members = try await PTTRoster.members(found[index].channelId, on: connection, logger: logger)
         }
         return found
-    }
-
-    private static func count(_ query: PostgresQuery, on connection: PostgresConnection, logger: Logger) async throws -> Int {
-        var count: Int64 = 0
-        for try await row in try await connection.query(query, logger: logger).decode(Int64.self) { count = row }
-        return Int(count)
     }
 }
