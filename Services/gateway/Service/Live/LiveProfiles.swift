@@ -18,20 +18,26 @@ struct LiveProfiles: Sendable {
 
     // MARK: - Frames
 
+    /// A profile as it stands, and its devices (whom a change is told to).
+    struct Standing: Sendable {
+        var profile: LiveProfile
+        var devices: Set<String>
+    }
+
     func profile(of device: String) async throws -> LiveProfile {
-        try await postgres.withConnection { try await Self.profile(of: device, on: $0, logger: logger) }
+        try await postgres.withConnection { try await Self.standing(of: device, on: $0, logger: logger).profile }
     }
 
     func rename(_ request: LiveProfileRename, device: String, asker: String) async throws -> LiveProfile {
-        let profile = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+        let standing = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
             let id = try await Self.ownRows(device, on: connection, logger: logger)
             _ = try await connection.query(
                 "UPDATE live_profiles SET name = \(request.name), updated_at = now() WHERE profile_id = \(id)", logger: logger
             )
-            return try await Self.profile(of: device, on: connection, logger: logger)
+            return try await Self.standing(id: id, on: connection, logger: logger)
         }
-        await tell(profile, except: asker)
-        return profile
+        await tell(standing, except: asker)
+        return standing.profile
     }
 
     /// A new code for the device's profile, kept as a digest; refused past `maxCodes`
@@ -62,7 +68,7 @@ struct LiveProfiles: Sendable {
     /// An unknown or expired code is `NOT_FOUND` (the route counts it as a guess). The
     /// profile it leaves, once it has no device, goes with the conversations that let it in.
     func join(_ request: LiveProfileJoin, device: String, asker: String) async throws -> LiveProfile {
-        let profile = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
+        let standing = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection in
             let found = try await connection.query(
                 "SELECT profile_id FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code)) AND expires_at > now() FOR UPDATE",
                 logger: logger
@@ -87,44 +93,43 @@ struct LiveProfiles: Sendable {
                 try await Self.dropIfEmpty(current, on: connection, logger: logger)
             }
             _ = try await connection.query("DELETE FROM live_profile_codes WHERE code_digest = \(Self.digest(request.code))", logger: logger)
-            return try await Self.profile(of: device, on: connection, logger: logger)
+            return try await Self.standing(id: target, on: connection, logger: logger)
         }
-        await tell(profile, except: asker)
-        return profile
+        await tell(standing, except: asker)
+        return standing.profile
     }
 
     /// The device leaves its profile for a new one of its own; a device alone keeps its.
     func leave(device: String, asker: String) async throws -> LiveProfile {
-        let (profile, left) = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> (LiveProfile, LiveProfile?) in
-            let current = try await Self.profileID(of: device, on: connection, logger: logger)
-            guard try await Self.devices(of: current, on: connection, logger: logger).count > 1 else {
-                return (try await Self.profile(of: device, on: connection, logger: logger), nil)
-            }
+        let (standing, left) = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> (Standing, Standing?) in
+            let current = try await Self.standing(of: device, on: connection, logger: logger)
+            guard current.devices.count > 1 else { return (current, nil) }
             try await Self.giveNewProfile(to: device, on: connection, logger: logger)
-            return (try await Self.profile(of: device, on: connection, logger: logger), try await Self.profile(id: current, on: connection, logger: logger))
+            return (
+                try await Self.standing(of: device, on: connection, logger: logger),
+                try await Self.standing(id: current.profile.profileId, on: connection, logger: logger)
+            )
         }
-        await tell(profile, except: asker)
+        await tell(standing, except: asker)
         if let left { await tell(left, except: asker) }
-        return profile
+        return standing.profile
     }
 
     /// The device's profile goes with its name, codes and the conversations that let it
     /// in; each of its devices gets a new profile of its own (never the old ID again).
     func delete(device: String, asker: String) async throws -> LiveProfile {
-        let profiles = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> [LiveProfile] in
-            let current = try await Self.profileID(of: device, on: connection, logger: logger)
-            let devices = try await Self.devices(of: current, on: connection, logger: logger)
-            _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(current)", logger: logger)
-            _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(current)", logger: logger)
-            var profiles = [LiveProfile]()
-            for each in [device] + devices.subtracting([device]) {
+        let fresh = try await postgres.withTransaction(refusing: WhisperError.self, logger: logger) { connection -> [Standing] in
+            let current = try await Self.standing(of: device, on: connection, logger: logger)
+            try await Self.remove(current.profile.profileId, on: connection, logger: logger)
+            var fresh = [Standing]()
+            for each in [device] + current.devices.subtracting([device]) {
                 try await Self.giveNewProfile(to: each, on: connection, logger: logger)
-                profiles.append(try await Self.profile(of: each, on: connection, logger: logger))
+                fresh.append(try await Self.standing(of: each, on: connection, logger: logger))
             }
-            return profiles
+            return fresh
         }
-        for profile in profiles { await tell(profile, except: asker) }
-        return profiles[0]
+        for standing in fresh { await tell(standing, except: asker) }
+        return fresh[0].profile
     }
 
     // MARK: - Telling a profile's other sockets
@@ -136,10 +141,9 @@ struct LiveProfiles: Sendable {
     /// Tells every socket of the profile's devices, on every gateway, but the one that
     /// asked (it has its answer), the profile as it now is. Lost with pub/sub at worst:
     /// a device sees the change at its next `live_profile_get`.
-    private func tell(_ profile: LiveProfile, except asker: String) async {
-        let devices = (try? await postgres.withConnection { try await Self.devices(of: profile.profileId, on: $0, logger: logger) }) ?? []
-        guard !devices.isEmpty else { return }
-        let message = Array("\(asker) \(devices.sorted().joined(separator: ",")) ".utf8) + ServerFrameCodec.encode(profile)
+    private func tell(_ standing: Standing, except asker: String) async {
+        guard !standing.devices.isEmpty else { return }
+        let message = Array("\(asker) \(standing.devices.sorted().joined(separator: ",")) ".utf8) + ServerFrameCodec.encode(standing.profile)
         do {
             _ = try await redis.send("PUBLISH", Self.channel, message)
         } catch {
@@ -181,16 +185,17 @@ struct LiveProfiles: Sendable {
         return device
     }
 
-    static func profile(of device: String, on connection: PostgresConnection, logger: Logger) async throws -> LiveProfile {
-        try await profile(id: try await profileID(of: device, on: connection, logger: logger), on: connection, logger: logger)
+    static func standing(of device: String, on connection: PostgresConnection, logger: Logger) async throws -> Standing {
+        try await standing(id: try await profileID(of: device, on: connection, logger: logger), on: connection, logger: logger)
     }
 
-    static func profile(id: String, on connection: PostgresConnection, logger: Logger) async throws -> LiveProfile {
+    static func standing(id: String, on connection: PostgresConnection, logger: Logger) async throws -> Standing {
         var name: String?
         for try await row in try await connection.query("SELECT name FROM live_profiles WHERE profile_id = \(id)", logger: logger).decode(String?.self) {
             name = row
         }
-        return LiveProfile(profileId: id, name: name, devices: try await devices(of: id, on: connection, logger: logger).count)
+        let devices = try await devices(of: id, on: connection, logger: logger)
+        return Standing(profile: LiveProfile(profileId: id, name: name, devices: devices.count), devices: devices)
     }
 
     /// The devices of a profile: its rows, or the device alone whose ID names it.
@@ -235,6 +240,12 @@ struct LiveProfiles: Sendable {
     /// A profile no device is in any more goes, with the conversations that let it in.
     private static func dropIfEmpty(_ profileId: String, on connection: PostgresConnection, logger: Logger) async throws {
         guard try await devices(of: profileId, on: connection, logger: logger).isEmpty else { return }
+        try await remove(profileId, on: connection, logger: logger)
+    }
+
+    /// A profile and what it holds: the conversations' record of letting it in, its name,
+    /// its devices' rows and its codes (those two by the foreign keys' cascade).
+    private static func remove(_ profileId: String, on connection: PostgresConnection, logger: Logger) async throws {
         _ = try await connection.query("DELETE FROM live_listeners WHERE listener_id = \(profileId)", logger: logger)
         _ = try await connection.query("DELETE FROM live_profiles WHERE profile_id = \(profileId)", logger: logger)
     }
