@@ -233,13 +233,10 @@ extension LiveCommand {
         }
 
         static func parse(_ link: String) -> (websocket: String, conversationId: String)? {
-            guard let url = URL(string: link), let scheme = url.scheme, let host = url.host else { return nil }
+            guard let url = URL(string: link), let websocket = LiveCommand.websocket(of: url) else { return nil }
             let parts = url.path.split(separator: "/")
             guard parts.count == 2, parts[0] == "listen", Format.isUUID(String(parts[1])) else { return nil }
-            let port = url.port.map { ":\($0)" } ?? ""
-            let ws = scheme == "https" ? "wss" : scheme == "http" ? "ws" : nil
-            guard let ws else { return nil }
-            return ("\(ws)://\(host)\(port)/ws", String(parts[1]).lowercased())
+            return (websocket, String(parts[1]).lowercased())
         }
 
         /// This profile's listener device for that server, asked for once and kept.
@@ -341,11 +338,16 @@ extension LiveCommand {
     /// The WebSocket URL of a server given as http(s)://host or as one of its listen links.
     static func websocket(of server: String) throws -> String {
         if let (websocket, _) = ListenLive.parse(server) { return websocket }
-        guard let url = URL(string: server), let scheme = url.scheme, let host = url.host, ["http", "https"].contains(scheme),
-              url.path.isEmpty || url.path == "/" else {
+        guard let url = URL(string: server), url.path.isEmpty || url.path == "/", let websocket = websocket(of: url) else {
             throw CLIFailure.badInput("not a server: \(server) (expected http(s)://host or a listen link)")
         }
-        return "\(scheme == "https" ? "wss" : "ws")://\(host)\(url.port.map { ":\($0)" } ?? "")/ws"
+        return websocket
+    }
+
+    /// The gateway's WebSocket URL on the host of an http(s) URL; nil for another scheme.
+    static func websocket(of url: URL) -> String? {
+        guard let host = url.host, let ws = ["https": "wss", "http": "ws"][url.scheme ?? ""] else { return nil }
+        return "\(ws)://\(host)\(url.port.map { ":\($0)" } ?? "")/ws"
     }
 
     /// Runs `body` on a socket of this profile's listener device for `server`.
