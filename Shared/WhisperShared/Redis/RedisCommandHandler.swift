@@ -56,9 +56,9 @@ final class RedisCommandHandler: ChannelDuplexHandler {
     private var groupFlush: Scheduled<Void>?
 
     func flush(context: ChannelHandlerContext) {
-        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
         if !eagerWritten, let deadline = groupDeadline {
             guard groupFlush == nil else { return }
+            let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
             groupFlush = context.eventLoop.scheduleTask(deadline: deadline) {
                 bound.value.handler.flushNow(context: bound.value.context)
             }
@@ -66,6 +66,7 @@ final class RedisCommandHandler: ChannelDuplexHandler {
         }
         guard !flushScheduled else { return }
         flushScheduled = true
+        let bound = NIOLoopBound((handler: self, context: context), eventLoop: context.eventLoop)
         context.eventLoop.execute {
             bound.value.handler.flushNow(context: bound.value.context)
         }
