@@ -176,7 +176,7 @@ actor Session {
     }
 
     /// A lookup's 404, in words. The server answers a deleted identity as it answers an
-    /// ID it never had (docs/key-transparency.md, "A lookup of a deleted identity"); only
+    /// ID it never had (docs/key-transparency.md, "Commitments"); only
     /// this profile knows whether the directory proved the ID's keys to it before.
     static func notFound(_ shown: String, provenBefore: Bool) -> CLIFailure {
         if provenBefore {

@@ -5,7 +5,7 @@ import WhisperMessaging
 import WhisperShared
 
 /// Assembles one push-sender instance: a consumer of the push stream that wakes
-/// offline devices through APNs and FCM (docs/architecture.md, "Wake-ups").
+/// offline devices through APNs and FCM (docs/protocol.md, "Wake-ups").
 public func buildPushSender(settings: PushSenderSettings, logger: Logger, onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> HTTPServiceHandle {
     var problems: [String] = []
     let client = ProviderHTTP.makeClient(extraTrustRootsPath: settings.extraTrustRootsPath, requestTimeout: settings.requestTimeout)
