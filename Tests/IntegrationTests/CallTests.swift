@@ -3,7 +3,7 @@ import Testing
 import WhisperClient
 import WhisperShared
 
-/// Call signaling across two gateways and two routers (spec 9.1, docs/protocol.md section 7).
+/// Call signaling across two gateways and two routers (docs/protocol.md section 7).
 @Suite struct CallTests {
     static func signal<Marker: CallSignalFrame>(
         _ kind: CallSignal<Marker>.Type, _ text: String, callId: String, from sender: TestUser, to peer: TestUser,

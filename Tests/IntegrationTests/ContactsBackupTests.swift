@@ -6,7 +6,7 @@ import Testing
 import WhisperClient
 import WhisperShared
 
-/// The encrypted contacts backup (spec 14) through auth's public port.
+/// The encrypted contacts backup (docs/protocol.md section 12, "Contacts backup") through auth's public port.
 @Suite struct ContactsBackupTests {
     static func call(_ method: HTTPMethod, _ stack: MessagingStack, token: String?, body: [String: Any]? = nil) async throws -> (status: Int, json: [String: Any]) {
         var request = HTTPClientRequest(url: "\(stack.auth.baseURL)/backup/contacts")

@@ -6,7 +6,7 @@ import WhisperClient
 import WhisperMessaging
 import WhisperShared
 
-/// Groups with pairwise fan-out (spec 7, docs/protocol.md section 6) on two gateways and
+/// Groups with pairwise fan-out (docs/protocol.md section 6) on two gateways and
 /// two routers: membership in Postgres, checked for every copy against the recipient's
 /// record in Redis.
 @Suite(.serialized)

@@ -8,7 +8,7 @@ import Testing
 import WhisperClient
 import WhisperShared
 
-/// Identity and sessions end to end (spec 3.2 to 3.6): WhisperClient over real
+/// Identity and sessions end to end (docs/protocol.md section 4): WhisperClient over real
 /// WebSockets, two gateway instances, auth, real Redis and Postgres.
 @Suite struct IdentityTests {
     struct Stack: StartedForATest {

@@ -5,7 +5,7 @@ import Testing
 import WhisperMessaging
 import WhisperShared
 
-/// 1:1 messaging end to end (spec 4, 5): two gateways, two routers, real Redis and Postgres.
+/// 1:1 messaging end to end (docs/protocol.md section 5): two gateways, two routers, real Redis and Postgres.
 @Suite struct MessagingTests {
     @Test func aMessageCrossesGatewaysAndRoutersAndItsReceiptComesBack() async throws {
         try await MessagingStack.start().running { stack in

@@ -8,7 +8,7 @@ import Testing
 import WhisperClient
 import WhisperShared
 
-/// Bans, reports and stats through the admin API (spec 15), against two gateways, a
+/// Bans, reports and stats through the admin API (docs/protocol.md section 12, "Admin API"), against two gateways, a
 /// router and auth on real Redis and Postgres.
 @Suite struct ModerationTests {
     struct Admin {
