@@ -296,7 +296,7 @@ def chain():
     ids.append({"whisperId": good[:5] + ("Z" if good[5] != "Z" else "Y") + good[6:], "valid": False})
     sign_key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(sender["signSeed"]))
     write("whisper-chain.json", {
-        "description": "Whisper's own chain (docs/protocol.md section 4, "Keys"; section 12, "Contacts backup"): mnemonic -> BIP39 seed -> HKDF-SHA256(seed, salt='whisper', "
+        "description": "Whisper's own chain (docs/protocol.md section 4, 'Keys'; section 12, 'Contacts backup'): mnemonic -> BIP39 seed -> HKDF-SHA256(seed, salt='whisper', "
                        "info='whisper/enc'|'whisper/sign'|'whisper/contacts', 32) -> X25519 public key (encSeed is the private "
                        "scalar) and Ed25519 public key (signSeed is the RFC 8032 secret key); canonical signing bytes and "
                        "sig = Ed25519(SHA256(signed_bytes)) by identities[0] (the last case with a directoryHead line); the registration proof = Ed25519(challenge bytes) "
@@ -333,7 +333,7 @@ def contacts_backup():
     nonce = bytes(range(100, 124))
     sealed = SecretBox(contacts_key).encrypt(plaintext, nonce).ciphertext
     write("contacts-backup.json", {
-        "description": "Contacts backup (docs/protocol.md section 12, "Contacts backup"): contactsKey = HKDF-SHA256(BIP39 seed of mnemonic, salt='whisper', "
+        "description": "Contacts backup (docs/protocol.md section 12, 'Contacts backup'): contactsKey = HKDF-SHA256(BIP39 seed of mnemonic, salt='whisper', "
                        "info='whisper/contacts', 32); ciphertext = crypto_secretbox(plaintext, nonce, contactsKey) "
                        "(XSalsa20-Poly1305, 16-byte tag first); plaintext is the contacts JSON as UTF-8 with keys sorted; "
                        "the body of PUT /backup/contacts is {nonce, ciphertext} in base64. Made with PyNaCl.",
