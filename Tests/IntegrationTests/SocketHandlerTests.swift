@@ -81,9 +81,10 @@ import WhisperShared
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let connection = ClientConnection.forTest(on: channel)
         let settings = SocketHandler.Settings(
-            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
+            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20,
+            onMessage: { _, _, _, _ in false }, onClosed: { _ in }
         )
-        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _, _ in false }, onClosed: { _ in }))
+        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings))
         func sent() throws -> [WebSocketOpcode] {
             try WireFrames.written(to: channel).map(\.opcode)
         }
@@ -108,13 +109,14 @@ import WhisperShared
     @Test func theSocketsOfALoopShareOneTimerAndLeaveItWhenTheyClose() throws {
         let loop = EmbeddedEventLoop()
         let settings = SocketHandler.Settings(
-            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20
+            pingInterval: .seconds(1), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1 << 20,
+            onMessage: { _, _, _, _ in false }, onClosed: { _ in }
         )
         func open() throws -> EmbeddedChannel {
             let channel = EmbeddedChannel(loop: loop)
             try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
             let connection = ClientConnection.forTest(on: channel)
-            try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings, onMessage: { _, _, _, _ in false }, onClosed: { _ in }))
+            try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings))
             return channel
         }
         func pinged(_ channel: EmbeddedChannel) throws -> Bool {

@@ -128,15 +128,13 @@ import WhisperShared
         let channel = EmbeddedChannel()
         try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 1)).wait()
         let connection = ClientConnection.forTest(on: channel)
-        let settings = SocketHandler.Settings(
-            pingInterval: .seconds(30), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1_000
-        )
         let handled = Mutex<(messages: [[UInt8]], closed: Bool)>(([], false))
-        try channel.pipeline.syncOperations.addHandler(SocketHandler(
-            connection: connection, settings: settings,
+        let settings = SocketHandler.Settings(
+            pingInterval: .seconds(30), closeTimeout: .seconds(1), authenticationDeadline: .hours(1), maxMessageBytes: 1_000,
             onMessage: { bytes, _, _, _ in handled.withLock { $0.messages.append(bytes) }; return false },
             onClosed: { _ in handled.withLock { $0.closed = true } }
-        ))
+        )
+        try channel.pipeline.syncOperations.addHandler(SocketHandler(connection: connection, settings: settings))
         var stream = try WireFrames.clientBytes(.text, Array("one".utf8))
         var part = try WireFrames.clientBytes(.text, Array(repeating: 66, count: 400), fin: false)
         stream.writeBuffer(&part)

@@ -15,8 +15,11 @@ import WhisperShared
 
     private func connection(on channel: NIOAsyncTestingChannel) -> ClientConnection {
         ClientConnection(
-            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-            controlLimit: RateLimitRule(capacity: 10, period: .seconds(60)), refusalLimit: RateLimitRule(capacity: 10, period: .seconds(60))
+            channel: channel, remoteAddress: "127.0.0.1",
+            terms: .init(
+                logger: Logger(label: "test"),
+                controlLimit: RateLimitRule(capacity: 10, period: .seconds(60)), refusalLimit: RateLimitRule(capacity: 10, period: .seconds(60))
+            )
         )
     }
 

@@ -8,14 +8,14 @@ import Testing
 
     @Test func aBucketRefillsAtItsRate() {
         let start = ContinuousClock.now
-        var bucket = LocalBucket(rule: rule, now: start)
-        let first = bucket.take(now: start), second = bucket.take(now: start), third = bucket.take(now: start)
+        var bucket = LocalBucket(full: rule, now: start)
+        let first = bucket.take(rule, now: start), second = bucket.take(rule, now: start), third = bucket.take(rule, now: start)
         #expect(first && second && !third)
-        let after29 = bucket.take(now: start + .seconds(29))
+        let after29 = bucket.take(rule, now: start + .seconds(29))
         #expect(!after29, "half a token after 29 s")
-        let after31 = bucket.take(now: start + .seconds(31))
+        let after31 = bucket.take(rule, now: start + .seconds(31))
         #expect(after31, "one token after 30 s")
-        let fullAt31 = bucket.isFull(now: start + .seconds(31)), fullAt120 = bucket.isFull(now: start + .seconds(120))
+        let fullAt31 = bucket.isFull(rule, now: start + .seconds(31)), fullAt120 = bucket.isFull(rule, now: start + .seconds(120))
         #expect(!fullAt31 && fullAt120)
     }
 

@@ -35,4 +35,18 @@ import WhisperShared
         let ids = (0..<10_000).map { _ in RandomID.uuid() }
         #expect(Set(ids).count == ids.count)
     }
+
+    /// Socket IDs (`connId`): 15 characters of 0-9a-z, short enough for Swift to keep
+    /// inside the string (15 UTF-8 bytes at most on 64-bit platforms), and not repeated.
+    @Test func shortIDsFitInsideTheStringAndDoNotRepeat() {
+        // The smallest word the unbiased draw keeps for a 0 (a 0 word is drawn again).
+        var none = Replay(words: Array(repeating: 1, count: RandomID.shortLength))
+        #expect(RandomID.short(using: &none) == "000000000000000")
+        var all = Replay(words: Array(repeating: .max, count: RandomID.shortLength))
+        #expect(RandomID.short(using: &all) == "zzzzzzzzzzzzzzz")
+        let alphabet = Set("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
+        let ids = (0..<10_000).map { _ in RandomID.short() }
+        #expect(ids.allSatisfy { $0.utf8.count == 15 && $0.utf8.allSatisfy(alphabet.contains) })
+        #expect(Set(ids).count == ids.count)
+    }
 }

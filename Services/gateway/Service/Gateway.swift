@@ -169,27 +169,6 @@ public func buildGateway(
         throw HTTPError(.badRequest, message: "a WebSocket upgrade is required here")
     }
 
-    let socketSettings = SocketHandler.Settings(
-        pingInterval: TimeAmount(settings.pingInterval),
-        closeTimeout: TimeAmount(settings.drainTimeout),
-        authenticationDeadline: TimeAmount(settings.authenticationDeadline),
-        maxMessageBytes: Limits.MAX_WS_FRAME_BYTES,
-        holdsLivePlace: { liveRegistry.holdsAny($0.id) },
-        readsPaused: environment.metrics.counter(
-            "gateway_socket_reads_paused",
-            help: "Times a socket's queue of frames not yet handled filled (16 frames or 1 MiB) and the gateway stopped reading it until it drained: its client sent faster than the gateway served it, and TCP held it back."
-        )
-    )
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?) = { head, channel in
-        let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)
-        guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
-            return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"), nil)
-        }
-        if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal, nil) }
-        // A listener device (live text) comes with its cookie, from the gateway's own pages.
-        let device = liveDevices.device(ofUpgrade: head.headers["origin"], host: head.headers["host"].first, cookieHeaders: head.headers["cookie"])
-        return (address, SocketAdmission.answer(admission.admit(address, channel: channel)), device)
-    }
     // Made once and shared by every socket: a closure made per socket would copy what
     // it captures (the frame handler and its desks) into each socket's memory.
     let onMessage: SocketHandler.MessageHandler = { bytes, waitingSince, connection, handOver in
@@ -204,16 +183,37 @@ public func buildGateway(
         await frames.binding.release(connection)
         connections.remove(connection.id)
     }
-    let controlLimit = settings.limits[.controlPerSocket], refusalLimit = settings.limits[.refusalsPerSocket]
-    let maxUnsentBytes = settings.maxUnsentBytes
+    let socketSettings = SocketHandler.Settings(
+        pingInterval: TimeAmount(settings.pingInterval),
+        closeTimeout: TimeAmount(settings.drainTimeout),
+        authenticationDeadline: TimeAmount(settings.authenticationDeadline),
+        maxMessageBytes: Limits.MAX_WS_FRAME_BYTES,
+        holdsLivePlace: { liveRegistry.holdsAny($0.id) },
+        readsPaused: environment.metrics.counter(
+            "gateway_socket_reads_paused",
+            help: "Times a socket's queue of frames not yet handled filled (16 frames or 1 MiB) and the gateway stopped reading it until it drained: its client sent faster than the gateway served it, and TCP held it back."
+        ),
+        onMessage: onMessage, onClosed: onClosed
+    )
+    let admit: @Sendable (HTTPRequestHead, any Channel, ConnectionCap.Hold) -> (address: String, refusal: HTTPError?, liveDevice: String?) = { head, channel, hold in
+        let address = ClientAddress.of(channel, forwardedFor: head.headers["X-Forwarded-For"], trusted: settings.common.trustedProxies)
+        guard head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false).first == "/ws" else {
+            return (address, HTTPError(.notFound, message: "WebSockets are served at /ws"), nil)
+        }
+        if let refusal = refusedOutright(head.headers["origin"].first) { return (address, refusal, nil) }
+        // A listener device (live text) comes with its cookie, from the gateway's own pages.
+        let device = liveDevices.device(ofUpgrade: head.headers["origin"], host: head.headers["host"].first, cookieHeaders: head.headers["cookie"])
+        return (address, SocketAdmission.answer(admission.admit(address, hold: hold)), device)
+    }
+    let terms = ClientConnection.Terms(
+        logger: environment.logger, controlLimit: settings.limits[.controlPerSocket], refusalLimit: settings.limits[.refusalsPerSocket],
+        maxUnsentBytes: settings.maxUnsentBytes
+    )
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void = { channel, address, device in
-        let connection = ClientConnection(
-            channel: channel, remoteAddress: address, logger: environment.logger,
-            controlLimit: controlLimit, refusalLimit: refusalLimit, maxUnsentBytes: maxUnsentBytes, liveDevice: device
-        )
+        let connection = ClientConnection(channel: channel, remoteAddress: address, terms: terms, liveDevice: device)
         connections.add(connection)
         try channel.pipeline.syncOperations.addHandler(
-            SocketHandler(connection: connection, settings: socketSettings, onMessage: onMessage, onClosed: onClosed)
+            SocketHandler(connection: connection, settings: socketSettings)
         )
     }
 

@@ -31,4 +31,23 @@ public enum RandomID {
             return position
         }
     }
+
+    /// 15 characters of `0-9a-z` (77 random bits): an ID that Swift keeps inside the
+    /// string itself, with no allocation, for IDs held per open socket (`connId`).
+    public static func short() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return short(using: &generator)
+    }
+
+    public static func short<G: RandomNumberGenerator>(using generator: inout G) -> String {
+        let digits: [UInt8] = Array("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
+        var bytes: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &bytes) { out in
+            for index in 0..<shortLength { out[index] = digits[Int(generator.next(upperBound: UInt64(digits.count)))] }
+        }
+        return withUnsafeBytes(of: bytes) { String(decoding: $0.prefix(shortLength), as: UTF8.self) }
+    }
+
+    /// The longest string Swift stores inline on 64-bit platforms.
+    public static let shortLength = 15
 }

@@ -108,8 +108,9 @@ enum FuzzTarget: String, CaseIterable {
             _ = reader.double(dotted, default: 1, range: 0...1)
             _ = reader.bool(dotted, default: false)
             _ = reader.list(dotted, default: [])
-            var bucket = LocalBucket(rule: reader.rateLimit(dotted, default: RateLimitRule(capacity: 1, period: .seconds(1))))
-            _ = bucket.take()
+            let rule = reader.rateLimit(dotted, default: RateLimitRule(capacity: 1, period: .seconds(1)))
+            var bucket = LocalBucket(full: rule)
+            _ = bucket.take(rule)
         }
         for value in variables.values {
             _ = RedisConfiguration(url: value)

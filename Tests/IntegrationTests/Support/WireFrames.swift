@@ -45,8 +45,8 @@ extension ClientConnection {
     /// A client socket's connection on a test channel, with the gateway's usual limits.
     static func forTest(on channel: any Channel) -> ClientConnection {
         ClientConnection(
-            channel: channel, remoteAddress: "127.0.0.1", logger: Logger(label: "test"),
-            controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!
+            channel: channel, remoteAddress: "127.0.0.1",
+            terms: .init(logger: Logger(label: "test"), controlLimit: RateLimitRule("30/60s")!, refusalLimit: RateLimitRule("20/60s")!)
         )
     }
 }

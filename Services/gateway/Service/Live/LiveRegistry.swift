@@ -16,8 +16,9 @@ final class LiveRegistry: Sendable {
         var role: Role
         var joined = false
         /// Frames this socket may send in this conversation (packets of a Whisperer,
-        /// every frame of a listener).
+        /// every frame of a listener), at `rule`.
         var bucket: LocalBucket
+        let rule: RateLimitRule
     }
 
     /// Conversations one socket may hold a place in at once.
@@ -32,7 +33,7 @@ final class LiveRegistry: Sendable {
             var held = all[connId, default: [:]]
             if let current = held[conversationId], current.role == role { return true }
             guard held[conversationId] != nil || held.count < Self.maxPlacesPerSocket else { return false }
-            held[conversationId] = Place(role: role, bucket: LocalBucket(rule: rule))
+            held[conversationId] = Place(role: role, bucket: LocalBucket(full: rule), rule: rule)
             all[connId] = held
             return true
         }
@@ -55,7 +56,7 @@ final class LiveRegistry: Sendable {
     func spend(_ connId: String, _ conversationId: String) -> Bool {
         places.withLock { all in
             guard var place = all[connId]?[conversationId] else { return false }
-            let taken = place.bucket.take()
+            let taken = place.bucket.take(place.rule)
             all[connId]?[conversationId] = place
             return taken
         }

@@ -13,6 +13,8 @@ struct PresenceKeeper: Service {
     let instanceID: String
     let interval: Duration
     let logger: Logger
+    /// Sockets refreshed per Redis pipeline.
+    static let batch = 1_000
 
     func run() async throws {
         try await cancelWhenGracefulShutdown {
@@ -34,7 +36,13 @@ struct PresenceKeeper: Service {
         try await Periodic(every: interval, waitingFirst: true, failure: "presence_refresh_failed", logger: logger) {
             let bound = connections.bound()
             try await presence.prepare()
-            try await presence.refresh(bound.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+            // A pipeline of at most `batch` sockets at a time: what a refresh holds at
+            // once (commands, records, replies) stays the same however many sockets the
+            // instance has, instead of a burst of memory per socket every interval.
+            for start in stride(from: 0, to: bound.count, by: Self.batch) {
+                let sockets = bound[start..<min(start + Self.batch, bound.count)]
+                try await presence.refresh(sockets.map { ($0.whisperId, PresenceRecord(gateway: instanceID, connId: $0.connection.id)) })
+            }
             try await GatewayCensus.record(
                 instance: instanceID, open: connections.count, signedIn: bound.count, at: Clock.millisecondsNow(), on: presence.redis
             )

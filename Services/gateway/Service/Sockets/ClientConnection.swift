@@ -8,7 +8,8 @@ import WhisperShared
 
 /// One client's WebSocket on this gateway instance.
 public final class ClientConnection: Sendable {
-    /// Unique per connection, across instances (`connId` in logs).
+    /// Unique per connection (`connId` in logs and presence records, always beside the
+    /// instance's ID): `RandomID.short`, held inside the string, so no allocation.
     public let id: String
     /// The client's address as the limits key it (`ClientAddress`).
     let remoteAddress: String
@@ -17,10 +18,8 @@ public final class ClientConnection: Sendable {
     /// handler), in the order they are handed over. No queue or writer task in between:
     /// each hop through one would cost a task switch per frame.
     let channel: any Channel
-    /// The gateway's logger, shared by every socket; `logger` adds this socket's
-    /// `connId` when something is logged (kept per socket, the metadata would cost
-    /// every idle socket its own copy).
-    private let baseLogger: Logger
+    /// What every socket of the gateway shares (`Terms`): one reference per socket.
+    let terms: Terms
     /// Frames read from the socket and not handled yet (`SocketInbox`).
     let inbox: SocketInbox
     /// The socket's messages let past their turn and waiting for their stores (`SocketTurns`).
@@ -41,11 +40,10 @@ public final class ClientConnection: Sendable {
     static let renewAhead: Duration = .seconds(1)
     /// Frames and bytes handed over since the socket last had room in its send buffer
     /// (NIO's writability: more than 64 KiB unsent). A client that stops reading is
-    /// dropped after `unsentLimit` frames or `maxUnsentBytes` bytes, whichever comes
-    /// first, rather than have its frames held without bound.
+    /// dropped after `unsentLimit` frames or `Terms.maxUnsentBytes` bytes, whichever
+    /// comes first, rather than have its frames held without bound.
     private let unsentFrames = Atomic<Int>(0)
     private let unsentBytes = Atomic<Int>(0)
-    let maxUnsentBytes: Int
     /// The identities this socket watches the presence of (`presence_subscribe`).
     private let watched = Mutex<[String]>([])
     /// Set once a close was asked for: nothing is written after it.
@@ -72,24 +70,42 @@ public final class ClientConnection: Sendable {
     /// Frames a socket may be handed while it has no room before it counts as too slow.
     static let unsentLimit = 4_096
 
-    init(
-        channel: any Channel, remoteAddress: String, logger: Logger,
-        controlLimit: RateLimitRule, refusalLimit: RateLimitRule, maxUnsentBytes: Int = 8 * 1_048_576,
-        inbox: SocketInbox.Bounds = .standard, liveDevice: String? = nil
-    ) {
+    /// What the sockets of a gateway share, made once: a copy in each socket would cost
+    /// every idle socket its own.
+    final class Terms: Sendable {
+        /// The gateway's logger; `ClientConnection.logger` adds the socket's `connId`
+        /// when something is logged.
+        let logger: Logger
+        let controlLimit: RateLimitRule
+        let refusalLimit: RateLimitRule
+        let maxUnsentBytes: Int
+        let inbox: SocketInbox.Bounds
+
+        init(
+            logger: Logger, controlLimit: RateLimitRule, refusalLimit: RateLimitRule,
+            maxUnsentBytes: Int = 8 * 1_048_576, inbox: SocketInbox.Bounds = .standard
+        ) {
+            self.logger = logger
+            self.controlLimit = controlLimit
+            self.refusalLimit = refusalLimit
+            self.maxUnsentBytes = maxUnsentBytes
+            self.inbox = inbox
+        }
+    }
+
+    init(channel: any Channel, remoteAddress: String, terms: Terms, liveDevice: String? = nil) {
         self.liveDevice = liveDevice
-        self.maxUnsentBytes = maxUnsentBytes
-        self.id = RandomID.uuid()
-        self.buckets = Mutex((LocalBucket(rule: controlLimit), LocalBucket(rule: refusalLimit)))
-        self.inbox = SocketInbox(bounds: inbox)
+        self.terms = terms
+        self.id = RandomID.short()
+        self.buckets = Mutex((LocalBucket(full: terms.controlLimit), LocalBucket(full: terms.refusalLimit)))
+        self.inbox = SocketInbox(bounds: terms.inbox)
         self.channel = channel
         self.remoteAddress = remoteAddress
-        self.baseLogger = logger
     }
 
     /// The gateway's logger with this socket's `connId`.
     var logger: Logger {
-        var logger = baseLogger
+        var logger = terms.logger
         logger[metadataKey: "connId"] = .string(id)
         return logger
     }
@@ -164,10 +180,10 @@ public final class ClientConnection: Sendable {
     }
 
     /// Takes a token from this socket's bucket of `ping`, `session_refresh` and `logout`.
-    func takeControl() -> Bool { buckets.withLock { $0.control.take() } }
+    func takeControl() -> Bool { buckets.withLock { $0.control.take(terms.controlLimit) } }
 
     /// Takes a token from this socket's bucket of refused frames.
-    func takeRefusal() -> Bool { buckets.withLock { $0.refusals.take() } }
+    func takeRefusal() -> Bool { buckets.withLock { $0.refusals.take(terms.refusalLimit) } }
 
     var isClosing: Bool { closing.load(ordering: .relaxed) }
 
@@ -239,7 +255,7 @@ public final class ClientConnection: Sendable {
             unsentFrames.store(0, ordering: .relaxed)
             unsentBytes.store(0, ordering: .relaxed)
         } else if unsentFrames.add(1, ordering: .relaxed).newValue > Self.unsentLimit
-                    || unsentBytes.add(bytes.count, ordering: .relaxed).newValue > maxUnsentBytes {
+                    || unsentBytes.add(bytes.count, ordering: .relaxed).newValue > terms.maxUnsentBytes {
             // The client does not read: drop the socket rather than hold its frames
             // without bound. No close handshake: a close frame would wait behind the
             // frames it does not read. What it missed stays in its pending queue.

@@ -18,16 +18,39 @@ final class ConnectionCap: Sendable {
         refused = metrics.counter("gateway_connections_refused", help: "TCP connections closed on accept because the instance was at its connection cap.")
     }
 
-    /// Counts `channel` unless the cap is reached; a counted one is released when it closes.
-    func take(_ channel: any Channel) -> Bool {
+    /// Counts `channel` unless the cap is reached (nil); a counted one is released when it
+    /// closes, with whatever else its `Hold` was given to let go of then.
+    func take(_ channel: any Channel) -> Hold? {
         let taken = open.wrappingAdd(1, ordering: .relaxed).newValue
         guard taken <= limit else {
             open.wrappingSubtract(1, ordering: .relaxed)
             refused.increment()
-            return false
+            return nil
         }
-        channel.closeFuture.whenComplete { _ in self.open.wrappingSubtract(1, ordering: .relaxed) }
-        return true
+        let hold = Hold()
+        // The connection's one close callback: each further one would cost every open
+        // socket a closure and a slot in the close future's list.
+        channel.closeFuture.whenComplete { _ in
+            self.open.wrappingSubtract(1, ordering: .relaxed)
+            hold.closed()
+        }
+        return hold
+    }
+
+    /// What a counted connection lets go of when it closes, besides its place under the
+    /// cap: its admission as a socket (`SocketAdmission`), once it has one.
+    final class Hold: Sendable {
+        private let admitted = Mutex<(admission: SocketAdmission, address: String)?>(nil)
+
+        func admitted(by admission: SocketAdmission, address: String) {
+            admitted.withLock { $0 = (admission, address) }
+        }
+
+        fileprivate func closed() {
+            if let (admission, address) = admitted.withLock({ current in defer { current = nil }; return current }) {
+                admission.release(address)
+            }
+        }
     }
 
     var count: Int { open.load(ordering: .relaxed) }

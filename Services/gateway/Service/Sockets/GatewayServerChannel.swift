@@ -34,14 +34,14 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     /// The client's address (`ClientAddress`) and why this upgrade request may not become
     /// a socket (path, origin, draining, caps), or nil when it may; runs on the
     /// connection's event loop.
-    let admit: @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?)
+    let admit: @Sendable (HTTPRequestHead, any Channel, ConnectionCap.Hold) -> (address: String, refusal: HTTPError?, liveDevice: String?)
     /// Adds the socket's handlers once the upgrade is answered (on the event loop), with
     /// the client's address `admit` found.
     let upgraded: @Sendable (any Channel, String, String?) throws -> Void
 
     init(
         responder: @escaping Responder, handshakeTimeout: Duration, cap: ConnectionCap,
-        admit: @escaping @Sendable (HTTPRequestHead, any Channel) -> (address: String, refusal: HTTPError?, liveDevice: String?),
+        admit: @escaping @Sendable (HTTPRequestHead, any Channel, ConnectionCap.Hold) -> (address: String, refusal: HTTPError?, liveDevice: String?),
         upgraded: @escaping @Sendable (any Channel, String, String?) throws -> Void
     ) {
         self.responder = Self.sendingUpgradesToANewConnection(responder)
@@ -52,7 +52,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
     }
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        guard cap.take(channel) else {
+        guard let hold = cap.take(channel) else {
             channel.close(promise: nil)
             return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
         }
@@ -62,6 +62,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
             // size it has needed. Starting small keeps an idle socket's at what its
             // upgrade and sign-in took; a busy socket's grows as NIO's does.
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
+            try channel.syncOptions?.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
             let pipeline = channel.pipeline.syncOperations
             try pipeline.addHandler(HandshakeDeadline(timeout: timeout), name: HandshakeDeadline.name, position: .first)
             let admit = self.admit
@@ -71,7 +72,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
             let device = NIOLoopBoundBox<String?>(nil, eventLoop: channel.eventLoop)
             let upgrader = SocketUpgrader<Negotiated>(
                 shouldUpgrade: { channel, head in
-                    let decision = admit(head, channel)
+                    let decision = admit(head, channel, hold)
                     (address.value, refusal.value, device.value) = (decision.address, decision.refusal, decision.liveDevice)
                     return channel.eventLoop.makeSucceededFuture(refusal.value == nil ? HTTPHeaders() : nil)
                 },
@@ -112,7 +113,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
 
     /// Receive buffers of 512 bytes at first, doubled for a read that fills one and
     /// halved after two reads of half or less (64 bytes to 64 KiB).
-    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 512, maximum: 65_536)
+    static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 256, maximum: 65_536)
 
     func handle(value: Value, logger: Logger) async {
         do {

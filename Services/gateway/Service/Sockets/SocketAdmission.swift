@@ -26,8 +26,8 @@ final class SocketAdmission: Sendable {
     }
 
     /// Counts a socket for `address` unless a cap is reached; an admitted one is
-    /// released when `channel` closes, however the upgrade ends.
-    func admit(_ address: String, channel: any Channel) -> Decision {
+    /// released when its connection closes (`hold`), however the upgrade ends.
+    func admit(_ address: String, hold: ConnectionCap.Hold) -> Decision {
         let decision: Decision = state.withLock { state in
             guard state.total < maxTotal else { return .instanceFull }
             let current = state.perAddress[address, default: 0]
@@ -37,12 +37,12 @@ final class SocketAdmission: Sendable {
             return .admitted
         }
         if decision == .admitted {
-            channel.closeFuture.whenComplete { _ in self.release(address) }
+            hold.admitted(by: self, address: address)
         }
         return decision
     }
 
-    private func release(_ address: String) {
+    func release(_ address: String) {
         state.withLock { state in
             state.total = max(0, state.total - 1)
             let remaining = state.perAddress[address, default: 1] - 1

@@ -39,10 +39,14 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
         /// Counts the times a socket's queue filled and its reading paused: its client
         /// sent faster than its frames were handled, and TCP now holds it back.
         let readsPaused: Counter?
+        /// What handles each socket's messages, and what runs once each has closed.
+        let onMessage: MessageHandler
+        let onClosed: Farewell
 
         init(
             pingInterval: TimeAmount, closeTimeout: TimeAmount, authenticationDeadline: TimeAmount, maxMessageBytes: Int,
-            holdsLivePlace: @escaping @Sendable (ClientConnection) -> Bool = { _ in false }, readsPaused: Counter? = nil
+            holdsLivePlace: @escaping @Sendable (ClientConnection) -> Bool = { _ in false }, readsPaused: Counter? = nil,
+            onMessage: @escaping MessageHandler, onClosed: @escaping Farewell
         ) {
             self.looks = SocketLooks(interval: pingInterval)
             self.closeTimeout = closeTimeout
@@ -50,6 +54,8 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
             self.maxMessageBytes = maxMessageBytes
             self.holdsLivePlace = holdsLivePlace
             self.readsPaused = readsPaused
+            self.onMessage = onMessage
+            self.onClosed = onClosed
         }
     }
 
@@ -63,8 +69,6 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     private let connection: ClientConnection
     private let settings: Settings
-    private let onMessage: MessageHandler
-    private let onClosed: Farewell
 
     /// The start of a frame whose bytes have not all come yet (at most one frame's).
     private var partial: ByteBuffer?
@@ -88,11 +92,9 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     private var signInDeadline: Scheduled<Void>?
     private var closeDeadline: Scheduled<Void>?
 
-    init(connection: ClientConnection, settings: Settings, onMessage: @escaping MessageHandler, onClosed: @escaping Farewell) {
+    init(connection: ClientConnection, settings: Settings) {
         self.connection = connection
         self.settings = settings
-        self.onMessage = onMessage
-        self.onClosed = onClosed
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -247,7 +249,7 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// checked and passed on before that work, not after it; what follows its first wait
     /// runs as any task does. Otherwise the task is queued on the event loop.
     private func startHandling(now: Bool = false) {
-        Self.startHandling(connection, onMessage, onClosed, now: now)
+        Self.startHandling(connection, settings.onMessage, settings.onClosed, now: now)
     }
 
     private static func startHandling(_ connection: ClientConnection, _ onMessage: @escaping MessageHandler, _ onClosed: @escaping Farewell, now: Bool) {
@@ -292,6 +294,12 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     func look() {
         guard let context, !closeSent else { return }
         connection.forgetLapsedTrust()
+        if signInDeadline != nil, connection.whisperId != nil {
+            // Signed in: the deadline is met, and its timer is let go now rather than
+            // held by an idle socket until it would have fired.
+            signInDeadline?.cancel()
+            signInDeadline = nil
+        }
         if heardSinceTick {
             heardSinceTick = false
             return

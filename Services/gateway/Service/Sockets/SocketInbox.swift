@@ -6,10 +6,17 @@ import Synchronization
 /// something to handle. Past `Bounds` the socket is no longer read (TCP then holds the
 /// client back) until the queue is down to `resumeAtMessages`.
 final class SocketInbox: Sendable {
-    struct Bounds: Sendable {
-        var pauseAtMessages: Int
-        var pauseAtBytes: Int
-        var resumeAtMessages: Int
+    /// Shared by the sockets of a gateway (a reference in each, not a copy).
+    final class Bounds: Sendable {
+        let pauseAtMessages: Int
+        let pauseAtBytes: Int
+        let resumeAtMessages: Int
+
+        init(pauseAtMessages: Int, pauseAtBytes: Int, resumeAtMessages: Int) {
+            self.pauseAtMessages = pauseAtMessages
+            self.pauseAtBytes = pauseAtBytes
+            self.resumeAtMessages = resumeAtMessages
+        }
 
         /// 16 messages or 1 MiB queued pause reading; 4 left resume it.
         static let standard = Bounds(pauseAtMessages: 16, pauseAtBytes: 1_048_576, resumeAtMessages: 4)
