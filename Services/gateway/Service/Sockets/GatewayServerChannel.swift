@@ -60,7 +60,10 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
         return channel.eventLoop.makeCompletedFuture {
             // A channel keeps its last receive buffer for the next read, at the largest
             // size it has needed. Starting small keeps an idle socket's at what its
-            // upgrade and sign-in took; a busy socket's grows as NIO's does.
+            // upgrade and sign-in took; a busy socket's grows as NIO's does. One read
+            // per wake-up: with more, a request longer than the first buffer is read
+            // again while the HTTP decoder still holds that buffer, and NIO then keeps
+            // both for the socket's life.
             try channel.syncOptions?.setOption(ChannelOptions.recvAllocator, value: Self.receiveBuffers)
             try channel.syncOptions?.setOption(ChannelOptions.maxMessagesPerRead, value: 1)
             let pipeline = channel.pipeline.syncOperations
