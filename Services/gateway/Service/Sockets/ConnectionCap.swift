@@ -38,16 +38,33 @@ final class ConnectionCap: Sendable {
     }
 
     /// What a counted connection lets go of when it closes, besides its place under the
-    /// cap: its admission as a socket (`SocketAdmission`), once it has one.
+    /// cap: its admission as a socket (`SocketAdmission`), once it has one. An admission
+    /// given after the close is let go of at once.
     final class Hold: Sendable {
-        private let admitted = Mutex<(admission: SocketAdmission, address: String)?>(nil)
+        private enum State {
+            case open
+            case admitted(SocketAdmission, address: String)
+            case closed
+        }
+
+        private let state = Mutex(State.open)
 
         func admitted(by admission: SocketAdmission, address: String) {
-            admitted.withLock { $0 = (admission, address) }
+            let earlier = state.withLock { state -> State in
+                let earlier = state
+                if case .closed = earlier { return earlier }
+                state = .admitted(admission, address: address)
+                return earlier
+            }
+            switch earlier {
+            case .open: break
+            case .admitted(let previous, let previousAddress): previous.release(previousAddress)
+            case .closed: admission.release(address)
+            }
         }
 
         fileprivate func closed() {
-            if let (admission, address) = admitted.withLock({ current in defer { current = nil }; return current }) {
+            if case .admitted(let admission, let address) = state.withLock({ state in defer { state = .closed }; return state }) {
                 admission.release(address)
             }
         }
