@@ -13,7 +13,6 @@ public enum RandomID {
     public static func uuid<G: RandomNumberGenerator>(using generator: inout G) -> String {
         let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
         let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
-        let digits: [UInt8] = Array("0123456789abcdef".utf8)
         return String(unsafeUninitializedCapacity: 36) { out in
             var position = 0
             func put(_ word: UInt64, nibbles range: StrideThrough<Int>) {
@@ -40,13 +39,14 @@ public enum RandomID {
     }
 
     public static func short<G: RandomNumberGenerator>(using generator: inout G) -> String {
-        let digits: [UInt8] = Array("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
-        var bytes: (UInt64, UInt64) = (0, 0)
-        withUnsafeMutableBytes(of: &bytes) { out in
+        String(unsafeUninitializedCapacity: shortLength) { out in
             for index in 0..<shortLength { out[index] = digits[Int(generator.next(upperBound: UInt64(digits.count)))] }
+            return shortLength
         }
-        return withUnsafeBytes(of: bytes) { String(decoding: $0.prefix(shortLength), as: UTF8.self) }
     }
+
+    /// The digits of both forms: a UUID's hex digits are the first 16.
+    private static let digits: [UInt8] = Array("0123456789abcdefghijklmnopqrstuvwxyz".utf8)
 
     /// The longest string Swift stores inline on 64-bit platforms.
     public static let shortLength = 15

@@ -114,7 +114,7 @@ struct GatewayServerChannel: ServerChildChannel, HTTPChannelHandler {
         }
     }
 
-    /// Receive buffers of 512 bytes at first, doubled for a read that fills one and
+    /// Receive buffers of 256 bytes at first, doubled for a read that fills one and
     /// halved after two reads of half or less (64 bytes to 64 KiB).
     static let receiveBuffers = AdaptiveRecvByteBufferAllocator(minimum: 64, initial: 256, maximum: 65_536)
 

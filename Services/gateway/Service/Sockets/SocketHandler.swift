@@ -249,14 +249,14 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
     /// checked and passed on before that work, not after it; what follows its first wait
     /// runs as any task does. Otherwise the task is queued on the event loop.
     private func startHandling(now: Bool = false) {
-        Self.startHandling(connection, settings.onMessage, settings.onClosed, now: now)
+        Self.startHandling(connection, settings, now: now)
     }
 
-    private static func startHandling(_ connection: ClientConnection, _ onMessage: @escaping MessageHandler, _ onClosed: @escaping Farewell, now: Bool) {
+    private static func startHandling(_ connection: ClientConnection, _ settings: Settings, now: Bool) {
         // A message that hands the socket over before it is done (`FrameTurn.release`):
         // what is queued, or read from now on, goes to a task of its own.
         let handOver: @Sendable () -> Void = {
-            if connection.inbox.handOver() { startHandling(connection, onMessage, onClosed, now: false) }
+            if connection.inbox.handOver() { startHandling(connection, settings, now: false) }
         }
         let handle: @Sendable () async -> Void = {
             while true {
@@ -266,13 +266,13 @@ final class SocketHandler: ChannelInboundHandler, RemovableChannelHandler {
                     if resumeReading {
                         connection.channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { _ in }
                     }
-                    if await onMessage(bytes, waitingSince, connection, handOver) { return }
+                    if await settings.onMessage(bytes, waitingSince, connection, handOver) { return }
                 case .idle:
                     return
                 case .ended:
                     // Its messages still waiting for their stores are answered first.
                     await connection.turns.drained()
-                    await onClosed(connection)
+                    await settings.onClosed(connection)
                     return
                 }
             }
