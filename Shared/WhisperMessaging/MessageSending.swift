@@ -66,13 +66,16 @@ public struct MessageSending: Sendable {
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void)
         /// Writes `frame` (`message_received`) to the recipient's socket before the store's
         /// reply, when that socket is on this instance (known without a round trip) and
-        /// the sender is the recipient's direct peer: the socket written, or nil when the
-        /// message waits for its store. Each one written is `settle`d once the sender has
-        /// been told the store's answer.
-        func deliverEarly(_ frame: () -> [UInt8], message: Payload<SendMessageFields>, sender: Sender) -> PresenceRecord?
+        /// the sender is the recipient's direct peer: the socket written, and the seat of
+        /// its `delivered` receipt in the store, or nil when the message waits for its
+        /// store. Each one written is `settle`d once the sender has been told the store's
+        /// answer.
+        func deliverEarly(_ frame: () -> [UInt8], message: Payload<SendMessageFields>, sender: Sender) -> EarlyDelivery?
         /// What the store did with a message delivered early (true: it is stored, now or
-        /// before), once the sender's socket was given `message_accepted` or the refusal.
-        func settle(_ message: Payload<SendMessageFields>, stored: Bool)
+        /// before; `receiptRecorded`: with its `delivered` receipt, which the sender was
+        /// given after `message_accepted`), once the sender's socket was given
+        /// `message_accepted` or the refusal.
+        func settle(_ message: Payload<SendMessageFields>, stored: Bool, receiptRecorded: Bool)
         /// The store of a message delivered early is written to Redis, behind everything
         /// this client wrote before it and ahead of anything it writes next: the caller may
         /// go on with its next message while the store's reply is awaited (only when the
@@ -90,6 +93,18 @@ public struct MessageSending: Sendable {
         /// round trip for it. The push job for a recipient whose gateway turned out to be
         /// gone then follows from the reply.
         var waitsForPublishes: Bool { get }
+    }
+
+    /// A message written to its recipient before its store answered: where, and the seat
+    /// its `delivered` receipt may take in the store while the write waits (nil: none).
+    public struct EarlyDelivery: Sendable {
+        public var socket: PresenceRecord
+        public var ride: ReceiptRide?
+
+        public init(socket: PresenceRecord, ride: ReceiptRide?) {
+            self.socket = socket
+            self.ride = ride
+        }
     }
 
     /// A group copy: its group, and how the caller checks both ends' membership. `admit`
@@ -128,19 +143,19 @@ public struct MessageSending: Sendable {
         let early = group == nil && !redeliver && !checked.fromStranger ? caller.deliverEarly(received, message: message, sender: sender) : nil
         // Any refusal or failure thrown from here on settles it as not stored.
         var settledEarly = false
-        defer { if early != nil, !settledEarly { caller.settle(message, stored: false) } }
+        defer { if early != nil, !settledEarly { caller.settle(message, stored: false, receiptRecorded: false) } }
         let outcome = try await store(
             message, checked, group: group, redeliver: redeliver, written: early != nil ? caller.storeWritten : nil,
-            mayWait: early != nil ? caller.storeMayWait : .zero, caller: caller
+            mayWait: early != nil ? caller.storeMayWait : .zero, ride: early?.ride, caller: caller
         )
         let stored = try isNew(outcome.result, message, fromStranger: checked.fromStranger)
-        let accept = try await answer(message, sender: sender, caller: caller)
+        let accept = try await answer(message, sender: sender, receipt: outcome.receipt, caller: caller)
         if early != nil {
             settledEarly = true
-            caller.settle(message, stored: true)
+            caller.settle(message, stored: true, receiptRecorded: outcome.receipt != nil)
         }
         return try await deliver(
-            message, received, to: outcome.recipientSocket, early: early, stored: stored, after: accept, sender: sender, caller: caller
+            message, received, to: outcome.recipientSocket, early: early?.socket, stored: stored, after: accept, sender: sender, caller: caller
         )
     }
 
@@ -170,7 +185,7 @@ public struct MessageSending: Sendable {
     /// group changed meanwhile is checked again and stored again, at most three times more.
     private func store(
         _ message: SendMessage, _ checked: Checked, group: GroupCopy?, redeliver: Bool, written: (@Sendable () -> Void)?, mayWait: Duration,
-        caller: some Caller
+        ride: ReceiptRide?, caller: some Caller
     ) async throws -> PendingQueue.StoreOutcome {
         var membership = checked.membership
         var attempts = 0
@@ -181,7 +196,7 @@ public struct MessageSending: Sendable {
                 outcome = try await pending.store(
                     recipient: message.to, messageId: message.messageId, sender: message.from, body: checked.body, redeliver: redeliver,
                     pairLimit: pairLimit, fromStranger: checked.fromStranger, group: membership, alongside: commands, written: written,
-                    mayWait: mayWait
+                    mayWait: mayWait, ride: ride
                 )
             } catch {
                 returned(nil)
@@ -223,26 +238,36 @@ public struct MessageSending: Sendable {
     /// default in cluster mode) it waits for them. A shortfall is accepted by default
     /// (the message stands on its master's fsync); with `WHISPER_REDIS_WAIT_SHORTFALL=
     /// refuse` the message is passed on all the same and its sender asked to send it
-    /// again (a resend is a duplicate, answered once the replicas have it).
-    private func answer(_ message: SendMessage, sender: Sender, caller: some Caller) async throws -> RedisCommand? {
+    /// again (a resend is a duplicate, answered once the replicas have it). A `delivered`
+    /// receipt recorded with the message (`receipt`, its timestamp) follows as the
+    /// sender's `message_delivered`.
+    private func answer(_ message: SendMessage, sender: Sender, receipt: Int64?, caller: some Caller) async throws -> [RedisCommand] {
         var answer = ServerFrameCodec.encode(MessageAccepted(messageId: message.messageId), requestId: sender.requestId)
+        var accepted = true
         do {
             try await redis.waitForReplicas(afterWritingTo: RedisKeys.pending(message.to))
         } catch RedisError.replicasBehind {
+            accepted = false
             answer = ServerFrameCodec.encodeError(
                 .internalError, "the message is stored but not yet copied to a replica; send it again", requestId: sender.requestId
             )
         }
-        return caller.accept(answer)
+        var commands = caller.accept(answer).map { [$0] } ?? []
+        if accepted, let receipt, let command = caller.accept(PendingQueue.deliveredFrame(
+            messageId: message.messageId, status: .delivered, timestamp: receipt, from: message.to
+        )) {
+            commands.append(command)
+        }
+        return commands
     }
 
     /// Step 4: `message_received` to the recipient's socket unless it went out early
     /// (here, or published to its gateway with the sender's answer), else a wake-up.
     private func deliver(
         _ message: SendMessage, _ received: () -> [UInt8], to socket: PresenceRecord?, early: PresenceRecord?, stored: Bool,
-        after accept: RedisCommand?, sender: Sender, caller: some Caller
+        after accept: [RedisCommand], sender: Sender, caller: some Caller
     ) async throws -> RoutingOutcome {
-        var commands = accept.map { [$0] } ?? []
+        var commands = accept
         var live = early != nil && socket == early
         var published: Int?
         if let socket, socket != early {

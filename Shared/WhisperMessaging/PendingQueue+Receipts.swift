@@ -76,6 +76,11 @@ extension PendingQueue {
         [RedisKeys.pending(recipient), messageKey(recipient, messageId), bytesKey(recipient), strangersKey(recipient)]
     }
 
+    /// `message_delivered`, a receipt as its sender gets it.
+    public static func deliveredFrame(messageId: String, status: ReceiptStatus, timestamp: Int64, from recipient: String) -> [UInt8] {
+        ServerFrameCodec.encode(MessageDelivered(messageId: messageId, status: status, timestamp: timestamp, from: recipient))
+    }
+
     /// A recipient's bucket for the receipts it sends, in its own hash slot.
     public static func receiptBucket(_ recipient: String) -> String { RedisKeys.rateLimit(recipient, Limit.receiptsPerIdentity.bucket) }
 

@@ -108,11 +108,16 @@ public struct PendingQueue: Sendable {
         public var recipientSocket: PresenceRecord?
         /// The replies of the commands sent `alongside` the store, in their order.
         public var alongside: [RESPValue] = []
+        /// The timestamp of the recipient's `delivered` receipt recorded with the message
+        /// (it rode with this store, or with the stored one this resends: `ReceiptRide`),
+        /// for the sender's `message_delivered`; nil when none was.
+        public var receipt: Int64?
 
-        public init(result: StoreResult, recipientSocket: PresenceRecord? = nil, alongside: [RESPValue] = []) {
+        public init(result: StoreResult, recipientSocket: PresenceRecord? = nil, alongside: [RESPValue] = [], receipt: Int64? = nil) {
             self.result = result
             self.recipientSocket = recipientSocket
             self.alongside = alongside
+            self.receipt = receipt
         }
     }
 
@@ -126,10 +131,12 @@ public struct PendingQueue: Sendable {
     /// returned only when `redeliver` is set and the message is still pending.
     /// `fromStranger`: the sender is not the recipient's direct peer, so the message
     /// counts against the strangers' share of the queue (`Capacity.strangersPercent`).
+    /// `ride`: a `delivered` receipt that joins it before the write leaves is recorded
+    /// with a new message, which is then not queued.
     public func store(
         recipient: String, messageId: String, sender: String, body: [UInt8], redeliver: Bool, pairLimit: RateLimitRule,
         fromStranger: Bool, group: GroupCheck? = nil, alongside: [RedisCommand] = [], written: (@Sendable () -> Void)? = nil,
-        mayWait: Duration = .zero
+        mayWait: Duration = .zero, ride: ReceiptRide? = nil
     ) async throws -> StoreOutcome {
         var keys = [
             RedisKeys.pending(recipient), Self.messageKey(recipient, messageId), RedisKeys.presence(recipient),
@@ -145,7 +152,18 @@ public struct PendingQueue: Sendable {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
         }
-        let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside, written: written, mayWait: mayWait)
+        let reply: RESPValue, others: [RESPValue]
+        if let ride {
+            // The redeliver flag's place says whether a receipt rode (`ride.seal()`), as late as the write allows.
+            let fixed = arguments
+            (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, lateArguments: {
+                var arguments = fixed
+                if let timestamp = ride.seal() { arguments[4] = "d\(timestamp)" }
+                return arguments
+            }, alongside: alongside, written: written, mayWait: mayWait)
+        } else {
+            (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside, written: written, mayWait: mayWait)
+        }
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         // The fourth part of `stored` and `duplicate`: the recipient's presence record, or false.
         let socket = parts.count > 3 ? parts[3].string.flatMap(PresenceRecord.init(encoded:)) : nil
@@ -168,7 +186,9 @@ public struct PendingQueue: Sendable {
         default:
             result = .conflict
         }
-        return StoreOutcome(result: result, recipientSocket: socket, alongside: others)
+        // The fifth: the timestamp of a `delivered` receipt recorded with the message, or false.
+        let receipt = parts.count > 4 ? parts[4].string.flatMap { Int64($0) } : nil
+        return StoreOutcome(result: result, recipientSocket: socket, alongside: others, receipt: receipt)
     }
 
     public struct Page: Sendable {

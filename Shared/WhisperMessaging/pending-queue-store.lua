@@ -1,15 +1,19 @@
 -- KEYS: queue, message key, presence key, the pair's bucket, byte count, the
 -- recipient's peers, its strangers hash, its unanswered peers, its wrote set, its
 -- message records' index of the day (all in the recipient's slot). ARGV: sender,
--- body, ttl ms, messageId, redeliver flag, the bucket's capacity and refill per ms,
+-- body, ttl ms, messageId, redeliver flag ('1', '0', or 'd' and a receipt's timestamp:
+-- the recipient's `delivered` receipt came while the message was being stored, so a
+-- new message is recorded as delivered and never queued), the bucket's capacity and refill per ms,
 -- the queue's cap in messages and in bytes, the peers' cap and their expiry ms, 1 when
 -- the sender is a stranger to the recipient (not a direct peer), and strangers' caps:
 -- together in messages and in bytes, then each in messages and in bytes. For a group
 -- copy also KEYS[11], the recipient's groups, and ARGV 17 and 18, the groupId and the
 -- membership version the router checked the sender against. Returns
--- {'stored', entry, depth, presence} or {'duplicate', '', 0, presence}, where presence
--- is the value of KEYS[3] as stored (false when none; for a duplicate, unless the
--- redeliver flag is set and it is still pending), or {'limited', retry ms}, {'full'},
+-- {'stored', entry, depth, presence, receipt} or {'duplicate', '', 0, presence, receipt},
+-- where presence is the value of KEYS[3] as stored (false when none; for a duplicate,
+-- unless the redeliver flag is set and it is still pending) and receipt the timestamp
+-- of a `delivered` receipt recorded with the message (false when none; entry is then
+-- ''), or {'limited', retry ms}, {'full'},
 -- {'strangers'} (the strangers' share, or this stranger's, is taken), {'not_member'},
 -- {'stale', version}, {'conflict'}. It publishes nothing.
 -- A resend of a stored copy is answered as a duplicate even if the recipient has
@@ -17,15 +21,16 @@
 -- recipient's record names the group at the version checked.
 --
 -- Runs after rate-limit-buckets.lua and pending-queue-expiry.lua, whose functions it calls.
-local known = redis.call('HGET', KEYS[2], 'from')
-if known then
-    if known ~= ARGV[1] then return {'conflict'} end
+local record = redis.call('HMGET', KEYS[2], 'from', 'state', 'receipt')
+if record[1] then
+    if record[1] ~= ARGV[1] then return {'conflict'} end
     local socket = false
-    if ARGV[5] == '1' and redis.call('HGET', KEYS[2], 'state') == 'pending' then
+    if ARGV[5] == '1' and record[2] == 'pending' then
         socket = redis.call('GET', KEYS[3])
     end
-    return {'duplicate', '', 0, socket}
+    return {'duplicate', '', 0, socket, record[3]}
 end
+local receipt = string.match(ARGV[5], '^d(%-?%d+)$')
 if ARGV[17] then
     local epoch = redis.call('HGET', KEYS[11], ARGV[17])
     if not epoch then return {'not_member'} end
@@ -50,22 +55,31 @@ if stranger then
 end
 local retry = take_token(KEYS[4], tonumber(ARGV[6]), tonumber(ARGV[7]), now)
 if retry > 0 then return {'limited', retry} end
-local id
-if stranger then
-    id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2], 'st', ARGV[1])
-    redis.call('HINCRBY', KEYS[7], 'n', 1)
-    redis.call('HINCRBY', KEYS[7], 'b', size)
-    redis.call('HINCRBY', KEYS[7], 'n:' .. ARGV[1], 1)
-    redis.call('HINCRBY', KEYS[7], 'b:' .. ARGV[1], size)
-    redis.call('PEXPIRE', KEYS[7], ARGV[3])
+local id = ''
+if receipt and not stranger then
+    -- Delivered on arrival: only the record, in the state the acknowledgement script
+    -- leaves a delivered message in (pending-queue-ack.lua), with the receipt's
+    -- timestamp for a resend.
+    redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', '', 'state', 'delivered', 'size', size, 'receipt', receipt)
 else
-    id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
+    receipt = false
+    if stranger then
+        id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2], 'st', ARGV[1])
+        redis.call('HINCRBY', KEYS[7], 'n', 1)
+        redis.call('HINCRBY', KEYS[7], 'b', size)
+        redis.call('HINCRBY', KEYS[7], 'n:' .. ARGV[1], 1)
+        redis.call('HINCRBY', KEYS[7], 'b:' .. ARGV[1], size)
+        redis.call('PEXPIRE', KEYS[7], ARGV[3])
+    else
+        id = redis.call('XADD', KEYS[1], '*', 'mid', ARGV[4], 'body', ARGV[2])
+    end
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    redis.call('INCRBY', KEYS[5], size)
+    redis.call('PEXPIRE', KEYS[5], ARGV[3])
+    redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
+    if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
+    length = length + 1
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('INCRBY', KEYS[5], size)
-redis.call('PEXPIRE', KEYS[5], ARGV[3])
-redis.call('HSET', KEYS[2], 'from', ARGV[1], 'entry', id, 'state', 'pending', 'size', size)
-if stranger then redis.call('HSET', KEYS[2], 'stranger', '1') end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 -- The day's index of the recipient's message records (their keys, in a list), what an
 -- account deletion reads to find them: made with the day's first record, it lapses a
@@ -88,4 +102,4 @@ if new_peer and redis.call('ZCARD', KEYS[6]) > tonumber(ARGV[10]) then
     redis.call('ZREM', KEYS[8], leaving)
 end
 redis.call('PEXPIRE', KEYS[6], ARGV[11])
-return {'stored', id, length + 1, redis.call('GET', KEYS[3])}
+return {'stored', id, length, redis.call('GET', KEYS[3]), receipt}

@@ -469,6 +469,78 @@ struct DirectSendTests {
             }
         }
     }
+
+    /// A `delivered` receipt that comes while its message's store still waits to be
+    /// written (group commit) rides in that store (`ReceiptRide`): the message is
+    /// recorded as delivered and never queued, and the sender gets `message_delivered`
+    /// right after `message_accepted`, also for a resend.
+    @Test func aReceiptThatComesWhileItsMessageWaitsToBeStoredRidesInTheStore() async throws {
+        // A long group wait, so that Bob's receipt surely comes while the store waits.
+        try await MessagingStack.start(routers: 0, gateway: { $0.storeGroupWait = .seconds(2) }).running { stack in
+            let alice = try await stack.offlineUser(on: 0)
+            let bob = try await stack.user(on: 0)
+            try await stack.makePeers([alice, bob])
+            try await stack.withRedis { redis in
+                try await WebSocketTest.connect("ws://127.0.0.1:\(stack.gateways[0].port)/ws") { socket in
+                    // Alice's next frames until the answer to `requestId`, and the one after it.
+                    func answerAndNext(_ requestId: String) async throws -> (ServerFrame, ServerFrame) {
+                        let answer = try await socket.answer(to: requestId)
+                        return (answer, try await socket.receive(timeout: .seconds(10)))
+                    }
+                    // Two messages and two receipts first: both sockets hold leased tokens,
+                    // so that nothing but the store is written to Redis meanwhile.
+                    for index in 0..<2 {
+                        try await socket.send(alice.message("lease \(index)", to: bob), requestId: "lease-\(index)")
+                        #expect(try await socket.answer(to: "lease-\(index)").type == .messageAccepted)
+                    }
+                    for frame in try await bob.events(.messageReceived, count: 2) {
+                        try await bob.connection.acknowledge(try #require(frame.payload(as: MessageReceived.self)))
+                    }
+                    var delivered = 0
+                    while delivered < 2 {
+                        if try await socket.receive(timeout: .seconds(10)).type == .messageDelivered { delivered += 1 }
+                    }
+                    try await waitUntil { try await PendingQueue(redis: redis).depth(recipient: bob.whisperId) == 0 }
+
+                    // Bob's receipt comes a moment after the store was written to the
+                    // connection, where it waits for its group; should anything else leave
+                    // first and take the store with it, the next message is tried.
+                    var ridden: (message: SendMessage, receipt: MessageDelivered)?
+                    for attempt in 0..<3 where ridden == nil {
+                        let message = alice.message("rides \(attempt)", to: bob)
+                        try await socket.send(message, requestId: "rides-\(attempt)")
+                        let arrived = try await bob.events(.messageReceived, count: 3 + attempt).compactMap { $0.payload(as: MessageReceived.self) }
+                        try await bob.connection.acknowledge(try #require(arrived.first { $0.messageId == message.messageId }))
+                        let (accepted, next) = try await answerAndNext("rides-\(attempt)")
+                        #expect(accepted.type == .messageAccepted)
+                        let state = try await redis.send("HGET", PendingQueue.messageKey(bob.whisperId, message.messageId), "state").string
+                        if next.type == .messageDelivered, state == "delivered", let receipt = next.payload(as: MessageDelivered.self) {
+                            ridden = (message, receipt)
+                        } else if next.type != .messageDelivered {
+                            // It went the usual way: its receipt follows.
+                            while try await socket.receive(timeout: .seconds(10)).type != .messageDelivered {}
+                        }
+                    }
+                    let (message, receipt) = try #require(ridden, "no receipt rode in its message's store")
+                    #expect(receipt.messageId == message.messageId && receipt.status == .delivered && receipt.from == bob.whisperId)
+
+                    // Recorded as delivered, with the receipt; never queued.
+                    let record = try await redis.send("HMGET", PendingQueue.messageKey(bob.whisperId, message.messageId), "state", "receipt", "entry")
+                    #expect(record.array?.map(\.string) == ["delivered", String(receipt.timestamp), ""])
+                    #expect(try await redis.send("XLEN", RedisKeys.pending(bob.whisperId)).int == 0)
+                    let metrics = try await stack.metricsText(of: [stack.gateways[0]])
+                    #expect(metrics.contains("whisper_gateway_receipts_rode_total 1"), "\(metrics.split(separator: "\n").filter { $0.contains("gateway_receipts") })")
+
+                    // A resend (its answer lost, say) is answered the same way.
+                    try await socket.send(message, requestId: "again")
+                    let (again, after) = try await answerAndNext("again")
+                    #expect(again.type == .messageAccepted)
+                    #expect(after.type == .messageDelivered && after.payload(as: MessageDelivered.self)?.messageId == message.messageId)
+                    #expect(try await redis.send("XLEN", RedisKeys.pending(bob.whisperId)).int == 0)
+                }
+            }
+        }
+    }
 }
 
 extension WebSocketSession {

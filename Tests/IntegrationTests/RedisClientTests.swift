@@ -1,6 +1,7 @@
 import Foundation
 import NIOPosix
 import ServiceLifecycle
+import Synchronization
 import Testing
 @testable import WhisperShared
 
@@ -134,6 +135,39 @@ import Testing
         }
         await connection.close()
         await other.close()
+    }
+
+    /// A late request (`RedisConnection.pipeline(late:then:)`) is made as its write
+    /// leaves, not when it is written: what it says may change while it is held, and it
+    /// still goes ahead of what is written after it, with the commands given beside it.
+    @Test func aLateRequestIsMadeAsItsWriteLeavesAndKeepsItsPlace() async throws {
+        let connection = try await RedisConnection.connect(to: TestServers.redis, eventLoopGroup: MultiThreadedEventLoopGroup.singleton)
+        do {
+            let key = "test:\(UUID().uuidString)"
+            let value = Mutex("before")
+            let made = Atomic<Int>(0)
+            let (written, handedOver) = AsyncStream.makeStream(of: Void.self)
+            let held = Task {
+                try await connection.pipeline(late: {
+                    made.add(1, ordering: .relaxed)
+                    return RedisCommand("SET", key, value.withLock { $0 })
+                }, then: [RedisCommand("APPEND", key, "+")], written: { handedOver.yield() }, mayWait: .seconds(600))
+            }
+            for await _ in written { break }
+            #expect(made.load(ordering: .relaxed) == 0, "not made while it waits")
+            value.withLock { $0 = "after" }
+            let eager = try await withTimeout("a write that may not wait") { try await connection.send(RedisCommand("GET", key)) }
+            #expect(eager == .bulkString(Array("after+".utf8)), "the held request went first, made as it left")
+            #expect(try await withTimeout("the held request") { try await held.value } == [.simpleString("OK"), .integer(6)])
+            #expect(made.load(ordering: .relaxed) == 1)
+            // With nothing to wait for, it is made at once.
+            _ = try await connection.pipeline(late: { RedisCommand("SET", key, "now") }, then: [], mayWait: .zero)
+            #expect(try await connection.send(RedisCommand("GET", key)) == .bulkString(Array("now".utf8)))
+        } catch {
+            await connection.close()
+            throw error
+        }
+        await connection.close()
     }
 
     @Test func concurrentCallersEachGetTheirOwnReply() async throws {

@@ -167,9 +167,9 @@ struct MessageRouter: Sendable {
         func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }
 
         /// A router holds no sockets: every message waits for its store.
-        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> PresenceRecord? { nil }
+        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> MessageSending.EarlyDelivery? { nil }
 
-        func settle(_ message: SendMessage, stored: Bool) {}
+        func settle(_ message: SendMessage, stored: Bool, receiptRecorded: Bool) {}
 
         func alongside() -> (commands: [RedisCommand], returned: @Sendable ([RESPValue]?) -> Void) { ([], { _ in }) }
 

@@ -214,14 +214,27 @@ public final class RedisClient: Service, Sendable {
         _ script: RedisScript, keys: [String], arguments: [any RedisArgument], alongside others: [RedisCommand],
         written: (@Sendable () -> Void)? = nil, mayWait: Duration = .zero
     ) async throws -> (script: RESPValue, others: [RESPValue]) {
+        try await evaluate(script, keys: keys, lateArguments: { arguments }, alongside: others, written: written, mayWait: mayWait)
+    }
+
+    /// As `evaluate(_:keys:arguments:alongside:written:mayWait:)`, with the script's
+    /// arguments given by `lateArguments` as late as the write allows: when the write
+    /// waits for others (`mayWait`, one connection, the script known) only as it leaves
+    /// for Redis, else at once. It may be called again (to teach Redis the script) and
+    /// must then give the same.
+    public func evaluate(
+        _ script: RedisScript, keys: [String], lateArguments: @escaping @Sendable () -> [any RedisArgument], alongside others: [RedisCommand],
+        written: (@Sendable () -> Void)? = nil, mayWait: Duration = .zero
+    ) async throws -> (script: RESPValue, others: [RESPValue]) {
         if let cluster = try mappedCluster() {
-            return try await evaluate(script, keys: keys, arguments: arguments, alongside: others, on: cluster)
+            return try await evaluate(script, keys: keys, arguments: lateArguments(), alongside: others, on: cluster)
         }
         let connection = try connection()
-        let evalsha = script.evalsha(keys: keys, arguments: arguments)
         let known = scripts.withLock { $0.contains(script.sha1) }
         if known {
-            let replies = try await connection.pipeline([evalsha] + others, written: written, mayWait: mayWait)
+            let replies = try await connection.pipeline(
+                late: { script.evalsha(keys: keys, arguments: lateArguments()) }, then: others, written: written, mayWait: mayWait
+            )
             switch replies[0] {
             case .error(let message) where message.hasPrefix("NOSCRIPT"):
                 break
@@ -231,6 +244,7 @@ public final class RedisClient: Service, Sendable {
                 return (replies[0], Array(replies.dropFirst()))
             }
         }
+        let evalsha = script.evalsha(keys: keys, arguments: lateArguments())
         let replies = try await connection.pipeline([RedisCommand("SCRIPT", "LOAD", script.source), evalsha] + others)
         if case .error(let message) = replies[0] { throw RedisError.server(message) }
         scripts.withLock { _ = $0.insert(script.sha1) }

@@ -7,6 +7,9 @@ struct RedisOutboundRequest {
     /// How long these commands may wait for others to leave in the same write (zero:
     /// the event loop's current batch of tasks only). See `flush(context:)`.
     var mayWait: TimeAmount = .zero
+    /// Commands made only as the write leaves (with `mayWait`): `bytes` is then empty, and
+    /// the handler holds the request until its group leaves (`RedisCommandHandler.held`).
+    var late: (@Sendable () -> [RedisCommand])? = nil
 }
 
 /// Matches replies to requests on a pipelined connection: Redis answers in order,
@@ -37,10 +40,35 @@ final class RedisCommandHandler: ChannelDuplexHandler {
         if request.mayWait > .zero {
             let deadline = NIODeadline.now() + request.mayWait
             groupDeadline = min(groupDeadline ?? deadline, deadline)
+            if let late = request.late {
+                held.append((late, promise))
+                return
+            }
         } else {
             eagerWritten = true
         }
+        // Nothing overtakes what is held.
+        releaseHeld(context: context)
         context.write(wrapOutboundOut(request.bytes), promise: promise)
+    }
+
+    /// Requests whose commands are made as they leave (`RedisOutboundRequest.late`), in
+    /// the order written, while their group waits: made and written when it leaves, or as
+    /// soon as anything else is written behind them.
+    private var held: [(make: @Sendable () -> [RedisCommand], written: EventLoopPromise<Void>?)] = []
+
+    private func releaseHeld(context: ChannelHandlerContext) {
+        guard !held.isEmpty else { return }
+        let leaving = held
+        held.removeAll(keepingCapacity: true)
+        for (make, written) in leaving {
+            let commands = make()
+            var bytes = context.channel.allocator.buffer(capacity: 512 * commands.count)
+            for command in commands {
+                command.encode(into: &bytes)
+            }
+            context.write(wrapOutboundOut(bytes), promise: written)
+        }
     }
 
     /// Flushes wait for the event loop's current batch of tasks: commands written by
@@ -78,6 +106,7 @@ final class RedisCommandHandler: ChannelDuplexHandler {
         groupDeadline = nil
         groupFlush?.cancel()
         groupFlush = nil
+        releaseHeld(context: context)
         context.flush()
     }
 
@@ -114,6 +143,11 @@ final class RedisCommandHandler: ChannelDuplexHandler {
 
     private func failAll(_ error: any Error) {
         closed = true
+        let unsent = held
+        held.removeAll()
+        for request in unsent {
+            request.written?.fail(error)
+        }
         while let promise = waiting.popFirst() {
             promise.fail(error)
         }

@@ -85,6 +85,31 @@ public final class RedisConnection: Sendable {
         return replies
     }
 
+    /// As `pipeline(_:written:mayWait:)`, with the first command made by `first` only
+    /// when the write leaves for Redis (on the connection's event loop, once), so that
+    /// what it says may still change while it waits for others to share the write; made
+    /// at once when `mayWait` is zero.
+    public func pipeline(
+        late first: @escaping @Sendable () -> RedisCommand, then others: [RedisCommand], written: (@Sendable () -> Void)? = nil,
+        mayWait: Duration
+    ) async throws -> [RESPValue] {
+        guard mayWait > .zero else { return try await pipeline([first()] + others, written: written) }
+        let eventLoop = channel.eventLoop
+        let promises = (0...others.count).map { _ in eventLoop.makePromise(of: RESPValue.self) }
+        let request = RedisOutboundRequest(
+            bytes: channel.allocator.buffer(capacity: 0), promises: promises, mayWait: .nanoseconds(mayWait.nanoseconds),
+            late: { [first()] + others }
+        )
+        send(request, promises)
+        written?()
+        var replies: [RESPValue] = []
+        replies.reserveCapacity(promises.count)
+        for promise in promises {
+            replies.append(try await promise.futureResult.get())
+        }
+        return replies
+    }
+
     /// Writes commands now, ahead of any sent later on this connection, and returns
     /// their replies (error replies in place) when they come, without waiting here.
     public func dispatch(_ commands: [RedisCommand]) -> EventLoopFuture<[RESPValue]> {
@@ -104,13 +129,18 @@ public final class RedisConnection: Sendable {
         }
         let eventLoop = channel.eventLoop
         let promises = commands.map { _ in eventLoop.makePromise(of: RESPValue.self) }
-        let written = eventLoop.makePromise(of: Void.self)
+        send(RedisOutboundRequest(bytes: bytes, promises: promises, mayWait: mayWait), promises)
+        return promises
+    }
+
+    /// Hands a request to the channel; a write that fails fails its replies.
+    private func send(_ request: RedisOutboundRequest, _ promises: [EventLoopPromise<RESPValue>]) {
+        let written = channel.eventLoop.makePromise(of: Void.self)
         written.futureResult.whenFailure { _ in
             // A reply already given stays given (a second completion is ignored).
             for promise in promises { promise.fail(RedisError.connectionClosed) }
         }
-        channel.writeAndFlush(RedisOutboundRequest(bytes: bytes, promises: promises, mayWait: mayWait), promise: written)
-        return promises
+        channel.writeAndFlush(request, promise: written)
     }
 
     /// Writes commands whose replies nobody waits for (SUBSCRIBE on a push connection).

@@ -117,19 +117,22 @@ struct SendDesk: Sendable {
         /// The recipient's socket here, when this instance holds its presence, is written
         /// before the store answers. Its receipt, should it come first, waits for the
         /// store's answer before it is given to the sender (`ReceiptMemory.Settling`).
-        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> PresenceRecord? {
+        func deliverEarly(_ frame: () -> [UInt8], message: SendMessage, sender: MessageSending.Sender) -> MessageSending.EarlyDelivery? {
             guard desk.deliversWhileStoring, let recipient = desk.connections.presenceHolder(message.to), recipient.whisperId == message.to, !recipient.isClosing
             else { return nil }
+            let settling = ReceiptMemory.Settling()
             desk.receipts.memory.remember(
                 recipient: message.to, messageId: message.messageId, sender: sender.whisperId, senderConnection: connection.id,
-                settling: ReceiptMemory.Settling()
+                settling: settling
             )
             desk.control.deliver(frame(), to: recipient, from: sender.whisperId, traceparent: sender.traceparent, acceptedAt: sender.receivedAt)
-            return PresenceRecord(gateway: desk.instanceID, connId: recipient.id)
+            return MessageSending.EarlyDelivery(socket: PresenceRecord(gateway: desk.instanceID, connId: recipient.id), ride: settling.ride)
         }
 
-        func settle(_ message: SendMessage, stored: Bool) {
-            desk.receipts.memory.settle(recipient: message.to, messageId: message.messageId, stored: stored)
+        func settle(_ message: SendMessage, stored: Bool, receiptRecorded: Bool) {
+            desk.receipts.memory.settle(
+                recipient: message.to, messageId: message.messageId, stored ? (receiptRecorded ? .storedWithReceipt : .stored) : .refused
+            )
         }
 
         /// The socket's next frame is handled while the store's reply is awaited.

@@ -26,6 +26,8 @@ struct ReceiptDesk: Sendable {
     let known: Counter
     /// Receipts handed to the gateway of the sender's socket without a store.
     let handedOver: Counter
+    /// `delivered` receipts that rode in their message's store (`ReceiptRide`).
+    let rode: Counter
 
     /// How long a sender's socket on this instance may take to accept a receipt before
     /// it is stored instead (a socket with frames waiting is not tried at all).
@@ -53,6 +55,10 @@ struct ReceiptDesk: Sendable {
         handedOver = metrics.counter(
             "gateway_receipts_handed_over",
             help: "delivery_receipt frames passed to the gateway of the sender's socket without being stored (it writes and applies them)."
+        )
+        rode = metrics.counter(
+            "gateway_receipts_rode",
+            help: "delivered receipts that came while their message's store was waiting to be written and were recorded in that store: the message was never queued."
         )
         known = metrics.counter(
             "gateway_receipts_known",
@@ -118,9 +124,20 @@ struct ReceiptDesk: Sendable {
         // in time: Redis says (below).
         var delivery = delivery
         if let settling = delivery?.settling {
+            // A `delivered` receipt that comes while the store's write still waits rides
+            // in it (`ReceiptRide`): the store records the message as delivered instead of
+            // queuing it, and the sender is given `message_delivered` with its
+            // `message_accepted`; nothing is left to apply.
+            if application.delivered, delivery?.sender == receipt.to {
+                _ = settling.ride.join(timestamp: receipt.timestamp)
+            }
             switch await settling.outcome(within: Self.settleLimit, on: applier.loop) {
-            case .some(true): break
-            case .some(false): return (.ignored, false)
+            case .storedWithReceipt where application.delivered:
+                known.increment()
+                rode.increment()
+                return (.passed, true)
+            case .stored, .storedWithReceipt: break
+            case .refused: return (.ignored, false)
             case .none: delivery = nil
             }
         }
@@ -223,6 +240,6 @@ struct ReceiptDesk: Sendable {
 
     /// `message_delivered` for the receipt's sender.
     static func frame(for receipt: DeliveryReceipt) -> [UInt8] {
-        ServerFrameCodec.encode(MessageDelivered(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from))
+        PendingQueue.deliveredFrame(messageId: receipt.messageId, status: receipt.status, timestamp: receipt.timestamp, from: receipt.from)
     }
 }

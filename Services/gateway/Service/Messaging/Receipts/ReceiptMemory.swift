@@ -25,48 +25,60 @@ final class ReceiptMemory: Sendable {
         }
     }
 
-    /// The store's answer for a message delivered while it was stored: true once it is
-    /// stored and the sender was told, false when it was refused or the store failed.
-    /// A receipt waits for it (`outcome(within:)`) at most a bound, after which Redis,
-    /// which is always right, is asked instead; so a store that never answers (a lost
-    /// connection, an entry evicted here before its answer) holds no receipt for good.
+    /// The store's answer for a message delivered while it was stored, once the sender
+    /// was told it (`Answer`). A receipt waits for it (`outcome(within:)`) at most a
+    /// bound, after which Redis, which is always right, is asked instead; so a store that
+    /// never answers (a lost connection, an entry evicted here before its answer) holds
+    /// no receipt for good. Its `delivered` receipt may ride in the store (`ride`).
     final class Settling: Sendable {
+        enum Answer: Equatable {
+            /// Refused, or the store failed: the sender was told so, or nothing.
+            case refused
+            /// Stored (now or before), and the sender was given `message_accepted`.
+            case stored
+            /// Stored with its `delivered` receipt (`ReceiptRide`): the sender was given
+            /// `message_accepted` and then `message_delivered`.
+            case storedWithReceipt
+        }
+
         /// A receipt waiting for the answer, and when it stops waiting.
         private struct Waiter {
             var id: Int
-            var continuation: CheckedContinuation<Bool?, Never>
+            var continuation: CheckedContinuation<Answer?, Never>
             var deadline: Scheduled<Void>
         }
 
         private struct State {
-            var stored: Bool?
+            var answer: Answer?
             var waiting: [Waiter] = []
             var nextId = 0
         }
 
         private let state = Mutex(State())
+        /// The seat of the message's `delivered` receipt in its store.
+        let ride = ReceiptRide()
 
         /// Gives the answer to every receipt waiting for it (the first answer counts).
-        func settle(stored: Bool) {
+        func settle(_ answer: Answer) {
             let waiting = state.withLock { state -> [Waiter] in
-                guard state.stored == nil else { return [] }
-                state.stored = stored
+                guard state.answer == nil else { return [] }
+                state.answer = answer
                 defer { state.waiting = [] }
                 return state.waiting
             }
             for waiter in waiting {
                 // Answered in time: its deadline is not left on the event loop's timers.
                 waiter.deadline.cancel()
-                waiter.continuation.resume(returning: stored)
+                waiter.continuation.resume(returning: answer)
             }
         }
 
         /// The answer, waiting for it at most `limit`: nil when none came by then.
-        func outcome(within limit: TimeAmount, on loop: any EventLoop) async -> Bool? {
-            if let stored = state.withLock({ $0.stored }) { return stored }
-            return await withCheckedContinuation { (continuation: CheckedContinuation<Bool?, Never>) in
-                let answered = state.withLock { state -> Bool? in
-                    if let stored = state.stored { return stored }
+        func outcome(within limit: TimeAmount, on loop: any EventLoop) async -> Answer? {
+            if let answer = state.withLock({ $0.answer }) { return answer }
+            return await withCheckedContinuation { (continuation: CheckedContinuation<Answer?, Never>) in
+                let answered = state.withLock { state -> Answer? in
+                    if let answer = state.answer { return answer }
                     state.nextId += 1
                     let id = state.nextId
                     let deadline = loop.scheduleTask(in: limit) { [self] in self.giveUp(id) }
@@ -78,7 +90,7 @@ final class ReceiptMemory: Sendable {
         }
 
         private func giveUp(_ id: Int) {
-            let late = state.withLock { state -> CheckedContinuation<Bool?, Never>? in
+            let late = state.withLock { state -> CheckedContinuation<Answer?, Never>? in
                 guard let index = state.waiting.firstIndex(where: { $0.id == id }) else { return nil }
                 return state.waiting.remove(at: index).continuation
             }
@@ -176,10 +188,10 @@ final class ReceiptMemory: Sendable {
     }
 
     /// The store answered for a message remembered with a `Settling`.
-    func settle(recipient: String, messageId: String, stored: Bool) {
+    func settle(recipient: String, messageId: String, _ answer: Settling.Answer) {
         let key = Self.key(recipient, messageId)
         let settling = table.withLock { $0.value(for: key)?.delivery?.settling }
-        settling?.settle(stored: stored)
+        settling?.settle(answer)
     }
 
     var count: Int { table.withLock { $0.count } }
