@@ -3,7 +3,9 @@
 -- is to be passed on, else "". `delivered` takes the message out of the queue.
 --
 -- The receipt-state rule lives here and nowhere else: a `delivered` receipt counts
--- while its message is pending, a `read` receipt once.
+-- while its message is pending, a `read` receipt once. (A `delivered` receipt that
+-- rides in its message's store is a new message's first: pending-queue-store.lua
+-- records the message as this script leaves a delivered one.)
 --
 -- Runs after pending-queue-expiry.lua, whose `release_stranger` it calls.
 local message = redis.call('HMGET', KEYS[2], 'from', 'state', 'entry', 'size', 'read', 'stranger')
