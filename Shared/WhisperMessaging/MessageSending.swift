@@ -55,11 +55,9 @@ public struct MessageSending: Sendable {
 
     /// Where `send` runs.
     public protocol Caller: Sendable {
-        /// Tells the sender its message is stored (`frame`, its `message_accepted`, then
-        /// `delivered`, its `message_delivered`, when a receipt was recorded with it):
-        /// written to its socket here, in one write (no commands), or commands to publish
-        /// with the delivery.
-        func accept(_ frame: [UInt8], delivered: [UInt8]?) -> [RedisCommand]
+        /// Tells the sender its message is stored (`frame`, its `message_accepted`):
+        /// written to its socket here (nil), or a command to publish with the delivery.
+        func accept(_ frame: [UInt8]) -> RedisCommand?
         /// Writes `frame` (`message_received`) when `socket` is on this instance: true
         /// when written, false when that socket has gone; nil when it is elsewhere.
         func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: Payload<SendMessageFields>, sender: Sender) -> Bool?
@@ -254,10 +252,13 @@ public struct MessageSending: Sendable {
                 .internalError, "the message is stored but not yet copied to a replica; send it again", requestId: sender.requestId
             )
         }
-        let delivered = accepted ? receipt.map {
-            PendingQueue.deliveredFrame(messageId: message.messageId, status: .delivered, timestamp: $0, from: message.to)
-        } : nil
-        return caller.accept(answer, delivered: delivered)
+        var commands = caller.accept(answer).map { [$0] } ?? []
+        if accepted, let receipt, let command = caller.accept(PendingQueue.deliveredFrame(
+            messageId: message.messageId, status: .delivered, timestamp: receipt, from: message.to
+        )) {
+            commands.append(command)
+        }
+        return commands
     }
 
     /// Step 4: `message_received` to the recipient's socket unless it went out early

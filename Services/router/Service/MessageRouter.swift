@@ -160,10 +160,8 @@ struct MessageRouter: Sendable {
     private struct Stream: MessageSending.Caller {
         let entry: RouterStream.Entry
 
-        func accept(_ frame: [UInt8], delivered: [UInt8]?) -> [RedisCommand] {
-            ([frame] + (delivered.map { [$0] } ?? [])).map {
-                GatewayCommand(kind: .deliver, connId: entry.connId, frame: $0).publishing(to: entry.gateway)
-            }
+        func accept(_ frame: [UInt8]) -> RedisCommand? {
+            GatewayCommand(kind: .deliver, connId: entry.connId, frame: frame).publishing(to: entry.gateway)
         }
 
         func deliverHere(_ frame: [UInt8], to socket: PresenceRecord, message: SendMessage, sender: MessageSending.Sender) -> Bool? { nil }

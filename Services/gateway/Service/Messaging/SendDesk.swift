@@ -96,10 +96,9 @@ struct SendDesk: Sendable {
         let connection: ClientConnection
         let turn: FrameTurn?
 
-        func accept(_ frame: [UInt8], delivered: [UInt8]?) -> [RedisCommand] {
-            connection.sendRaw(frame, flush: delivered == nil)
-            if let delivered { connection.sendRaw(delivered) }
-            return []
+        func accept(_ frame: [UInt8]) -> RedisCommand? {
+            connection.sendRaw(frame)
+            return nil
         }
 
         /// The recipient's socket on this instance is written from here, as the control

@@ -248,9 +248,8 @@ public final class ClientConnection: Sendable {
 
     /// Writes a complete frame (JSON this server wrote, so valid UTF-8: a text frame
     /// straight from the bytes) to this socket. `onWritten` runs once the socket has
-    /// taken the frame (written to the connection), never when it was dropped. `flush`
-    /// false: it leaves with the next frame written with a flush (one write for both).
-    func sendRaw(_ bytes: [UInt8], flush: Bool = true, onWritten: (@Sendable () -> Void)? = nil) {
+    /// taken the frame (written to the connection), never when it was dropped.
+    func sendRaw(_ bytes: [UInt8], onWritten: (@Sendable () -> Void)? = nil) {
         guard !closing.load(ordering: .relaxed) else { return }
         if channel.isWritable {
             unsentFrames.store(0, ordering: .relaxed)
@@ -269,16 +268,13 @@ public final class ClientConnection: Sendable {
             return
         }
         let frame = WebSocketWire.serverFrame(.text, bytes, allocator: channel.allocator)
-        var promise: EventLoopPromise<Void>?
-        if let onWritten {
-            promise = channel.eventLoop.makePromise(of: Void.self)
-            promise?.futureResult.whenSuccess { onWritten() }
+        guard let onWritten else {
+            channel.writeAndFlush(frame, promise: nil)
+            return
         }
-        if flush {
-            channel.writeAndFlush(frame, promise: promise)
-        } else {
-            channel.write(frame, promise: promise)
-        }
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        promise.futureResult.whenSuccess { onWritten() }
+        channel.writeAndFlush(frame, promise: promise)
     }
 
     /// Writes a frame only when the socket has room for it now, and reports whether the
