@@ -253,10 +253,9 @@ public struct MessageSending: Sendable {
             )
         }
         var commands = caller.accept(answer).map { [$0] } ?? []
-        if accepted, let receipt, let command = caller.accept(PendingQueue.deliveredFrame(
-            messageId: message.messageId, status: .delivered, timestamp: receipt, from: message.to
-        )) {
-            commands.append(command)
+        if accepted, let receipt {
+            let delivered = PendingQueue.deliveredFrame(messageId: message.messageId, status: .delivered, timestamp: receipt, from: message.to)
+            if let command = caller.accept(delivered) { commands.append(command) }
         }
         return commands
     }
