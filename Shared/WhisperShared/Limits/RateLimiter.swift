@@ -68,9 +68,13 @@ public struct RateLimiter: Sendable {
     /// as it holds, at least one, or none when it is empty. A caller that serves the
     /// same identity's frames one after another (a gateway, for the one socket an
     /// identity holds) spends them without a round trip each; tokens it never spends
-    /// are lost, never given back, so the bucket's rule is never exceeded.
-    public func lease(bucket: String, rule: RateLimitRule, wanted: Int) async throws -> Lease {
-        let reply = try await redis.evaluate(Self.leaseScript, keys: [bucket], arguments: Self.arguments(rule) + [max(1, wanted)])
+    /// are lost, never given back, so the bucket's rule is never exceeded. `mayWait`: how
+    /// long the write may wait to share Redis's pass with others (a lease asked ahead of
+    /// need: `RedisConnection.pipeline(_:written:mayWait:)`).
+    public func lease(bucket: String, rule: RateLimitRule, wanted: Int, mayWait: Duration = .zero) async throws -> Lease {
+        let (reply, _) = try await redis.evaluate(
+            Self.leaseScript, keys: [bucket], arguments: Self.arguments(rule) + [max(1, wanted)], alongside: [], mayWait: mayWait
+        )
         guard let values = reply.array, values.count == 2, let granted = values[0].int else {
             throw RedisError.unexpectedReply("rate limit lease script")
         }

@@ -13,6 +13,10 @@ struct FrameLimits: Sendable {
     let routerBacklogMax: Int
     /// The most tokens one lease takes from an identity's bucket (`TokenLease`).
     let leaseMax: Int
+    /// How long a lease asked ahead of need may wait to share a write to Redis: as long
+    /// as a store delivered early (`GATEWAY_STORE_GROUP_WAIT_MS`), whose group it joins
+    /// instead of sending it on its way.
+    let aheadMayWait: Duration
     let busyRetryMs: Int
     /// What a busy refusal says.
     var busyRefusal: String { "the server is busy; retry in \(busyRetryMs) ms" }
@@ -27,6 +31,7 @@ struct FrameLimits: Sendable {
         limiter = RateLimiter(redis: redis)
         routerBacklogMax = settings.routerBacklogMax
         leaseMax = settings.leaseMax
+        aheadMayWait = settings.storeGroupWait
         busyRetryMs = settings.busyRetryMs
         busyRefusals = metrics.counter("gateway_busy_refusals", help: "Frames refused with RATE_LIMITED \"busy\": the router stream's backlog was at its limit, or a message waited past GATEWAY_SEND_WAIT_MAX_MS.")
     }
@@ -49,9 +54,9 @@ struct FrameLimits: Sendable {
             let leased = connection.spendLeased(kind, now: NIODeadline.now().uptimeNanoseconds, max: leaseMax)
             if leased.spent {
                 if let ahead = leased.ahead {
-                    let limiter = limiter, rule = rules[limit]
+                    let limiter = limiter, rule = rules[limit], mayWait = aheadMayWait
                     Task {
-                        let answer = try? await limiter.lease(bucket: bucket, rule: rule, wanted: ahead.size)
+                        let answer = try? await limiter.lease(bucket: bucket, rule: rule, wanted: ahead.size, mayWait: mayWait)
                         var granted: Int?
                         if case .granted(let count)? = answer { granted = count }
                         connection.leasedAhead(kind, granted: granted, generation: ahead.generation, now: NIODeadline.now().uptimeNanoseconds)
