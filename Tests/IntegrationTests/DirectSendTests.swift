@@ -506,7 +506,7 @@ struct DirectSendTests {
                     // connection, where it waits for its group; should anything else leave
                     // first and take the store with it, the next message is tried.
                     var ridden: (message: SendMessage, receipt: MessageDelivered)?
-                    for attempt in 0..<3 where ridden == nil {
+                    for attempt in 0..<5 where ridden == nil {
                         let message = alice.message("rides \(attempt)", to: bob)
                         try await socket.send(message, requestId: "rides-\(attempt)")
                         let arrived = try await bob.events(.messageReceived, count: 3 + attempt).compactMap { $0.payload(as: MessageReceived.self) }
