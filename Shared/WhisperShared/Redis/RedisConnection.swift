@@ -77,12 +77,7 @@ public final class RedisConnection: Sendable {
         guard !commands.isEmpty else { return [] }
         let promises = write(commands, mayWait: .nanoseconds(mayWait.nanoseconds))
         written?()
-        var replies: [RESPValue] = []
-        replies.reserveCapacity(promises.count)
-        for promise in promises {
-            replies.append(try await promise.futureResult.get())
-        }
-        return replies
+        return try await Self.replies(promises)
     }
 
     /// As `pipeline(_:written:mayWait:)`, with the first command made by `first` only
@@ -102,6 +97,11 @@ public final class RedisConnection: Sendable {
         )
         send(request, promises)
         written?()
+        return try await Self.replies(promises)
+    }
+
+    /// The replies `promises` are given, in order.
+    private static func replies(_ promises: [EventLoopPromise<RESPValue>]) async throws -> [RESPValue] {
         var replies: [RESPValue] = []
         replies.reserveCapacity(promises.count)
         for promise in promises {
