@@ -152,18 +152,15 @@ public struct PendingQueue: Sendable {
             keys.append(RedisKeys.groups(recipient))
             arguments += [group.groupId, group.epoch]
         }
-        let reply: RESPValue, others: [RESPValue]
-        if let ride {
-            // The redeliver flag's place says whether a receipt rode (`ride.seal()`), as late as the write allows.
-            let fixed = arguments
-            (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, lateArguments: {
-                var arguments = fixed
-                if let timestamp = ride.seal() { arguments[4] = "d\(timestamp)" }
-                return arguments
-            }, alongside: alongside, written: written, mayWait: mayWait)
-        } else {
-            (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, arguments: arguments, alongside: alongside, written: written, mayWait: mayWait)
-        }
+        // The redeliver flag's place says whether a receipt rode (`ride.seal()`), decided
+        // as late as the write allows.
+        let fixed = arguments
+        let (reply, others) = try await redis.evaluate(Self.storeScript, keys: keys, lateArguments: {
+            guard let timestamp = ride?.seal() else { return fixed }
+            var arguments = fixed
+            arguments[4] = "d\(timestamp)"
+            return arguments
+        }, alongside: alongside, written: written, mayWait: mayWait)
         guard let parts = reply.array, let status = parts.first?.string else { throw RedisError.unexpectedReply("pending store") }
         // The fourth part of `stored` and `duplicate`: the recipient's presence record, or false.
         let socket = parts.count > 3 ? parts[3].string.flatMap(PresenceRecord.init(encoded:)) : nil
